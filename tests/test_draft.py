@@ -1,0 +1,309 @@
+"""The batched draft evaluation against a naive serving-style loop, RoPE against transformers."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from transformers import LlamaConfig
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+from eagle3dash.capture import Capture, Sequence
+from eagle3dash.draft import build_draft, evaluate, evaluate_capture, rope_parameters
+from eagle3dash.layout import Tap
+from eagle3dash.metrics import accept_length, build_eval, summarize
+from eagle3dash.spec import DraftSpec, expected_shapes
+from tests.reference import naive_matches
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny tensors: OpenMP hand-offs would dominate (and crawl when other jobs load the CPUs)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+LLAMA3 = {
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 64,
+}
+YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}
+
+
+def make_spec(**kw) -> DraftSpec:
+    base = dict(
+        format="specforge",
+        hidden_size=32,
+        target_hidden_size=32,
+        intermediate_size=64,
+        num_layers=1,
+        num_heads=4,
+        num_kv_heads=4,
+        head_dim=8,
+        vocab_size=40,
+        draft_vocab_size=40,
+        max_position_embeddings=256,
+        has_embed=True,
+    )
+    base.update(kw)
+    return DraftSpec(**base)
+
+
+def random_tensors(spec: DraftSpec, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Random weights of the spec's shapes: linears ~ N(0, 1/fan_in), norms near 1."""
+    gen = torch.Generator().manual_seed(seed)
+    out = {}
+    for name, shape in expected_shapes(spec).items():
+        if name in ("d2t", "t2d") or (name == "embed_tokens.weight" and not spec.has_embed):
+            continue
+        x = torch.randn(shape, generator=gen)
+        if "norm" in name:
+            x = 1.0 + 0.1 * x
+        elif name.endswith(".bias"):
+            x = 0.1 * x
+        elif name != "embed_tokens.weight":
+            x = x / math.sqrt(shape[-1])
+        out[name] = x
+    if spec.has_d2t:
+        hot = torch.randperm(spec.vocab_size, generator=gen)[: spec.draft_vocab_size].sort().values
+        out["d2t"] = hot - torch.arange(spec.draft_vocab_size)
+        t2d = torch.zeros(spec.vocab_size, dtype=torch.bool)
+        t2d[hot] = True
+        out["t2d"] = t2d
+    return out
+
+
+def random_inputs(spec: DraftSpec, length: int, seed: int = 1):
+    gen = torch.Generator().manual_seed(seed)
+    aux = torch.randn(length, spec.num_aux * spec.target_hidden_size, generator=gen)
+    ids = torch.randint(0, spec.vocab_size, (length,), generator=gen)
+    return aux, ids
+
+
+VARIANTS = {
+    "base": {},
+    "norm_before_residual": {"norm_before_residual": True},
+    "norm_before_fc": {"norm_before_fc": True},
+    "fc_norm": {"fc_norm": True},
+    "feedback_post_norm": {"feedback_post_norm": True},
+    "no_norm_before_lm_head": {"norm_before_lm_head": False},
+    "d2t": {"draft_vocab_size": 24, "has_d2t": True, "has_t2d": True},
+    "gqa": {"num_kv_heads": 2},
+    "ht_ne_h": {"target_hidden_size": 24},
+    "qk_norm": {"qk_norm": True},
+    "attention_bias": {"attention_bias": True},
+    "two_layers": {"num_layers": 2},
+    "llama3_rope": {"rope_scaling": LLAMA3, "rope_theta": 10000.0},
+    "yarn_rope": {"rope_scaling": YARN},
+    "sliding_window": {"sliding_window": 7},
+    "no_embed": {"has_embed": False},
+    "everything": {
+        "norm_before_residual": True,
+        "norm_before_fc": True,
+        "fc_norm": True,
+        "feedback_post_norm": True,
+        "draft_vocab_size": 24,
+        "has_d2t": True,
+        "has_t2d": True,
+        "num_kv_heads": 1,
+        "target_hidden_size": 20,
+        "qk_norm": True,
+        "attention_bias": True,
+        "num_layers": 2,
+        "rope_scaling": {**YARN, "type": "yarn"},
+        "sliding_window": 5,
+    },
+}
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_batched_matches_naive(name):
+    spec = make_spec(**VARIANTS[name])
+    tensors = random_tensors(spec)
+    draft = build_draft(spec, tensors)
+    aux, ids = random_inputs(spec, 40)
+    embed = None if spec.has_embed else torch.randn(spec.vocab_size, spec.hidden_size)
+    steps = 4
+    # First pass: reference tokens = the draft's own step-0 predictions, so that step 0 always
+    # matches and deeper steps match partly (random tokens would give almost no matches).
+    _, logits0 = naive_matches(draft, aux, ids, steps, embed, ids, return_logits=True)
+    pred0 = logits0[:, 0].argmax(-1)
+    if "d2t" in tensors:
+        pred0 = pred0 + tensors["d2t"][pred0]
+    target = ids.clone()
+    target[1 : 1 + pred0.shape[0]] = pred0
+    m_ref, lg_ref = naive_matches(draft, aux, ids, steps, embed, target, return_logits=True)
+    m, lg = evaluate(draft, aux, ids, steps, embed, target_ids=target, chunk=16, return_logits=True)
+    assert m.shape == m_ref.shape == (40 - 1 - steps + 1, steps)
+    assert torch.equal(m, m_ref)
+    assert m[:, 0].all() and not m[:, 1:].all()
+    torch.testing.assert_close(lg, lg_ref, rtol=1e-4, atol=1e-4)
+
+
+def test_loss_mask_and_default_refs():
+    spec = make_spec(num_kv_heads=2, sliding_window=9, draft_vocab_size=8, has_d2t=True)
+    draft = build_draft(spec, random_tensors(spec, seed=3))
+    aux, ids = random_inputs(spec, 33, seed=4)
+    mask = torch.rand(33, generator=torch.Generator().manual_seed(5)) > 0.4
+    m_ref, lg_ref = naive_matches(draft, aux, ids, 3, loss_mask=mask, return_logits=True)
+    m, lg = evaluate(draft, aux, ids, 3, loss_mask=mask, chunk=5, return_logits=True)
+    assert torch.equal(m, m_ref)
+    torch.testing.assert_close(lg, lg_ref, rtol=1e-4, atol=1e-4)
+    # without target_ids the last row is L-2-S (its chain predicts up to tok[L-1])
+    assert evaluate(draft, aux, ids, 3).shape == (33 - 1 - 3, 3)
+    assert evaluate(draft, aux[:3], ids[:3], 3).shape == (0, 3)
+
+
+def test_chunk_size_does_not_change_result():
+    spec = make_spec(num_layers=2, num_kv_heads=2)
+    draft = build_draft(spec, random_tensors(spec))
+    aux, ids = random_inputs(spec, 50)
+    _, a = evaluate(draft, aux, ids, 5, chunk=7, return_logits=True)
+    _, b = evaluate(draft, aux, ids, 5, chunk=1000, return_logits=True)
+    torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def _rms(x, w, eps=1e-5):
+    return w * x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps)
+
+
+def test_layer0_step0_by_hand():
+    """§3.4 written out for row t=3, step 0 of a SpecForge-style draft (residual = g)."""
+    spec = make_spec(num_heads=2, num_kv_heads=2, head_dim=16)
+    W = random_tensors(spec, seed=7)
+    draft = build_draft(spec, W)
+    aux, ids = random_inputs(spec, 10, seed=8)
+    t = 3
+    g = aux @ W["fc.weight"].T  # [L, H]
+    e = W["embed_tokens.weight"][ids[1:]]  # row s reads tok[s+1]
+    z = torch.cat(
+        [
+            _rms(e, W["layers.0.input_layernorm.weight"]),
+            _rms(g[:-1], W["layers.0.hidden_norm.weight"]),
+        ],
+        dim=-1,
+    )  # [L-1, 2H]
+    p = "layers.0.self_attn."
+    q = (z @ W[p + "q_proj.weight"].T).view(-1, 2, 16)
+    k = (z @ W[p + "k_proj.weight"].T).view(-1, 2, 16)
+    v = (z @ W[p + "v_proj.weight"].T).view(-1, 2, 16)
+
+    def rot(x, pos):  # rotate pairs (i, i+8) by angle pos * 10000^(-2i/16)
+        inv = 10000.0 ** (-torch.arange(0, 16, 2).float() / 16)
+        c, s = torch.cos(pos * inv), torch.sin(pos * inv)
+        a, b = x[..., :8], x[..., 8:]
+        return torch.cat([a * c - b * s, b * c + a * s], dim=-1)
+
+    qt = rot(q[t], t)  # [2, 16]
+    ks = torch.stack([rot(k[s], s) for s in range(t + 1)])  # [t+1, 2, 16]
+    att = torch.softmax(torch.einsum("hd,shd->hs", qt, ks) / 4.0, dim=-1)
+    o = torch.einsum("hs,shd->hd", att, v[: t + 1]).reshape(-1)
+    h = g[t] + o @ W[p + "o_proj.weight"].T
+    x = _rms(h, W["layers.0.post_attention_layernorm.weight"])
+    mlp = (
+        torch.nn.functional.silu(x @ W["layers.0.mlp.gate_proj.weight"].T)
+        * (x @ W["layers.0.mlp.up_proj.weight"].T)
+    ) @ W["layers.0.mlp.down_proj.weight"].T
+    logits = _rms(h + mlp, W["norm.weight"]) @ W["lm_head.weight"].T
+    _, lg = evaluate(draft, aux, ids, 1, return_logits=True)
+    torch.testing.assert_close(lg[t, 0], logits, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "scaling",
+    [
+        LLAMA3,
+        {**LLAMA3, "rope_type": None, "type": "llama3"},
+        YARN,
+        {**YARN, "mscale": 1.0, "mscale_all_dim": 0.5, "beta_fast": 16},
+        {**YARN, "attention_factor": 0.9, "truncate": False},
+        {"rope_type": "linear", "factor": 2.0},
+    ],
+)
+def test_rope_matches_transformers(scaling):
+    scaling = {k: v for k, v in scaling.items() if v is not None}
+    spec = make_spec(head_dim=32, num_heads=4, rope_theta=50000.0, rope_scaling=scaling)
+    inv, att = rope_parameters(spec)
+    cfg = LlamaConfig(
+        hidden_size=128,
+        num_attention_heads=4,
+        head_dim=32,
+        max_position_embeddings=256,
+        rope_theta=50000.0,
+        rope_scaling=dict(scaling),
+    )
+    kind = scaling.get("rope_type", scaling.get("type"))
+    inv_hf, att_hf = ROPE_INIT_FUNCTIONS[kind](cfg, None)
+    torch.testing.assert_close(inv, inv_hf.float(), rtol=1e-6, atol=0)
+    assert att == pytest.approx(att_hf)
+    rope = LlamaRotaryEmbedding(cfg)
+    pos = torch.arange(300)
+    cos_hf, sin_hf = rope(torch.zeros(1, 300, 32), pos[None])
+    draft = build_draft(spec, random_tensors(spec))
+    cos, sin = draft.rotary(pos, torch.float32)
+    torch.testing.assert_close(cos, cos_hf[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(sin, sin_hf[0], rtol=1e-5, atol=1e-5)
+
+
+def test_build_draft_errors_and_missing_embedding():
+    spec = make_spec(has_embed=False)
+    tensors = random_tensors(spec)
+    with pytest.raises(ValueError, match="missing.*lm_head.weight"):
+        build_draft(spec, {k: v for k, v in tensors.items() if k != "lm_head.weight"})
+    with pytest.raises(ValueError, match="wrong shapes"):
+        build_draft(spec, {**tensors, "fc.weight": torch.zeros(3, 3)})
+    draft = build_draft(spec, tensors)
+    aux, ids = random_inputs(spec, 12)
+    with pytest.raises(ValueError, match="no embed_tokens; pass the target's embedding"):
+        evaluate(draft, aux, ids)
+    assert {n for n, _ in draft.named_parameters()} | {n for n, _ in draft.named_buffers()} == set(
+        tensors
+    )
+
+
+def test_evaluate_capture_pools_sequences():
+    spec = make_spec(has_embed=False, num_aux=2)
+    draft = build_draft(spec, random_tensors(spec))
+    embed = torch.randn(spec.vocab_size, spec.hidden_size)
+    layout = (Tap(1), Tap(2))
+    seqs = []
+    for i, n in enumerate((20, 15, 4)):
+        gen = torch.Generator().manual_seed(i)
+        states = {tap: torch.randn(n, 32, generator=gen) for tap in (Tap(0), Tap(1), Tap(2))}
+        ids = torch.randint(0, 40, (n,), generator=gen)
+        seqs.append(Sequence(input_ids=ids, states=states))
+    cap = Capture(taps=(Tap(0), Tap(1), Tap(2)), sequences=seqs, hidden_size=32, embed_weight=embed)
+    ev = evaluate_capture(draft, cap, layout, steps=3)
+    per = [
+        evaluate(draft, torch.cat([s.states[Tap(1)], s.states[Tap(2)]], -1), s.input_ids, 3, embed)
+        for s in seqs
+    ]
+    expected = build_eval(layout, per, 3)
+    assert ev.to_dict() == expected.to_dict()
+    assert ev.num_positions == 16 + 11
+    assert ev.layout == [{"depth": 1, "post_norm": False}, {"depth": 2, "post_norm": False}]
+    assert math.isnan(ev.accept_length_per_sequence[2])
+    assert ev.to_dict()["accept_length_per_sequence"][2] is None
+    with pytest.raises(ValueError, match="3 taps but the draft's fc has 2"):
+        evaluate_capture(draft, cap, (Tap(0), Tap(1), Tap(2)))
+
+
+def test_summarize_by_hand():
+    m = torch.tensor([[1, 1, 0], [1, 0, 1], [0, 1, 1], [1, 1, 1]], dtype=torch.bool)
+    s = summarize(m)
+    assert s["num_positions"] == 4
+    assert s["accuracy"] == pytest.approx([0.75, 0.75, 0.75])
+    assert s["acceptance"] == pytest.approx([0.75, 0.5, 0.25])
+    assert s["accept_length"] == pytest.approx(1 + (2 + 1 + 0 + 3) / 4)
+    assert accept_length(s["acceptance"], 1) == pytest.approx(1.75)
+    assert accept_length(s["acceptance"], 2) == pytest.approx(2.25)
+    full = summarize(torch.ones(5, 3, dtype=torch.bool))
+    assert full["accept_length"] == 4.0  # the maximum, S + 1
+    assert summarize(torch.zeros(0, 3, dtype=torch.bool))["accept_length"] == 1.0
