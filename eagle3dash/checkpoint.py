@@ -1,0 +1,874 @@
+"""Read and write EAGLE-3 draft checkpoints in every format, onto one DraftSpec and one naming.
+
+Formats (`DraftSpec.format`):
+- speculators: `speculators_model_type` in config.json, dims nested in `transformer_layer_config`,
+  tensors named `layers.0.*`.
+- specforge: flat Llama-style config (`LlamaForCausalLMEagle3`), `midlayer.*` in safetensors.
+- eagle: SafeAILab EAGLE-3, flat config and `pytorch_model.bin` with `midlayer.*`.
+- export: SGLang/vLLM internal names, `model.` prefix and fused `qkv_proj` / `gate_up_proj`.
+
+`inspect` reads config.json and the safetensors headers only, never tensor data, and imports no
+torch for safetensors checkpoints. `load` reads the tensors. `save` writes any format (tests, demo,
+conversions). Every name on disk is mapped onto the canonical names of `spec.expected_shapes`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
+
+from eagle3dash.spec import FORMATS, OPTIONAL_TENSORS, DraftSpec, expected_shapes
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import torch
+
+CONFIG = "config.json"
+SAFETENSORS = "model.safetensors"
+INDEX = "model.safetensors.index.json"
+BIN = "pytorch_model.bin"
+
+# safetensors dtype code -> (torch dtype name, bytes per element)
+_ST_DTYPES = {
+    "F64": ("float64", 8),
+    "F32": ("float32", 4),
+    "F16": ("float16", 2),
+    "BF16": ("bfloat16", 2),
+    "F8_E4M3": ("float8_e4m3fn", 1),
+    "F8_E5M2": ("float8_e5m2", 1),
+    "I64": ("int64", 8),
+    "I32": ("int32", 4),
+    "I16": ("int16", 2),
+    "I8": ("int8", 1),
+    "U8": ("uint8", 1),
+    "BOOL": ("bool", 1),
+}
+_FLOAT_DTYPES = {"float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2"}
+_MAX_HEADER = 100 * 1024 * 1024  # the safetensors library refuses larger headers too
+_DEFAULT_ARCH = {
+    "speculators": "Eagle3DraftModel",
+    "specforge": "LlamaForCausalLMEagle3",
+    "eagle": "LlamaForCausalLM",
+    "export": "LlamaForCausalLMEagle3",
+}
+_AUX_NORMS = {"low": 0, "mid": 1, "high": 2}  # legacy TorchSpec/SGLang names of fc_norm.{i}
+_UNFUSED_NAMES = ("lm_head.weight", "d2t", "t2d")  # export: names that get no `model.` prefix
+
+
+class CheckpointError(Exception):
+    """A checkpoint that cannot be read; the message names the file, the problem and the fix."""
+
+
+@dataclass
+class InspectReport:
+    """What a checkpoint holds and what is wrong with it, read without loading tensor data."""
+
+    path: str  # the checkpoint directory
+    files: list[str]  # weight files, relative to path
+    spec: DraftSpec
+    tensors: dict[str, tuple[list[int], str]]  # canonical name -> (shape, dtype)
+    raw_names: dict[str, str]  # canonical name -> name on disk
+    param_count: int  # elements of the floating-point tensors
+    problems: list[str] = field(default_factory=list)
+    nonfinite: list[str] = field(default_factory=list)  # filled only by `load`
+
+    def to_json(self) -> dict:
+        """One JSON-ready object: every spec field plus files, tensors, counts and problems."""
+        d = self.spec.to_dict()
+        d.update(
+            path=self.path,
+            files=self.files,
+            heads=self.spec.num_heads,
+            kv_heads=self.spec.num_kv_heads,
+            param_count=self.param_count,
+            problems=self.problems,
+            nonfinite=self.nonfinite,
+            tensors={n: {"shape": s, "dtype": t} for n, (s, t) in self.tensors.items()},
+        )
+        return d
+
+
+class _Raw(NamedTuple):
+    """One tensor as stored on disk."""
+
+    shape: list[int]
+    dtype: str  # torch dtype name
+    file: Path
+
+
+class _Source(NamedTuple):
+    """Where a canonical tensor comes from: a tensor on disk, or a row range of a fused one."""
+
+    raw: str
+    rows: tuple[int, int] | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# Public API
+
+
+def find_checkpoint(path: str | Path) -> tuple[Path, Path]:
+    """The checkpoint directory and its config.json for a directory, config or weights path."""
+    p = Path(path).expanduser().absolute()
+    if not p.exists():
+        raise CheckpointError(
+            f"{p} does not exist; give a checkpoint directory, "
+            "its config.json or its .safetensors file"
+        )
+    directory = p if p.is_dir() else p.parent
+    config = directory / CONFIG
+    if not config.is_file():
+        raise CheckpointError(
+            f"{directory}: no config.json; put the trainer's config.json next to the weights"
+        )
+    return directory, config
+
+
+def inspect(path: str | Path) -> InspectReport:
+    """Format, dims, options and problems of a checkpoint from config.json and weight headers."""
+    return _inspect(path)[0]
+
+
+def load(
+    path: str | Path, device: str = "cpu", dtype: torch.dtype | str | None = None
+) -> tuple[DraftSpec, dict[str, torch.Tensor], InspectReport]:
+    """Spec, tensors under canonical names, and the report with NaN/Inf and d2t checks added."""
+    import torch
+
+    report, raw, sources = _inspect(path)
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype)
+    known = expected_shapes(report.spec)
+    wanted = {c: s for c, s in sources.items() if c in known}  # unknown tensors stay on disk
+    data = _read_tensors(raw, {s.raw for s in wanted.values()})
+    tensors: dict[str, torch.Tensor] = {}
+    for name, src in wanted.items():
+        t = data[src.raw]
+        if src.rows is not None:
+            t = t[src.rows[0] : src.rows[1]].clone()  # own storage, so it can be saved again
+        if t.is_floating_point():
+            if not _all_finite(t):
+                nan, inf = int(torch.isnan(t).sum()), int(torch.isinf(t).sum())
+                report.nonfinite.append(name)
+                report.problems.append(
+                    f"{name} holds {nan} NaN and {inf} Inf values: "
+                    "the checkpoint is broken (training diverged or a bad conversion)"
+                )
+            if dtype is not None:
+                t = t.to(dtype)
+        elif name == "d2t":
+            t = t.to(torch.int64)
+        elif name == "t2d":
+            t = t.to(torch.bool)
+        tensors[name] = t.to(device)
+    if "d2t" in tensors:
+        report.problems.extend(_d2t_problems(tensors["d2t"], report.spec))
+    return report.spec, tensors, report
+
+
+def save(
+    spec: DraftSpec,
+    tensors: dict[str, torch.Tensor],
+    out_dir: str | Path,
+    format: str,
+    shards: int = 1,
+) -> Path:
+    """Write canonical tensors as a checkpoint of `format` (config.json + weights) into out_dir."""
+    import torch
+
+    if format not in FORMATS:
+        raise ValueError(f"unknown format {format!r}; use one of {', '.join(FORMATS)}")
+    if shards < 1 or (format == "eagle" and shards != 1):
+        raise ValueError(f"shards={shards}: use 1 or more, and 1 for the eagle format")
+    _check_expressible(spec, format)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    disk = _disk_tensors(tensors, format)
+    if format == "eagle":
+        _write_atomically(out / BIN, lambda tmp: torch.save(disk, tmp))
+        written = [BIN]
+    else:
+        written = _write_safetensors(disk, out, shards)
+    config = _speculators_config(spec) if format == "speculators" else _flat_config(spec, format)
+    (out / CONFIG).write_text(json.dumps(config, indent=2) + "\n")
+    for f in out.iterdir():  # weights of an earlier save would shadow or mix with the new ones
+        stale = f.name in (SAFETENSORS, INDEX, BIN) or re.fullmatch(
+            r"model-\d+-of-\d+\.safetensors", f.name
+        )
+        if stale and f.name not in written:
+            f.unlink()
+    return out
+
+
+def random_tensors(
+    spec: DraftSpec, seed: int = 0, with_embed: bool = False, with_d2t: bool | None = None
+) -> dict[str, torch.Tensor]:
+    """A random-weight draft for `spec` whose forward stays numerically sane (tests, bench)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    dtype = getattr(torch, spec.dtype)
+    out: dict[str, torch.Tensor] = {}
+    for name, shape in expected_shapes(spec).items():
+        if name in OPTIONAL_TENSORS and not (name == "embed_tokens.weight" and with_embed):
+            continue
+        if re.search(r"norm(\.\d+)?\.weight$", name):  # RMSNorm gains near 1
+            t = 1.0 + 0.02 * torch.randn(shape, generator=gen)
+        elif name.endswith(".bias") or name == "embed_tokens.weight":
+            t = 0.02 * torch.randn(shape, generator=gen)
+        else:  # Linear [out, in]: std 1/sqrt(in) keeps activations O(1) through the layer
+            t = torch.randn(shape, generator=gen) / math.sqrt(shape[1])
+        out[name] = t.to(dtype)
+    if with_d2t is None:
+        with_d2t = spec.draft_vocab_size < spec.vocab_size
+    if with_d2t:
+        v, vd = spec.vocab_size, spec.draft_vocab_size
+        target_ids = torch.randperm(v, generator=gen)[:vd].sort().values
+        out["d2t"] = target_ids - torch.arange(vd)  # target id = draft id + d2t[draft id]
+        t2d = torch.zeros(v, dtype=torch.bool)
+        t2d[target_ids] = True
+        out["t2d"] = t2d
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Inspect
+
+
+def _inspect(path: str | Path) -> tuple[InspectReport, dict[str, _Raw], dict[str, _Source]]:
+    """The report, plus the on-disk tensors and canonical sources that `load` needs."""
+    directory, config_path = find_checkpoint(path)
+    cfg = _read_json(config_path)
+    files = _weight_files(directory, Path(path).expanduser().absolute())
+    raw = _read_raw(files)
+    fmt = _detect_format(cfg, raw, files)
+    layer_cfg = _layer_config(cfg, fmt, config_path)
+    where = "transformer_layer_config" if fmt == "speculators" else "config"
+    dims = _dims(layer_cfg, config_path, where)
+    q_out, kv_out = dims["num_heads"] * dims["head_dim"], dims["num_kv_heads"] * dims["head_dim"]
+    sources, problems = _sources(raw, q_out, kv_out)
+    tensors = {
+        c: (_piece_shape(raw[s.raw].shape, s.rows), raw[s.raw].dtype) for c, s in sources.items()
+    }
+    dropped = [n for n in raw if _canonical_name(n) is None]
+    spec = _build_spec(cfg, layer_cfg, fmt, dims, tensors, dropped)
+    problems += _problems(spec, cfg, tensors, sources)
+    floats = [s for s, dtype in tensors.values() if dtype in _FLOAT_DTYPES]
+    report = InspectReport(
+        path=str(directory),
+        files=[str(f.relative_to(directory)) for f in files],
+        spec=spec,
+        tensors=tensors,
+        raw_names={c: s.raw for c, s in sources.items()},
+        param_count=sum(math.prod(s) for s in floats),
+        problems=problems,
+    )
+    return report, raw, sources
+
+
+def _read_json(path: Path) -> dict:
+    """A JSON object from a file, or a CheckpointError that says where it is broken."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise CheckpointError(
+            f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}); "
+            "fix the file or copy it again from the trainer's output"
+        ) from e
+    except UnicodeDecodeError as e:
+        raise CheckpointError(f"{path}: not UTF-8 text ({e}); is this really a JSON file?") from e
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path}: holds a JSON {type(data).__name__}, expected an object")
+    return data
+
+
+def _weight_files(directory: Path, given: Path) -> list[Path]:
+    """The weight files: the one named, else sharded safetensors, model.safetensors or .bin."""
+    if given.is_file() and given.suffix in (".safetensors", ".bin"):
+        return [given]
+    index = directory / INDEX
+    if index.is_file():
+        weight_map = _read_json(index).get("weight_map")
+        if not isinstance(weight_map, dict):
+            raise CheckpointError(f"{index}: no weight_map object; re-export the checkpoint")
+        shards = [directory / name for name in dict.fromkeys(weight_map.values())]
+        for shard in shards:
+            if not shard.is_file():
+                raise CheckpointError(
+                    f"{index}: names shard {shard.name}, which is missing from {directory}; "
+                    "copy every shard listed in weight_map"
+                )
+        return shards
+    for name in (SAFETENSORS, BIN):
+        if (directory / name).is_file():
+            return [directory / name]
+    raise CheckpointError(
+        f"{directory}: no weights; expected {SAFETENSORS}, {INDEX} with its shards, or {BIN}"
+    )
+
+
+def _read_raw(files: list[Path]) -> dict[str, _Raw]:
+    """Name -> shape, dtype and file of every tensor in the weight files, without their data."""
+    raw: dict[str, _Raw] = {}
+    for f in files:
+        entries = _safetensors_header(f) if f.suffix == ".safetensors" else _bin_header(f)
+        for name, (shape, dtype) in entries.items():
+            raw[name] = _Raw(shape, dtype, f)
+    return raw
+
+
+def _safetensors_header(path: Path) -> dict[str, tuple[list[int], str]]:
+    """Shapes and dtypes from a safetensors header: u64 length, then JSON; data is not read."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise CheckpointError(f"{path}: truncated: {size} bytes, too short for a header")
+        (n,) = struct.unpack("<Q", head)
+        if n > _MAX_HEADER:
+            raise CheckpointError(
+                f"{path}: corrupt header: length {n} bytes; not a safetensors file?"
+            )
+        if 8 + n > size:
+            raise CheckpointError(
+                f"{path}: truncated: header needs {8 + n} bytes, file has {size}; copy it again"
+            )
+        text = f.read(n)
+    try:
+        header = json.loads(text)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{path}: corrupt header: not JSON ({e}); copy the file again") from e
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{path}: corrupt header: not a JSON object; copy the file again")
+    out: dict[str, tuple[list[int], str]] = {}
+    end = 0
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            code, shape, (start, stop) = info["dtype"], info["shape"], info["data_offsets"]
+            dtype, itemsize = _ST_DTYPES.get(code, (str(code).lower(), None))
+            ok = all(isinstance(x, int) and x >= 0 for x in [*shape, start, stop]) and start <= stop
+        except (TypeError, KeyError, ValueError):
+            ok = False
+        if not ok:
+            raise CheckpointError(f"{path}: corrupt header entry for {name!r}: {info!r}")
+        if itemsize is not None and stop - start != math.prod(shape) * itemsize:
+            raise CheckpointError(
+                f"{path}: corrupt header: {name} {shape} {code} needs "
+                f"{math.prod(shape) * itemsize} bytes, offsets give {stop - start}"
+            )
+        out[name] = (list(shape), dtype)
+        end = max(end, stop)
+    if size < 8 + n + end:
+        raise CheckpointError(
+            f"{path}: truncated: expected {8 + n + end} bytes, file has {size}; copy it again"
+        )
+    return out
+
+
+def _load_bin(path: Path) -> dict[str, torch.Tensor]:
+    """A .bin state dict, memory-mapped, unpickled with weights_only=True and nothing looser."""
+    import pickle
+
+    import torch
+
+    try:
+        sd = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except pickle.UnpicklingError as e:
+        why = next((ln.strip() for ln in str(e).splitlines() if "WeightsUnpickler" in ln), "")
+        raise CheckpointError(
+            f"{path}: needs more than torch.load(weights_only=True) to unpickle ({why}); "
+            "eagle3dash never runs pickled code: re-save the plain state dict of tensors "
+            "(torch.save(model.state_dict()) or safetensors)"
+        ) from e
+    except (RuntimeError, OSError, EOFError, ValueError) as e:
+        raise CheckpointError(
+            f"{path}: cannot be read as a torch checkpoint ({e}); re-save it with torch.save "
+            "(zip format) or as safetensors"
+        ) from e
+    if not isinstance(sd, dict) or not all(isinstance(v, torch.Tensor) for v in sd.values()):
+        raise CheckpointError(
+            f"{path}: not a flat state dict of tensors; re-save model.state_dict()"
+        )
+    return sd
+
+
+def _bin_header(path: Path) -> dict[str, tuple[list[int], str]]:
+    """Shapes and dtypes of a .bin state dict; mmap means its data pages are not read."""
+    return {
+        name: (list(t.shape), str(t.dtype).removeprefix("torch."))
+        for name, t in _load_bin(path).items()
+    }
+
+
+def _detect_format(cfg: dict, raw: dict[str, _Raw], files: list[Path]) -> str:
+    """speculators by its config key; among flat configs, export by its names, eagle by .bin."""
+    if "speculators_model_type" in cfg:
+        return "speculators"
+    if any(n.startswith("model.") or "qkv_proj" in n or "gate_up_proj" in n for n in raw):
+        return "export"
+    if any(f.suffix == ".bin" for f in files):
+        return "eagle"
+    return "specforge"
+
+
+def _layer_config(cfg: dict, fmt: str, config_path: Path) -> dict:
+    """The dict holding the decoder dims: nested for speculators, the config itself otherwise."""
+    if fmt != "speculators":
+        return cfg
+    layer_cfg = cfg.get("transformer_layer_config")
+    if not isinstance(layer_cfg, dict):
+        raise CheckpointError(
+            f"{config_path}: speculators config without a transformer_layer_config object; "
+            "re-save it with speculators"
+        )
+    return layer_cfg
+
+
+def _dims(layer_cfg: dict, config_path: Path, where: str) -> dict:
+    """Decoder dims; head_dim defaults to hidden_size // heads, kv heads to heads, layers to 1."""
+    required = ("hidden_size", "num_attention_heads", "intermediate_size", "vocab_size")
+    missing = [k for k in required if not isinstance(layer_cfg.get(k), int)]
+    if missing:
+        raise CheckpointError(
+            f"{config_path}: {where} lacks {', '.join(missing)}; "
+            "add them (a draft config needs the Llama decoder dims)"
+        )
+    h, nh = layer_cfg["hidden_size"], layer_cfg["num_attention_heads"]
+    return {
+        "hidden_size": h,
+        "num_heads": nh,
+        "num_kv_heads": layer_cfg.get("num_key_value_heads") or nh,
+        "head_dim": layer_cfg.get("head_dim") or h // nh,
+        "intermediate_size": layer_cfg["intermediate_size"],
+        "num_layers": layer_cfg.get("num_hidden_layers") or 1,
+        "vocab_size": layer_cfg["vocab_size"],
+    }
+
+
+def _canonical_name(raw: str) -> str | None:
+    """The canonical name for a name on disk (research §1.3), or None for tensors to drop."""
+    name = raw
+    for prefix in ("draft_model.", "model."):
+        name = name.removeprefix(prefix)
+    if name.startswith("verifier_") or name.endswith("rotary_emb.inv_freq"):
+        return None
+    if name.startswith("midlayer."):
+        name = "layers.0." + name.removeprefix("midlayer.")
+    name = re.sub(r"aux_norm_(low|mid|high)", lambda m: f"fc_norm.{_AUX_NORMS[m[1]]}", name)
+    return "d2t" if name == "draft_id_to_target_id" else name  # vLLM's buffer name
+
+
+def _sources(raw: dict[str, _Raw], q_out: int, kv_out: int) -> tuple[dict[str, _Source], list[str]]:
+    """Canonical name -> source for every kept tensor, splitting fused qkv and gate_up rows."""
+    sources: dict[str, _Source] = {}
+    problems: list[str] = []
+
+    def add(name: str, src: _Source) -> None:
+        if name in sources:
+            problems.append(f"{src.raw} and {sources[name].raw} both map to {name}; one is ignored")
+        sources[name] = src
+
+    for raw_name, info in raw.items():
+        name = _canonical_name(raw_name)
+        if name is None:
+            continue
+        rows = info.shape[0] if info.shape else 0
+        if re.search(r"self_attn\.qkv_proj\.(weight|bias)$", name):
+            if rows != q_out + 2 * kv_out:
+                problems.append(
+                    f"shape mismatch: {raw_name} has {rows} rows, config implies "
+                    f"{q_out}+{kv_out}+{kv_out} (q, k, v)"
+                )
+                continue
+            spans = (("q_proj", 0, q_out), ("k_proj", q_out, q_out + kv_out))
+            for part, start, stop in (*spans, ("v_proj", q_out + kv_out, rows)):
+                add(name.replace("qkv_proj", part), _Source(raw_name, (start, stop)))
+        elif re.search(r"mlp\.gate_up_proj\.weight$", name):
+            if rows % 2:
+                problems.append(f"shape mismatch: {raw_name} has an odd row count {rows}")
+                continue
+            add(name.replace("gate_up_proj", "gate_proj"), _Source(raw_name, (0, rows // 2)))
+            add(name.replace("gate_up_proj", "up_proj"), _Source(raw_name, (rows // 2, rows)))
+        else:
+            add(name, _Source(raw_name))
+    return sources, problems
+
+
+def _piece_shape(shape: list[int], rows: tuple[int, int] | None) -> list[int]:
+    """The shape of a whole tensor, or of a row range of it."""
+    return list(shape) if rows is None else [rows[1] - rows[0], *shape[1:]]
+
+
+def _rope(layer_cfg: dict) -> tuple[float, dict | None]:
+    """rope_theta (default 10000) and scaling, from legacy `rope_scaling` or `rope_parameters`."""
+    params = layer_cfg.get("rope_parameters") or {}
+    theta = layer_cfg.get("rope_theta") or params.get("rope_theta") or 10000.0
+    scaling = dict(layer_cfg.get("rope_scaling") or params)
+    scaling.pop("rope_theta", None)
+    if "type" in scaling and "rope_type" not in scaling:
+        scaling["rope_type"] = scaling.pop("type")
+    if scaling.get("rope_type", "default") == "default":
+        return float(theta), None
+    return float(theta), scaling
+
+
+def _aux_ids(cfg: dict) -> tuple[tuple[int, ...] | None, str, bool, list[int] | None]:
+    """Aux layer ids, where they were found, use_aux_hidden_state, and shadowed top-level ids."""
+    nested = cfg.get("eagle_config")
+    nested = nested if isinstance(nested, dict) else {}
+    top = cfg.get("eagle_aux_hidden_state_layer_ids")
+    use_aux = bool(nested.get("use_aux_hidden_state", True))
+    if nested.get("eagle_aux_hidden_state_layer_ids") is not None:
+        return tuple(nested["eagle_aux_hidden_state_layer_ids"]), "eagle_config", use_aux, top
+    if top is not None:
+        return tuple(top), "top-level", use_aux, None
+    return None, "missing", use_aux, None
+
+
+def _build_spec(
+    cfg: dict,
+    layer_cfg: dict,
+    fmt: str,
+    dims: dict,
+    tensors: dict[str, tuple[list[int], str]],
+    dropped: list[str],
+) -> DraftSpec:
+    """The DraftSpec from config keys (format-specific meanings) and the tensors present."""
+    ht = cfg.get("target_hidden_size") or dims["hidden_size"]
+    ids, location, use_aux, shadowed = _aux_ids(cfg)
+    fc_shape = tensors.get("fc.weight", ([], ""))[0]
+    if len(fc_shape) == 2 and fc_shape[1] and fc_shape[1] % ht == 0:
+        num_aux = fc_shape[1] // ht
+    else:  # no usable fc: trust the ids, else the usual 3 (the fc problem is reported)
+        num_aux = len(ids) if ids else 3
+    theta, scaling = _rope(layer_cfg)
+    sliding = "sliding_attention" in (layer_cfg.get("layer_types") or [])
+    norm_output = cfg.get("norm_output")
+    if fmt == "speculators":
+        # speculators/vLLM `norm_output`: feed the post-norm state back to the next step.
+        feedback_post_norm, norm_before_lm_head = bool(norm_output), True
+    else:
+        # SpecForge `norm_output` (default True): final norm before lm_head; feedback is pre-norm.
+        feedback_post_norm, norm_before_lm_head = False, norm_output is not False
+    float_sizes: dict[str, int] = {}
+    for shape, dtype in tensors.values():
+        if dtype in _FLOAT_DTYPES:
+            float_sizes[dtype] = float_sizes.get(dtype, 0) + math.prod(shape)
+    config_dtype = cfg.get("torch_dtype") or cfg.get("dtype")
+    extra = {"config_dtype": config_dtype, "dropped_tensors": dropped}
+    if shadowed is not None:
+        extra["top_level_aux_layer_ids"] = shadowed
+    proposals = (cfg.get("speculators_config") or {}).get("proposal_methods") or [{}]
+    if "speculative_tokens" in proposals[0]:
+        extra["speculative_tokens"] = proposals[0]["speculative_tokens"]
+    return DraftSpec(
+        format=fmt,
+        **dims,
+        target_hidden_size=ht,
+        draft_vocab_size=cfg.get("draft_vocab_size") or dims["vocab_size"],
+        num_aux=num_aux,
+        rms_norm_eps=float(layer_cfg.get("rms_norm_eps") or 1e-5),
+        hidden_act=layer_cfg.get("hidden_act") or "silu",
+        rope_theta=theta,
+        rope_scaling=scaling,
+        max_position_embeddings=layer_cfg.get("max_position_embeddings") or 2048,
+        sliding_window=layer_cfg.get("sliding_window") if sliding else None,
+        attention_bias=bool(layer_cfg.get("attention_bias", False)),
+        qk_norm=fmt == "speculators" and layer_cfg.get("model_type") == "qwen3",
+        aux_layer_ids=ids,
+        aux_ids_location=location,
+        use_aux_hidden_state=use_aux,
+        norm_before_residual=bool(cfg.get("norm_before_residual", False)),
+        norm_before_fc=bool(cfg.get("norm_before_fc", False)),
+        fc_norm=bool(cfg.get("fc_norm", False)),
+        feedback_post_norm=feedback_post_norm,
+        norm_before_lm_head=norm_before_lm_head,
+        norm_output_key=norm_output,
+        has_d2t="d2t" in tensors,
+        has_t2d="t2d" in tensors,
+        has_embed="embed_tokens.weight" in tensors,
+        has_lm_head="lm_head.weight" in tensors,
+        dtype=max(float_sizes, key=float_sizes.get) if float_sizes else config_dtype or "float32",
+        architectures=tuple(cfg.get("architectures") or ()),
+        verifier=((cfg.get("speculators_config") or {}).get("verifier") or {}).get("name_or_path"),
+        extra=extra,
+    )
+
+
+def _problems(
+    spec: DraftSpec,
+    cfg: dict,
+    tensors: dict[str, tuple[list[int], str]],
+    sources: dict[str, _Source],
+) -> list[str]:
+    """One line per thing a server would get wrong or silently ignore in this checkpoint."""
+    problems = []
+    expected = expected_shapes(spec)
+    on_disk = {c: s.raw for c, s in sources.items()}
+    for name, (shape, dtype) in tensors.items():
+        if name not in expected:
+            problems.append(
+                f"unknown tensor {on_disk[name]} {shape}: SGLang and vLLM would silently drop it"
+            )
+        elif name == "fc.weight" and len(shape) == 2 and shape[1] % spec.target_hidden_size:
+            problems.append(
+                f"fc.weight is {shape}: its width {shape[1]} is not a multiple of "
+                f"target_hidden_size {spec.target_hidden_size}; set target_hidden_size right"
+            )
+        elif tuple(shape) != expected[name]:
+            problems.append(
+                f"shape mismatch: {on_disk[name]} is {shape}, config implies {list(expected[name])}"
+            )
+        elif name == "d2t" and dtype not in ("int64", "int32"):
+            problems.append(f"d2t has dtype {dtype}; servers expect int64 offsets")
+    required = [n for n in expected if n not in OPTIONAL_TENSORS and n != "lm_head.weight"]
+    for name in required:
+        if name not in tensors:
+            problems.append(
+                f"missing tensor {name} {list(expected[name])}: "
+                "a server would fail to load or leave it at random init"
+            )
+    if "lm_head.weight" not in tensors:
+        problems.append(
+            "lm_head.weight missing: SGLang leaves the draft head at random init when "
+            "draft_vocab_size is set (accept length 1.0, sglang#27908)"
+        )
+    ids = spec.aux_layer_ids
+    if ids is not None and len(ids) != spec.num_aux:
+        problems.append(
+            f"{len(ids)} aux layer ids {list(ids)} but fc.weight takes {spec.num_aux} aux states"
+        )
+    if ids is not None and list(ids) != sorted(set(ids)):
+        problems.append(
+            f"aux layer ids {list(ids)} are not strictly ascending: servers capture in layer "
+            "order, so fc slots would receive the states in a different order than the ids say"
+        )
+    if not spec.use_aux_hidden_state:
+        problems.append(
+            "eagle_config.use_aux_hidden_state is false: servers then skip aux capture and the "
+            "fc layer (accept length ~1); set it true for an EAGLE-3 draft"
+        )
+    if spec.draft_vocab_size < spec.vocab_size and not spec.has_d2t:
+        problems.append(
+            f"draft_vocab_size {spec.draft_vocab_size} < vocab_size {spec.vocab_size} but no d2t: "
+            f"SGLang and vLLM would map draft id i to target id i (the first "
+            f"{spec.draft_vocab_size} target ids); add the d2t from training's vocab mapping"
+        )
+    if spec.target_hidden_size != spec.hidden_size and not spec.has_embed:
+        problems.append(
+            f"target_hidden_size {spec.target_hidden_size} != hidden_size {spec.hidden_size} "
+            "and no embed_tokens.weight: the target's embedding has the wrong width for this draft"
+        )
+    if spec.format == "speculators" and "norm_before_residual" not in cfg:
+        problems.append(
+            "norm_before_residual missing: vLLM assumes True for speculators configs, "
+            "this tool assumed False; write the value the draft was trained with"
+        )
+    return problems
+
+
+def _all_finite(t: torch.Tensor) -> bool:
+    """No NaN/Inf in t; aminmax is one pass without tensor-sized temporaries (isfinite has them)."""
+    import torch
+
+    if t.numel() == 0:
+        return True
+    if t.element_size() == 1:
+        t = t.float()  # CPU has no aminmax for float8
+    lo, hi = torch.aminmax(t)
+    return bool(torch.isfinite(lo) & torch.isfinite(hi))
+
+
+def _d2t_problems(d2t: torch.Tensor, spec: DraftSpec) -> list[str]:
+    """Problems that need d2t's values: target ids out of range, or an identity mapping."""
+    import torch
+
+    target_ids = d2t + torch.arange(d2t.shape[0], device=d2t.device)
+    if bool(((target_ids < 0) | (target_ids >= spec.vocab_size)).any()):
+        return [f"d2t maps draft ids to target ids outside [0, {spec.vocab_size})"]
+    if spec.draft_vocab_size < spec.vocab_size and not bool(d2t.any()):
+        return [
+            "d2t is all zeros while draft_vocab_size < vocab_size: draft id i maps to target "
+            "id i; write the d2t from training's vocab mapping"
+        ]
+    return []
+
+
+def _read_tensors(raw: dict[str, _Raw], names: set[str]) -> dict[str, torch.Tensor]:
+    """The named on-disk tensors, each file opened once; memory-mapped copy-on-write, so data
+    pages are read when first touched and in-place edits never reach the file."""
+    from safetensors import safe_open
+
+    out = {}
+    for file in sorted({raw[n].file for n in names}):
+        wanted = [n for n in names if raw[n].file == file]
+        if file.suffix == ".bin":
+            sd = _load_bin(file)
+            out.update({n: sd[n] for n in wanted})
+        else:
+            with safe_open(file, framework="pt") as f:
+                out.update({n: f.get_tensor(n) for n in wanted})
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Save
+
+
+def _check_expressible(spec: DraftSpec, fmt: str) -> None:
+    """Refuse options the target format's config has no key for, rather than drop them."""
+    if fmt == "speculators" and not spec.norm_before_lm_head:
+        raise ValueError("speculators configs cannot express norm_before_lm_head=False")
+    if fmt != "speculators" and (spec.feedback_post_norm or spec.qk_norm):
+        raise ValueError(f"{fmt} configs cannot express feedback_post_norm or qk_norm")
+
+
+def _layer_fields(spec: DraftSpec) -> dict:
+    """Llama decoder keys, shared by flat configs and speculators' transformer_layer_config."""
+    d = {
+        "hidden_size": spec.hidden_size,
+        "intermediate_size": spec.intermediate_size,
+        "num_attention_heads": spec.num_heads,
+        "num_key_value_heads": spec.num_kv_heads,
+        "head_dim": spec.head_dim,
+        "num_hidden_layers": spec.num_layers,
+        "vocab_size": spec.vocab_size,
+        "rms_norm_eps": spec.rms_norm_eps,
+        "hidden_act": spec.hidden_act,
+        "max_position_embeddings": spec.max_position_embeddings,
+        "rope_theta": spec.rope_theta,
+        "rope_scaling": spec.rope_scaling,
+        "attention_bias": spec.attention_bias,
+    }
+    if spec.sliding_window is not None:
+        d["sliding_window"] = spec.sliding_window
+        d["layer_types"] = ["sliding_attention"] * spec.num_layers
+    return d
+
+
+def _put_aux_ids(cfg: dict, spec: DraftSpec) -> None:
+    """Write the aux layer ids where the spec says they were (nested, top level, or nowhere)."""
+    if spec.aux_ids_location == "eagle_config" or not spec.use_aux_hidden_state:
+        nested: dict = {"use_aux_hidden_state": spec.use_aux_hidden_state}
+        if spec.aux_ids_location == "eagle_config":
+            nested["eagle_aux_hidden_state_layer_ids"] = list(spec.aux_layer_ids or ())
+        cfg["eagle_config"] = nested
+    if spec.aux_ids_location == "top-level":
+        cfg["eagle_aux_hidden_state_layer_ids"] = list(spec.aux_layer_ids or ())
+
+
+def _architectures(spec: DraftSpec, fmt: str) -> list[str]:
+    """The spec's own architectures when saving in its own format, else the format's usual one."""
+    if spec.format == fmt and spec.architectures:
+        return list(spec.architectures)
+    return [_DEFAULT_ARCH[fmt]]
+
+
+def _flat_config(spec: DraftSpec, fmt: str) -> dict:
+    """A flat Llama-style config (SpecForge, EAGLE, exports); norm_output in SpecForge's meaning."""
+    cfg = {"architectures": _architectures(spec, fmt), "model_type": "llama", **_layer_fields(spec)}
+    cfg.update(draft_vocab_size=spec.draft_vocab_size, tie_word_embeddings=False)
+    cfg["torch_dtype"] = spec.dtype
+    if spec.target_hidden_size != spec.hidden_size:
+        cfg["target_hidden_size"] = spec.target_hidden_size
+    for key in ("norm_before_residual", "norm_before_fc", "fc_norm"):
+        if getattr(spec, key):
+            cfg[key] = True
+    if spec.norm_output_key is not None or not spec.norm_before_lm_head:
+        cfg["norm_output"] = spec.norm_before_lm_head
+    _put_aux_ids(cfg, spec)
+    return cfg
+
+
+def _speculators_config(spec: DraftSpec) -> dict:
+    """A speculators config: flags at the top, decoder dims in transformer_layer_config."""
+    cfg = {
+        "architectures": _architectures(spec, "speculators"),
+        "speculators_model_type": "eagle3",
+        "draft_vocab_size": spec.draft_vocab_size,
+        "target_hidden_size": None
+        if spec.target_hidden_size == spec.hidden_size
+        else spec.target_hidden_size,
+        "norm_before_residual": spec.norm_before_residual,
+        "norm_before_fc": spec.norm_before_fc,
+        "fc_norm": spec.fc_norm,
+    }
+    if spec.norm_output_key is not None or spec.feedback_post_norm:
+        cfg["norm_output"] = spec.feedback_post_norm
+    _put_aux_ids(cfg, spec)
+    cfg["speculators_config"] = {
+        "algorithm": "eagle3",
+        "default_proposal_method": "greedy",
+        "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3}],
+        "verifier": {"name_or_path": spec.verifier, "architectures": []},
+    }
+    model_type = "qwen3" if spec.qk_norm else "llama"
+    cfg["transformer_layer_config"] = {"model_type": model_type, **_layer_fields(spec)}
+    cfg["torch_dtype"] = spec.dtype
+    return cfg
+
+
+def _disk_tensors(tensors: dict[str, torch.Tensor], fmt: str) -> dict[str, torch.Tensor]:
+    """Canonical tensors renamed (and for export fused) the way `fmt` stores them."""
+    if fmt == "speculators":
+        return dict(tensors)
+    if fmt in ("specforge", "eagle"):
+        return {re.sub(r"^layers\.0\.", "midlayer.", n): t for n, t in tensors.items()}
+    import torch
+
+    out = {}
+    for name, t in tensors.items():
+        if re.search(r"(self_attn\.[kv]_proj|mlp\.up_proj)\.", name):
+            continue  # fused into qkv_proj / gate_up_proj below
+        if re.search(r"self_attn\.q_proj\.", name):
+            parts = [tensors[name.replace("q_proj", p)] for p in ("q_proj", "k_proj", "v_proj")]
+            name, t = name.replace("q_proj", "qkv_proj"), torch.cat(parts)
+        elif re.search(r"mlp\.gate_proj\.", name):
+            parts = [t, tensors[name.replace("gate_proj", "up_proj")]]
+            name, t = name.replace("gate_proj", "gate_up_proj"), torch.cat(parts)
+        out[name if name in _UNFUSED_NAMES else "model." + name] = t
+    return out
+
+
+def _write_atomically(path: Path, write: Callable[[Path], object]) -> None:
+    """Write a temp file, then rename it over `path`: tensors that `load` memory-mapped from the
+    old file stay valid (overwriting it in place would crash them with SIGBUS)."""
+    tmp = path.with_name(path.name + ".tmp")
+    write(tmp)
+    os.replace(tmp, path)
+
+
+def _write_safetensors(disk: dict[str, torch.Tensor], out: Path, shards: int) -> list[str]:
+    """model.safetensors, or `shards` size-balanced files plus the index; the names written."""
+    from safetensors.torch import save_file
+
+    disk = {n: t.contiguous() for n, t in disk.items()}
+    meta = {"format": "pt"}
+    if shards == 1:
+        _write_atomically(out / SAFETENSORS, lambda tmp: save_file(disk, tmp, metadata=meta))
+        return [SAFETENSORS]
+    if shards > len(disk):
+        raise ValueError(f"shards={shards} is more than the {len(disk)} tensors")
+    groups: list[dict[str, torch.Tensor]] = [{} for _ in range(shards)]
+    sizes = [0] * shards
+    for name in sorted(disk, key=lambda n: -disk[n].nbytes):  # largest into the lightest shard
+        i = sizes.index(min(sizes))
+        groups[i][name] = disk[name]
+        sizes[i] += disk[name].nbytes
+    weight_map = {}
+    for i, group in enumerate(groups, 1):
+        fname = f"model-{i:05d}-of-{shards:05d}.safetensors"
+        _write_atomically(out / fname, lambda tmp, g=group: save_file(g, tmp, metadata=meta))
+        weight_map.update(dict.fromkeys(group, fname))
+    index = {"metadata": {"total_size": sum(sizes)}, "weight_map": dict(sorted(weight_map.items()))}
+    (out / INDEX).write_text(json.dumps(index, indent=2) + "\n")
+    return [*dict.fromkeys(weight_map.values()), INDEX]
