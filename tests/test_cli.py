@@ -1,0 +1,168 @@
+"""The CLI as a user runs it: `python -m eagle3dash ...` in a subprocess, on real files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from eagle3dash.capture import Capture, Sequence, save_capture
+from eagle3dash.checkpoint import random_tensors, save
+from eagle3dash.layout import Tap
+from eagle3dash.spec import FORMATS, DraftSpec
+
+ROOT = Path(__file__).resolve().parent.parent
+
+JSON_KEYS = {
+    "format",
+    "hidden_size",
+    "target_hidden_size",
+    "num_aux",
+    "vocab_size",
+    "draft_vocab_size",
+    "aux_layer_ids",
+    "aux_ids_location",
+    "has_d2t",
+    "norm_before_residual",
+    "dtype",
+    "param_count",
+    "problems",
+}
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    """Run `python -m eagle3dash ARGS` from the repo root and capture its output."""
+    return subprocess.run(
+        [sys.executable, "-m", "eagle3dash", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def tiny_spec(fmt: str, **overrides) -> DraftSpec:
+    """A tiny draft spec in format `fmt` with layer ids stored where that format keeps them."""
+    location = "top-level" if fmt == "speculators" else "eagle_config"
+    ids = (2, 3, 4) if fmt == "speculators" else (1, 2, 3)
+    fields = dict(
+        format=fmt,
+        hidden_size=32,
+        target_hidden_size=32,
+        intermediate_size=64,
+        num_layers=1,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=8,
+        vocab_size=64,
+        draft_vocab_size=48,
+        aux_layer_ids=ids,
+        aux_ids_location=location,
+        has_d2t=True,
+        has_t2d=True,
+    )
+    fields.update(overrides)
+    return DraftSpec(**fields)
+
+
+def write_draft(tmp_path: Path, fmt: str, with_embed: bool = True) -> Path:
+    """Write a random-weight draft in format `fmt` and return its directory."""
+    spec = tiny_spec(fmt, has_embed=with_embed)
+    tensors = random_tensors(spec, seed=0, with_embed=with_embed)
+    return save(spec, tensors, tmp_path / fmt, fmt)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_inspect_json_contract_for_every_format(tmp_path: Path, fmt: str) -> None:
+    path = write_draft(tmp_path, fmt)
+    out = run_cli("inspect", str(path), "--json")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report.keys() >= JSON_KEYS
+    assert report["format"] == fmt
+    assert report["num_aux"] == 3
+    assert report["draft_vocab_size"] == 48
+    assert report["has_d2t"] is True
+    assert report["aux_ids_location"] == ("top-level" if fmt == "speculators" else "eagle_config")
+    assert report["problems"] == []
+
+
+def test_inspect_human_report_names_problems(tmp_path: Path) -> None:
+    spec = tiny_spec("specforge", has_d2t=False, has_t2d=False)
+    tensors = random_tensors(spec, seed=0)
+    tensors.pop("d2t", None)
+    tensors.pop("t2d", None)
+    path = save(spec, tensors, tmp_path / "nod2t", "specforge")
+    out = run_cli("inspect", str(path))
+    assert out.returncode == 0, out.stderr
+    assert "specforge format" in out.stdout
+    assert "d2t" in out.stdout and "problem" in out.stdout
+
+
+@pytest.mark.parametrize(
+    "setup, needle",
+    [
+        (lambda p: p / "missing", "does not exist"),
+        (lambda p: (p / "empty").mkdir() or p / "empty", "config.json"),
+    ],
+)
+def test_inspect_bad_path_is_one_clear_line(tmp_path: Path, setup, needle: str) -> None:
+    out = run_cli("inspect", str(setup(tmp_path)))
+    assert out.returncode == 1
+    assert "Traceback" not in out.stderr
+    assert needle in out.stderr
+    assert out.stderr.startswith("error: ")
+
+
+def test_layout_json_for_seed_like_shift(tmp_path: Path) -> None:
+    # SpecForge ids [1, 15, 28] on a 32-layer Llama: both sides agree on Tap 2, 16, 29.
+    spec = tiny_spec("specforge", aux_layer_ids=(1, 15, 28))
+    path = save(spec, random_tensors(spec), tmp_path / "sf", "specforge")
+    out = run_cli("layout", "--draft", str(path), "--target-layers", "32", "--json")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert [t["depth"] for t in result["training"]] == [2, 16, 29]
+    assert [t["depth"] for t in result["serving"]] == [2, 16, 29]
+    assert result["diff"]["kind"] == "identical"
+
+    # The seed: training really fed [embedding, 3, 31]; SGLang feeds [3, 31, 59].
+    spec = tiny_spec("specforge", aux_layer_ids=(2, 30, 58))
+    path = save(spec, random_tensors(spec), tmp_path / "seed", "specforge")
+    out = run_cli(
+        "layout",
+        *("--draft", str(path), "--target-layers", "61", "--training-layout", "0,3,31"),
+        *("--sglang-version", "0.5.12", "--arch", "kimi"),
+    )
+    assert out.returncode == 0, out.stderr
+    assert "shifted by one slot; embedding output only in training" in out.stdout
+
+
+def test_eval_on_a_capture(tmp_path: Path) -> None:
+    path = write_draft(tmp_path, "speculators")
+    gen = torch.Generator().manual_seed(0)
+    sequences = [
+        Sequence(
+            input_ids=torch.randint(0, 64, (40,), generator=gen),
+            states={Tap(d): torch.randn(40, 32, generator=gen) for d in (0, 2, 3, 4)},
+        )
+        for _ in range(2)
+    ]
+    save_capture(
+        Capture(taps=(Tap(0), Tap(2), Tap(3), Tap(4)), sequences=sequences, hidden_size=32),
+        tmp_path / "cap",
+    )
+    args = ("eval", "--draft", str(path), "--capture", str(tmp_path / "cap"))
+    out = run_cli(*args, "--layout", "2,3,4", "--steps", "3", "--json")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["steps"] == 3
+    assert len(result["accuracy"]) == 3
+    assert 1.0 <= result["accept_length"] <= 4.0
+
+    out = run_cli(*args, "--layout", "1,2,3")
+    assert out.returncode == 1
+    assert "Tap(1)" in out.stderr and "Traceback" not in out.stderr
