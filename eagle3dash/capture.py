@@ -29,6 +29,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import Tensor
 
+from .errors import InputError
 from .layout import Layout, Tap, format_layout
 
 __all__ = [
@@ -50,7 +51,7 @@ EMBED_KEY = "embed_tokens.weight"
 _KEY = re.compile(r"^s(\d+)\.(.+)$")
 
 
-class CaptureError(Exception):
+class CaptureError(InputError):
     """A capture or training dump that cannot be read; the message names the path and problem."""
 
 

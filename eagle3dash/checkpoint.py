@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
+from eagle3dash.errors import InputError
 from eagle3dash.spec import FORMATS, OPTIONAL_TENSORS, DraftSpec, expected_shapes
 
 if TYPE_CHECKING:
@@ -62,7 +63,7 @@ _AUX_NORMS = {"low": 0, "mid": 1, "high": 2}  # legacy TorchSpec/SGLang names of
 _UNFUSED_NAMES = ("lm_head.weight", "d2t", "t2d")  # export: names that get no `model.` prefix
 
 
-class CheckpointError(Exception):
+class CheckpointError(InputError):
     """A checkpoint that cannot be read; the message names the file, the problem and the fix."""
 
 

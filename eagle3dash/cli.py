@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable
 
+from eagle3dash.errors import InputError
 from eagle3dash.layout import format_layout, parse_layout
 
 
-class UsageError(Exception):
-    """Bad input the user can fix; printed as one line, exit code 1."""
+class UsageError(InputError):
+    """A bad combination of command-line arguments."""
 
 
 def _print_json(obj: dict) -> None:
@@ -189,13 +191,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command; bad input becomes a one-line message and exit code 1."""
-    from eagle3dash.capture import CaptureError
-    from eagle3dash.checkpoint import CheckpointError
-
     args = build_parser().parse_args(argv)
     func: Callable[[argparse.Namespace], int] = args.func
     try:
         return func(args)
-    except (UsageError, CheckpointError, CaptureError, ValueError) as e:
+    except (InputError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # output piped into `head`: stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
