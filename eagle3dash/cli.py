@@ -179,7 +179,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("eval", help="standalone draft accuracy over a capture")
     p.add_argument("--draft", required=True, help="draft checkpoint path")
     p.add_argument("--capture", required=True, help="capture dir, SpecForge or speculators dump")
-    p.add_argument("--layout", required=True, help="taps fed to the fc slots, e.g. 0,3,31")
+    p.add_argument(
+        "--layout",
+        required=True,
+        help="taps fed to the fc slots, e.g. 0,3,31 (for a training dump, which records no ids: "
+        "the taps it was made with)",
+    )
     p.add_argument("--steps", type=int, default=5, help="chain draft steps S")
     p.add_argument("--target-layers", type=int, help="target depth N (for training dumps)")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
