@@ -1,0 +1,369 @@
+"""Serve benchmark: send prompts to an SGLang endpoint and measure tok/s, accept length and latency.
+
+Accept length is Σ completion_tokens / Σ spec_verify_ct over the measured requests, from each
+answer's meta_info, the way SGLang's own MT-Bench script computes it (research/sglang-eagle3.md §5).
+The server's `avg_spec_accept_length` is not used: it is cumulative since startup, includes warm-up
+and only moves every decode_log_interval steps.
+
+Prompts are sent to /generate as text, greedy, with a fixed number of new tokens (`ignore_eos`), so
+runs against a speculative and a baseline server generate the same lengths. Chat prompts
+(`{"messages": [...]}`) are rendered as plain "role: content" lines ending with "assistant:", not
+with the model's chat template: the app has no tokenizer, and /v1/chat/completions does not report
+spec_verify_ct before 0.5.20. Accept length on such prompts can differ a little from real chat
+traffic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from eagle3dash.errors import InputError
+from eagle3dash.sglang import EndpointError, GenerateResult, SGLangClient
+
+__all__ = [
+    "BUILTIN_PROMPT_SETS",
+    "BenchResult",
+    "Prompt",
+    "PromptFileError",
+    "RequestStat",
+    "compare_to_baseline",
+    "load_prompts",
+    "parse_prompt_lines",
+    "percentile",
+    "run_bench",
+]
+
+BUILTIN_PROMPT_SETS = ("chat", "code")
+PROMPTS_DIR = Path(__file__).parent / "prompts"
+_MAX_ERROR_MESSAGES = 5
+
+Progress = Callable[[int, int], None]
+
+
+class PromptFileError(InputError, ValueError):
+    """A prompt file that cannot be read; the message names the file and line."""
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One benchmark prompt: the text sent to /generate, and the chat messages it came from."""
+
+    text: str
+    messages: tuple[tuple[str, str], ...] | None = None
+
+
+def render_messages(messages: Sequence[tuple[str, str]]) -> str:
+    """Chat messages as plain "role: content" lines, ending with "assistant:" for the reply."""
+    return "\n".join([f"{role}: {content}" for role, content in messages] + ["assistant:"])
+
+
+def _parse_line(obj: object, where: str) -> Prompt:
+    forms = 'expected {"prompt": "..."} or {"messages": [{"role": ..., "content": ...}, ...]}'
+    if not isinstance(obj, dict):
+        raise PromptFileError(f"{where}: {forms}, got {type(obj).__name__}")
+    if "prompt" in obj:
+        text = obj["prompt"]
+        if not isinstance(text, str) or not text.strip():
+            raise PromptFileError(f'{where}: "prompt" must be a non-empty string')
+        return Prompt(text=text)
+    if "messages" in obj:
+        msgs = obj["messages"]
+        if not isinstance(msgs, list) or not msgs:
+            raise PromptFileError(f'{where}: "messages" must be a non-empty list')
+        pairs = []
+        for i, m in enumerate(msgs):
+            ok = isinstance(m, dict) and isinstance(m.get("role"), str)
+            if not ok or not isinstance(m.get("content"), str):
+                raise PromptFileError(
+                    f'{where}: messages[{i}] must be {{"role": str, "content": str}}'
+                )
+            pairs.append((m["role"], m["content"]))
+        return Prompt(text=render_messages(pairs), messages=tuple(pairs))
+    raise PromptFileError(f"{where}: {forms}")
+
+
+def parse_prompt_lines(lines: Sequence[str], name: str) -> list[Prompt]:
+    """Parse JSONL prompt lines (blank lines skipped); errors name `name` and the line number."""
+    prompts = []
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = f"{name}, line {lineno}"
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise PromptFileError(f"{where}: not valid JSON ({exc.msg})") from None
+        prompts.append(_parse_line(obj, where))
+    if not prompts:
+        raise PromptFileError(f"{name}: no prompts (one JSON object per line)")
+    return prompts
+
+
+def load_prompts(name_or_path: str | Path) -> list[Prompt]:
+    """A built-in prompt set ("chat", "code") or a JSONL file of prompts."""
+    name = str(name_or_path)
+    if name in BUILTIN_PROMPT_SETS:
+        text = (PROMPTS_DIR / f"{name}.jsonl").read_text("utf-8")
+        return parse_prompt_lines(text.splitlines(), f"built-in prompt set {name!r}")
+    path = Path(name_or_path).expanduser()
+    if not path.is_file():
+        builtins = ", ".join(BUILTIN_PROMPT_SETS)
+        raise PromptFileError(f"{name}: no such prompt file, and not a built-in set ({builtins})")
+    try:
+        text = path.read_text("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PromptFileError(f"{path}: cannot read ({exc})") from None
+    return parse_prompt_lines(text.splitlines(), str(path))
+
+
+# --- results --------------------------------------------------------------------------------------
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The q-th percentile (0-100), linearly interpolated like numpy's default; None if empty."""
+    if not values:
+        return None
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+@dataclass
+class RequestStat:
+    """One measured request: what the server reported and what the client timed."""
+
+    index: int
+    completion_tokens: int | None = None
+    prompt_tokens: int | None = None
+    spec_verify_ct: int | None = None
+    latency_s: float | None = None  # client-side, request sent to answer parsed
+    server_e2e_latency: float | None = None
+    error: str | None = None
+
+    @property
+    def output_tok_s(self) -> float | None:
+        """Completion tokens over the client-side latency."""
+        if not self.completion_tokens or not self.latency_s:
+            return None
+        return self.completion_tokens / self.latency_s
+
+    @property
+    def accept_length(self) -> float | None:
+        """completion_tokens / spec_verify_ct for this request, None without speculation."""
+        if not self.spec_verify_ct or self.completion_tokens is None:
+            return None
+        return self.completion_tokens / self.spec_verify_ct
+
+
+@dataclass
+class BenchResult:
+    """Aggregates of one benchmark run; per-request rows in `requests`."""
+
+    url: str
+    num_requests: int
+    concurrency: int
+    max_new_tokens: int
+    warmup: int
+    wall_s: float
+    completion_tokens: int
+    output_tok_s_aggregate: float
+    output_tok_s_per_request: list[float]
+    output_tok_s_per_request_mean: float | None
+    accept_length: float | None
+    accept_length_per_request: list[float | None]
+    latency_p50: float | None
+    latency_p90: float | None
+    latency_p99: float | None
+    server_latency_p50: float | None
+    server_latency_p90: float | None
+    server_latency_p99: float | None
+    errors: int
+    error_messages: list[str] = field(default_factory=list)
+    requests: list[RequestStat] = field(default_factory=list, repr=False)
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict of every field, per-request rows included."""
+        return asdict(self)
+
+
+def _summarize(
+    url: str,
+    stats: list[RequestStat],
+    concurrency: int,
+    max_new_tokens: int,
+    warmup: int,
+    wall_s: float,
+) -> BenchResult:
+    ok = [s for s in stats if s.error is None]
+    completion = sum(s.completion_tokens or 0 for s in ok)
+    # Σ/Σ over the requests that report spec_verify_ct (0.5.23 omits it when verify_ct is 0).
+    spec = [s for s in ok if s.spec_verify_ct]
+    accept = (
+        sum(s.completion_tokens or 0 for s in spec) / sum(s.spec_verify_ct or 0 for s in spec)
+        if spec
+        else None
+    )
+    per_req = [r for r in (s.output_tok_s for s in ok) if r is not None]
+    lat = [s.latency_s for s in ok if s.latency_s is not None]
+    server_lat = [s.server_e2e_latency for s in ok if s.server_e2e_latency is not None]
+    errors = [s.error for s in stats if s.error is not None]
+    return BenchResult(
+        url=url,
+        num_requests=len(stats),
+        concurrency=concurrency,
+        max_new_tokens=max_new_tokens,
+        warmup=warmup,
+        wall_s=wall_s,
+        completion_tokens=completion,
+        output_tok_s_aggregate=completion / wall_s if wall_s > 0 else 0.0,
+        output_tok_s_per_request=per_req,
+        output_tok_s_per_request_mean=_mean(per_req),
+        accept_length=accept,
+        accept_length_per_request=[s.accept_length for s in ok],
+        latency_p50=percentile(lat, 50),
+        latency_p90=percentile(lat, 90),
+        latency_p99=percentile(lat, 99),
+        server_latency_p50=percentile(server_lat, 50),
+        server_latency_p90=percentile(server_lat, 90),
+        server_latency_p99=percentile(server_lat, 99),
+        errors=len(errors),
+        error_messages=list(dict.fromkeys(errors))[:_MAX_ERROR_MESSAGES],
+        requests=stats,
+    )
+
+
+def _stat(index: int, r: GenerateResult) -> RequestStat:
+    return RequestStat(
+        index=index,
+        completion_tokens=r.completion_tokens,
+        prompt_tokens=r.prompt_tokens,
+        spec_verify_ct=r.spec_verify_ct,
+        latency_s=r.client_latency_s,
+        server_e2e_latency=r.e2e_latency,
+    )
+
+
+async def _bench(
+    client: SGLangClient,
+    prompts: Sequence[Prompt],
+    concurrency: int,
+    max_new_tokens: int,
+    warmup: int,
+    progress: Progress | None,
+) -> BenchResult:
+    sem = asyncio.Semaphore(concurrency)
+    async with client.async_client(max_connections=concurrency) as session:
+
+        async def send(prompt: Prompt) -> GenerateResult:
+            async with sem:
+                return await client.agenerate(
+                    text=prompt.text,
+                    max_new_tokens=max_new_tokens,
+                    temperature=0.0,
+                    ignore_eos=True,
+                    session=session,
+                )
+
+        # Warm-up is not measured; a failure here (server down, not SGLang) ends the run with
+        # its one clear message instead of N identical request errors.
+        if warmup:
+            await asyncio.gather(*(send(prompts[i % len(prompts)]) for i in range(warmup)))
+
+        total = len(prompts)
+        done = 0
+
+        async def measured(i: int, prompt: Prompt) -> RequestStat:
+            nonlocal done
+            try:
+                stat = _stat(i, await send(prompt))
+            except EndpointError as exc:
+                stat = RequestStat(index=i, error=str(exc))
+            done += 1
+            if progress is not None:
+                progress(done, total)
+            return stat
+
+        start = time.perf_counter()
+        stats = await asyncio.gather(*(measured(i, p) for i, p in enumerate(prompts)))
+        wall = time.perf_counter() - start
+    return _summarize(client.url, list(stats), concurrency, max_new_tokens, warmup, wall)
+
+
+def run_bench(
+    url: str,
+    prompts: Sequence[Prompt],
+    concurrency: int = 4,
+    max_new_tokens: int = 128,
+    warmup: int = 2,
+    progress: Progress | None = None,
+    timeout: float = 300.0,
+    *,
+    retries: int = 3,
+) -> BenchResult:
+    """Send every prompt once at the given concurrency (after `warmup` unmeasured requests).
+
+    Raises EndpointError when a warm-up request fails or every measured request fails.
+    """
+    if not prompts:
+        raise ValueError("run_bench needs at least one prompt")
+    if concurrency < 1 or max_new_tokens < 1 or warmup < 0:
+        raise ValueError("concurrency and max_new_tokens must be >= 1, warmup >= 0")
+    client = SGLangClient(url, timeout=timeout, retries=retries)
+    coro = _bench(client, list(prompts), concurrency, max_new_tokens, warmup, progress)
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        result = asyncio.run(coro)
+    else:
+        # Called from inside an event loop (a notebook): run on a private loop in a thread.
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            result = pool.submit(asyncio.run, coro).result()
+    if result.errors == result.num_requests:
+        raise EndpointError(
+            f"all {result.num_requests} benchmark requests failed; first error: "
+            f"{result.error_messages[0]}",
+            url=client.url,
+            kind=EndpointError.SERVER_ERROR,
+        )
+    return result
+
+
+def compare_to_baseline(spec_result: BenchResult, baseline_result: BenchResult) -> dict:
+    """Speedup (aggregate tok/s ratio) of a speculative run over a baseline run, with context."""
+    s, b = spec_result, baseline_result
+    speedup = (
+        s.output_tok_s_aggregate / b.output_tok_s_aggregate if b.output_tok_s_aggregate else None
+    )
+    p50 = b.latency_p50 / s.latency_p50 if s.latency_p50 and b.latency_p50 else None
+    warnings = [
+        f"{name} differs: {getattr(s, name)} vs baseline {getattr(b, name)}"
+        for name in ("num_requests", "concurrency", "max_new_tokens")
+        if getattr(s, name) != getattr(b, name)
+    ]
+    if s.errors or b.errors:
+        warnings.append(f"failed requests: {s.errors} speculative, {b.errors} baseline")
+    return {
+        "speedup": speedup,
+        "spec_output_tok_s": s.output_tok_s_aggregate,
+        "baseline_output_tok_s": b.output_tok_s_aggregate,
+        "latency_p50_speedup": p50,
+        "spec_latency_p50": s.latency_p50,
+        "baseline_latency_p50": b.latency_p50,
+        "accept_length": s.accept_length,
+        "baseline_accept_length": b.accept_length,
+        "comparable": not warnings,
+        "warnings": warnings,
+    }

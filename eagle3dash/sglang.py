@@ -1,0 +1,635 @@
+"""HTTP client for an SGLang server: server report, /generate, cache flush.
+
+The app never imports `sglang`; everything it knows about a server comes through here. Field names
+and endpoints follow research/sglang-eagle3.md §3-§4 and the recorded 0.5.23 responses in
+fixtures/sglang-0.5.23/. Every failure is an `EndpointError` with one line that names the URL and
+what to do, so interfaces can show it without a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import httpx
+
+from eagle3dash.errors import InputError
+
+__all__ = [
+    "EndpointError",
+    "GenerateResult",
+    "SGLangClient",
+    "ServerReport",
+    "SpeculativeSettings",
+    "normalize_url",
+    "parse_generate",
+    "parse_server_report",
+]
+
+# SGLang's own wording when a request asks for hidden states the server was not started to return
+# (tokenizer_manager.py, every 0.5.x); matched case-insensitively anywhere in the error body.
+HIDDEN_STATES_REFUSED = "not configured to return the hidden states"
+_SNIPPET = 200
+
+
+class EndpointError(InputError):
+    """An SGLang endpoint that cannot be used; the one-line message names the URL and the fix."""
+
+    DOWN = "down"
+    TIMEOUT = "timeout"
+    NOT_SGLANG = "not_sglang"
+    BAD_RESPONSE = "bad_response"
+    SERVER_ERROR = "server_error"
+    REQUEST_REJECTED = "request_rejected"
+    NO_SPECULATION = "no_speculation"
+    NO_HIDDEN_STATES = "no_hidden_states"
+    BAD_URL = "bad_url"
+
+    def __init__(self, message: str, *, url: str, kind: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.url = url
+        self.kind = kind
+        self.status = status
+
+
+def normalize_url(url: str) -> str:
+    """`host:port` or `http://host:port/` -> `http://host:port`: scheme added, slash dropped."""
+    text = (url or "").strip()
+    if "://" not in text:
+        text = "http://" + text
+    text = text.rstrip("/")
+    try:
+        parsed = httpx.URL(text)
+    except httpx.InvalidURL as exc:
+        raise EndpointError(
+            f"{url!r} is not a valid endpoint URL ({exc}): use http://host:port",
+            url=url,
+            kind=EndpointError.BAD_URL,
+        ) from None
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise EndpointError(
+            f"{url!r} is not a valid endpoint URL: use http://host:port",
+            url=url,
+            kind=EndpointError.BAD_URL,
+        )
+    return text
+
+
+def _one_line(text: str, limit: int = _SNIPPET) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _error_text(resp: httpx.Response) -> str:
+    """The server's own error message: SGLang answers {"error": {"message": ...}} or similar."""
+    try:
+        body = resp.json()
+    except ValueError:
+        return _one_line(resp.text) or "(empty body)"
+    if isinstance(body, dict):
+        err = body.get("error")
+        if isinstance(err, dict) and err.get("message"):
+            return _one_line(str(err["message"]))
+        for key in ("message", "detail", "error"):
+            if isinstance(body.get(key), str) and body[key]:
+                return _one_line(body[key])
+    return _one_line(resp.text) or "(empty body)"
+
+
+def _describe_body(resp: httpx.Response) -> str:
+    kind = resp.headers.get("content-type", "no content type").split(";")[0]
+    try:
+        text = resp.text
+    except UnicodeDecodeError:
+        text = repr(resp.content[:80])
+    return f"{kind}: {_one_line(text, 80)!r}" if text.strip() else f"{kind}, empty body"
+
+
+# --- reports --------------------------------------------------------------------------------------
+
+
+@dataclass
+class SpeculativeSettings:
+    """The server's speculative decoding settings, as resolved at startup (auto-choice applied)."""
+
+    algorithm: str
+    draft_model_path: str | None
+    num_steps: int | None
+    eagle_topk: int | None
+    num_draft_tokens: int | None
+    token_map: str | None
+    draft_quantization: str | None
+    quantization_explicitly_set: bool | None
+    accept_threshold_single: float | None
+    accept_threshold_acc: float | None
+
+    @property
+    def max_accept_length(self) -> int | None:
+        """The best accept length a chain of num_steps drafts can reach (num_steps + 1)."""
+        return None if self.num_steps is None else self.num_steps + 1
+
+
+@dataclass
+class ServerReport:
+    """What a probe learned about one SGLang server."""
+
+    url: str
+    version: str | None
+    model_path: str | None
+    served_model_name: str | None
+    architectures: list[str] | None
+    model_type: str | None
+    tp_size: int | None
+    dtype: str | None
+    quantization: str | None
+    attention_backend: str | None
+    device: str | None
+    speculative: SpeculativeSettings | None
+    enable_return_hidden_states: bool
+    enable_return_aux_hidden_states: bool
+    return_aux_hidden_state_layer_ids: list[int] | None
+    disable_radix_cache: bool | None
+    disable_cuda_graph: bool | None
+    decode_log_interval: int | None
+    avg_spec_accept_length: float | None
+    healthy: bool
+    server_info: dict = field(repr=False)
+    model_info: dict = field(default_factory=dict, repr=False)
+    server_info_path: str = "/server_info"
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict of every field, raw server_info included."""
+        return asdict(self)
+
+    def require_speculative(self) -> SpeculativeSettings:
+        """The speculative settings, or an EndpointError when the server runs without a draft."""
+        if self.speculative is None:
+            raise EndpointError(
+                f"{self.url} serves {self.model_path} without speculative decoding "
+                "(speculative_algorithm is null): restart it with --speculative-algorithm EAGLE3 "
+                "--speculative-draft-model-path <draft>",
+                url=self.url,
+                kind=EndpointError.NO_SPECULATION,
+            )
+        return self.speculative
+
+    def require_hidden_states(self) -> None:
+        """Raise an EndpointError when /generate cannot return hidden states on this server."""
+        if not self.enable_return_hidden_states:
+            raise EndpointError(
+                f"{self.url} was started without --enable-return-hidden-states, so it cannot "
+                "return hidden states: restart it with --enable-return-hidden-states",
+                url=self.url,
+                kind=EndpointError.NO_HIDDEN_STATES,
+            )
+
+
+def _speculative(info: dict) -> SpeculativeSettings | None:
+    algorithm = info.get("speculative_algorithm")
+    if not algorithm:
+        return None
+    return SpeculativeSettings(
+        algorithm=str(algorithm),
+        draft_model_path=info.get("speculative_draft_model_path"),
+        num_steps=info.get("speculative_num_steps"),
+        eagle_topk=info.get("speculative_eagle_topk"),
+        num_draft_tokens=info.get("speculative_num_draft_tokens"),
+        token_map=info.get("speculative_token_map"),
+        # 0.5.8+ only; older servers quantize the draft like the target (research §3.1).
+        draft_quantization=info.get("speculative_draft_model_quantization"),
+        quantization_explicitly_set=info.get("_speculative_draft_quantization_explicitly_set"),
+        accept_threshold_single=info.get("speculative_accept_threshold_single"),
+        accept_threshold_acc=info.get("speculative_accept_threshold_acc"),
+    )
+
+
+def _avg_accept_length(info: dict) -> float | None:
+    # Cumulative since start and only updated every decode_log_interval steps (research §4.3).
+    states = info.get("internal_states")
+    if isinstance(states, list) and states and isinstance(states[0], dict):
+        value = states[0].get("avg_spec_accept_length")
+        if isinstance(value, int | float):
+            return float(value)
+    return None
+
+
+def parse_server_report(
+    url: str,
+    server_info: dict,
+    model_info: dict | None = None,
+    healthy: bool = False,
+    server_info_path: str = "/server_info",
+) -> ServerReport:
+    """Build a ServerReport from raw /server_info and /model_info bodies."""
+    info = server_info
+    mi = model_info or {}
+    archs = mi.get("architectures")
+    return ServerReport(
+        url=url,
+        version=None if info.get("version") is None else str(info["version"]),
+        model_path=info.get("model_path") or mi.get("model_path"),
+        served_model_name=info.get("served_model_name") or mi.get("served_model_name"),
+        architectures=list(archs) if isinstance(archs, list) and archs else None,
+        model_type=mi.get("model_type"),
+        tp_size=info.get("tp_size"),
+        dtype=info.get("dtype"),
+        quantization=info.get("quantization"),
+        attention_backend=info.get("attention_backend"),
+        device=info.get("device"),
+        speculative=_speculative(info),
+        enable_return_hidden_states=bool(info.get("enable_return_hidden_states")),
+        # 0.5.23 capture-only mode; absent (False) on older servers.
+        enable_return_aux_hidden_states=bool(info.get("enable_return_aux_hidden_states")),
+        return_aux_hidden_state_layer_ids=info.get("return_aux_hidden_state_layer_ids"),
+        disable_radix_cache=info.get("disable_radix_cache"),
+        disable_cuda_graph=info.get("disable_cuda_graph"),
+        decode_log_interval=info.get("decode_log_interval"),
+        avg_spec_accept_length=_avg_accept_length(info),
+        healthy=healthy,
+        server_info=info,
+        model_info=mi,
+        server_info_path=server_info_path,
+    )
+
+
+@dataclass
+class GenerateResult:
+    """One /generate answer, with the meta_info fields the diagnosis reads."""
+
+    output_ids: list[int]
+    text: str
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    spec_verify_ct: int | None
+    spec_accept_length: float | None
+    e2e_latency: float | None
+    finish_reason: str | None
+    hidden_states: list | None
+    spec_num_correct_drafts: int | None
+    spec_num_proposed_drafts: int | None
+    spec_accept_rate: float | None
+    meta_info: dict = field(repr=False)
+    client_latency_s: float = 0.0
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict of every field."""
+        return asdict(self)
+
+
+def parse_generate(body: Any, url: str = "") -> GenerateResult:
+    """Build a GenerateResult from a /generate JSON body; EndpointError when it is not one."""
+    if not isinstance(body, dict) or not isinstance(body.get("meta_info"), dict):
+        raise EndpointError(
+            f"POST {url}/generate returned JSON without meta_info "
+            f"({_one_line(repr(body), 80)}): is this an SGLang server?",
+            url=url,
+            kind=EndpointError.BAD_RESPONSE,
+        )
+    meta = body["meta_info"]
+    reason = meta.get("finish_reason")
+    # finish_reason is {"type": "length", "length": 8} (or "stop", "abort" with a message).
+    reason_type = reason.get("type") if isinstance(reason, dict) else reason
+    if reason_type == "abort":
+        message = reason.get("message") if isinstance(reason, dict) else None
+        raise EndpointError(
+            f"POST {url}/generate: the server aborted the request: {message or reason}",
+            url=url,
+            kind=EndpointError.SERVER_ERROR,
+        )
+    return GenerateResult(
+        output_ids=list(body.get("output_ids") or []),
+        text=body.get("text") or "",
+        prompt_tokens=meta.get("prompt_tokens"),
+        completion_tokens=meta.get("completion_tokens"),
+        # The spec_* keys exist only with a speculative algorithm and verify_ct > 0 (research §4.2).
+        spec_verify_ct=meta.get("spec_verify_ct"),
+        spec_accept_length=meta.get("spec_accept_length"),
+        e2e_latency=meta.get("e2e_latency"),
+        finish_reason=None if reason_type is None else str(reason_type),
+        hidden_states=meta.get("hidden_states"),
+        spec_num_correct_drafts=meta.get("spec_num_correct_drafts"),
+        spec_num_proposed_drafts=meta.get("spec_num_proposed_drafts"),
+        spec_accept_rate=meta.get("spec_accept_rate"),
+        meta_info=meta,
+    )
+
+
+# --- client ---------------------------------------------------------------------------------------
+
+
+class SGLangClient:
+    """Talks to one SGLang server over HTTP; sync for probe/generate, async for benchmarks."""
+
+    def __init__(
+        self,
+        url: str,
+        timeout: float = 60.0,
+        retries: int = 3,
+        *,
+        backoff: float = 0.25,
+        api_key: str | None = None,
+    ) -> None:
+        self.url = normalize_url(url)
+        self.timeout = float(timeout)
+        self.retries = max(1, int(retries))
+        self.backoff = float(backoff)
+        # SGLang's --api-key checks a bearer token on every route.
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http: httpx.Client | None = None
+
+    # lifecycle
+
+    def __enter__(self) -> SGLangClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the pooled sync connection."""
+        if self._http is not None:
+            self._http.close()
+            self._http = None
+
+    def _client(self) -> httpx.Client:
+        if self._http is None:
+            self._http = httpx.Client(timeout=self.timeout, headers=self._headers)
+        return self._http
+
+    def async_client(self, max_connections: int = 100) -> httpx.AsyncClient:
+        """A new AsyncClient for `agenerate(session=...)`; the caller closes it."""
+        limits = httpx.Limits(
+            max_connections=max_connections, max_keepalive_connections=max_connections
+        )
+        return httpx.AsyncClient(timeout=self.timeout, headers=self._headers, limits=limits)
+
+    # error mapping
+
+    def _err(self, message: str, kind: str, status: int | None = None) -> EndpointError:
+        return EndpointError(message, url=self.url, kind=kind, status=status)
+
+    def _down(self, method: str, path: str, exc: Exception) -> EndpointError:
+        tries = f" after {self.retries} tries" if self.retries > 1 else ""
+        return self._err(
+            f"cannot connect to {self.url} ({method} {path}: {_one_line(str(exc), 120)}){tries}: "
+            "is the server running? check the URL and port",
+            EndpointError.DOWN,
+        )
+
+    def _http_error(self, method: str, path: str, exc: httpx.HTTPError) -> EndpointError:
+        if isinstance(exc, httpx.TimeoutException):
+            return self._err(
+                f"{method} {self.url}{path} is slow: no answer within {self.timeout:g} s "
+                "(is the server overloaded or stuck? raise the timeout for long generations)",
+                EndpointError.TIMEOUT,
+            )
+        if isinstance(exc, httpx.RemoteProtocolError) and "disconnected" in str(exc).lower():
+            # A server that crashes mid-request closes the socket without an answer.
+            return self._err(
+                f"{method} {self.url}{path}: the server closed the connection without answering "
+                "(did it crash? check its log)",
+                EndpointError.DOWN,
+            )
+        if isinstance(exc, httpx.RemoteProtocolError | httpx.DecodingError):
+            return self._err(
+                f"{method} {self.url}{path} answered with something that is not valid HTTP "
+                f"({_one_line(str(exc), 120)}): does the URL point at an SGLang server?",
+                EndpointError.NOT_SGLANG,
+            )
+        if isinstance(exc, httpx.UnsupportedProtocol | httpx.InvalidURL):
+            return self._err(
+                f"{self.url} is not a usable URL ({exc}): use http://host:port",
+                EndpointError.BAD_URL,
+            )
+        return self._err(
+            f"{method} {self.url}{path} failed: {type(exc).__name__}: {_one_line(str(exc), 120)} "
+            "(did the server crash or drop the connection?)",
+            EndpointError.DOWN,
+        )
+
+    def _check(self, resp: httpx.Response, method: str, path: str) -> httpx.Response:
+        """Return a 2xx response; map anything else to one EndpointError."""
+        status = resp.status_code
+        if status < 300:
+            return resp
+        text = _error_text(resp)
+        where = f"{method} {self.url}{path}"
+        if HIDDEN_STATES_REFUSED in resp.text.lower():
+            return_msg = (
+                f"{self.url} was started without --enable-return-hidden-states, so it cannot "
+                f"return hidden states: restart it with --enable-return-hidden-states "
+                f"(server said: {text})"
+            )
+            raise self._err(return_msg, EndpointError.NO_HIDDEN_STATES, status)
+        if status >= 500:
+            raise self._err(
+                f"{where} failed with HTTP {status}: {text}", EndpointError.SERVER_ERROR, status
+            )
+        if status in (401, 403):
+            raise self._err(
+                f"{where} was refused with HTTP {status} ({text}): "
+                "the server needs the API key it was started with (--api-key)",
+                EndpointError.REQUEST_REJECTED,
+                status,
+            )
+        if status == 404:
+            raise self._err(
+                f"{self.url} does not look like an SGLang server: {method} {path} returned 404",
+                EndpointError.NOT_SGLANG,
+                status,
+            )
+        raise self._err(
+            f"{where} was rejected with HTTP {status}: {text}",
+            EndpointError.REQUEST_REJECTED,
+            status,
+        )
+
+    def _json(self, resp: httpx.Response, method: str, path: str) -> Any:
+        try:
+            return resp.json()
+        except ValueError:
+            raise self._err(
+                f"{method} {self.url}{path} returned a body that is not JSON "
+                f"({_describe_body(resp)}): does the URL point at an SGLang server?",
+                EndpointError.BAD_RESPONSE,
+                resp.status_code,
+            ) from None
+
+    # transport: retries on connection errors only; an HTTP error or a timeout is final, since a
+    # generate that timed out may still be running on the server.
+
+    def _request(self, method: str, path: str, json: Any = None) -> httpx.Response:
+        last: Exception | None = None
+        for attempt in range(self.retries):
+            try:
+                return self._client().request(method, self.url + path, json=json)
+            except httpx.ConnectError as exc:
+                last = exc
+                if attempt + 1 < self.retries:
+                    time.sleep(self.backoff * 2**attempt)
+            except httpx.HTTPError as exc:
+                raise self._http_error(method, path, exc) from None
+        assert last is not None
+        raise self._down(method, path, last) from None
+
+    async def _arequest(
+        self, session: httpx.AsyncClient, method: str, path: str, json: Any = None
+    ) -> httpx.Response:
+        last: Exception | None = None
+        for attempt in range(self.retries):
+            try:
+                return await session.request(method, self.url + path, json=json)
+            except httpx.ConnectError as exc:
+                last = exc
+                if attempt + 1 < self.retries:
+                    await asyncio.sleep(self.backoff * 2**attempt)
+            except httpx.HTTPError as exc:
+                raise self._http_error(method, path, exc) from None
+        assert last is not None
+        raise self._down(method, path, last) from None
+
+    # operations
+
+    def _server_info(self) -> tuple[dict, str]:
+        # /server_info is 0.5.6+; older servers only have /get_server_info (research §4.1).
+        answers: list[str] = []
+        for path in ("/server_info", "/get_server_info"):
+            resp = self._request("GET", path)
+            if resp.status_code == 404:
+                answers.append(f"GET {path} returned 404")
+                continue
+            self._check(resp, "GET", path)
+            try:
+                body = resp.json()
+            except ValueError:
+                body = None
+                what = f"a body that is not JSON ({_describe_body(resp)})"
+            else:
+                what = f"JSON without model_path ({_one_line(repr(body), 80)})"
+            if not isinstance(body, dict) or "model_path" not in body:
+                raise self._err(
+                    f"{self.url} does not look like an SGLang server: GET {path} returned {what}",
+                    EndpointError.NOT_SGLANG,
+                    resp.status_code,
+                )
+            return body, path
+        raise self._err(
+            f"{self.url} does not look like an SGLang server: " + ", and ".join(answers),
+            EndpointError.NOT_SGLANG,
+            404,
+        )
+
+    def _model_info(self) -> dict:
+        # Optional extras (architectures, model_type); a server without them is still usable.
+        for path in ("/model_info", "/get_model_info"):
+            try:
+                resp = self._request("GET", path)
+            except EndpointError:
+                return {}
+            if resp.status_code == 404:
+                continue
+            if resp.status_code >= 300:
+                return {}
+            try:
+                body = resp.json()
+            except ValueError:
+                return {}
+            return body if isinstance(body, dict) else {}
+        return {}
+
+    def health(self) -> bool:
+        """True when GET /health answers 200 (it generates one token by default, so may be slow)."""
+        try:
+            return self._request("GET", "/health").status_code == 200
+        except EndpointError:
+            return False
+
+    def probe(self) -> ServerReport:
+        """Read server info, model info and health into a ServerReport."""
+        info, path = self._server_info()
+        return parse_server_report(self.url, info, self._model_info(), self.health(), path)
+
+    @staticmethod
+    def _payload(
+        input_ids: list[int] | None,
+        text: str | None,
+        max_new_tokens: int,
+        temperature: float,
+        return_hidden_states: bool,
+        ignore_eos: bool,
+    ) -> dict:
+        if (input_ids is None) == (text is None):
+            raise ValueError("generate needs exactly one of input_ids or text")
+        payload: dict[str, Any] = (
+            {"input_ids": [int(t) for t in input_ids]} if input_ids is not None else {"text": text}
+        )
+        payload["sampling_params"] = {
+            "max_new_tokens": int(max_new_tokens),
+            "temperature": float(temperature),
+            "ignore_eos": bool(ignore_eos),
+        }
+        if return_hidden_states:
+            payload["return_hidden_states"] = True
+        return payload
+
+    def generate(
+        self,
+        input_ids: list[int] | None = None,
+        text: str | None = None,
+        max_new_tokens: int = 64,
+        temperature: float = 0.0,
+        return_hidden_states: bool = False,
+        ignore_eos: bool = True,
+    ) -> GenerateResult:
+        """POST /generate once (greedy by default) and parse the answer."""
+        payload = self._payload(
+            input_ids, text, max_new_tokens, temperature, return_hidden_states, ignore_eos
+        )
+        start = time.perf_counter()
+        resp = self._check(self._request("POST", "/generate", json=payload), "POST", "/generate")
+        result = parse_generate(self._json(resp, "POST", "/generate"), self.url)
+        result.client_latency_s = time.perf_counter() - start
+        return result
+
+    async def agenerate(
+        self,
+        input_ids: list[int] | None = None,
+        text: str | None = None,
+        max_new_tokens: int = 64,
+        temperature: float = 0.0,
+        return_hidden_states: bool = False,
+        ignore_eos: bool = True,
+        *,
+        session: httpx.AsyncClient | None = None,
+    ) -> GenerateResult:
+        """`generate` on an AsyncClient; a `session` from `async_client` shares connections."""
+        payload = self._payload(
+            input_ids, text, max_new_tokens, temperature, return_hidden_states, ignore_eos
+        )
+        own = session is None
+        client = self.async_client() if session is None else session
+        try:
+            start = time.perf_counter()
+            resp = await self._arequest(client, "POST", "/generate", json=payload)
+            elapsed = time.perf_counter() - start
+        finally:
+            if own:
+                await client.aclose()
+        self._check(resp, "POST", "/generate")
+        result = parse_generate(self._json(resp, "POST", "/generate"), self.url)
+        result.client_latency_s = elapsed
+        return result
+
+    def flush_cache(self) -> None:
+        """POST /flush_cache; SGLang refuses (400) while requests are running or queued."""
+        resp = self._request("POST", "/flush_cache")
+        if resp.status_code == 400:
+            raise self._err(
+                f"{self.url} did not flush its cache: requests are running or queued "
+                f"({_error_text(resp)}); retry when it is idle",
+                EndpointError.REQUEST_REJECTED,
+                400,
+            )
+        self._check(resp, "POST", "/flush_cache")

@@ -1,0 +1,240 @@
+"""The serve benchmark against a small fake /generate server, and prompt loading."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+from eagle3dash.servebench import (
+    BUILTIN_PROMPT_SETS,
+    Prompt,
+    PromptFileError,
+    compare_to_baseline,
+    load_prompts,
+    percentile,
+    run_bench,
+)
+from eagle3dash.sglang import EndpointError
+from tests.test_sglang import Reply, Request, closed_port_url, serve
+
+WARMUP_VERIFY_CT = 1  # what the fake reports for warm-up requests: would skew Σ/Σ if counted
+
+
+class FakeGenerate:
+    """Answers /generate with fixed-length outputs and a spec_verify_ct chosen per prompt.
+
+    Prompt "p{i}" is verified in i + 2 steps; the first `warmup` requests report
+    WARMUP_VERIFY_CT instead. Counts requests in flight to check the client's concurrency.
+    """
+
+    def __init__(self, warmup: int, delay: float = 0.02, spec: bool = True, fail: str = "") -> None:
+        self.warmup = warmup
+        self.delay = delay
+        self.spec = spec
+        self.fail = fail
+        self.lock = threading.Lock()
+        self.seen = 0
+        self.in_flight = 0
+        self.max_in_flight = 0
+
+    def __call__(self, req: Request) -> Reply:
+        if req.path != "/generate":
+            return Reply(404, "not found")
+        payload = req.json()
+        text = payload["text"]
+        n = payload["sampling_params"]["max_new_tokens"]
+        assert payload["sampling_params"] == {
+            "max_new_tokens": n,
+            "temperature": 0.0,
+            "ignore_eos": True,
+        }
+        with self.lock:
+            warm = self.seen < self.warmup
+            self.seen += 1
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            threading.Event().wait(self.delay)
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+        if text == self.fail:
+            return Reply(500, {"error": {"message": "boom"}})
+        meta = {
+            "prompt_tokens": 3,
+            "completion_tokens": n,
+            "finish_reason": {"type": "length", "length": n},
+            "e2e_latency": self.delay,
+        }
+        if self.spec:
+            meta["spec_verify_ct"] = WARMUP_VERIFY_CT if warm else int(text[1:]) + 2
+        return Reply(body={"text": "y" * n, "output_ids": [7] * n, "meta_info": meta})
+
+
+PROMPTS = [Prompt(f"p{i}") for i in range(8)]
+
+
+def test_bench_accept_length_concurrency_progress_warmup() -> None:
+    fake = FakeGenerate(warmup=2, delay=0.05)
+    calls: list[tuple[int, int]] = []
+    with serve(fake) as s:
+        result = run_bench(
+            s.url,
+            PROMPTS,
+            concurrency=3,
+            max_new_tokens=16,
+            warmup=2,
+            progress=lambda done, total: calls.append((done, total)),
+        )
+    assert fake.seen == 8 + 2  # warm-up was sent...
+    assert result.num_requests == 8  # ...and not counted
+    assert result.warmup == 2
+    assert fake.max_in_flight == 3  # concurrency honoured, never exceeded
+    assert calls == [(i, 8) for i in range(1, 9)]
+    assert result.errors == 0 and result.error_messages == []
+    assert result.completion_tokens == 8 * 16
+    # Σ completion / Σ spec_verify_ct over measured requests only, exactly.
+    assert result.accept_length == pytest.approx(128 / sum(i + 2 for i in range(8)), abs=1e-12)
+    assert sorted(result.accept_length_per_request) == sorted(16 / (i + 2) for i in range(8))
+    assert result.output_tok_s_aggregate == pytest.approx(128 / result.wall_s)
+    assert len(result.output_tok_s_per_request) == 8
+    assert result.output_tok_s_per_request_mean == pytest.approx(
+        sum(result.output_tok_s_per_request) / 8
+    )
+    assert 0.05 <= result.latency_p50 <= result.latency_p90 <= result.latency_p99
+    assert result.server_latency_p50 == pytest.approx(0.05)
+    assert [r.index for r in result.requests] == list(range(8))
+    json.dumps(result.to_dict())
+
+
+def test_bench_without_speculation_has_no_accept_length() -> None:
+    with serve(FakeGenerate(warmup=0, spec=False)) as s:
+        result = run_bench(s.url, PROMPTS[:4], concurrency=2, max_new_tokens=4, warmup=0)
+    assert result.accept_length is None
+    assert result.accept_length_per_request == [None] * 4
+    assert result.completion_tokens == 16
+
+
+def test_bench_counts_failed_requests() -> None:
+    with serve(FakeGenerate(warmup=1, fail="p3")) as s:
+        result = run_bench(s.url, PROMPTS, concurrency=4, max_new_tokens=8, warmup=1)
+    assert result.num_requests == 8 and result.errors == 1
+    assert "HTTP 500" in result.error_messages[0] and "boom" in result.error_messages[0]
+    assert result.completion_tokens == 7 * 8
+    assert result.accept_length == pytest.approx(56 / sum(i + 2 for i in range(8) if i != 3))
+
+
+def test_bench_all_failed_is_one_error() -> None:
+    with serve(FakeGenerate(warmup=0, fail="p0")) as s, pytest.raises(EndpointError) as info:
+        run_bench(s.url, PROMPTS[:1], warmup=0)
+    assert "all 1 benchmark requests failed" in str(info.value)
+
+
+def test_bench_server_down_fails_fast() -> None:
+    url = closed_port_url()
+    with pytest.raises(EndpointError) as info:
+        run_bench(url, PROMPTS, warmup=2, retries=1)
+    assert info.value.kind == EndpointError.DOWN
+    assert "is the server running?" in str(info.value)
+
+
+def test_bench_rejects_bad_settings() -> None:
+    with pytest.raises(ValueError):
+        run_bench("http://127.0.0.1:1", [], warmup=0)
+    with pytest.raises(ValueError):
+        run_bench("http://127.0.0.1:1", PROMPTS, concurrency=0)
+
+
+def test_percentile_interpolates_like_numpy() -> None:
+    xs = [float(x) for x in range(1, 11)]
+    assert percentile(xs, 50) == pytest.approx(5.5)
+    assert percentile(xs, 90) == pytest.approx(9.1)
+    assert percentile(xs, 99) == pytest.approx(9.91)
+    assert percentile([3.0], 99) == 3.0
+    assert percentile([], 50) is None
+
+
+def test_compare_to_baseline() -> None:
+    with serve(FakeGenerate(warmup=0)) as s:
+        spec = run_bench(s.url, PROMPTS[:2], concurrency=2, max_new_tokens=4, warmup=0)
+    spec = dataclasses.replace(spec, output_tok_s_aggregate=300.0, latency_p50=1.0)
+    base = dataclasses.replace(
+        spec, output_tok_s_aggregate=120.0, latency_p50=2.5, accept_length=None
+    )
+    cmp = compare_to_baseline(spec, base)
+    assert cmp["speedup"] == pytest.approx(2.5)
+    assert cmp["latency_p50_speedup"] == pytest.approx(2.5)
+    assert cmp["comparable"] is True and cmp["warnings"] == []
+    other = compare_to_baseline(spec, dataclasses.replace(base, max_new_tokens=64))
+    assert other["comparable"] is False
+    assert "max_new_tokens differs" in other["warnings"][0]
+    assert (
+        compare_to_baseline(spec, dataclasses.replace(base, output_tok_s_aggregate=0.0))["speedup"]
+        is None
+    )
+
+
+# --- prompts --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", BUILTIN_PROMPT_SETS)
+def test_builtin_prompt_sets(name: str) -> None:
+    prompts = load_prompts(name)
+    assert 16 <= len(prompts) <= 64
+    assert all(p.text.strip() for p in prompts)
+    assert len({p.text for p in prompts}) == len(prompts)
+
+
+def test_jsonl_both_forms(tmp_path: Path) -> None:
+    path = tmp_path / "mine.jsonl"
+    lines = [
+        json.dumps({"prompt": "Tell me a joke."}),
+        "",
+        json.dumps(
+            {
+                "messages": [
+                    {"role": "system", "content": "Be brief."},
+                    {"role": "user", "content": "Hi!"},
+                ]
+            }
+        ),
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    first, second = load_prompts(path)
+    assert first == Prompt("Tell me a joke.")
+    assert second.text == "system: Be brief.\nuser: Hi!\nassistant:"
+    assert second.messages == (("system", "Be brief."), ("user", "Hi!"))
+
+
+@pytest.mark.parametrize(
+    ("line", "needle"),
+    [
+        ('{"prompt": "unterminated', "not valid JSON"),
+        ('["a list"]', "expected"),
+        ('{"text": "wrong key"}', "expected"),
+        ('{"prompt": ""}', "non-empty string"),
+        ('{"messages": []}', "non-empty list"),
+        ('{"messages": [{"role": "user"}]}', "messages[0]"),
+    ],
+)
+def test_jsonl_malformed_line_names_file_and_line(tmp_path: Path, line: str, needle: str) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"prompt": "ok"}\n\n' + line + "\n")
+    with pytest.raises(ValueError) as info:
+        load_prompts(path)
+    assert isinstance(info.value, PromptFileError)
+    assert f"{path}, line 3" in str(info.value)
+    assert needle in str(info.value)
+
+
+def test_missing_or_empty_prompt_file(tmp_path: Path) -> None:
+    with pytest.raises(PromptFileError, match="not a built-in set"):
+        load_prompts(tmp_path / "nope.jsonl")
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n\n")
+    with pytest.raises(PromptFileError, match="no prompts"):
+        load_prompts(empty)

@@ -1,0 +1,601 @@
+"""The SGLang HTTP client against real HTTP servers on 127.0.0.1.
+
+Contract tests replay responses recorded from a real SGLang 0.5.23 server (shared/fixtures/); the
+other servers are small stand-ins for an older SGLang and for endpoints that are down, slow or not
+SGLang at all. `serve` is also used by test_servebench.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from eagle3dash import sglang
+from eagle3dash.errors import InputError
+from eagle3dash.sglang import EndpointError, SGLangClient, normalize_url
+
+FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "sglang-0.5.23"
+
+# The exact refusal of 0.5.x tokenizer_manager.py, sent as {"error": {"message": ...}} with 400.
+HIDDEN_STATES_MESSAGE = (
+    "The server is not configured to return the hidden states. "
+    "Please set `--enable-return-hidden-states` to enable this feature."
+)
+
+
+# --- a tiny HTTP server ---------------------------------------------------------------------------
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    body: bytes
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def json(self) -> dict:
+        return json.loads(self.body or b"{}")
+
+
+@dataclass
+class Reply:
+    status: int = 200
+    body: bytes | str | dict | list = b""
+    content_type: str | None = None
+    delay: float = 0.0
+    raw: bytes | None = None  # written to the socket as-is, no HTTP framing
+
+
+App = Callable[[Request], Reply]
+
+
+@dataclass
+class Served:
+    url: str
+    requests: list[Request] = field(default_factory=list)
+
+    def hits(self, method: str, path: str) -> int:
+        return sum(1 for r in self.requests if (r.method, r.path) == (method, path))
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+
+    def _serve(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        req = Request(
+            self.command, self.path, body, {k.lower(): v for k, v in self.headers.items()}
+        )
+        with self.server.lock:
+            self.server.served.requests.append(req)
+        reply = self.server.app(req)
+        if reply.delay:
+            time.sleep(reply.delay)
+        try:
+            if reply.raw is not None:
+                self.wfile.write(reply.raw)
+                self.close_connection = True
+                return
+            body, ctype = reply.body, reply.content_type
+            if isinstance(body, dict | list):
+                body, ctype = json.dumps(body).encode(), ctype or "application/json"
+            elif isinstance(body, str):
+                body, ctype = body.encode(), ctype or "text/plain; charset=utf-8"
+            self.send_response(reply.status)
+            self.send_header("Content-Type", ctype or "application/octet-stream")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up (timeout tests)
+
+    do_GET = do_POST = do_PUT = _serve
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False  # a slow handler must not hold up the test's teardown
+
+    def __init__(self, app: App) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.app = app
+        self.lock = threading.Lock()
+        self.served = Served(f"http://127.0.0.1:{self.server_address[1]}")
+
+
+@contextmanager
+def serve(app: App) -> Iterator[Served]:
+    """Run `app` on an ephemeral 127.0.0.1 port for the duration of the block."""
+    server = _Server(app)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02})
+    thread.daemon = True
+    thread.start()
+    try:
+        yield server.served
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def closed_port_url() -> str:
+    """A URL on which nothing listens."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+# --- the 0.5.23 replay server ---------------------------------------------------------------------
+
+
+def load_fixture(name: str) -> dict:
+    path = FIXTURES / name
+    if not path.is_file():
+        pytest.skip(f"recorded SGLang 0.5.23 responses not found at {FIXTURES} (shared/ missing)")
+    return json.loads(path.read_text())
+
+
+# Not recorded: 0.5.23's /model_info shape per research/sglang-eagle3.md §4.1.
+MODEL_INFO = {
+    "model_path": "models/tiny-llama",
+    "tokenizer_path": "models/tiny-llama",
+    "is_generation": True,
+    "preferred_sampling_params": None,
+    "weight_version": "default",
+    "served_model_name": "models/tiny-llama",
+    "model_type": "llama",
+    "architectures": ["LlamaForCausalLM"],
+}
+
+
+def replay_app(server_info: dict, meta_extra: dict | None = None) -> App:
+    """Answers like the recorded 0.5.23 server; `meta_extra` is merged into generate meta_info."""
+    gen8 = load_fixture("generate_8_tokens.json")
+    gen32 = load_fixture("generate_32_tokens_greedy.json")
+
+    def app(req: Request) -> Reply:
+        if req.method == "GET" and req.path in ("/server_info", "/get_server_info"):
+            return Reply(body=server_info)
+        if req.method == "GET" and req.path in ("/model_info", "/get_model_info"):
+            return Reply(body=MODEL_INFO)
+        if req.path == "/health":
+            return Reply(body=b"")
+        if req.path == "/flush_cache":
+            return Reply(body="Cache flushed.\nPlease check backend logs for more details.\n")
+        if req.method == "POST" and req.path == "/generate":
+            payload = req.json()
+            if payload.get("return_hidden_states") and not server_info.get(
+                "enable_return_hidden_states"
+            ):
+                return Reply(400, {"error": {"message": HIDDEN_STATES_MESSAGE}})
+            n = payload["sampling_params"]["max_new_tokens"]
+            body = copy.deepcopy(gen8 if n == 8 else gen32)
+            body["meta_info"].update(meta_extra or {})
+            return Reply(body=body)
+        return Reply(404, {"detail": "Not Found"})
+
+    return app
+
+
+@pytest.fixture
+def server_info() -> dict:
+    return load_fixture("get_server_info.json")
+
+
+@pytest.fixture
+def replay(server_info: dict) -> Iterator[Served]:
+    with serve(replay_app(server_info)) as served:
+        yield served
+
+
+def spec_server_info(info: dict) -> dict:
+    """The recorded server info with EAGLE-3 speculation (3 steps, topk 1, 4 draft tokens) on."""
+    info = copy.deepcopy(info)
+    info.update(
+        speculative_algorithm="EAGLE3",
+        speculative_draft_model_path="drafts/tiny-eagle3",
+        speculative_num_steps=3,
+        speculative_eagle_topk=1,
+        speculative_num_draft_tokens=4,
+        speculative_draft_model_quantization="unquant",
+        _speculative_draft_quantization_explicitly_set=True,
+    )
+    info["internal_states"][0]["avg_spec_accept_length"] = 2.75
+    return info
+
+
+def assert_one_line(err: EndpointError, url: str, *needles: str) -> None:
+    msg = str(err)
+    assert "\n" not in msg and "Traceback" not in msg
+    assert url in msg, msg
+    for needle in needles:
+        assert needle in msg, msg
+    assert isinstance(err, InputError)  # interfaces catch InputError and show only the message
+
+
+# --- URLs -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ("gpubox:30000", "http://gpubox:30000"),
+        ("http://gpubox:30000/", "http://gpubox:30000"),
+        ("  https://gpubox//  ", "https://gpubox"),
+        ("127.0.0.1:30000", "http://127.0.0.1:30000"),
+    ],
+)
+def test_normalize_url(given: str, expected: str) -> None:
+    assert normalize_url(given) == expected
+
+
+@pytest.mark.parametrize("bad", ["", "ftp://host:1", "http://"])
+def test_bad_url_is_one_clear_error(bad: str) -> None:
+    with pytest.raises(EndpointError) as info:
+        SGLangClient(bad)
+    assert info.value.kind == EndpointError.BAD_URL
+    assert "http://host:port" in str(info.value)
+
+
+# --- contract: real 0.5.23 responses --------------------------------------------------------------
+
+
+def test_probe_parses_real_0_5_23_server_info(replay: Served) -> None:
+    with SGLangClient(replay.url + "/") as client:
+        report = client.probe()
+    assert report.url == replay.url
+    assert report.version == "0.5.23"
+    assert report.server_info_path == "/server_info"
+    assert report.model_path == "models/tiny-llama"
+    assert report.served_model_name == "models/tiny-llama"
+    assert report.architectures == ["LlamaForCausalLM"]
+    assert report.model_type == "llama"
+    assert report.tp_size == 1
+    assert report.dtype == "auto"
+    assert report.quantization is None
+    assert report.attention_backend == "torch_native"
+    assert report.device == "cpu"
+    assert report.speculative is None
+    assert report.enable_return_hidden_states is False
+    assert report.enable_return_aux_hidden_states is False
+    assert report.return_aux_hidden_state_layer_ids is None
+    assert report.disable_radix_cache is False
+    assert report.disable_cuda_graph is False
+    assert report.decode_log_interval == 40
+    assert report.avg_spec_accept_length is None
+    assert report.healthy is True
+    assert report.server_info["status"] == "ready"
+    json.dumps(report.to_dict())  # JSON-ready for the store
+    assert replay.hits("GET", "/get_server_info") == 0  # the new path answered
+
+
+def test_report_requirements_name_the_restart_flags(replay: Served) -> None:
+    report = SGLangClient(replay.url).probe()
+    with pytest.raises(EndpointError) as spec:
+        report.require_speculative()
+    assert spec.value.kind == EndpointError.NO_SPECULATION
+    assert_one_line(spec.value, replay.url, "--speculative-algorithm EAGLE3")
+    with pytest.raises(EndpointError) as hidden:
+        report.require_hidden_states()
+    assert hidden.value.kind == EndpointError.NO_HIDDEN_STATES
+    assert_one_line(hidden.value, replay.url, "--enable-return-hidden-states")
+
+
+def test_generate_parses_real_meta_info(replay: Served) -> None:
+    expected = load_fixture("generate_8_tokens.json")
+    result = SGLangClient(replay.url).generate(input_ids=[1, 2, 3, 4], max_new_tokens=8)
+    assert result.output_ids == expected["output_ids"]
+    assert result.text == expected["text"]
+    assert result.prompt_tokens == 4
+    assert result.completion_tokens == 8
+    assert result.finish_reason == "length"
+    assert result.e2e_latency == pytest.approx(0.06216334199984885)
+    assert result.spec_verify_ct is None  # no speculation on the recorded server
+    assert result.spec_accept_length is None
+    assert result.spec_num_correct_drafts is None
+    assert result.spec_num_proposed_drafts is None
+    assert result.spec_accept_rate is None
+    assert result.hidden_states is None
+    assert result.meta_info["cached_tokens"] == 1
+    assert result.client_latency_s > 0
+    # The request SGLang saw: greedy, fixed length, token ids.
+    sent = [r for r in replay.requests if r.path == "/generate"][-1].json()
+    assert sent == {
+        "input_ids": [1, 2, 3, 4],
+        "sampling_params": {"max_new_tokens": 8, "temperature": 0.0, "ignore_eos": True},
+    }
+
+
+def test_generate_32_tokens_greedy_from_text(replay: Served) -> None:
+    result = SGLangClient(replay.url).generate(text="Hello there", max_new_tokens=32)
+    assert len(result.output_ids) == result.completion_tokens == 32
+    sent = [r for r in replay.requests if r.path == "/generate"][-1].json()
+    assert sent["text"] == "Hello there"
+    assert "input_ids" not in sent and "return_hidden_states" not in sent
+
+
+def test_generate_needs_exactly_one_input(replay: Served) -> None:
+    client = SGLangClient(replay.url)
+    with pytest.raises(ValueError):
+        client.generate()
+    with pytest.raises(ValueError):
+        client.generate(input_ids=[1], text="x")
+
+
+def test_speculative_server_info(server_info: dict) -> None:
+    spec_info = spec_server_info(server_info)
+    meta = {
+        "spec_verify_ct": 10,
+        "spec_accept_length": 3.2,
+        "spec_accept_rate": 0.7333,
+        "spec_num_correct_drafts": 22,
+        "spec_num_proposed_drafts": 30,
+        "spec_correct_drafts_histogram": [1, 2, 3, 4],
+    }
+    with serve(replay_app(spec_info, meta)) as served:
+        client = SGLangClient(served.url)
+        report = client.probe()
+        result = client.generate(input_ids=[5, 6], max_new_tokens=32)
+    spec = report.speculative
+    assert spec is not None
+    assert spec.algorithm == "EAGLE3"
+    assert spec.draft_model_path == "drafts/tiny-eagle3"
+    assert (spec.num_steps, spec.eagle_topk, spec.num_draft_tokens) == (3, 1, 4)
+    assert spec.max_accept_length == 4
+    assert spec.token_map is None
+    assert spec.draft_quantization == "unquant"
+    assert spec.quantization_explicitly_set is True
+    assert spec.accept_threshold_single == 1.0
+    assert spec.accept_threshold_acc == 1.0
+    assert report.require_speculative() is spec
+    assert report.avg_spec_accept_length == 2.75
+    assert result.spec_verify_ct == 10
+    assert result.spec_accept_length == 3.2
+    assert result.spec_num_correct_drafts == 22
+    assert result.spec_num_proposed_drafts == 30
+    assert result.spec_accept_rate == pytest.approx(0.7333)
+
+
+def test_hidden_states_come_back_when_enabled(server_info: dict) -> None:
+    info = dict(server_info, enable_return_hidden_states=True)
+    rows = [[[0.1, 0.2], [0.3, 0.4]], [0.5, 0.6]]  # prefill block, then one row per token
+    with serve(replay_app(info, {"hidden_states": rows})) as served:
+        result = SGLangClient(served.url).generate(
+            input_ids=[1, 2], max_new_tokens=8, return_hidden_states=True
+        )
+        sent = [r for r in served.requests if r.path == "/generate"][-1].json()
+    assert sent["return_hidden_states"] is True
+    assert result.hidden_states == rows
+
+
+def test_hidden_states_refused_names_the_flag(replay: Served) -> None:
+    with pytest.raises(EndpointError) as info:
+        SGLangClient(replay.url).generate(
+            input_ids=[1], max_new_tokens=8, return_hidden_states=True
+        )
+    assert info.value.kind == EndpointError.NO_HIDDEN_STATES
+    assert info.value.status == 400
+    assert_one_line(info.value, replay.url, "restart it with --enable-return-hidden-states")
+
+
+def test_agenerate_on_a_shared_session(replay: Served) -> None:
+    client = SGLangClient(replay.url)
+
+    async def main() -> list:
+        async with client.async_client() as session:
+            jobs = [
+                client.agenerate(input_ids=[i], max_new_tokens=8, session=session) for i in (1, 2)
+            ]
+            return [*await asyncio.gather(*jobs), await client.agenerate(text="x")]
+
+    results = asyncio.run(main())
+    assert [r.completion_tokens for r in results] == [8, 8, 32]
+
+
+def test_flush_cache(replay: Served) -> None:
+    SGLangClient(replay.url).flush_cache()
+    assert replay.hits("POST", "/flush_cache") == 1
+
+
+def test_flush_cache_refused_while_busy() -> None:
+    with (
+        serve(lambda req: Reply(400, "Cache not flushed.")) as served,
+        pytest.raises(EndpointError) as info,
+    ):
+        SGLangClient(served.url).flush_cache()
+    assert_one_line(info.value, served.url, "requests are running or queued")
+
+
+# --- older servers --------------------------------------------------------------------------------
+
+
+def test_older_server_without_server_info(server_info: dict) -> None:
+    """Before 0.5.6 only /get_server_info and /get_model_info exist (research §4.1)."""
+    old_info = {k: v for k, v in server_info.items() if not k.startswith("enable_return_aux")}
+    old_info["version"] = "0.5.4"
+    old_model_info = {k: MODEL_INFO[k] for k in ("model_path", "tokenizer_path", "is_generation")}
+
+    def app(req: Request) -> Reply:
+        if req.path == "/get_server_info":
+            return Reply(body=old_info)
+        if req.path == "/get_model_info":
+            return Reply(body=old_model_info)
+        if req.path == "/health":
+            return Reply(body=b"")
+        return Reply(404, {"detail": "Not Found"})
+
+    with serve(app) as served:
+        report = SGLangClient(served.url).probe()
+    assert report.version == "0.5.4"
+    assert report.server_info_path == "/get_server_info"
+    assert report.model_path == "models/tiny-llama"
+    assert report.architectures is None  # 0.5.4's model info has none
+    assert report.enable_return_aux_hidden_states is False
+    assert report.healthy is True
+    paths = [r.path for r in served.requests]
+    assert paths.index("/server_info") < paths.index("/get_server_info")
+    assert paths.index("/model_info") < paths.index("/get_model_info")
+
+
+def test_unhealthy_server_still_reports(server_info: dict) -> None:
+    def app(req: Request) -> Reply:
+        if req.path == "/health":
+            return Reply(503, "unhealthy")
+        if req.path == "/server_info":
+            return Reply(body=server_info)
+        return Reply(500, "model info broke")
+
+    with serve(app) as served:
+        report = SGLangClient(served.url).probe()
+    assert report.healthy is False
+    assert report.architectures is None and report.version == "0.5.23"
+
+
+# --- endpoints that cannot be used: one clear message each ----------------------------------------
+
+
+def test_nothing_listening(monkeypatch: pytest.MonkeyPatch) -> None:
+    url = closed_port_url()
+    sleeps: list[float] = []
+    monkeypatch.setattr(sglang.time, "sleep", sleeps.append)
+    with pytest.raises(EndpointError) as info:
+        SGLangClient(url, retries=3, backoff=0.1).probe()
+    assert info.value.kind == EndpointError.DOWN
+    assert_one_line(info.value, url, "is the server running? check the URL and port", "3 tries")
+    assert sleeps == [0.1, 0.2]  # bounded retries with backoff, on connection errors only
+
+
+def test_nothing_listening_async() -> None:
+    url = closed_port_url()
+    with pytest.raises(EndpointError) as info:
+        asyncio.run(SGLangClient(url, retries=2, backoff=0.01).agenerate(text="x"))
+    assert info.value.kind == EndpointError.DOWN
+    assert_one_line(info.value, url, "is the server running?")
+
+
+def test_not_sglang_404_everywhere() -> None:
+    with (
+        serve(lambda req: Reply(404, "<html><body>Not Found</body></html>", "text/html")) as s,
+        pytest.raises(EndpointError) as info,
+    ):
+        SGLangClient(s.url).probe()
+    assert info.value.kind == EndpointError.NOT_SGLANG
+    assert_one_line(
+        info.value,
+        s.url,
+        "does not look like an SGLang server",
+        "GET /server_info returned 404",
+        "GET /get_server_info returned 404",
+    )
+
+
+def test_not_sglang_html_page() -> None:
+    page = "<!doctype html><html><head><title>Grafana</title></head><body>hi</body></html>"
+    with (
+        serve(lambda req: Reply(200, page, "text/html")) as s,
+        pytest.raises(EndpointError) as info,
+    ):
+        SGLangClient(s.url).probe()
+    assert info.value.kind == EndpointError.NOT_SGLANG
+    assert_one_line(
+        info.value, s.url, "does not look like an SGLang server: GET /server_info returned"
+    )
+    assert "text/html" in str(info.value)
+
+
+def test_not_sglang_other_json() -> None:
+    with serve(lambda req: Reply(200, {"status": "ok"})) as s, pytest.raises(EndpointError) as info:
+        SGLangClient(s.url).probe()
+    assert info.value.kind == EndpointError.NOT_SGLANG
+    assert_one_line(info.value, s.url, "JSON without model_path")
+
+
+def test_garbage_body() -> None:
+    with serve(lambda req: Reply(200, b"\x00\xff\xfe garbage \x13\x37")) as s:
+        with pytest.raises(EndpointError) as probe:
+            SGLangClient(s.url).probe()
+        with pytest.raises(EndpointError) as gen:
+            SGLangClient(s.url).generate(text="x")
+    assert probe.value.kind == EndpointError.NOT_SGLANG
+    assert_one_line(probe.value, s.url, "not JSON")
+    assert gen.value.kind == EndpointError.BAD_RESPONSE
+    assert_one_line(gen.value, s.url, "POST", "/generate returned a body that is not JSON")
+
+
+def test_garbage_bytes_instead_of_http() -> None:
+    with (
+        serve(lambda req: Reply(raw=b"\x16\x03\x01 this is not HTTP at all\r\n\r\n")) as s,
+        pytest.raises(EndpointError) as info,
+    ):
+        SGLangClient(s.url).probe()
+    assert info.value.kind == EndpointError.NOT_SGLANG
+    assert_one_line(info.value, s.url, "not valid HTTP")
+
+
+def test_generate_json_without_meta_info() -> None:
+    with serve(lambda req: Reply(200, {"choices": []})) as s, pytest.raises(EndpointError) as info:
+        SGLangClient(s.url).generate(text="x")
+    assert info.value.kind == EndpointError.BAD_RESPONSE
+    assert_one_line(info.value, s.url, "without meta_info")
+
+
+def test_slow_server_times_out_without_retry() -> None:
+    with serve(lambda req: Reply(body={"model_path": "m"}, delay=1.0)) as s:
+        client = SGLangClient(s.url, timeout=0.2, retries=3)
+        with pytest.raises(EndpointError) as info:
+            client.generate(text="x")
+        assert s.hits("POST", "/generate") == 1  # a generate that timed out is never resent
+    assert info.value.kind == EndpointError.TIMEOUT
+    assert_one_line(info.value, s.url, "slow: no answer within 0.2 s")
+
+
+def test_server_error_shows_its_text_without_retry() -> None:
+    message = "CUDA out of memory. Tried to allocate 2.00 GiB"
+    with serve(lambda req: Reply(500, {"error": {"message": message}})) as s:
+        with pytest.raises(EndpointError) as info:
+            SGLangClient(s.url, retries=3).generate(text="x")
+        assert s.hits("POST", "/generate") == 1
+    assert info.value.kind == EndpointError.SERVER_ERROR
+    assert info.value.status == 500
+    assert_one_line(info.value, s.url, "HTTP 500", message)
+
+
+def test_aborted_generate() -> None:
+    body = {
+        "text": "",
+        "output_ids": [],
+        "meta_info": {"finish_reason": {"type": "abort", "message": "input too long"}},
+    }
+    with serve(lambda req: Reply(200, body)) as s, pytest.raises(EndpointError) as info:
+        SGLangClient(s.url).generate(text="x")
+    assert_one_line(info.value, s.url, "aborted", "input too long")
+
+
+def test_api_key_is_sent_and_refusal_explained() -> None:
+    with serve(lambda req: Reply(401, {"error": "Unauthorized"})) as s:
+        with pytest.raises(EndpointError) as info:
+            SGLangClient(s.url, api_key="k").probe()
+        assert s.requests[0].headers["authorization"] == "Bearer k"
+    assert_one_line(info.value, s.url, "--api-key")
+
+
+def test_connection_closed_without_answer() -> None:
+    with serve(lambda req: Reply(raw=b"")) as s, pytest.raises(EndpointError) as info:
+        SGLangClient(s.url).generate(text="x")
+    assert info.value.kind == EndpointError.DOWN
+    assert_one_line(info.value, s.url, "closed the connection without answering")
