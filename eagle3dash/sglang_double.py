@@ -1,0 +1,1143 @@
+"""A TEST AND DEMO DOUBLE of an SGLang 0.5.23 server: never a serving engine.
+
+This module serves a tiny `transformers` causal LM over HTTP on 127.0.0.1 and answers the endpoints
+`eagle3dash.sglang` uses with SGLang 0.5.23's JSON shapes (`fixtures/sglang-0.5.23/`,
+`research/sglang-eagle3.md` §2.2, §3, §4). With a draft it runs real greedy *chain* speculative
+decoding through the package's own draft forward (`draft.Draft`), so acceptance, `spec_verify_ct`
+and the aux states it returns are measured, not invented. It exists so that tests and the demo can
+exercise the client, the capture and the diagnosis on a CPU. server_info and model_info carry
+`"eagle3dash_double": true` (plus `eagle3dash_double_*` details in server_info), and every log line
+starts with `[eagle3dash SGLang double]`.
+
+What it models
+- Aux capture by SGLang's rules: the target's taps are `layout.serving_layout(draft spec, N,
+  sglang_version, arch, cuda_graph)`, the same function the diagnosis uses, read from the target's
+  `output_hidden_states` (`hidden_states[d]`, d < N, is the residual stream after d blocks; a tap at
+  depth N, which only the gpt-oss boundary rule yields, comes from a hook on the last block). If
+  that function reports an error (SGLang would crash at capture), the double refuses to start with
+  its message. CUDA-graph emulation (<= 0.5.10 with custom ids): the prefill (eager) forward
+  captures `layout`, every verify forward (a CUDA-graph replay on a real server) captures
+  `decode_layout`; the draft's state for each position is whatever the target captured when it
+  processed that position.
+- `eagle_config.use_aux_hidden_state: false` (0.5.8+) and `--speculative-algorithm EAGLE` with an
+  EAGLE-3 draft: no aux capture; the draft gets the target's final-normed hidden state (width H) and
+  `fc` is skipped by SGLang's width check (`llama_eagle3.py`: fc only when the width differs from
+  the embedding's), so acceptance collapses (SGLang PR #21272).
+- EAGLE3: the draft uses the TARGET's embedding (SGLang's `set_embed`) unless target_hidden_size
+  != hidden_size, then its own; its own `lm_head` (the target's when it has none and the
+  vocabularies match); `d2t` maps draft ids to target ids. EAGLE (the non-EAGLE3 branch of
+  eagle_worker.py): the target's embedding AND lm_head (`set_embed_and_head`), no d2t.
+- Chain drafting (eagle_topk == 1): each round the draft proposes `num_steps` tokens greedily, the
+  target verifies them in ONE forward over the sequence plus the proposals (no KV cache: the tiny
+  target is recomputed), the longest matching prefix plus the target's bonus token is accepted,
+  `spec_verify_ct` counts rounds. The output equals plain greedy decoding of the target. SGLang's
+  topk == 1 rule is applied: num_draft_tokens != num_steps + 1 becomes num_steps + 1 (the warning
+  SGLang logs is logged and listed under `eagle3dash_double_warnings` in server_info).
+- The draft is recomputed over the whole prefix each round (`Draft.chain` over every row, last row
+  used): its step-0 states at earlier positions are exactly the KV a real server keeps, computed
+  from the aux states the target captured at those positions.
+- `return_hidden_states` (needs enable_return_hidden_states, else SGLang's 400 text):
+  meta_info["hidden_states"] = [prefill block [n_prompt][dim], then one row per token emitted
+  after the first: the state at the position that produced it, so a verify round that accepts k
+  drafts adds k + 1 rows (0.5.20+)]. dim = K*Ht, the captured taps concatenated in ascending layer
+  order, when EAGLE-3 capture is on; else H, the final-normed state.
+- Stopping: `max_new_tokens` (default 128), EOS from the target's config unless `ignore_eos`,
+  `stop_token_ids`; a stop inside a verify round truncates it (SGLang counts only the kept drafts).
+- meta_info per request like 0.5.23 (`spec_*` fields only when spec_verify_ct > 0), the
+  `Decode batch, ... accept len: ...` log line every `decode_log_interval` decode forwards, and
+  `internal_states[0].avg_spec_accept_length` from the totals those log lines add (so it appears
+  only after `decode_log_interval` verify rounds, and covers everything since start).
+- `delay_s`: an artificial latency so throughput numbers resemble real serving, where a target
+  forward costs far more than a draft step: every target forward (prefill, decode, verify) sleeps
+  `delay_s`, every draft step sleeps `delay_s / 10`.
+
+What it does not model
+- Sampling: temperature, top_p, top_k are accepted and ignored; decoding is always greedy (as SGLang
+  verification is on CPU). `stop` strings, logprobs, streaming, LoRA, multimodal input: not served
+  (`stream: true` is answered 400).
+- Tree drafting (eagle_topk > 1): refused at start. Batching: requests run one at a time under a
+  lock; a batch of prompts is decoded prompt after prompt.
+- Radix/prefix caching (`cached_tokens` is always 0), quantization (the flags are only reported),
+  memory pools, CUDA graphs themselves, the capture-only `--enable-return-aux-hidden-states` mode.
+- Tokenisation without a tokenizer in the target directory: a trivial byte-level scheme, token id =
+  UTF-8 byte (modulo the vocabulary size when it is below 256), decoding keeps ids < 256 as bytes.
+- server_info always has the key set of a real 0.5.23 response (a copy of it is the template,
+  `double_data/server_info_0.5.23.json`), whatever `sglang_version` the capture rules emulate; its
+  `version` field reports the emulated version.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import logging
+import signal
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field, replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from . import checkpoint
+from .draft import Draft, build_draft
+from .errors import InputError
+from .layout import (
+    USE_AUX_FLAG_SINCE,
+    Layout,
+    format_layout,
+    parse_version,
+    serving_layout,
+)
+from .spec import DraftSpec
+
+__all__ = [
+    "DoubleConfig",
+    "DoubleStartError",
+    "HIDDEN_STATES_DISABLED",
+    "RunningDouble",
+    "main",
+    "make_tiny_target",
+    "start_double",
+]
+
+TAG = "[eagle3dash SGLang double]"
+log = logging.getLogger(__name__)
+
+TEMPLATE_PATH = Path(__file__).with_name("double_data") / "server_info_0.5.23.json"
+# tokenizer_manager.py (0.5.4 l.669-676, same text in 0.5.23)
+HIDDEN_STATES_DISABLED = (
+    "The server is not configured to return the hidden states. Please set "
+    "`--enable-return-hidden-states` to enable this feature."
+)
+# server_args.py 0.5.4 l.1492-1499 / speculative_hook.py 0.5.23 l.1255-1266
+TOPK1_WARNING = (
+    "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when "
+    "speculative_eagle_topk == 1"
+)
+FLUSH_CACHE_TEXT = (
+    "Cache flushed.\nPlease check backend logs for more details. "
+    "(When there are running or waiting requests, the operation will not be performed.)\n"
+)
+DEFAULT_MAX_NEW_TOKENS = 128  # SGLang's SamplingParams default
+MAX_TOTAL_TOKENS = 8192  # the template's max_total_num_tokens, for the `token usage` log field
+ALGORITHMS = ("EAGLE3", "EAGLE")
+NOTE = "eagle3dash SGLang API double for tests and demos: not a serving engine"
+
+
+class DoubleStartError(InputError):
+    """The double cannot start with this configuration (SGLang would refuse or crash too)."""
+
+
+@dataclass
+class DoubleConfig:
+    """How the double is launched; field names follow SGLang's server arguments where they exist.
+
+    `aux_layer_ids_override` pretends the draft's config had these nested
+    `eagle_config.eagle_aux_hidden_state_layer_ids` (to apply a fix without rewriting the
+    checkpoint); None reads the draft's own config. `delay_s`: each target forward sleeps delay_s,
+    each draft step delay_s / 10 (see the module docstring). `arch` defaults to the target config's
+    first architecture.
+    """
+
+    target_path: str | Path
+    draft_path: str | Path | None = None
+    speculative_algorithm: str | None = None  # "EAGLE3" | "EAGLE" | None
+    num_steps: int = 3
+    eagle_topk: int = 1
+    num_draft_tokens: int = 4
+    sglang_version: str = "0.5.23"
+    arch: str | None = None
+    cuda_graph: bool = True
+    enable_return_hidden_states: bool = False
+    disable_radix_cache: bool = False
+    quantization: str | None = None
+    draft_quantization: str | None = None
+    aux_layer_ids_override: list[int] | None = None
+    decode_log_interval: int = 40
+    delay_s: float = 0.0
+    dtype: str = "float32"  # the compute dtype of target and draft
+
+
+# ---------------------------------------------------------------------------------------------
+# Tokenisation
+
+
+class _ByteTokenizer:
+    """The documented fallback: token id = UTF-8 byte (mod vocab); decode keeps ids < 256."""
+
+    def __init__(self, vocab_size: int):
+        self.vocab_size = vocab_size
+
+    def encode(self, text: str) -> list[int]:
+        return [b % self.vocab_size for b in text.encode("utf-8")]
+
+    def decode(self, ids: list[int]) -> str:
+        return bytes(i for i in ids if 0 <= i < 256).decode("utf-8", errors="replace")
+
+    def chat_prompt(self, messages: list[dict]) -> str:
+        lines = [f"{m.get('role', 'user')}: {_content_text(m.get('content'))}" for m in messages]
+        return "\n".join(lines) + "\nassistant: "
+
+
+class _HFTokenizer:
+    """A tokenizer saved next to the target (tokenizer.json / tokenizer_config.json)."""
+
+    def __init__(self, path: Path):
+        from transformers import AutoTokenizer
+
+        self.tok = AutoTokenizer.from_pretrained(str(path))
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tok(text)["input_ids"])
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tok.decode(ids, skip_special_tokens=True)
+
+    def chat_prompt(self, messages: list[dict]) -> str:
+        if getattr(self.tok, "chat_template", None):
+            return self.tok.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=True
+            )
+        return _ByteTokenizer(0).chat_prompt(messages)
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, list):  # OpenAI content parts
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return "" if content is None else str(content)
+
+
+# ---------------------------------------------------------------------------------------------
+# The model side
+
+
+class _RequestError(Exception):
+    """A bad request: answered 400 {"error": {"message": ...}} like SGLang's /generate."""
+
+
+@dataclass
+class _Result:
+    output_ids: list[int]
+    finish_reason: dict
+    prompt_tokens: int
+    latency: float
+    hidden_states: list | None = None
+    verify_ct: int = 0
+    correct_drafts: int = 0
+    histogram: list[int] = field(default_factory=list)
+
+
+class _Engine:
+    """Target, draft and counters behind the HTTP handler; one request at a time."""
+
+    def __init__(self, config: DoubleConfig):
+        self.config = config
+        self.warnings: list[str] = []
+        self._lock = threading.Lock()  # the model: one forward at a time
+        self._stats_lock = threading.Lock()
+        self.host, self.port = "127.0.0.1", 0
+        try:
+            parse_version(config.sglang_version)
+        except ValueError as e:
+            raise DoubleStartError(f"{TAG} {e}") from None
+        self.dtype = getattr(torch, config.dtype, None)
+        if not isinstance(self.dtype, torch.dtype) or not self.dtype.is_floating_point:
+            raise DoubleStartError(f"{TAG} unknown dtype {config.dtype!r} (use e.g. float32)")
+        t0 = time.perf_counter()
+        self._load_target(Path(config.target_path))
+        algorithm = config.speculative_algorithm
+        self.algorithm = algorithm.upper() if isinstance(algorithm, str) else None
+        self.feed: str | None = None  # "aux" | "last" | None (no speculation)
+        self.prefill_layout: Layout = ()
+        self.decode_layout: Layout = ()
+        self.layout_rule = ""
+        self.layout_notes: list[str] = []
+        self.draft: Draft | None = None
+        self.draft_spec: DraftSpec | None = None
+        self.embed_weight: Tensor | None = None
+        self.num_steps = config.num_steps
+        self.num_draft_tokens = config.num_draft_tokens
+        if self.algorithm is not None:
+            self._setup_speculation()
+        self.load_seconds = time.perf_counter() - t0
+        # counters (scheduler_metrics_mixin / internal_state.py semantics)
+        self._decode_forward_ct = 0
+        self._interval = {"forward_ct": 0, "accepted": 0, "tokens": 0, "seconds": 0.0}
+        self._total_accepted = 0
+        self._total_forward_ct = 0
+        self._last_gen_throughput = 0.0
+        self._template = json.loads(TEMPLATE_PATH.read_text())
+
+    # -- loading ----------------------------------------------------------------------------
+
+    def _load_target(self, path: Path) -> None:
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        if not (path / "config.json").is_file():
+            raise DoubleStartError(f"{TAG} {path}: no config.json (a save_pretrained directory)")
+        try:
+            hf_config = AutoConfig.from_pretrained(str(path))
+            self.model = AutoModelForCausalLM.from_pretrained(str(path), dtype=self.dtype).eval()
+        except (OSError, ValueError) as e:
+            raise DoubleStartError(f"{TAG} cannot load the target {path}: {e}") from None
+        self.model.requires_grad_(False)
+        self.hf_config = hf_config
+        self.num_layers = int(hf_config.num_hidden_layers)
+        self.hidden_size = int(hf_config.hidden_size)
+        self.vocab_size = int(hf_config.vocab_size)
+        archs = list(getattr(hf_config, "architectures", None) or ["LlamaForCausalLM"])
+        self.architectures = archs
+        self.arch = self.config.arch or archs[0]
+        eos: set[int] = set()
+        for source in (getattr(self.model, "generation_config", None), hf_config):
+            value = getattr(source, "eos_token_id", None) if source is not None else None
+            if isinstance(value, int):
+                eos.add(value)
+            elif isinstance(value, list | tuple):
+                eos.update(int(v) for v in value)
+        self.eos_ids = eos
+        has_tokenizer = any(
+            (path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")
+        )
+        self.tokenizer = _HFTokenizer(path) if has_tokenizer else _ByteTokenizer(self.vocab_size)
+        self._raw_last: Tensor | None = None
+        self._hook = None
+
+    def _setup_speculation(self) -> None:
+        cfg = self.config
+        if self.algorithm not in ALGORITHMS:
+            raise DoubleStartError(
+                f"{TAG} speculative_algorithm {self.algorithm!r} is not modelled "
+                f"(one of {', '.join(ALGORITHMS)})"
+            )
+        if cfg.draft_path is None:
+            raise DoubleStartError(f"{TAG} {self.algorithm} needs a draft (draft_path)")
+        if cfg.num_steps < 1:
+            raise DoubleStartError(f"{TAG} num_steps must be >= 1, got {cfg.num_steps}")
+        if cfg.eagle_topk != 1:
+            raise DoubleStartError(
+                f"{TAG} eagle_topk={cfg.eagle_topk}: tree drafting is not modelled by this "
+                "double; use eagle_topk=1 (chain drafting)"
+            )
+        if cfg.num_draft_tokens != cfg.num_steps + 1:
+            self.num_draft_tokens = cfg.num_steps + 1
+            self.warnings.append(TOPK1_WARNING)
+            log.warning("%s %s", TAG, TOPK1_WARNING)
+        try:
+            spec, tensors, _report = checkpoint.load(cfg.draft_path, dtype=self.dtype)
+        except (InputError, ValueError, OSError) as e:
+            raise DoubleStartError(f"{TAG} cannot load the draft: {e}") from None
+        if cfg.aux_layer_ids_override is not None:
+            spec = replace(
+                spec,
+                aux_layer_ids=tuple(int(i) for i in cfg.aux_layer_ids_override),
+                aux_ids_location="eagle_config",
+            )
+        self.draft_spec = spec
+        N, Ht, H = self.num_layers, self.hidden_size, spec.hidden_size
+        if spec.target_hidden_size != Ht:
+            raise DoubleStartError(
+                f"{TAG} the draft's target_hidden_size {spec.target_hidden_size} != the target's "
+                f"hidden_size {Ht}: SGLang would fail at the draft's fc"
+            )
+        version = parse_version(cfg.sglang_version)
+        capture_off = not spec.use_aux_hidden_state and version >= USE_AUX_FLAG_SINCE
+        if self.algorithm == "EAGLE3" and not capture_off:
+            result = serving_layout(spec, N, cfg.sglang_version, self.arch, cfg.cuda_graph)
+            if result.error:
+                raise DoubleStartError(
+                    f"{TAG} SGLang {cfg.sglang_version} would fail to capture the aux hidden "
+                    f"states: {result.error}. {result.rule}"
+                )
+            self.feed = "aux"
+            self.prefill_layout = tuple(result.layout)
+            self.decode_layout = tuple(result.decode_layout or result.layout)
+            self.layout_rule, self.layout_notes = result.rule, list(result.notes)
+            width = len(self.prefill_layout) * Ht
+        else:
+            self.feed = "last"
+            self.layout_rule = (
+                "eagle_config.use_aux_hidden_state is false: no aux capture"
+                if capture_off and self.algorithm == "EAGLE3"
+                else f"--speculative-algorithm {self.algorithm}: no aux capture"
+            ) + "; the draft gets the final-normed hidden state (width H), fc skipped if H wide."
+            width = Ht
+        fc_in = spec.num_aux * spec.target_hidden_size
+        if width not in (H, fc_in):
+            raise DoubleStartError(
+                f"{TAG} the draft would get states {width} wide but its fc reads {fc_in}: "
+                "SGLang would fail with a shape mismatch at fc"
+            )
+        self._fc_applies = width != H  # llama_eagle3.py: fc only when widths differ
+        tensors = dict(tensors)
+        head = self.model.get_output_embeddings()
+        if self.algorithm == "EAGLE":
+            # eagle_worker.py, non-EAGLE3 branch: set_embed_and_head(target embed, target head),
+            # and no d2t (hot_token_id comes only from --speculative-token-map) [inferred]
+            if Ht != H or head is None:
+                raise DoubleStartError(
+                    f"{TAG} EAGLE shares the target's embedding and lm_head, which need the "
+                    f"draft's hidden_size {H} to equal the target's {Ht}"
+                )
+            for name in ("embed_tokens.weight", "d2t", "t2d"):
+                tensors.pop(name, None)
+            tensors["lm_head.weight"] = head.weight.detach().clone()
+            spec = replace(spec, draft_vocab_size=self.vocab_size, has_d2t=False, has_t2d=False)
+            self.embed_weight = self.model.get_input_embeddings().weight.detach()
+        elif spec.target_hidden_size == H:  # set_embed: the target's embedding replaces the draft's
+            tensors.pop("embed_tokens.weight", None)
+            self.embed_weight = self.model.get_input_embeddings().weight.detach()
+        elif "embed_tokens.weight" not in tensors:
+            raise DoubleStartError(
+                f"{TAG} target_hidden_size != hidden_size, so SGLang keeps the draft's own "
+                "embedding, but the checkpoint has no embed_tokens.weight"
+            )
+        if "lm_head.weight" not in tensors:
+            if spec.draft_vocab_size != self.vocab_size or head is None:
+                raise DoubleStartError(f"{TAG} the draft has no lm_head.weight")
+            tensors["lm_head.weight"] = head.weight.detach().clone()
+        try:
+            self.draft = build_draft(spec, tensors, "cpu", self.dtype)
+        except ValueError as e:
+            raise DoubleStartError(f"{TAG} {e}") from None
+        if any(t.depth == N and not t.post_norm for t in self.prefill_layout + self.decode_layout):
+            layers = getattr(getattr(self.model, "model", None), "layers", None)
+            if layers is None:
+                raise DoubleStartError(f"{TAG} cannot hook the last block of {self.arch}")
+            self._hook = layers[-1].register_forward_hook(self._grab_last)
+        log.info(
+            "%s %s draft %s: feed=%s prefill taps [%s] decode taps [%s] (%s)",
+            TAG,
+            self.algorithm,
+            cfg.draft_path,
+            self.feed,
+            format_layout(self.prefill_layout),
+            format_layout(self.decode_layout),
+            self.layout_rule,
+        )
+
+    def _grab_last(self, _module, _args, output) -> None:
+        self._raw_last = (output[0] if isinstance(output, tuple) else output)[0]
+
+    # -- forwards ---------------------------------------------------------------------------
+
+    def _sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            time.sleep(seconds)
+
+    @torch.inference_mode()
+    def _target(self, ids: list[int]) -> tuple[Tensor, list[Tensor]]:
+        """One full forward: (logits [L, V] float32, per-depth states [N+1][L, Ht]).
+
+        Entry d < N is the residual after d blocks; entry N is the final-normed state; a raw
+        last-block output, when a layout needs it, is in self._raw_last.
+        """
+        self._sleep(self.config.delay_s)
+        out = self.model(
+            input_ids=torch.tensor([ids], dtype=torch.int64),
+            output_hidden_states=True,
+            use_cache=False,
+        )
+        return out.logits[0].float(), [h[0] for h in out.hidden_states]
+
+    def _tap_rows(self, hs: list[Tensor], layout: Layout, lo: int, hi: int) -> Tensor:
+        """Concatenated taps (ascending layer order, as SGLang) for positions lo..hi-1."""
+        parts = []
+        for tap in layout:
+            if tap.depth == self.num_layers and not tap.post_norm:
+                assert self._raw_last is not None
+                parts.append(self._raw_last[lo:hi])
+            else:
+                parts.append(hs[tap.depth][lo:hi])
+        return torch.cat(parts, dim=-1)
+
+    def _state_rows(self, hs: list[Tensor], layout: Layout, lo: int, hi: int) -> Tensor:
+        """What SGLang's logits processor keeps: aux taps when EAGLE-3 capture is on, else the
+        final-normed hidden state."""
+        if self.feed == "aux":
+            return self._tap_rows(hs, layout, lo, hi)
+        return hs[self.num_layers][lo:hi]
+
+    @torch.inference_mode()
+    def _propose(self, feed_rows: Tensor, seq: list[int]) -> list[int]:
+        """num_steps greedy draft tokens after seq[-1] (target ids): the chain of the last row."""
+        assert self.draft is not None
+        for _ in range(self.num_steps):
+            self._sleep(self.config.delay_s / 10)
+        g = self.draft.project(feed_rows) if self._fc_applies else feed_rows.to(self.draft.dtype)
+        tokens = torch.tensor(seq[1:], dtype=torch.int64)
+        preds, _ = self.draft.chain(g, tokens, self.num_steps, self.embed_weight)
+        return [int(t) for t in preds[-1]]
+
+    # -- generation -------------------------------------------------------------------------
+
+    def generate(
+        self, prompt: list[int], max_new_tokens: int, stop_ids: set[int], want_hidden: bool
+    ) -> _Result:
+        with self._lock:
+            return self._generate(prompt, max_new_tokens, stop_ids, want_hidden)
+
+    def _generate(
+        self, prompt: list[int], max_new: int, stop_ids: set[int], want_hidden: bool
+    ) -> _Result:
+        t0 = time.perf_counter()
+        n_prompt = len(prompt)
+        out: list[int] = []
+        hidden_rows: list[Tensor] = []
+        S = self.num_steps
+        result = _Result([], {}, n_prompt, 0.0, histogram=[0] * (S + 1) if self.feed else [])
+
+        def emit(token: int) -> dict | None:
+            out.append(token)
+            if token in stop_ids:
+                return {"type": "stop", "matched": token}
+            if len(out) >= max_new:
+                return {"type": "length", "length": len(out)}
+            return None
+
+        seq = list(prompt)
+        logits, hs = self._target(seq)  # prefill (eager on a real server)
+        prefill_block = (
+            self._state_rows(hs, self.prefill_layout, 0, n_prompt) if want_hidden else None
+        )
+        feed_rows = (
+            self._tap_rows(hs, self.prefill_layout, 0, n_prompt)
+            if self.feed == "aux"
+            else (hs[self.num_layers][:n_prompt] if self.feed == "last" else None)
+        )
+        finish: dict | None = {"type": "length", "length": 0} if max_new <= 0 else None
+        if finish is None:
+            finish = emit(int(logits[-1].argmax()))
+            seq.append(out[-1])
+        while finish is None:
+            tic = time.perf_counter()
+            if self.feed is None:  # plain greedy decode: one target forward per token
+                n = len(seq)
+                logits, hs = self._target(seq)
+                if want_hidden:
+                    hidden_rows.append(hs[self.num_layers][n - 1 : n])
+                finish = emit(int(logits[-1].argmax()))
+                seq.append(out[-1])
+                self._decode_forward_done(1, len(seq), time.perf_counter() - tic)
+                continue
+            assert feed_rows is not None
+            proposals = self._propose(feed_rows, seq)
+            n = len(seq)
+            logits, hs = self._target(seq + proposals)  # verify: a CUDA-graph replay on a server
+            predicted = [int(t) for t in logits[n - 1 : n + S].argmax(dim=-1)]  # S + 1 tokens
+            accepted = 0
+            while accepted < S and proposals[accepted] == predicted[accepted]:
+                accepted += 1
+            new = proposals[:accepted] + [predicted[accepted]]
+            emitted = 0
+            for token in new:
+                emitted += 1
+                finish = emit(token)
+                if finish is not None:
+                    break
+            # the states at the positions that produced the emitted tokens: seq[-1], drafts...
+            rows = self._state_rows(hs, self.decode_layout, n - 1, n - 1 + emitted)
+            if want_hidden:
+                hidden_rows.append(rows)
+            feed_rows = torch.cat([feed_rows, rows], dim=0)
+            seq.extend(new[:emitted])
+            result.verify_ct += 1
+            result.correct_drafts += emitted - 1  # eagle_info.py: accepted drafts, no bonus
+            result.histogram[emitted - 1] += 1
+            self._decode_forward_done(emitted, len(seq), time.perf_counter() - tic)
+        result.output_ids = out
+        result.finish_reason = finish
+        result.latency = time.perf_counter() - t0
+        if want_hidden and prefill_block is not None:
+            rows = [r.float().tolist() for block in hidden_rows for r in block]
+            result.hidden_states = [prefill_block.float().tolist(), *rows]
+        return result
+
+    # -- counters and the decode log line ---------------------------------------------------
+
+    def _decode_forward_done(self, accepted: int, seq_len: int, seconds: float) -> None:
+        """One decode/verify round of a batch of 1 that took `seconds` and emitted `accepted`
+        tokens. Throughput counts busy time only (one request at a time, no idle gaps)."""
+        with self._stats_lock:
+            iv = self._interval
+            iv["forward_ct"] += 1
+            iv["accepted"] += accepted
+            iv["tokens"] += accepted
+            iv["seconds"] += seconds
+            self._decode_forward_ct += 1
+            if self._decode_forward_ct % max(1, self.config.decode_log_interval):
+                return
+            throughput = iv["tokens"] / max(iv["seconds"], 1e-9)
+            self._last_gen_throughput = throughput
+            usage = seq_len / MAX_TOTAL_TOKENS
+            graph = self.config.cuda_graph
+            if self.feed is not None:
+                self._total_accepted += iv["accepted"]
+                self._total_forward_ct += iv["forward_ct"]
+                accept_len = iv["accepted"] / iv["forward_ct"]
+                if parse_version(self.config.sglang_version) >= (0, 5, 11):
+                    correct = iv["accepted"] - iv["forward_ct"]
+                    rate = correct / (iv["forward_ct"] * (self.num_draft_tokens - 1))
+                else:
+                    rate = iv["accepted"] / (iv["forward_ct"] * (self.num_steps + 1))
+                log.info(
+                    "%s Decode batch, #running-req: 1, #token: %d, token usage: %.2f, "
+                    "accept len: %.2f, accept rate: %.2f, cuda graph: %s, "
+                    "gen throughput (token/s): %.2f, #queue-req: 0, ",
+                    TAG,
+                    seq_len,
+                    usage,
+                    accept_len,
+                    rate,
+                    graph,
+                    throughput,
+                )
+            else:
+                log.info(
+                    "%s Decode batch, #running-req: 1, #token: %d, token usage: %.2f, "
+                    "cuda graph: %s, gen throughput (token/s): %.2f, #queue-req: 0, ",
+                    TAG,
+                    seq_len,
+                    usage,
+                    graph,
+                    throughput,
+                )
+            self._interval = {"forward_ct": 0, "accepted": 0, "tokens": 0, "seconds": 0.0}
+
+    # -- responses --------------------------------------------------------------------------
+
+    @property
+    def model_path(self) -> str:
+        return str(self.config.target_path)
+
+    def meta_info(self, r: _Result) -> dict:
+        """0.5.23 meta_info (fixtures/sglang-0.5.23/generate_*.json), spec fields as 0.5.23."""
+        n = len(r.output_ids)
+        meta: dict[str, Any] = {
+            "id": uuid.uuid4().hex,
+            "finish_reason": r.finish_reason,
+            "prompt_tokens": r.prompt_tokens,
+            "weight_version": "default",
+            "num_retractions": 0,
+            "reasoning_tokens": 0,
+            "completion_tokens": n,
+            "cached_tokens": 0,
+            "weight_versions": [{"version": "default", "start": 0, "end": n}],
+            "cached_tokens_details": {"device": 0, "host": 0},
+            "dp_rank": None,
+        }
+        if r.hidden_states is not None:
+            meta["hidden_states"] = r.hidden_states
+        if self.feed is not None and r.verify_ct > 0:
+            proposed = r.verify_ct * (self.num_draft_tokens - 1)
+            meta.update(
+                spec_accept_rate=r.correct_drafts / proposed,
+                spec_accept_length=n / r.verify_ct,
+                spec_num_correct_drafts=r.correct_drafts,
+                spec_num_proposed_drafts=proposed,
+                spec_verify_ct=r.verify_ct,
+                spec_correct_drafts_histogram=list(r.histogram),
+            )
+        meta["e2e_latency"] = r.latency
+        meta["response_sent_to_client_ts"] = time.time()
+        return meta
+
+    def server_args(self) -> dict:
+        """The server-argument fields the double sets on top of the 0.5.23 template."""
+        cfg = self.config
+        spec_on = self.algorithm is not None
+        draft_q = cfg.draft_quantization if cfg.draft_quantization is not None else cfg.quantization
+        launch = [
+            f"--model-path {self.model_path}",
+            f"--device cpu --port {self.port} --host {self.host}",
+        ]
+        if spec_on:
+            launch.append(
+                f"--speculative-algorithm {self.algorithm} --speculative-draft-model-path "
+                f"{cfg.draft_path} --speculative-num-steps {self.num_steps} "
+                f"--speculative-eagle-topk {cfg.eagle_topk} --speculative-num-draft-tokens "
+                f"{cfg.num_draft_tokens}"
+            )
+        if not cfg.cuda_graph:
+            launch.append("--disable-cuda-graph")
+        if cfg.enable_return_hidden_states:
+            launch.append("--enable-return-hidden-states")
+        if cfg.quantization:
+            launch.append(f"--quantization {cfg.quantization}")
+        return {
+            "model_path": self.model_path,
+            "tokenizer_path": self.model_path,
+            "served_model_name": self.model_path,
+            "host": self.host,
+            "port": self.port,
+            "tp_size": 1,
+            "dtype": cfg.dtype,
+            "quantization": cfg.quantization,
+            "attention_backend": "torch_native",
+            "sampling_backend": "pytorch",
+            "device": "cpu",
+            "disable_cuda_graph": not cfg.cuda_graph,
+            "disable_radix_cache": cfg.disable_radix_cache,
+            "disable_overlap_schedule": spec_on,  # not implemented for spec decoding on CPU
+            "enable_return_hidden_states": cfg.enable_return_hidden_states,
+            "decode_log_interval": cfg.decode_log_interval,
+            "speculative_algorithm": self.algorithm,
+            "speculative_draft_model_path": str(cfg.draft_path) if spec_on else None,
+            "speculative_num_steps": self.num_steps if spec_on else None,
+            "speculative_eagle_topk": cfg.eagle_topk if spec_on else None,
+            "speculative_num_draft_tokens": self.num_draft_tokens if spec_on else None,
+            "speculative_draft_model_quantization": draft_q if spec_on else None,
+            "_speculative_draft_quantization_explicitly_set": cfg.draft_quantization is not None,
+            "launch_command": " ".join(launch),
+        }
+
+    def server_info(self) -> dict:
+        info = copy.deepcopy(self._template)
+        args = self.server_args()
+        info.update(args)
+        internal = info["internal_states"][0]
+        internal.update({k: v for k, v in args.items() if k in internal})
+        with self._stats_lock:
+            internal["last_gen_throughput"] = self._last_gen_throughput
+            if self._total_forward_ct:
+                internal["avg_spec_accept_length"] = self._total_accepted / self._total_forward_ct
+        for where in (info["startup_time"], internal["startup_time"]):
+            where["load_weight"] = self.load_seconds
+        info["version"] = self.config.sglang_version
+        info["status"] = "ready"
+        info["eagle3dash_double"] = True
+        info["eagle3dash_double_note"] = NOTE
+        info["eagle3dash_double_warnings"] = list(self.warnings)
+        info["eagle3dash_double_capture"] = {
+            "note": "eagle3dash double: the taps its target feeds the draft",
+            "feed": self.feed,
+            "prefill_layout": format_layout(self.prefill_layout),
+            "decode_layout": format_layout(self.decode_layout),
+            "rule": self.layout_rule,
+            "notes": list(self.layout_notes),
+            "num_layers": self.num_layers,
+        }
+        return info
+
+    def model_info(self) -> dict:
+        return {
+            "model_path": self.model_path,
+            "tokenizer_path": self.model_path,
+            "is_generation": True,
+            "preferred_sampling_params": None,
+            "weight_version": "default",
+            "served_model_name": self.model_path,
+            "model_type": getattr(self.hf_config, "model_type", None),
+            "architectures": self.architectures,
+            "eagle3dash_double": True,
+        }
+
+    # -- request parsing --------------------------------------------------------------------
+
+    def _check_ids(self, ids: Any) -> list[int]:
+        if not isinstance(ids, list) or not all(
+            isinstance(i, int) and not isinstance(i, bool) for i in ids
+        ):
+            raise _RequestError("input_ids must be a list of integers")
+        bad = [i for i in ids if not 0 <= i < self.vocab_size]
+        if bad:
+            raise _RequestError(
+                f"The input_ids {bad[:5]} are outside the vocabulary (size {self.vocab_size})."
+            )
+        if not ids:
+            raise _RequestError("The input is empty: give text or input_ids.")
+        return ids
+
+    def handle_generate(self, body: dict) -> dict | list:
+        """POST /generate: one result or, for a list of prompts, a list of results."""
+        if body.get("stream"):
+            raise _RequestError("stream=true is not served by the eagle3dash SGLang double")
+        if body.get("text") is not None:
+            texts = body["text"]
+            batch = isinstance(texts, list)
+            texts = texts if batch else [texts]
+            if not all(isinstance(t, str) for t in texts):
+                raise _RequestError("text must be a string or a list of strings")
+            prompts = [self.tokenizer.encode(t) for t in texts]
+        elif body.get("input_ids") is not None:
+            ids = body["input_ids"]
+            batch = isinstance(ids, list) and bool(ids) and isinstance(ids[0], list)
+            prompts = ids if batch else [ids]
+        else:
+            raise _RequestError("Either text, input_ids or input_embeds should be provided.")
+        prompts = [self._check_ids(p) for p in prompts]
+        want_hidden = bool(body.get("return_hidden_states"))
+        if want_hidden and not self.config.enable_return_hidden_states:
+            raise _RequestError(HIDDEN_STATES_DISABLED)
+        params = body.get("sampling_params") or {}
+        per_prompt = params if isinstance(params, list) else [params] * len(prompts)
+        if len(per_prompt) != len(prompts):
+            raise _RequestError("sampling_params must be one dict or one per prompt")
+        results = []
+        for ids, sp in zip(prompts, per_prompt, strict=True):
+            sp = sp or {}
+            max_new = sp.get("max_new_tokens")
+            max_new = DEFAULT_MAX_NEW_TOKENS if max_new is None else int(max_new)
+            stop_ids = set() if sp.get("ignore_eos") else set(self.eos_ids)
+            stop_ids |= {int(i) for i in sp.get("stop_token_ids") or ()}
+            r = self.generate(ids, max_new, stop_ids, want_hidden)
+            results.append(
+                {
+                    "text": self.tokenizer.decode(r.output_ids),
+                    "output_ids": r.output_ids,
+                    "meta_info": self.meta_info(r),
+                }
+            )
+        return results if batch else results[0]
+
+    def handle_chat(self, body: dict) -> dict:
+        """POST /v1/chat/completions, minimal: messages in, one choice out (greedy)."""
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise _RequestError("messages must be a non-empty list")
+        ids = self._check_ids(self.tokenizer.encode(self.tokenizer.chat_prompt(messages)))
+        max_new = body.get("max_completion_tokens") or body.get("max_tokens")
+        max_new = DEFAULT_MAX_NEW_TOKENS if max_new is None else int(max_new)
+        stop_ids = set() if body.get("ignore_eos") else set(self.eos_ids)
+        r = self.generate(ids, max_new, stop_ids, False)
+        n = len(r.output_ids)
+        return {
+            "id": uuid.uuid4().hex,
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model") or self.model_path,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {
+                        "role": "assistant",
+                        "content": self.tokenizer.decode(r.output_ids),
+                        "reasoning_content": None,
+                    },
+                    "logprobs": None,
+                    "finish_reason": r.finish_reason["type"],
+                    "matched_stop": r.finish_reason.get("matched"),
+                }
+            ],
+            "usage": {
+                "prompt_tokens": len(ids),
+                "total_tokens": len(ids) + n,
+                "completion_tokens": n,
+                "prompt_tokens_details": None,
+                "reasoning_tokens": 0,
+                "completion_tokens_details": None,
+            },
+            "metadata": {
+                "weight_version": "default",
+                "weight_versions": [{"version": "default", "start": 0, "end": n}],
+            },
+        }
+
+    def close(self) -> None:
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+
+
+# ---------------------------------------------------------------------------------------------
+# HTTP
+
+
+_GET = {
+    "/health",
+    "/health_generate",
+    "/server_info",
+    "/get_server_info",
+    "/model_info",
+    "/get_model_info",
+    "/flush_cache",
+    "/v1/models",
+}
+_POST = {"/generate", "/flush_cache", "/v1/chat/completions"}
+_PUT = {"/generate"}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """Routes like SGLang's FastAPI app; unknown paths get FastAPI's 404 body."""
+
+    server_version = "eagle3dash-sglang-double"
+    protocol_version = "HTTP/1.1"
+    engine: _Engine  # set on the subclass made per server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s %s - %s", TAG, self.address_string(), format % args)
+
+    def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _json(self, status: int, obj: Any) -> None:
+        self._send(status, json.dumps(obj).encode())
+
+    def _read_body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def do_GET(self) -> None:
+        self._route("GET", _GET)
+
+    def do_POST(self) -> None:
+        self._route("POST", _POST)
+
+    def do_PUT(self) -> None:
+        self._route("PUT", _PUT)
+
+    def _route(self, method: str, allowed: set[str]) -> None:
+        path = self.path.split("?", 1)[0]
+        raw = self._read_body()  # always consumed, so keep-alive connections stay in sync
+        if path not in allowed:
+            if path in _GET | _POST | _PUT:
+                self._json(405, {"detail": "Method Not Allowed"})
+            else:
+                self._json(404, {"detail": "Not Found"})
+            return
+        try:
+            body = json.loads(raw) if raw.strip() else {}
+        except (ValueError, UnicodeDecodeError) as e:
+            self._json(
+                422, {"detail": [{"type": "json_invalid", "msg": f"JSON decode error: {e}"}]}
+            )
+            return
+        try:
+            self._dispatch(path, body)
+        except (_RequestError, ValueError, TypeError) as e:
+            log.error("%s [http_server] Error: %s", TAG, e)
+            self._json(400, {"error": {"message": str(e)}})
+        except Exception as e:  # a bug in the double: answer 500 rather than drop the connection
+            log.exception("%s internal error on %s", TAG, path)
+            self._json(500, {"error": {"message": f"eagle3dash double internal error: {e}"}})
+
+    def _dispatch(self, path: str, body: Any) -> None:
+        engine = self.engine
+        if path == "/health":
+            self._send(200, b"")
+        elif path == "/health_generate":
+            engine.generate([0], 1, set(), False)
+            self._send(200, b"")
+        elif path in ("/server_info", "/get_server_info"):
+            self._json(200, engine.server_info())
+        elif path in ("/model_info", "/get_model_info"):
+            self._json(200, engine.model_info())
+        elif path == "/flush_cache":
+            self._send(200, FLUSH_CACHE_TEXT.encode(), "text/plain; charset=utf-8")
+        elif path == "/v1/models":
+            self._json(200, _models(engine))
+        elif not isinstance(body, dict):
+            raise _RequestError("the request body must be a JSON object")
+        elif path == "/generate":
+            self._json(200, engine.handle_generate(body))
+        elif path == "/v1/chat/completions":
+            self._json(200, engine.handle_chat(body))
+
+
+def _models(engine: _Engine) -> dict:
+    ctx = getattr(engine.hf_config, "max_position_embeddings", None)
+    return {
+        "object": "list",
+        "data": [
+            {
+                "id": engine.model_path,
+                "object": "model",
+                "created": int(time.time()),
+                "owned_by": "sglang",
+                "root": engine.model_path,
+                "parent": None,
+                "max_model_len": ctx,
+            }
+        ],
+    }
+
+
+@dataclass
+class RunningDouble:
+    """A double serving on a background thread; `with start_double(cfg) as d: d.url`."""
+
+    server: ThreadingHTTPServer
+    thread: threading.Thread
+    engine: _Engine
+
+    @property
+    def host(self) -> str:
+        return str(self.server.server_address[0])
+
+    @property
+    def port(self) -> int:
+        return int(self.server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def stop(self) -> None:
+        """Stop serving and release the port (idempotent)."""
+        if self.thread.is_alive():
+            self.server.shutdown()
+            self.thread.join(timeout=10)
+        self.server.server_close()
+        self.engine.close()
+
+    def __enter__(self) -> RunningDouble:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_double(config: DoubleConfig, host: str = "127.0.0.1", port: int = 0) -> RunningDouble:
+    """Load the models, bind host:port (0 = any free port) and serve on a daemon thread.
+
+    Raises DoubleStartError when SGLang would refuse the configuration or crash at capture.
+    """
+    engine = _Engine(config)
+    handler = type("DoubleHandler", (_Handler,), {"engine": engine})
+    server = ThreadingHTTPServer((host, port), handler)
+    server.daemon_threads = True
+    engine.host, engine.port = host, int(server.server_address[1])
+    thread = threading.Thread(
+        target=server.serve_forever,
+        kwargs={"poll_interval": 0.05},
+        name="eagle3dash-sglang-double",
+        daemon=True,
+    )
+    thread.start()
+    running = RunningDouble(server, thread, engine)
+    log.info("%s serving %s at %s (%s)", TAG, engine.model_path, running.url, NOTE)
+    return running
+
+
+# ---------------------------------------------------------------------------------------------
+# Tiny targets and the command line
+
+
+def make_tiny_target(
+    path: str | Path,
+    num_layers: int = 3,
+    hidden_size: int = 64,
+    num_heads: int = 4,
+    vocab_size: int = 256,
+    seed: int = 0,
+) -> Path:
+    """A random-init LlamaForCausalLM saved with save_pretrained into `path` (tests, demos)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_heads,
+        max_position_embeddings=2048,
+        tie_word_embeddings=False,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(config).eval()
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(out))
+    return out
+
+
+def _parse_ids(text: str) -> list[int]:
+    try:
+        return [int(p) for p in text.replace(" ", "").split(",") if p]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of ints: {text!r} (e.g. 1,2,3)") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m eagle3dash.sglang_double --target DIR [--draft DIR] --port N`: serve to ^C."""
+    p = argparse.ArgumentParser(
+        prog="python -m eagle3dash.sglang_double",
+        description=f"{NOTE}. Answers like SGLang 0.5.23 for the endpoints eagle3dash uses.",
+    )
+    p.add_argument("--target", required=True, help="a transformers save_pretrained directory")
+    p.add_argument("--draft", help="an EAGLE-3 draft checkpoint directory")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=30000)
+    p.add_argument(
+        "--algorithm",
+        choices=[*ALGORITHMS, "none"],
+        help="speculative algorithm (default: EAGLE3 with --draft, else none)",
+    )
+    p.add_argument("--sglang-version", default="0.5.23", help="capture rules to emulate")
+    p.add_argument("--arch", help="target architecture for the rules (default: from its config)")
+    p.add_argument("--aux-layer-ids", type=_parse_ids, help="pretend eagle_config ids, e.g. 1,2,3")
+    p.add_argument("--num-steps", type=int, default=3)
+    p.add_argument("--eagle-topk", type=int, default=1)
+    p.add_argument("--num-draft-tokens", type=int, default=4)
+    p.add_argument("--disable-cuda-graph", action="store_true")
+    p.add_argument("--enable-return-hidden-states", action="store_true")
+    p.add_argument("--disable-radix-cache", action="store_true")
+    p.add_argument("--quantization")
+    p.add_argument("--draft-quantization")
+    p.add_argument("--decode-log-interval", type=int, default=40)
+    p.add_argument(
+        "--delay", type=float, default=0.0, help="seconds per target forward (draft: delay/10)"
+    )
+    p.add_argument("--dtype", default="float32")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    algorithm = args.algorithm or ("EAGLE3" if args.draft else "none")
+    config = DoubleConfig(
+        target_path=args.target,
+        draft_path=args.draft,
+        speculative_algorithm=None if algorithm == "none" else algorithm,
+        num_steps=args.num_steps,
+        eagle_topk=args.eagle_topk,
+        num_draft_tokens=args.num_draft_tokens,
+        sglang_version=args.sglang_version,
+        arch=args.arch,
+        cuda_graph=not args.disable_cuda_graph,
+        enable_return_hidden_states=args.enable_return_hidden_states,
+        disable_radix_cache=args.disable_radix_cache,
+        quantization=args.quantization,
+        draft_quantization=args.draft_quantization,
+        aux_layer_ids_override=args.aux_layer_ids,
+        decode_log_interval=args.decode_log_interval,
+        delay_s=args.delay,
+        dtype=args.dtype,
+    )
+    try:
+        running = start_double(config, args.host, args.port)
+    except (InputError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"{TAG} {running.url} ({NOTE}); Ctrl-C to stop", flush=True)
+
+    def on_term(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, on_term)  # stop cleanly under `kill` too
+    try:
+        while running.thread.is_alive():
+            running.thread.join(timeout=1.0)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        running.stop()
+        log.info("%s stopped", TAG)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

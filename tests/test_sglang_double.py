@@ -1,0 +1,470 @@
+"""The SGLang API double over real HTTP: 0.5.23 shapes, honest speculative decoding, capture rules.
+
+A tiny random Llama target (3 blocks, hidden 64) and random EAGLE-3 drafts saved in SpecForge
+format. Greedy references come from transformers' `generate`; the taps from `serving_layout`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+import torch
+from transformers import LlamaForCausalLM
+
+from eagle3dash import checkpoint
+from eagle3dash.layout import Tap, serving_layout
+from eagle3dash.sglang_double import (
+    HIDDEN_STATES_DISABLED,
+    TOPK1_WARNING,
+    DoubleConfig,
+    DoubleStartError,
+    main,
+    make_tiny_target,
+    start_double,
+)
+from eagle3dash.spec import DraftSpec
+
+FIXTURE = Path(__file__).resolve().parents[2] / "shared/fixtures/sglang-0.5.23/get_server_info.json"
+TEMPLATE = Path(__file__).resolve().parents[1] / "eagle3dash/double_data/server_info_0.5.23.json"
+PROMPTS = [[5, 6, 7, 8], [40, 41, 42, 43, 44, 45, 46], [200, 3]]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    """Tiny tensors: OpenMP hand-offs would dominate (and crawl when other jobs load the CPUs)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def draft_spec(hidden: int = 64, ids: tuple[int, ...] | None = (-1, 0, 1), **kw) -> DraftSpec:
+    base = dict(
+        format="specforge",
+        hidden_size=hidden,
+        target_hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_layers=1,
+        num_heads=4,
+        num_kv_heads=4,
+        head_dim=hidden // 4,
+        vocab_size=256,
+        draft_vocab_size=256,
+        max_position_embeddings=2048,
+        aux_layer_ids=ids,
+        aux_ids_location="eagle_config" if ids is not None else "missing",
+        architectures=("LlamaForCausalLMEagle3",),
+    )
+    base.update(kw)
+    return DraftSpec(**base)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("double")
+    target = make_tiny_target(root / "target")
+    # nested SpecForge ids [-1, 0, 1]: output-of +1 -> capture before layers 0, 1, 2 (0.5.22+)
+    spec = draft_spec()
+    draft = checkpoint.save(
+        spec, checkpoint.random_tensors(spec, seed=1), root / "draft", "specforge"
+    )
+    hf = LlamaForCausalLM.from_pretrained(str(target), dtype=torch.float32).eval()
+    return {"root": root, "target": target, "draft": draft, "spec": spec, "hf": hf}
+
+
+def greedy(hf: LlamaForCausalLM, prompt: list[int], n: int) -> list[int]:
+    """transformers' own greedy decoding, never stopping at EOS."""
+    gc = copy.deepcopy(hf.generation_config)
+    gc.eos_token_id = None
+    gc.do_sample = False
+    gc.max_new_tokens = n
+    gc.pad_token_id = 0
+    with torch.inference_mode():
+        out = hf.generate(torch.tensor([prompt]), generation_config=gc)
+    return out[0, len(prompt) :].tolist()
+
+
+def states(hf: LlamaForCausalLM, ids: list[int]) -> list[torch.Tensor]:
+    """HF hidden_states[d] for the sequence: d < N the residual after d blocks, N post-norm."""
+    with torch.inference_mode():
+        out = hf(input_ids=torch.tensor([ids]), output_hidden_states=True, use_cache=False)
+    return [h[0] for h in out.hidden_states]
+
+
+def generate(url: str, **body) -> httpx.Response:
+    return httpx.post(f"{url}/generate", json=body, timeout=60)
+
+
+def check_spec_accounting(meta: dict, num_steps: int) -> None:
+    """completion = first token + sum over rounds of (accepted drafts + 1 bonus)."""
+    n, ct = meta["completion_tokens"], meta["spec_verify_ct"]
+    assert 1 <= n / ct <= num_steps + 1
+    assert meta["spec_accept_length"] == pytest.approx(n / ct)
+    assert n == 1 + meta["spec_num_correct_drafts"] + ct
+    assert meta["spec_num_proposed_drafts"] == ct * num_steps
+    assert meta["spec_accept_rate"] == pytest.approx(
+        meta["spec_num_correct_drafts"] / (ct * num_steps)
+    )
+    hist = meta["spec_correct_drafts_histogram"]
+    assert (
+        sum(hist) == ct
+        and sum(i * c for i, c in enumerate(hist)) == meta["spec_num_correct_drafts"]
+    )
+
+
+# -- shapes ------------------------------------------------------------------------------------
+
+
+def test_template_is_the_real_fixture():
+    if FIXTURE.is_file():
+        assert json.loads(TEMPLATE.read_text()) == json.loads(FIXTURE.read_text())
+
+
+def test_server_info_and_model_info_have_the_real_shape(models):
+    real = json.loads(TEMPLATE.read_text())
+    cfg = DoubleConfig(
+        models["target"], models["draft"], "EAGLE3", enable_return_hidden_states=True
+    )
+    with start_double(cfg) as d:
+        for path in ("/server_info", "/get_server_info"):
+            info = httpx.get(d.url + path).json()
+            assert set(real) <= set(info)
+            assert set(real["internal_states"][0]) <= set(info["internal_states"][0])
+            assert info["eagle3dash_double"] is True
+            assert info["version"] == "0.5.23"
+            assert info["model_path"] == str(models["target"])
+            assert info["tp_size"] == 1 and info["device"] == "cpu"
+            assert info["attention_backend"] == "torch_native"
+            assert info["speculative_algorithm"] == "EAGLE3"
+            assert info["speculative_draft_model_path"] == str(models["draft"])
+            assert (info["speculative_num_steps"], info["speculative_eagle_topk"]) == (3, 1)
+            assert info["speculative_num_draft_tokens"] == 4
+            assert info["enable_return_hidden_states"] is True
+            assert info["port"] == d.port
+            assert info["eagle3dash_double_capture"]["prefill_layout"] == "0,1,2"
+            assert "avg_spec_accept_length" not in info["internal_states"][0]
+        for path in ("/model_info", "/get_model_info"):
+            mi = httpx.get(d.url + path).json()
+            assert mi["architectures"] == ["LlamaForCausalLM"] and mi["model_type"] == "llama"
+            assert mi["is_generation"] is True and mi["weight_version"] == "default"
+            assert mi["model_path"] == mi["served_model_name"] == str(models["target"])
+        health = httpx.get(d.url + "/health")
+        assert health.status_code == 200 and health.content == b""
+        assert httpx.get(d.url + "/health_generate").status_code == 200
+        assert httpx.post(d.url + "/flush_cache").text.startswith("Cache flushed.")
+        assert httpx.get(d.url + "/flush_cache").status_code == 200
+
+
+def test_unknown_paths_answer_like_fastapi(models):
+    with start_double(DoubleConfig(models["target"])) as d:
+        r = httpx.get(d.url + "/no/such/path")
+        assert r.status_code == 404 and r.json() == {"detail": "Not Found"}
+        r = httpx.post(d.url + "/generate_nope", json={})
+        assert r.status_code == 404 and r.json() == {"detail": "Not Found"}
+        r = httpx.post(d.url + "/health")
+        assert r.status_code == 405 and r.json() == {"detail": "Method Not Allowed"}
+
+
+# -- decoding ----------------------------------------------------------------------------------
+
+
+def test_speculative_output_equals_plain_greedy(models):
+    hf, n = models["hf"], 24
+    cfg = DoubleConfig(models["target"], models["draft"], "EAGLE3")
+    with start_double(cfg) as d:
+        r = generate(
+            d.url, input_ids=PROMPTS, sampling_params={"max_new_tokens": n, "ignore_eos": True}
+        )
+        assert r.status_code == 200
+        for prompt, one in zip(PROMPTS, r.json(), strict=True):
+            assert one["output_ids"] == greedy(hf, prompt, n)
+            meta = one["meta_info"]
+            assert meta["finish_reason"] == {"type": "length", "length": n}
+            assert meta["prompt_tokens"] == len(prompt) and meta["cached_tokens"] == 0
+            check_spec_accounting(meta, 3)
+        # text prompts use the byte-level scheme; temperature is accepted and decoding stays greedy
+        r = generate(
+            d.url,
+            text="hi!",
+            sampling_params={"max_new_tokens": 9, "ignore_eos": True, "temperature": 0.7},
+        ).json()
+        assert r["output_ids"] == greedy(hf, list(b"hi!"), 9)
+        assert r["text"] == bytes(r["output_ids"]).decode("utf-8", errors="replace")
+
+
+def test_plain_greedy_without_speculation_and_stop_tokens(models):
+    hf, prompt = models["hf"], PROMPTS[1]
+    ref = greedy(hf, prompt, 16)
+    with start_double(DoubleConfig(models["target"])) as d:
+        r = generate(
+            d.url, input_ids=prompt, sampling_params={"max_new_tokens": 16, "ignore_eos": True}
+        )
+        body = r.json()
+        assert body["output_ids"] == ref
+        assert not any(k.startswith("spec_") for k in body["meta_info"])
+        stop = ref[5]
+        r = generate(
+            d.url,
+            input_ids=prompt,
+            sampling_params={"max_new_tokens": 16, "ignore_eos": True, "stop_token_ids": [stop]},
+        ).json()
+        assert r["output_ids"] == ref[: ref.index(stop) + 1]
+        assert r["meta_info"]["finish_reason"] == {"type": "stop", "matched": stop}
+        chat = httpx.post(
+            d.url + "/v1/chat/completions",
+            json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
+        ).json()
+        assert chat["object"] == "chat.completion" and chat["usage"]["completion_tokens"] == 4
+
+
+def constant_draft(models, token: int) -> Path:
+    """A draft with a zero lm_head: it always proposes draft id 0, which d2t maps to `token`."""
+    spec = draft_spec(has_d2t=True, has_t2d=True)
+    tensors = checkpoint.random_tensors(spec, seed=2, with_d2t=True)
+    tensors["lm_head.weight"] = torch.zeros_like(tensors["lm_head.weight"])
+    d2t = torch.zeros(256, dtype=torch.int64)
+    d2t[0] = token
+    tensors["d2t"] = d2t
+    return checkpoint.save(spec, tensors, models["root"] / f"const{token}", "specforge")
+
+
+def simulated_rounds(output: list[int], token: int, steps: int) -> tuple[int, int]:
+    """Rounds and accepted drafts when every round proposes `token` x steps, from the output."""
+    pos, rounds, correct = 1, 0, 0  # the first token comes from prefill
+    while pos < len(output):
+        accepted = 0
+        while accepted < steps and pos + accepted < len(output) and output[pos + accepted] == token:
+            accepted += 1
+        emitted = min(accepted + 1, len(output) - pos)
+        pos += emitted
+        rounds += 1
+        correct += emitted - 1
+    return rounds, correct
+
+
+def test_verify_count_is_honest_and_a_good_draft_is_accepted(models):
+    hf, prompt, n = models["hf"], PROMPTS[0], 24
+    ref = greedy(hf, prompt, n)
+    token = max(set(ref), key=ref.count)  # the tiny random target falls into loops
+    assert ref.count(token) >= n // 3
+    cfg = DoubleConfig(
+        models["target"], constant_draft(models, token), "EAGLE3", decode_log_interval=5
+    )
+    with start_double(cfg) as d:
+        meta = generate(
+            d.url, input_ids=prompt, sampling_params={"max_new_tokens": n, "ignore_eos": True}
+        )
+        body = meta.json()
+        assert body["output_ids"] == ref
+        meta = body["meta_info"]
+        check_spec_accounting(meta, 3)
+        rounds, correct = simulated_rounds(ref, token, 3)
+        assert (meta["spec_verify_ct"], meta["spec_num_correct_drafts"]) == (rounds, correct)
+        assert meta["spec_accept_length"] > 1.5
+        # totals are added every decode_log_interval (5) verify rounds, as SGLang's log lines do
+        avg = httpx.get(d.url + "/server_info").json()["internal_states"][0][
+            "avg_spec_accept_length"
+        ]
+        assert 1.0 <= avg <= 4.0
+        # a stop token in the middle of a round truncates it; accounting stays consistent
+        r = generate(
+            d.url,
+            input_ids=prompt,
+            sampling_params={"max_new_tokens": n, "ignore_eos": True, "stop_token_ids": [token]},
+        ).json()
+        assert r["output_ids"] == ref[: ref.index(token) + 1]
+        assert r["meta_info"]["finish_reason"] == {"type": "stop", "matched": token}
+        check_spec_accounting(r["meta_info"], 3)
+
+
+def test_topk1_forces_num_draft_tokens(models):
+    cfg = DoubleConfig(
+        models["target"], models["draft"], "EAGLE3", num_steps=1, num_draft_tokens=16
+    )
+    with start_double(cfg) as d:
+        info = httpx.get(d.url + "/server_info").json()
+        assert info["speculative_num_steps"] == 1
+        assert info["speculative_num_draft_tokens"] == 2
+        assert TOPK1_WARNING in info["eagle3dash_double_warnings"]
+        r = generate(
+            d.url, input_ids=PROMPTS[0], sampling_params={"max_new_tokens": 12, "ignore_eos": True}
+        )
+        body = r.json()
+        assert body["output_ids"] == greedy(models["hf"], PROMPTS[0], 12)
+        check_spec_accounting(body["meta_info"], 1)
+
+
+# -- hidden states and capture rules ---------------------------------------------------------------
+
+
+def test_return_hidden_states_refused_when_disabled(models):
+    with start_double(DoubleConfig(models["target"], models["draft"], "EAGLE3")) as d:
+        r = generate(d.url, input_ids=PROMPTS[0], return_hidden_states=True)
+        assert r.status_code == 400
+        assert r.json() == {"error": {"message": HIDDEN_STATES_DISABLED}}
+        assert HIDDEN_STATES_DISABLED == (
+            "The server is not configured to return the hidden states. Please set "
+            "`--enable-return-hidden-states` to enable this feature."
+        )
+
+
+def expected_rows(hf, ids: list[int], taps) -> torch.Tensor:
+    hs = states(hf, ids)
+    return torch.cat([hs[t.depth] for t in taps], dim=-1)
+
+
+def test_hidden_states_are_the_predicted_taps(models):
+    hf, prompt, n = models["hf"], PROMPTS[1], 10
+    taps = serving_layout(models["spec"], 3, "0.5.23", "LlamaForCausalLM").layout
+    assert taps == (Tap(0), Tap(1), Tap(2))  # ids [-1, 0, 1] +1: the embedding and two blocks
+    cfg = DoubleConfig(
+        models["target"], models["draft"], "EAGLE3", enable_return_hidden_states=True
+    )
+    with start_double(cfg) as d:
+        body = generate(
+            d.url,
+            input_ids=prompt,
+            return_hidden_states=True,
+            sampling_params={"max_new_tokens": n, "ignore_eos": True},
+        ).json()
+    out = body["output_ids"]
+    hidden = body["meta_info"]["hidden_states"]
+    block = torch.tensor(hidden[0])
+    assert block.shape == (len(prompt), 3 * 64)
+    torch.testing.assert_close(block, expected_rows(hf, prompt, taps), atol=1e-5, rtol=1e-4)
+    # then one row per emitted token after the first: the state at the position that produced it
+    rows = torch.tensor(hidden[1:])
+    assert rows.shape == (n - 1, 3 * 64)
+    full = expected_rows(hf, prompt + out, taps)
+    torch.testing.assert_close(rows, full[len(prompt) : len(prompt) + n - 1], atol=1e-5, rtol=1e-4)
+
+
+def test_default_ids_follow_serving_layout(models):
+    """No eagle_config ids: SGLang's defaults [2, N//2, N-3] = [2, 1, 0], in layer order."""
+    spec = draft_spec(ids=None)
+    path = checkpoint.save(
+        spec, checkpoint.random_tensors(spec, seed=3), models["root"] / "noids", "specforge"
+    )
+    taps = serving_layout(spec, 3, "0.5.23", "LlamaForCausalLM").layout
+    cfg = DoubleConfig(models["target"], path, "EAGLE3", enable_return_hidden_states=True)
+    with start_double(cfg) as d:
+        body = generate(
+            d.url,
+            input_ids=PROMPTS[0],
+            return_hidden_states=True,
+            sampling_params={"max_new_tokens": 2, "ignore_eos": True},
+        ).json()
+    block = torch.tensor(body["meta_info"]["hidden_states"][0])
+    torch.testing.assert_close(
+        block, expected_rows(models["hf"], PROMPTS[0], taps), atol=1e-5, rtol=1e-4
+    )
+
+
+def test_cuda_graph_emulation_uses_default_taps_for_verify(tmp_path):
+    """<= 0.5.10 with custom ids: eager prefill captures the config ids, verify the defaults."""
+    target = make_tiny_target(tmp_path / "t7", num_layers=7, hidden_size=32, seed=1)
+    hf = LlamaForCausalLM.from_pretrained(str(target), dtype=torch.float32).eval()
+    spec = draft_spec(hidden=32, ids=(0, 2, 4))
+    draft = checkpoint.save(
+        spec, checkpoint.random_tensors(spec, seed=4), tmp_path / "d", "specforge"
+    )
+    result = serving_layout(spec, 7, "0.5.10", "LlamaForCausalLM", cuda_graph=True)
+    assert result.layout == (Tap(1), Tap(3), Tap(5))
+    assert result.decode_layout == (Tap(2), Tap(3), Tap(4))
+    prompt, n = [9, 8, 7, 6, 5], 8
+    cfg = DoubleConfig(
+        target, draft, "EAGLE3", sglang_version="0.5.10", enable_return_hidden_states=True
+    )
+    with start_double(cfg) as d:
+        body = generate(
+            d.url,
+            input_ids=prompt,
+            return_hidden_states=True,
+            sampling_params={"max_new_tokens": n, "ignore_eos": True},
+        ).json()
+        info = httpx.get(d.url + "/server_info").json()
+    assert info["version"] == "0.5.10"
+    assert info["eagle3dash_double_capture"]["decode_layout"] == "2,3,4"
+    out, hidden = body["output_ids"], body["meta_info"]["hidden_states"]
+    assert out == greedy(hf, prompt, n)
+    torch.testing.assert_close(
+        torch.tensor(hidden[0]), expected_rows(hf, prompt, result.layout), atol=1e-5, rtol=1e-4
+    )
+    full = expected_rows(hf, prompt + out, result.decode_layout)
+    torch.testing.assert_close(
+        torch.tensor(hidden[1:]), full[len(prompt) : len(prompt) + n - 1], atol=1e-5, rtol=1e-4
+    )
+    eager = DoubleConfig(target, draft, "EAGLE3", sglang_version="0.5.10", cuda_graph=False)
+    with start_double(eager) as d:
+        info = httpx.get(d.url + "/server_info").json()
+    assert info["eagle3dash_double_capture"]["decode_layout"] == "1,3,5"
+    assert info["disable_cuda_graph"] is True
+
+
+@pytest.mark.parametrize(
+    ("version", "override", "needle"),
+    [
+        ("0.5.23", [0, 1, 2], "last block's output"),  # +1 -> index 3 = N, never captured
+        ("0.5.21", None, "crashes before 0.5.22"),  # ids [-1, 0, 1] -> index 0 before 0.5.22
+    ],
+)
+def test_invalid_capture_refuses_to_start(models, version, override, needle):
+    spec = models["spec"]
+    if override is not None:
+        import dataclasses
+
+        spec = dataclasses.replace(spec, aux_layer_ids=tuple(override))
+    error = serving_layout(spec, 3, version, "LlamaForCausalLM").error
+    assert error and needle in error
+    cfg = DoubleConfig(
+        models["target"],
+        models["draft"],
+        "EAGLE3",
+        sglang_version=version,
+        aux_layer_ids_override=override,
+    )
+    with pytest.raises(DoubleStartError, match="would fail to capture") as exc:
+        start_double(cfg)
+    assert error in str(exc.value)
+    args = ["--target", str(models["target"]), "--draft", str(models["draft"]), "--port", "0"]
+    args += ["--sglang-version", version]
+    if override is not None:
+        args += ["--aux-layer-ids", ",".join(map(str, override))]
+    assert main(args) == 2
+
+
+def test_override_applies_the_fix(models):
+    """aux_layer_ids_override pretends nested ids: [1, 0, -1] +1, captured in layer order."""
+    cfg = DoubleConfig(
+        models["target"], models["draft"], "EAGLE3", aux_layer_ids_override=[1, 0, -1]
+    )
+    with start_double(cfg) as d:
+        info = httpx.get(d.url + "/server_info").json()
+    capture = info["eagle3dash_double_capture"]
+    assert capture["prefill_layout"] == "0,1,2"  # ascending layer order whatever the list order
+    assert any("not ascending" in note for note in capture["notes"])
+
+
+def test_eagle_algorithm_with_an_eagle3_draft_skips_capture(models):
+    hf, prompt, n = models["hf"], PROMPTS[0], 12
+    cfg = DoubleConfig(models["target"], models["draft"], "EAGLE", enable_return_hidden_states=True)
+    with start_double(cfg) as d:
+        info = httpx.get(d.url + "/server_info").json()
+        body = generate(
+            d.url,
+            input_ids=prompt,
+            return_hidden_states=True,
+            sampling_params={"max_new_tokens": n, "ignore_eos": True},
+        ).json()
+    assert info["speculative_algorithm"] == "EAGLE"
+    assert info["eagle3dash_double_capture"]["feed"] == "last"
+    assert info["eagle3dash_double_capture"]["prefill_layout"] == ""
+    assert body["output_ids"] == greedy(hf, prompt, n)
+    check_spec_accounting(body["meta_info"], 3)
+    block = torch.tensor(body["meta_info"]["hidden_states"][0])
+    assert block.shape == (len(prompt), 64)  # the final-normed state, width H
+    torch.testing.assert_close(block, states(hf, prompt)[3], atol=1e-5, rtol=1e-4)
