@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from eagle3dash.spec import DraftSpec
 
@@ -642,3 +642,38 @@ def compare(
         "diff": diff(training.layout, serving.layout, defaults if fell_back else None),
         "decode_diff": diff(training.layout, decode, defaults) if decode is not None else None,
     }
+
+
+# ---------------------------------------------------------------------------------------------
+# Fix: the config ids that make a given SGLang version capture a wanted layout.
+
+
+def config_ids_for(
+    layout: Layout,
+    spec: DraftSpec,
+    num_layers: int,
+    sglang_version: str,
+    arch: str,
+    cuda_graph: bool = True,
+) -> list[int] | None:
+    """The eagle_config ids under which this SGLang version feeds the draft exactly `layout`.
+
+    Searches, per slot, each tap's depth - 1 (the "output of layer i" reading, +1) and depth
+    (ids used verbatim: DeepSeek/Kimi first-id rule from 0.5.13, gpt-oss boundary rule), and
+    returns the first candidate whose `serving_layout` equals `layout` without an error; with
+    `cuda_graph`, the CUDA-graph decode capture (up to 0.5.10) must match too. None when no
+    ids can do it (a tap SGLang never captures, the embedding before the version that can,
+    post-norm taps, slots not in layer order, ...).
+    """
+    target = tuple(layout)
+    if not target or any(t.post_norm for t in target):
+        return None  # SGLang captures pre-norm residual streams only
+    for ids in itertools.product(*[(t.depth - 1, t.depth) for t in target]):
+        candidate = replace(spec, aux_layer_ids=tuple(ids), aux_ids_location="eagle_config")
+        result = serving_layout(candidate, num_layers, sglang_version, arch, cuda_graph)
+        if result.error is not None or result.layout != target:
+            continue
+        if result.decode_layout is not None and result.decode_layout != target:
+            continue
+        return list(ids)
+    return None

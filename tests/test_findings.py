@@ -1,0 +1,805 @@
+"""Findings: one Evidence that fires each rule and one that must not, plus the seed case end to end.
+
+The server, benchmark and eval objects are small stand-ins with the attribute names of
+`sglang.ServerReport` / `SpeculativeSettings`, `servebench.BenchResult` and `metrics.DraftEval`
+(checked against the real dataclasses when those modules import), so these tests stay fast and
+import no torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import pytest
+
+from eagle3dash.checkpoint import InspectReport
+from eagle3dash.findings import RULES, SEVERITIES, Evidence, Finding, diagnose
+from eagle3dash.layout import Tap, compare, serving_layout
+from eagle3dash.spec import DraftSpec
+
+# --- stand-ins ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Spec:
+    """Stand-in for sglang.SpeculativeSettings."""
+
+    algorithm: str = "EAGLE3"
+    draft_model_path: str | None = None
+    num_steps: int | None = 3
+    eagle_topk: int | None = 1
+    num_draft_tokens: int | None = 4
+    token_map: str | None = None
+    draft_quantization: str | None = None
+    quantization_explicitly_set: bool | None = None
+    accept_threshold_single: float | None = 1.0
+    accept_threshold_acc: float | None = 1.0
+
+
+@dataclass
+class Server:
+    """Stand-in for sglang.ServerReport."""
+
+    url: str = "http://gpubox:30000"
+    version: str | None = "0.5.23"
+    model_path: str | None = "moonshotai/Kimi-K2"
+    served_model_name: str | None = None
+    architectures: list[str] | None = None
+    model_type: str | None = None
+    tp_size: int | None = 8
+    dtype: str | None = "bfloat16"
+    quantization: str | None = None
+    attention_backend: str | None = None
+    device: str | None = "cuda"
+    speculative: Spec | None = field(default_factory=Spec)
+    enable_return_hidden_states: bool = False
+    enable_return_aux_hidden_states: bool = False
+    return_aux_hidden_state_layer_ids: list[int] | None = None
+    disable_radix_cache: bool | None = None
+    disable_cuda_graph: bool | None = None
+    decode_log_interval: int | None = 40
+    avg_spec_accept_length: float | None = None
+    healthy: bool = True
+    server_info: dict = field(default_factory=dict)
+
+
+@dataclass
+class Bench:
+    """Stand-in for servebench.BenchResult (the fields the rules read)."""
+
+    output_tok_s_aggregate: float
+    accept_length: float | None = None
+    concurrency: int = 1
+
+
+@dataclass
+class Eval:
+    """Stand-in for metrics.DraftEval."""
+
+    acceptance: list[float]
+    accuracy: list[float] = field(default_factory=list)
+    num_positions: int = 100
+
+    @property
+    def steps(self) -> int:
+        return len(self.acceptance)
+
+    @property
+    def accept_length(self) -> float:
+        return 1.0 + sum(self.acceptance)
+
+    def accept_length_at(self, steps: int) -> float:
+        return 1.0 + sum(self.acceptance[:steps])
+
+
+GOOD = Eval(acceptance=[0.8, 0.6, 0.45, 0.3, 0.2], accuracy=[0.8, 0.7, 0.6, 0.5, 0.4])
+POOR = Eval(acceptance=[0.05, 0.01, 0.0, 0.0, 0.0], accuracy=[0.05, 0.2, 0.2, 0.2, 0.2])
+
+
+def test_stand_ins_match_the_real_dataclasses() -> None:
+    """The attribute names used here exist on the real objects (when their modules import)."""
+    sglang = pytest.importorskip("eagle3dash.sglang")
+    servebench = pytest.importorskip("eagle3dash.servebench")
+    real = {f.name for f in dataclasses.fields(sglang.ServerReport)}
+    assert {f.name for f in dataclasses.fields(Server)} <= real
+    real = {f.name for f in dataclasses.fields(sglang.SpeculativeSettings)}
+    assert {f.name for f in dataclasses.fields(Spec)} <= real
+    real = {f.name for f in dataclasses.fields(servebench.BenchResult)}
+    assert {f.name for f in dataclasses.fields(Bench)} <= real
+
+
+# --- real objects -------------------------------------------------------------------------------
+
+N = 61  # Kimi-K2 / DeepSeek-V3
+
+
+def draft(**kw) -> DraftSpec:
+    base = dict(
+        format="specforge",
+        hidden_size=64,
+        target_hidden_size=64,
+        intermediate_size=128,
+        num_layers=1,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        vocab_size=1000,
+        draft_vocab_size=1000,
+        aux_layer_ids=(2, 30, 58),
+        aux_ids_location="eagle_config",
+    )
+    base.update(kw)
+    return DraftSpec(**base)
+
+
+def report(spec: DraftSpec | None = None, problems=(), path="/ckpt/kimi-eagle3", tensors=None):
+    spec = spec or draft()
+    if tensors is None:
+        tensors = {
+            "fc.weight": ([spec.hidden_size, 3 * spec.target_hidden_size], "bfloat16"),
+            "lm_head.weight": ([spec.draft_vocab_size, spec.hidden_size], "bfloat16"),
+        }
+    return InspectReport(
+        path=path,
+        files=["model.safetensors"],
+        spec=spec,
+        tensors=tensors,
+        raw_names={},
+        param_count=0,
+        problems=list(problems),
+    )
+
+
+SEED_TRAINING = (Tap(0), Tap(3), Tap(31))
+
+
+def seed(version: str, **kw) -> Evidence:
+    """The incident: SpecForge draft, nested ids [2,30,58], trained on emb + after 3 and 31."""
+    spec = draft()
+    layouts = compare(spec, N, training_override=SEED_TRAINING, sglang_version=version, arch="kimi")
+    base = dict(
+        report=report(spec),
+        num_target_layers=N,
+        arch="kimi",
+        server=Server(version=version),
+        layouts=layouts,
+    )
+    base.update(kw)
+    return Evidence(**base)
+
+
+def ids_of(findings: list[Finding]) -> list[str]:
+    return [f.id for f in findings]
+
+
+def only(findings: list[Finding], rule_id: str) -> Finding:
+    hits = [f for f in findings if f.id == rule_id]
+    assert len(hits) == 1, ids_of(findings)
+    return hits[0]
+
+
+# --- the seed case end to end -------------------------------------------------------------------
+
+
+def test_seed_on_0_5_12_kimi_layout_mismatch_first_and_says_to_upgrade() -> None:
+    e = seed(
+        "0.5.12",
+        server=Server(version="0.5.12", speculative=Spec(algorithm="EAGLE")),
+        training_eval=GOOD,
+        serving_eval=POOR,
+    )
+    found = diagnose(e)
+    first = found[0]
+    assert first.id == "layout-mismatch" and first.severity == "critical"
+    assert "algorithm-eagle" in ids_of(found)  # another critical, ranked after
+    assert first.title == (
+        "Serving feeds the draft the layers after 3, 31 and 59 blocks, but training fed the "
+        "embedding output and the layers after 3 and 31 blocks: every slot is shifted by one."
+    )
+    assert "embedding output" in first.evidence and "after block 59" in first.evidence
+    assert "simulated accept length 3.35 at 5 steps, top-1 0.80" in first.evidence
+    assert "simulated accept length 1.06 at 5 steps, top-1 0.05" in first.evidence
+    # Tap(0) is not capturable on 0.5.12 for Kimi: upgrade to 0.5.16+, with its ids
+    assert "0.5.16 or later" in first.fix and "[0, 3, 31]" in first.fix
+    assert "retrain" in first.fix
+    assert first.data["sglang_version"] == "0.5.16"
+    ids = first.data["config_ids"]
+    fixed = replace(draft(), aux_layer_ids=tuple(ids), aux_ids_location="eagle_config")
+    for version in ("0.5.16", "0.5.23"):
+        result = serving_layout(fixed, N, version, "kimi")
+        assert result.error is None and result.layout == SEED_TRAINING
+
+
+def test_seed_on_0_5_23_kimi_gives_verbatim_ids() -> None:
+    found = diagnose(seed("0.5.23"))
+    first = found[0]
+    assert first.id == "layout-mismatch"
+    assert first.data["config_ids"] == [0, 3, 31]  # first id != 1: used verbatim
+    assert '"eagle_config": {"eagle_aux_hidden_state_layer_ids": [0, 3, 31]}' in first.fix
+    fixed = replace(draft(), aux_layer_ids=(0, 3, 31))
+    result = serving_layout(fixed, N, "0.5.23", "kimi")
+    assert result.error is None and result.layout == SEED_TRAINING
+
+
+def test_seed_fixed_config_has_no_layout_finding() -> None:
+    spec = draft(aux_layer_ids=(0, 3, 31))
+    layouts = compare(
+        spec, N, training_override=SEED_TRAINING, sglang_version="0.5.23", arch="kimi"
+    )
+    e = Evidence(report=report(spec), num_target_layers=N, arch="kimi", layouts=layouts)
+    assert diagnose(e) == []
+
+
+def test_draft_tokens_capped_steps_1_draft_tokens_16() -> None:
+    """--speculative-num-steps 1 --speculative-num-draft-tokens 16: SGLang runs (1, 1, 2)."""
+    server = Server(speculative=Spec(num_steps=1, eagle_topk=1, num_draft_tokens=2))
+    f = only(diagnose(Evidence(server=server, serving_eval=GOOD)), "draft-tokens-capped")
+    assert f.severity == "warning"
+    assert "speculative_num_draft_tokens=2" in f.evidence
+    assert "speculative_num_steps=1" in f.evidence
+    assert f.data["num_draft_tokens"] == 2
+    assert f.data["simulated_accept_length"] == pytest.approx({1: 1.8, 3: 2.85, 5: 3.35})
+    assert "1.80 at 1 steps" in f.evidence and "3.35 at 5 steps" in f.evidence
+    assert "--speculative-num-steps 3 --speculative-eagle-topk 1" in f.fix
+    assert "--speculative-num-draft-tokens 4" in f.fix
+
+
+# --- one firing and one quiet Evidence per rule -------------------------------------------------
+
+
+def _llama(version: str, ids=(1, 15, 28), training=None, **kw) -> Evidence:
+    spec = draft(aux_layer_ids=ids)
+    layouts = compare(spec, 32, training_override=training, sglang_version=version)
+    kw.setdefault("sglang_version", version)
+    return Evidence(report=report(spec), num_target_layers=32, layouts=layouts, **kw)
+
+
+def _write_config(tmp_path: Path, cfg: dict) -> str:
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    return str(tmp_path)
+
+
+Case = Callable[[Path], Evidence]
+
+FIRES: list = [
+    # rule 1
+    pytest.param(
+        lambda p: Evidence(report=report(), server=Server(speculative=Spec(algorithm="EAGLE"))),
+        "algorithm-eagle",
+        "critical",
+        id="algorithm-eagle",
+    ),
+    pytest.param(
+        lambda p: Evidence(report=report(), server=Server(speculative=Spec(algorithm="NEXTN"))),
+        "algorithm-eagle",
+        "critical",
+        id="algorithm-nextn",
+    ),
+    # rule 2
+    pytest.param(
+        lambda p: Evidence(server=Server(speculative=Spec(num_steps=2, num_draft_tokens=3))),
+        "draft-tokens-capped",
+        "warning",
+        id="draft-tokens-capped",
+    ),
+    # rule 3
+    pytest.param(
+        lambda p: Evidence(
+            report=report(
+                draft(format="speculators", aux_layer_ids=(3, 31, 59), aux_ids_location="top-level")
+            ),
+            num_target_layers=N,
+        ),
+        "aux-ids-not-read",
+        "critical",
+        id="aux-ids-top-level-critical",
+    ),
+    pytest.param(
+        lambda p: Evidence(
+            report=report(draft(aux_layer_ids=None, aux_ids_location="missing")),
+            num_target_layers=N,
+        ),
+        "aux-ids-not-read",
+        "info",
+        id="aux-ids-missing-defaults-info",
+    ),
+    pytest.param(
+        lambda p: Evidence(report=report(draft(aux_layer_ids=None, aux_ids_location="missing"))),
+        "aux-ids-not-read",
+        "warning",
+        id="aux-ids-missing-unknown-n",
+    ),
+    # rule 4
+    pytest.param(lambda p: seed("0.5.23"), "layout-mismatch", "critical", id="layout-mismatch"),
+    pytest.param(
+        lambda p: _llama("0.5.21", ids=(-1, 15, 28), training=(Tap(0), Tap(16), Tap(29))),
+        "capture-error",
+        "critical",
+        id="capture-error",
+    ),
+    # rule 5
+    pytest.param(
+        lambda p: _llama("0.5.10", ids=(2, 16, 29)),
+        "capture-rule-version",
+        "critical",
+        id="cuda-graph-default-layers",
+    ),
+    pytest.param(
+        lambda p: Evidence(
+            report=report(draft(aux_layer_ids=(2, 30, 57))),
+            num_target_layers=N,
+            arch="kimi",
+            server=Server(version="0.5.13"),
+            trainer="specforge-sglang",
+            training_sglang_version="0.5.12",
+        ),
+        "capture-rule-version",
+        "warning",
+        id="first-id-rule-between-versions",
+    ),
+    # rule 6
+    pytest.param(
+        lambda p: Evidence(report=report(draft(draft_vocab_size=320))),
+        "d2t-missing",
+        "critical",
+        id="d2t-missing",
+    ),
+    # rule 7
+    pytest.param(
+        lambda p: Evidence(report=report(draft(norm_before_residual=True))),
+        "norm-before-residual",
+        "critical",
+        id="norm-before-residual",
+    ),
+    # rule 8
+    pytest.param(
+        lambda p: Evidence(report=report(draft(fc_norm=True)), server=Server(version="0.5.11")),
+        "eagle31-ignored",
+        "warning",
+        id="fc-norm-before-0.5.12",
+    ),
+    pytest.param(
+        lambda p: Evidence(report=report(draft(format="speculators", norm_before_fc=True))),
+        "eagle31-ignored",
+        "warning",
+        id="top-level-norm-before-fc",
+    ),
+    pytest.param(
+        lambda p: Evidence(
+            report=report(
+                path=_write_config(p, {"eagle_config": {"norm_before_fc": True}}),
+            ),
+            server=Server(version="0.5.16"),
+        ),
+        "eagle31-ignored",
+        "warning",
+        id="nested-norm-before-fc-before-0.5.20",
+    ),
+    pytest.param(
+        lambda p: Evidence(
+            report=report(draft(norm_output_key=True)), server=Server(version="0.5.12")
+        ),
+        "norm-output-clash",
+        "warning",
+        id="norm-output-clash",
+    ),
+    # rule 9
+    pytest.param(
+        lambda p: Evidence(server=Server(quantization="fp8")),
+        "draft-quantized",
+        "warning",
+        id="draft-quantized",
+    ),
+    # rule 10
+    pytest.param(
+        lambda p: Evidence(
+            report=report(path="/ckpt/run2/epoch_9"),
+            server=Server(
+                url="http://localhost:30000",
+                speculative=Spec(draft_model_path="/ckpt/run1/epoch_9"),
+            ),
+        ),
+        "draft-path-differs",
+        "warning",
+        id="draft-path-differs-local",
+    ),
+    pytest.param(
+        lambda p: Evidence(
+            report=report(path="/home/me/kimi-eagle3-v2"),
+            server=Server(speculative=Spec(draft_model_path="/models/kimi-eagle3-v1")),
+        ),
+        "draft-path-differs",
+        "warning",
+        id="draft-path-differs-remote",
+    ),
+    # rule 11
+    pytest.param(
+        lambda p: Evidence(serving_eval=GOOD, measured=Bench(100.0, accept_length=1.6)),
+        "measured-below-simulated",
+        "warning",
+        id="measured-below-simulated",
+    ),
+    # rule 12
+    pytest.param(
+        lambda p: Evidence(measured=Bench(80.0), baseline=Bench(100.0)),
+        "slower-than-baseline",
+        "critical",
+        id="slower-than-baseline",
+    ),
+    pytest.param(
+        lambda p: Evidence(measured=Bench(110.0), baseline=Bench(100.0)),
+        "slower-than-baseline",
+        "info",
+        id="little-gain",
+    ),
+    # rule 13
+    pytest.param(
+        lambda p: Evidence(report=report(tensors={"fc.weight": ([64, 192], "bfloat16")})),
+        "lm_head-missing",
+        "critical",
+        id="lm_head-missing",
+    ),
+    pytest.param(
+        lambda p: Evidence(
+            report=report(
+                problems=[
+                    "unknown tensor model.midlayer.foo.weight [64]: SGLang and vLLM would "
+                    "silently drop it"
+                ]
+            )
+        ),
+        "unknown-tensors",
+        "critical",
+        id="unknown-tensors",
+    ),
+    pytest.param(
+        lambda p: Evidence(
+            report=report(problems=["shape mismatch: fc.weight is [64, 128], config implies x"])
+        ),
+        "checkpoint-problems",
+        "warning",
+        id="checkpoint-problems",
+    ),
+    pytest.param(
+        lambda p: Evidence(server=Server(speculative=None)),
+        "no-speculation",
+        "critical",
+        id="no-speculation",
+    ),
+    pytest.param(
+        lambda p: Evidence(server=Server(version="0.5.16", enable_return_hidden_states=True)),
+        "hidden-states-truncated",
+        "info",
+        id="hidden-states-truncated",
+    ),
+]
+
+QUIET: list = [
+    pytest.param(lambda p: Evidence(), "*", id="empty-evidence"),
+    pytest.param(
+        lambda p: Evidence(report=report(), server=Server()), "algorithm-eagle", id="eagle3"
+    ),
+    pytest.param(
+        lambda p: Evidence(server=Server(speculative=Spec(algorithm="EAGLE"))),
+        "algorithm-eagle",
+        id="no-draft-inspected",
+    ),
+    pytest.param(lambda p: Evidence(server=Server()), "draft-tokens-capped", id="steps-3"),
+    pytest.param(
+        lambda p: Evidence(server=Server(speculative=Spec(num_steps=1, eagle_topk=4))),
+        "draft-tokens-capped",
+        id="topk-4",
+    ),
+    pytest.param(lambda p: Evidence(report=report()), "aux-ids-not-read", id="nested-ids"),
+    pytest.param(lambda p: _llama("0.5.23"), "layout-mismatch", id="llama-defaults-identical"),
+    pytest.param(lambda p: Evidence(report=report()), "layout-mismatch", id="no-layouts"),
+    pytest.param(
+        lambda p: _llama("0.5.11", ids=(2, 16, 29)), "capture-rule-version", id="fixed-in-0.5.11"
+    ),
+    pytest.param(
+        lambda p: _llama("0.5.10", ids=(2, 16, 29), server=Server(disable_cuda_graph=True)),
+        "capture-rule-version",
+        id="cuda-graph-off",
+    ),
+    pytest.param(
+        lambda p: Evidence(
+            report=report(draft(aux_layer_ids=(2, 30, 57))),
+            num_target_layers=N,
+            arch="kimi",
+            server=Server(version="0.5.13"),
+            trainer="specforge-sglang",
+            training_sglang_version="0.5.14",
+        ),
+        "capture-rule-version",
+        id="same-rule-both-versions",
+    ),
+    pytest.param(
+        lambda p: Evidence(
+            report=report(draft(aux_layer_ids=(2, 30, 57))),
+            num_target_layers=32,
+            server=Server(version="0.5.13"),
+            trainer="specforge-sglang",
+            training_sglang_version="0.5.12",
+        ),
+        "capture-rule-version",
+        id="llama-has-no-first-id-rule",
+    ),
+    pytest.param(
+        lambda p: Evidence(report=report(draft(draft_vocab_size=320, has_d2t=True))),
+        "d2t-missing",
+        id="d2t-present",
+    ),
+    pytest.param(lambda p: Evidence(report=report()), "norm-before-residual", id="nbr-false"),
+    pytest.param(
+        lambda p: Evidence(report=report(draft(fc_norm=True)), server=Server(version="0.5.12")),
+        "eagle31-ignored",
+        id="fc-norm-0.5.12",
+    ),
+    pytest.param(
+        lambda p: Evidence(report=report(draft(fc_norm=True))),
+        "eagle31-ignored",
+        id="fc-norm-version-unknown",
+    ),
+    pytest.param(
+        lambda p: Evidence(
+            report=report(
+                path=_write_config(p, {"eagle_config": {"norm_before_fc": True}}),
+            ),
+            server=Server(version="0.5.20"),
+        ),
+        "eagle31-ignored",
+        id="nested-norm-before-fc-0.5.20",
+    ),
+    pytest.param(
+        lambda p: Evidence(
+            report=report(draft(norm_output_key=True)), server=Server(version="0.5.11")
+        ),
+        "norm-output-clash",
+        id="norm-output-before-0.5.12",
+    ),
+    pytest.param(
+        lambda p: Evidence(
+            report=report(draft(format="speculators", norm_output_key=True)),
+            server=Server(version="0.5.23"),
+        ),
+        "norm-output-clash",
+        id="speculators-norm-output",
+    ),
+    pytest.param(
+        lambda p: Evidence(
+            server=Server(quantization="fp8", speculative=Spec(draft_quantization="unquant"))
+        ),
+        "draft-quantized",
+        id="draft-unquant",
+    ),
+    pytest.param(lambda p: Evidence(server=Server()), "draft-quantized", id="no-quantization"),
+    pytest.param(
+        lambda p: Evidence(
+            report=report(path="/ckpt/kimi-eagle3"),
+            server=Server(
+                url="http://127.0.0.1:30000",
+                speculative=Spec(draft_model_path="/ckpt/./kimi-eagle3/"),
+            ),
+        ),
+        "draft-path-differs",
+        id="same-path-normalised",
+    ),
+    pytest.param(
+        lambda p: Evidence(
+            report=report(path="/home/me/kimi-eagle3"),
+            server=Server(speculative=Spec(draft_model_path="/models/kimi-eagle3")),
+        ),
+        "draft-path-differs",
+        id="remote-same-basename",
+    ),
+    pytest.param(
+        lambda p: Evidence(serving_eval=GOOD, measured=Bench(100.0, accept_length=3.1)),
+        "measured-below-simulated",
+        id="measured-close",
+    ),
+    pytest.param(
+        lambda p: Evidence(serving_eval=GOOD, measured=Bench(100.0)),
+        "measured-below-simulated",
+        id="no-measured-accept",
+    ),
+    pytest.param(
+        lambda p: Evidence(measured=Bench(150.0), baseline=Bench(100.0)),
+        "slower-than-baseline",
+        id="fast",
+    ),
+    pytest.param(
+        lambda p: Evidence(measured=Bench(80.0)), "slower-than-baseline", id="no-baseline"
+    ),
+    pytest.param(lambda p: Evidence(report=report()), "lm_head-missing", id="lm_head-present"),
+    pytest.param(
+        lambda p: Evidence(
+            report=report(
+                tensors={"fc.weight": ([64, 192], "bfloat16")},
+                path=_write_config(p, {"tie_word_embeddings": False}),
+            )
+        ),
+        "lm_head-missing",
+        id="head-shared-with-target",
+    ),
+    pytest.param(
+        lambda p: Evidence(
+            report=report(
+                draft(draft_vocab_size=320),
+                problems=[
+                    "draft_vocab_size 320 < vocab_size 1000 but no d2t: SGLang and vLLM would map"
+                ],
+            )
+        ),
+        "checkpoint-problems",
+        id="d2t-problem-has-its-own-rule",
+    ),
+    pytest.param(lambda p: Evidence(server=Server()), "no-speculation", id="speculating"),
+    pytest.param(
+        lambda p: Evidence(server=Server(version="0.5.20", enable_return_hidden_states=True)),
+        "hidden-states-truncated",
+        id="hidden-states-fixed",
+    ),
+]
+
+
+@pytest.mark.parametrize("make, rule_id, severity", FIRES)
+def test_rule_fires(make: Case, rule_id: str, severity: str, tmp_path: Path) -> None:
+    f = only(diagnose(make(tmp_path)), rule_id)
+    assert f.severity == severity
+    assert f.title.endswith(".") and f.evidence and f.fix
+
+
+@pytest.mark.parametrize("make, rule_id", QUIET)
+def test_rule_stays_quiet(make: Case, rule_id: str, tmp_path: Path) -> None:
+    found = ids_of(diagnose(make(tmp_path)))
+    if rule_id == "*":
+        assert found == []
+    else:
+        assert rule_id not in found
+
+
+# --- details of single rules --------------------------------------------------------------------
+
+
+def test_aux_ids_top_level_fix_gives_nested_ids_for_training_taps() -> None:
+    # speculators top-level ids are "input of layer k": Tap(3), Tap(31), Tap(59)
+    spec = draft(format="speculators", aux_layer_ids=(3, 31, 59), aux_ids_location="top-level")
+    f = only(
+        diagnose(Evidence(report=report(spec), num_target_layers=N, arch="kimi")),
+        "aux-ids-not-read",
+    )
+    assert "top level" in f.title and "after 2, 30 and 58 blocks" in f.title
+    assert f.data["config_ids"] == [3, 31, 59]  # 0.5.23 Kimi: first id != 1, verbatim
+    assert '"eagle_config": {"eagle_aux_hidden_state_layer_ids": [3, 31, 59]}' in f.fix
+
+
+def test_cuda_graph_finding_offers_upgrade_and_disable_flag() -> None:
+    f = only(diagnose(_llama("0.5.10", ids=(2, 16, 29))), "capture-rule-version")
+    assert "0.5.11" in f.fix and "--disable-cuda-graph" in f.fix
+    assert "[1, 15, 28]" in f.fix  # the default ids, a third way out
+    assert "after 2, 16 and 29 blocks" in f.title
+
+
+def test_llama_off_by_one_fix_ids() -> None:
+    # an HF-index trainer fed Tap(2), Tap(16), Tap(29); the config says [2, 16, 29] (SGLang: +1)
+    e = _llama("0.5.23", ids=(2, 16, 29), training=(Tap(2), Tap(16), Tap(29)))
+    f = diagnose(e)[0]
+    assert f.id == "layout-mismatch"
+    assert "one block later" in f.title
+    assert f.data["config_ids"] == [1, 15, 28]
+
+
+def test_capture_error_fix_says_to_upgrade() -> None:
+    f = only(
+        diagnose(_llama("0.5.21", ids=(-1, 15, 28), training=(Tap(0), Tap(16), Tap(29)))),
+        "capture-error",
+    )
+    assert "0.5.22 or later" in f.fix and f.data["config_ids"] == [-1, 15, 28]
+
+
+def test_impossible_layout_says_retrain() -> None:
+    # Tap(32) = the last block's output: no SGLang captures it for Llama
+    e = _llama("0.5.23", ids=(1, 15, 28), training=(Tap(2), Tap(16), Tap(32)))
+    f = only(diagnose(e), "layout-mismatch")
+    assert "last block" in f.fix and "retrain" in f.fix and "config_ids" not in f.data
+
+
+def test_draft_quantized_on_old_server_needs_upgrade() -> None:
+    f = only(
+        diagnose(Evidence(server=Server(version="0.5.6", quantization="fp8"))), "draft-quantized"
+    )
+    assert "0.5.8" in f.fix and "--speculative-draft-model-quantization unquant" in f.fix
+
+
+def test_remote_path_evidence_says_only_basenames_compared() -> None:
+    e = Evidence(
+        report=report(path="/home/me/kimi-eagle3-v2"),
+        server=Server(speculative=Spec(draft_model_path="/models/kimi-eagle3-v1")),
+    )
+    f = only(diagnose(e), "draft-path-differs")
+    assert "only the final path components" in f.evidence
+    assert "/home/me/kimi-eagle3-v2" in f.fix
+
+
+def test_measured_below_simulated_uses_server_steps_and_lists_checks() -> None:
+    e = Evidence(
+        server=Server(
+            quantization="fp8",
+            speculative=Spec(num_steps=3, accept_threshold_single=0.5),
+        ),
+        serving_eval=GOOD,
+        measured=Bench(100.0, accept_length=1.5),
+        report=report(problems=["unknown tensor x [1]: SGLang and vLLM would silently drop it"]),
+    )
+    f = only(diagnose(e), "measured-below-simulated")
+    assert f.data["steps"] == 3 and f.data["simulated"] == pytest.approx(2.85)
+    for needle in ("temperature", "SGLANG_SIMULATE_ACC_LEN", "fp8", "0.5", "unknown names"):
+        assert needle in f.fix
+    assert "1.50" in f.title and "2.85" in f.title
+
+
+def test_slower_than_baseline_numbers() -> None:
+    f = only(
+        diagnose(Evidence(measured=Bench(80.0, accept_length=1.1), baseline=Bench(100.0))),
+        "slower-than-baseline",
+    )
+    assert "80.0 tok/s" in f.evidence and "100.0 tok/s" in f.evidence and "0.80x" in f.title
+
+
+def test_norm_output_fix_removes_the_key() -> None:
+    e = Evidence(report=report(draft(norm_output_key=True)), server=Server(version="0.5.23"))
+    f = only(diagnose(e), "norm-output-clash")
+    assert "Remove norm_output" in f.fix
+
+
+# --- ordering and shapes ------------------------------------------------------------------------
+
+
+def test_findings_sorted_by_severity_then_rule_order() -> None:
+    e = seed(
+        "0.5.16",
+        report=report(draft(draft_vocab_size=320, fc_norm=True)),
+        server=Server(
+            version="0.5.16",
+            quantization="fp8",
+            enable_return_hidden_states=True,
+            speculative=Spec(algorithm="EAGLE", num_steps=1, num_draft_tokens=2),
+        ),
+        measured=Bench(80.0),
+        baseline=Bench(100.0),
+    )
+    found = diagnose(e)
+    ranks = [SEVERITIES.index(f.severity) for f in found]
+    assert ranks == sorted(ranks)
+    assert ids_of(found)[:4] == [
+        "layout-mismatch",
+        "algorithm-eagle",
+        "d2t-missing",
+        "slower-than-baseline",
+    ]
+    assert ids_of(found)[-1] == "hidden-states-truncated"
+
+
+def test_every_rule_documents_its_source() -> None:
+    for rule in RULES:
+        assert rule.__doc__ and re.search(r"SG §|DL §|DESIGN|PR #|#\d+", rule.__doc__), rule
+
+
+def test_finding_to_dict_and_severity_check() -> None:
+    f = Finding("x", "info", "T.", "E", "F", {"a": 1})
+    assert f.to_dict() == {
+        "id": "x",
+        "severity": "info",
+        "title": "T.",
+        "evidence": "E",
+        "fix": "F",
+        "data": {"a": 1},
+    }
+    json.dumps([g.to_dict() for g in diagnose(seed("0.5.12"))])
+    with pytest.raises(ValueError):
+        Finding("x", "fatal", "T.", "E", "F")
