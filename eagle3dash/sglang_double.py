@@ -1053,7 +1053,33 @@ def make_tiny_target(
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(out))
+    if vocab_size >= 256:
+        save_byte_tokenizer(out)
     return out
+
+
+def save_byte_tokenizer(path: str | Path) -> None:
+    """Save a byte-level tokenizer (token id = UTF-8 byte value) that AutoTokenizer loads.
+
+    Tiny targets have no trained tokenizer; this one lets every client tokenise text prompts the
+    way the double does, through the ordinary `AutoTokenizer.from_pretrained(path)`.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    # GPT-2's printable stand-ins for the 256 byte values, which ByteLevel pre-tokenisation emits.
+    printable = [*range(33, 127), *range(161, 173), *range(174, 256)]
+    stand_in = {b: chr(b) if b in printable else None for b in range(256)}
+    extra = 0
+    for b in range(256):
+        if stand_in[b] is None:
+            stand_in[b] = chr(256 + extra)
+            extra += 1
+    vocab = {stand_in[b]: b for b in range(256)}
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    PreTrainedTokenizerFast(tokenizer_object=tokenizer).save_pretrained(str(path))
 
 
 def _parse_ids(text: str) -> list[int]:
