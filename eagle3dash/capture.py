@@ -687,6 +687,9 @@ def capture_with_transformers(
     for i, s in enumerate(seqs):
         if not s:
             raise CaptureError(f"token sequence {i} is empty")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # no "Loading weights" bars in CLI output and job logs
     try:
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, local_files_only=True)
     except Exception as e:

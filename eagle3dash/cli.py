@@ -152,6 +152,138 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_findings(findings: list) -> None:
+    if not findings:
+        print("no findings")
+        return
+    print(f"{len(findings)} finding(s):")
+    for f in findings:
+        print(f"  [{f.severity}] {f.id}: {f.title}")
+        print(f"      evidence: {f.evidence}")
+        print(f"      fix: {f.fix}")
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    """Report an SGLang endpoint and the findings that need only the server."""
+    from eagle3dash.findings import Evidence, diagnose
+    from eagle3dash.sglang import SGLangClient
+
+    server = SGLangClient(args.url, timeout=args.timeout).probe()
+    findings = diagnose(Evidence(server=server))
+    if args.json:
+        _print_json({"server": server.to_dict(), "findings": [f.to_dict() for f in findings]})
+        return 0
+    spec = server.speculative
+    rows = [
+        ("version", server.version),
+        ("model", f"{server.model_path} ({', '.join(server.architectures or []) or '?'})"),
+        ("tp / dtype / quantization", f"{server.tp_size} / {server.dtype} / {server.quantization}"),
+        ("attention backend", server.attention_backend),
+        ("healthy", server.healthy),
+        ("return hidden states", server.enable_return_hidden_states),
+    ]
+    if spec:
+        rows += [
+            ("speculative algorithm", spec.algorithm),
+            ("draft", spec.draft_model_path),
+            (
+                "steps / topk / draft tokens",
+                f"{spec.num_steps} / {spec.eagle_topk} / {spec.num_draft_tokens}",
+            ),
+            ("draft quantization", spec.draft_quantization),
+            ("avg accept length (server)", server.avg_spec_accept_length),
+        ]
+    else:
+        rows.append(("speculative algorithm", None))
+    print(server.url)
+    print(_rows(rows))
+    _print_findings(findings)
+    return 0
+
+
+_last_message = [""]
+
+
+def _progress_bar(fraction: float, message: str) -> None:
+    """A self-overwriting progress bar on a terminal; one line per new stage otherwise."""
+    if not sys.stderr.isatty():
+        if message != _last_message[0]:
+            _last_message[0] = message
+            print(f"{fraction:4.0%} {message}", file=sys.stderr)
+        return
+    width = 30
+    filled = int(round(fraction * width))
+    sys.stderr.write(
+        f"\r[{'#' * filled}{'.' * (width - filled)}] {fraction:4.0%} {message[:60]:<60}"
+    )
+    if fraction >= 1.0:
+        sys.stderr.write("\n")
+    sys.stderr.flush()
+
+
+def _fmt(value: object, spec: str = ".2f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def cmd_diagnose(args: argparse.Namespace) -> int:
+    """Run the whole diagnosis of a draft against an endpoint."""
+    from eagle3dash.pipeline import DiagnoseOptions, run_diagnosis
+
+    options = DiagnoseOptions(
+        draft=args.draft,
+        endpoint=args.endpoint,
+        baseline=args.baseline,
+        prompts=args.prompts,
+        num_prompts=args.num_prompts,
+        max_new_tokens=args.max_new_tokens,
+        concurrency=args.concurrency,
+        train_states=args.train_states,
+        target=args.target,
+        target_layers=args.target_layers,
+        arch=args.arch,
+        trainer=args.trainer,
+        training_layout=args.training_layout,
+        steps=args.steps,
+        device=args.device,
+        dtype=args.dtype,
+        capture_dir=args.capture_dir,
+    )
+    diagnosis = run_diagnosis(options, progress=None if args.json else _progress_bar)
+    if args.json:
+        _print_json(diagnosis.to_dict())
+        return 0
+    d = diagnosis.to_dict()
+    train, serve, measured = d["training"], d["serving"], d["measured"] or {}
+    speedup = d["speedup"] or {}
+
+    def row(label: str, training: str = "", serving: str = "") -> None:
+        print(f"{label:30}{training:>14}{serving:>14}")
+
+    def taps(side: dict) -> str:
+        return "[" + ",".join(str(t["depth"]) for t in side["layout"]) + "]"
+
+    steps = diagnosis.server_steps or options.steps
+    row("", "training", "serving")
+    row("layout", taps(train), taps(serve))
+    row("top-1 (draft step 0)", _fmt(train["top1"], ".1%"), _fmt(serve["top1"], ".1%"))
+    row(
+        f"simulated accept length S={steps}",
+        _fmt(train["sim_accept_length"]),
+        _fmt(serve["sim_accept_length"]),
+    )
+    row("measured accept length", "", _fmt(measured.get("accept_length")))
+    row("output tok/s", "", _fmt(measured.get("output_tok_s_aggregate"), ".1f"))
+    if speedup:
+        row("baseline tok/s", "", _fmt(speedup["baseline_output_tok_s"], ".1f"))
+        row("speedup", "", _fmt(speedup["speedup"], ".2f") + "x")
+    _print_findings(diagnosis.findings)
+    for line in diagnosis.missing:
+        print(f"missing: {line}")
+    for line in diagnosis.warnings:
+        print(f"warning: {line}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse tree of every command."""
     parser = argparse.ArgumentParser(
@@ -191,6 +323,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="float32", help="float32 or bfloat16")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("probe", help="report an SGLang endpoint and its server-side findings")
+    p.add_argument("url", help="the endpoint, e.g. http://127.0.0.1:30000")
+    p.add_argument("--timeout", type=float, default=30.0, help="seconds per request")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_probe)
+
+    p = sub.add_parser("diagnose", help="the whole diagnosis of a draft against an endpoint")
+    p.add_argument("--draft", required=True, help="draft checkpoint path")
+    p.add_argument("--endpoint", required=True, help="the SGLang endpoint serving the draft")
+    p.add_argument("--baseline", help="the same target served without speculation")
+    p.add_argument("--prompts", default="chat", help="built-in set (chat, code) or a JSONL file")
+    p.add_argument("--num-prompts", type=int, default=16, help="prompts to capture and send")
+    p.add_argument("--max-new-tokens", type=int, default=64, help="tokens generated per prompt")
+    p.add_argument("--concurrency", type=int, default=4, help="requests in flight in the bench")
+    source = p.add_mutually_exclusive_group()
+    source.add_argument("--train-states", help="training dump made with the training layout")
+    source.add_argument("--target", help="local Hugging Face target for training-side states")
+    p.add_argument("--target-layers", type=int, help="target depth N (else from its config)")
+    p.add_argument("--arch", help="target architecture (else from the server)")
+    p.add_argument("--trainer", help="specforge, specforge-sglang, speculators, eagle, hf-index")
+    p.add_argument("--training-layout", help="taps the training data really used, e.g. 0,3,31")
+    p.add_argument("--steps", type=int, default=5, help="draft steps evaluated")
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument("--dtype", default="float32", help="float32 or bfloat16")
+    p.add_argument("--capture-dir", help="keep the serving capture in this folder")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_diagnose)
     return parser
 
 

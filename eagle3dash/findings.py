@@ -417,10 +417,11 @@ def rule_layout_mismatch(e: Evidence) -> list[Finding]:
     if serving is not None and serving.notes:
         lines.append("Notes: " + " ".join(serving.notes))
     if e.training_eval is not None and e.serving_eval is not None:
+        steps = e.speculative.num_steps if e.speculative is not None else None
         lines.append(
-            _eval_text(e.training_eval, "training layout")
+            _eval_text(e.training_eval, "training layout", steps)
             + "; "
-            + _eval_text(e.serving_eval, "serving layout")
+            + _eval_text(e.serving_eval, "serving layout", steps)
             + "."
         )
     fix, data = _layout_fix(e, d.training, d.serving)

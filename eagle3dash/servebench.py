@@ -5,12 +5,12 @@ answer's meta_info, the way SGLang's own MT-Bench script computes it (research/s
 The server's `avg_spec_accept_length` is not used: it is cumulative since startup, includes warm-up
 and only moves every decode_log_interval steps.
 
-Prompts are sent to /generate as text, greedy, with a fixed number of new tokens (`ignore_eos`), so
-runs against a speculative and a baseline server generate the same lengths. Chat prompts
-(`{"messages": [...]}`) are rendered as plain "role: content" lines ending with "assistant:", not
-with the model's chat template: the app has no tokenizer, and /v1/chat/completions does not report
-spec_verify_ct before 0.5.20. Accept length on such prompts can differ a little from real chat
-traffic.
+Prompts are sent to /generate as text (as token ids for `{"input_ids": [...]}` lines), greedy, with
+a fixed number of new tokens (`ignore_eos`), so runs against a speculative and a baseline server
+generate the same lengths. Chat prompts (`{"messages": [...]}`) are rendered as plain "role:
+content" lines ending with "assistant:", not with the model's chat template: the app has no
+tokenizer, and /v1/chat/completions does not report spec_verify_ct before 0.5.20. Accept length on
+such prompts can differ a little from real chat traffic.
 """
 
 from __future__ import annotations
@@ -53,10 +53,17 @@ class PromptFileError(InputError, ValueError):
 
 @dataclass(frozen=True)
 class Prompt:
-    """One benchmark prompt: the text sent to /generate, and the chat messages it came from."""
+    """One prompt: text (or token ids) for /generate, and the chat messages it came from."""
 
     text: str
     messages: tuple[tuple[str, str], ...] | None = None
+    input_ids: tuple[int, ...] | None = None  # sent instead of the text when given
+
+    def request(self) -> dict:
+        """The prompt part of a /generate request: {"input_ids": ...} or {"text": ...}."""
+        if self.input_ids is not None:
+            return {"input_ids": list(self.input_ids)}
+        return {"text": self.text}
 
 
 def render_messages(messages: Sequence[tuple[str, str]]) -> str:
@@ -65,7 +72,10 @@ def render_messages(messages: Sequence[tuple[str, str]]) -> str:
 
 
 def _parse_line(obj: object, where: str) -> Prompt:
-    forms = 'expected {"prompt": "..."} or {"messages": [{"role": ..., "content": ...}, ...]}'
+    forms = (
+        'expected {"prompt": "..."}, {"messages": [{"role": ..., "content": ...}, ...]} '
+        'or {"input_ids": [int, ...]}'
+    )
     if not isinstance(obj, dict):
         raise PromptFileError(f"{where}: {forms}, got {type(obj).__name__}")
     if "prompt" in obj:
@@ -86,6 +96,12 @@ def _parse_line(obj: object, where: str) -> Prompt:
                 )
             pairs.append((m["role"], m["content"]))
         return Prompt(text=render_messages(pairs), messages=tuple(pairs))
+    if "input_ids" in obj:
+        ids = obj["input_ids"]
+        ok = isinstance(ids, list) and ids and all(isinstance(i, int) and i >= 0 for i in ids)
+        if not ok:
+            raise PromptFileError(f'{where}: "input_ids" must be a non-empty list of token ids')
+        return Prompt(text="", input_ids=tuple(ids))
     raise PromptFileError(f"{where}: {forms}")
 
 
@@ -270,7 +286,7 @@ async def _bench(
         async def send(prompt: Prompt) -> GenerateResult:
             async with sem:
                 return await client.agenerate(
-                    text=prompt.text,
+                    **prompt.request(),
                     max_new_tokens=max_new_tokens,
                     temperature=0.0,
                     ignore_eos=True,

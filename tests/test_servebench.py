@@ -189,7 +189,7 @@ def test_builtin_prompt_sets(name: str) -> None:
     assert len({p.text for p in prompts}) == len(prompts)
 
 
-def test_jsonl_both_forms(tmp_path: Path) -> None:
+def test_jsonl_every_form(tmp_path: Path) -> None:
     path = tmp_path / "mine.jsonl"
     lines = [
         json.dumps({"prompt": "Tell me a joke."}),
@@ -202,10 +202,13 @@ def test_jsonl_both_forms(tmp_path: Path) -> None:
                 ]
             }
         ),
+        json.dumps({"input_ids": [1, 17, 42]}),
     ]
     path.write_text("\n".join(lines) + "\n")
-    first, second = load_prompts(path)
+    first, second, third = load_prompts(path)
     assert first == Prompt("Tell me a joke.")
+    assert first.request() == {"text": "Tell me a joke."}
+    assert third.request() == {"input_ids": [1, 17, 42]}
     assert second.text == "system: Be brief.\nuser: Hi!\nassistant:"
     assert second.messages == (("system", "Be brief."), ("user", "Hi!"))
 
@@ -219,6 +222,7 @@ def test_jsonl_both_forms(tmp_path: Path) -> None:
         ('{"prompt": ""}', "non-empty string"),
         ('{"messages": []}', "non-empty list"),
         ('{"messages": [{"role": "user"}]}', "messages[0]"),
+        ('{"input_ids": [1, -2]}', "list of token ids"),
     ],
 )
 def test_jsonl_malformed_line_names_file_and_line(tmp_path: Path, line: str, needle: str) -> None:

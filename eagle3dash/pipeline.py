@@ -1,0 +1,327 @@
+"""The diagnose pipeline: inspect, probe, capture, standalone evaluation, serve benchmark, findings.
+
+Each stage is a plain function, so the CLI runs them in one process and the job runner can run them
+as jobs. `run_diagnosis` chains them and reports progress as (fraction, message).
+
+Both evaluations run on the same token sequences (the endpoint's own greedy completions), so they
+differ only in the taps: the serving side gets the concatenated aux states SGLang really feeds the
+draft; the training side gets the target's states at the training layout's taps, from a local
+target (`--target`) or a training dump (`--train-states`, other sequences).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from eagle3dash.checkpoint import InspectReport, inspect, load
+from eagle3dash.errors import InputError
+from eagle3dash.findings import Evidence, Finding, diagnose
+from eagle3dash.layout import Layout, compare, format_layout, parse_layout
+from eagle3dash.metrics import DraftEval
+from eagle3dash.servebench import BenchResult, compare_to_baseline, load_prompts, run_bench
+from eagle3dash.sglang import ServerReport, SGLangClient
+
+Progress = Callable[[float, str], None]
+
+
+def _no_progress(fraction: float, message: str) -> None:
+    pass
+
+
+@dataclass
+class DiagnoseOptions:
+    """What to diagnose and how hard to look."""
+
+    draft: str
+    endpoint: str
+    baseline: str | None = None
+    prompts: str = "chat"  # a built-in set name or a JSONL path
+    num_prompts: int = 16
+    max_new_tokens: int = 64
+    concurrency: int = 4
+    train_states: str | None = None  # SpecForge or speculators dump made with the training layout
+    target: str | None = None  # local Hugging Face target, for training-side states
+    target_layers: int | None = None  # target depth N, when no config tells it
+    arch: str | None = None  # target architecture for SGLang's capture rules
+    trainer: str | None = None
+    training_layout: str | None = None  # taps the training data really used, e.g. "0,3,31"
+    steps: int = 5  # draft steps evaluated (the server's own steps are reported too)
+    device: str = "cpu"
+    dtype: str = "float32"
+    capture_dir: str | None = None  # where the serving capture is kept
+    timeout: float = 120.0
+
+
+@dataclass
+class Diagnosis:
+    """Everything one diagnosis found, ready for the CLI, the store and the app."""
+
+    options: DiagnoseOptions
+    report: InspectReport
+    server: ServerReport
+    num_target_layers: int
+    arch: str
+    layouts: dict
+    server_steps: int | None = None
+    training_eval: DraftEval | None = None
+    serving_eval: DraftEval | None = None
+    measured: BenchResult | None = None
+    baseline: BenchResult | None = None
+    findings: list[Finding] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)  # comparisons not made, and how to supply them
+    warnings: list[str] = field(default_factory=list)
+
+    def side(self, name: str) -> dict:
+        """One side of the side-by-side table: layout, evaluation and simulated accept length."""
+        result = self.layouts[name]
+        ev = self.training_eval if name == "training" else self.serving_eval
+        out = {
+            "layout": [t.to_dict() for t in result.layout],
+            "rule": result.rule,
+            "eval": ev.to_dict() if ev else None,
+            "top1": ev.accuracy[0] if ev else None,
+            "sim_accept_length": self.sim_accept_length(ev),
+        }
+        return out
+
+    def sim_accept_length(self, ev: DraftEval | None) -> float | None:
+        """Simulated accept length at the server's chain length (or the evaluated steps)."""
+        if ev is None:
+            return None
+        steps = min(self.server_steps or ev.steps, ev.steps)
+        return ev.accept_length_at(steps)
+
+    def to_dict(self) -> dict:
+        """The --json contract: findings, training, serving, measured, plus context."""
+        speedup = None
+        if self.measured and self.baseline:
+            speedup = compare_to_baseline(self.measured, self.baseline)
+        return {
+            "findings": [f.to_dict() for f in self.findings],
+            "training": self.side("training"),
+            "serving": self.side("serving"),
+            "measured": self.measured.to_dict() if self.measured else None,
+            "baseline": self.baseline.to_dict() if self.baseline else None,
+            "speedup": speedup,
+            "layout_diff": self.layouts["diff"].to_dict(),
+            "num_target_layers": self.num_target_layers,
+            "arch": self.arch,
+            "server_steps": self.server_steps,
+            "missing": self.missing,
+            "warnings": self.warnings,
+            "checkpoint": self.report.to_json(),
+            "server": self.server.to_dict(),
+        }
+
+
+def target_depth(options: DiagnoseOptions, server: ServerReport) -> int:
+    """Target depth N: the flag, else the local target's config, else the served model's config."""
+    from eagle3dash.capture import num_target_layers
+
+    if options.target_layers:
+        return options.target_layers
+    for path in (options.target, server.model_path):
+        if path and (Path(path) / "config.json").is_file():
+            return num_target_layers(path)
+    raise InputError(
+        f"cannot tell how many layers the target has: {server.model_path!r} is not a local "
+        "checkpoint here; pass --target-layers N (or --target PATH)"
+    )
+
+
+def target_embedding(options: DiagnoseOptions, server: ServerReport):
+    """The target's embedding matrix, read alone from a local checkpoint, or None."""
+    from eagle3dash.capture import read_target_embedding
+
+    for path in (options.target, server.model_path):
+        if path and Path(path).is_dir():
+            return read_target_embedding(path)
+    return None
+
+
+def local_tokenizer(options: DiagnoseOptions, server: ServerReport) -> Callable[[str], list[int]]:
+    """The target's tokenizer from a local copy, to turn text prompts into the ids SGLang sees."""
+    from transformers import AutoTokenizer
+
+    for path in (options.target, server.model_path):
+        if not path:
+            continue
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        except (OSError, ValueError):
+            continue
+        return lambda text: list(tokenizer(text)["input_ids"])
+    raise InputError(
+        f"cannot tokenize the text prompts: no local tokenizer for {server.model_path!r}; pass "
+        "--target PATH (a local copy of the target, or just its tokenizer files) or give prompts "
+        'as token ids ({"input_ids": [...]} lines)'
+    )
+
+
+def evaluate_layout(
+    draft_path: str, capture, layout: Layout, options: DiagnoseOptions, embed_weight=None
+) -> DraftEval:
+    """Standalone draft evaluation of one layout over a capture."""
+    import torch
+
+    from eagle3dash.draft import build_draft, evaluate_capture
+
+    spec, tensors, _ = load(draft_path)
+    if embed_weight is not None and spec.target_hidden_size == spec.hidden_size:
+        # SGLang replaces the draft's embedding with the target's (set_embed) when widths match.
+        tensors.pop("embed_tokens.weight", None)
+        spec = dataclasses.replace(spec, has_embed=False)
+    draft = build_draft(spec, tensors, device=options.device, dtype=getattr(torch, options.dtype))
+    return evaluate_capture(draft, capture, layout, steps=options.steps, embed_weight=embed_weight)
+
+
+def run_diagnosis(options: DiagnoseOptions, progress: Progress | None = None) -> Diagnosis:
+    """Run every stage against the endpoint and return the diagnosis with its findings."""
+    from eagle3dash.capture import (
+        capture_from_sglang,
+        capture_with_transformers,
+        read_capture,
+        save_capture,
+    )
+
+    progress = progress or _no_progress
+    progress(0.0, "inspecting the checkpoint")
+    report = inspect(options.draft)
+    progress(0.05, f"probing {options.endpoint}")
+    client = SGLangClient(options.endpoint, timeout=options.timeout)
+    server = client.probe()
+    depth = target_depth(options, server)
+    arch = options.arch or (server.architectures or [None])[0] or server.model_type or "llama"
+    override = parse_layout(options.training_layout) if options.training_layout else None
+    layouts = compare(
+        report.spec,
+        depth,
+        trainer=options.trainer,
+        sglang_version=server.version or "0.5.23",
+        arch=arch,
+        cuda_graph=not server.disable_cuda_graph,
+        training_override=override,
+    )
+    diagnosis = Diagnosis(
+        options=options,
+        report=report,
+        server=server,
+        num_target_layers=depth,
+        arch=arch,
+        layouts=layouts,
+        server_steps=server.speculative.num_steps if server.speculative else None,
+    )
+    training_layout = layouts["training"].layout
+    serving_layout = layouts["serving"].layout
+
+    prompts = load_prompts(options.prompts)[: options.num_prompts]
+    if server.speculative and server.enable_return_hidden_states and not layouts["serving"].error:
+        progress(0.1, "capturing the aux states the server feeds the draft")
+        needs_tokenizer = any(p.input_ids is None for p in prompts)
+        capture = capture_from_sglang(
+            client,
+            [list(p.input_ids) if p.input_ids is not None else p.text for p in prompts],
+            serving_layout,
+            max_new_tokens=options.max_new_tokens,
+            tokenize=local_tokenizer(options, server) if needs_tokenizer else None,
+            report=server,
+            progress=lambda done, total: progress(0.1 + 0.3 * done / total, "capturing"),
+            warn=diagnosis.warnings.append,
+        )
+        if options.capture_dir:
+            save_capture(capture, options.capture_dir)
+        embed = target_embedding(options, server)
+        layout_text = format_layout(serving_layout)
+        progress(0.4, f"evaluating the draft on the serving layout [{layout_text}]")
+        diagnosis.serving_eval = evaluate_layout(
+            options.draft, capture, serving_layout, options, embed
+        )
+        training_capture = None
+        if options.target:
+            progress(0.5, f"capturing the training taps from the local target {options.target}")
+            tokens = [seq.input_ids for seq in capture.sequences]
+            training_capture = capture_with_transformers(
+                options.target, tokens, training_layout, device=options.device
+            )
+            for mine, theirs in zip(training_capture.sequences, capture.sequences, strict=True):
+                mine.loss_mask = theirs.loss_mask  # score the same rows on both sides
+        elif options.train_states:
+            progress(0.5, f"reading the training dump {options.train_states}")
+            training_capture = read_capture(
+                options.train_states, layout=training_layout, num_target_layers=depth
+            )
+            diagnosis.warnings.append(
+                "training-side states come from the training dump, so they cover other token "
+                "sequences than the serving capture"
+            )
+        else:
+            diagnosis.missing.append(
+                "training-side evaluation: no target states at the training taps "
+                f"[{format_layout(training_layout)}]; pass --target PATH (a local Hugging Face "
+                "checkpoint of the target) or --train-states DIR (SpecForge data_*.ckpt or "
+                "speculators hs_*.safetensors made with the training layout)"
+            )
+        if training_capture is not None:
+            layout_text = format_layout(training_layout)
+            progress(0.6, f"evaluating the draft on the training layout [{layout_text}]")
+            diagnosis.training_eval = evaluate_layout(
+                options.draft, training_capture, training_layout, options, embed
+            )
+    elif not server.speculative:
+        diagnosis.missing.append("standalone evaluation: the endpoint runs no speculative decoding")
+    elif not server.enable_return_hidden_states:
+        diagnosis.missing.append(
+            "standalone evaluation on the serving states: restart the server with "
+            "--enable-return-hidden-states so the states it feeds the draft can be captured"
+        )
+    else:
+        diagnosis.missing.append(f"serving capture: {layouts['serving'].error}")
+
+    progress(0.7, f"benchmarking {options.endpoint}")
+    bench_prompts = prompts
+
+    def bench_progress(start: float, span: float) -> Callable[[int, int], None]:
+        return lambda done, total: progress(start + span * done / total, "benchmarking")
+
+    diagnosis.measured = run_bench(
+        options.endpoint,
+        bench_prompts,
+        concurrency=options.concurrency,
+        max_new_tokens=options.max_new_tokens,
+        progress=bench_progress(0.7, 0.15 if options.baseline else 0.25),
+    )
+    if options.baseline:
+        progress(0.85, f"benchmarking the baseline {options.baseline}")
+        diagnosis.baseline = run_bench(
+            options.baseline,
+            bench_prompts,
+            concurrency=options.concurrency,
+            max_new_tokens=options.max_new_tokens,
+            progress=bench_progress(0.85, 0.1),
+        )
+    else:
+        diagnosis.missing.append(
+            "speedup: pass --baseline URL (the same target served without speculation)"
+        )
+
+    diagnosis.findings = diagnose(
+        Evidence(
+            report=report,
+            draft_path=options.draft,
+            num_target_layers=depth,
+            arch=arch,
+            server=server,
+            layouts=layouts,
+            sglang_version=server.version,
+            trainer=options.trainer,
+            training_eval=diagnosis.training_eval,
+            serving_eval=diagnosis.serving_eval,
+            measured=diagnosis.measured,
+            baseline=diagnosis.baseline,
+        )
+    )
+    progress(1.0, "done")
+    return diagnosis

@@ -1,0 +1,170 @@
+"""The diagnose pipeline end to end against the SGLang API double (real HTTP, real forwards)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from eagle3dash.checkpoint import random_tensors, save
+from eagle3dash.pipeline import DiagnoseOptions, run_diagnosis
+from eagle3dash.sglang_double import DoubleConfig, make_tiny_target, start_double
+from eagle3dash.spec import DraftSpec
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict[str, Path]:
+    """A 4-layer tiny target and a random draft whose config ids are [0, 1, 2]."""
+    root = tmp_path_factory.mktemp("models")
+    target = make_tiny_target(root / "target", num_layers=4, hidden_size=64)
+    spec = DraftSpec(
+        format="specforge",
+        hidden_size=64,
+        target_hidden_size=64,
+        intermediate_size=128,
+        num_layers=1,
+        num_heads=4,
+        num_kv_heads=4,
+        head_dim=16,
+        vocab_size=256,
+        draft_vocab_size=256,
+        aux_layer_ids=(0, 1, 2),
+        aux_ids_location="eagle_config",
+    )
+    draft = save(spec, random_tensors(spec, seed=1), root / "draft", "specforge")
+    return {"target": target, "draft": draft}
+
+
+def double(models: dict[str, Path], **overrides):
+    """Start the double serving the tiny target with the draft (EAGLE3, 3 steps, hidden states)."""
+    config = dict(
+        target_path=str(models["target"]),
+        draft_path=str(models["draft"]),
+        speculative_algorithm="EAGLE3",
+        num_steps=3,
+        eagle_topk=1,
+        num_draft_tokens=4,
+        enable_return_hidden_states=True,
+    )
+    config.update(overrides)
+    return start_double(DoubleConfig(**config))
+
+
+def options(models: dict[str, Path], url: str, **overrides) -> DiagnoseOptions:
+    """Small, fast diagnose options with the local target for training-side states."""
+    fields = dict(
+        draft=str(models["draft"]),
+        endpoint=url,
+        target=str(models["target"]),
+        num_prompts=3,
+        max_new_tokens=24,
+        concurrency=2,
+        steps=4,
+    )
+    fields.update(overrides)
+    return DiagnoseOptions(**fields)
+
+
+def test_seed_like_mismatch_is_the_first_finding(models) -> None:
+    # Training fed [emb, L1, L2] (HF indices 0, 1, 2); SGLang adds +1 and feeds [L1, L2, L3].
+    with double(models) as server:
+        diagnosis = run_diagnosis(options(models, server.url, training_layout="0,1,2"))
+    result = diagnosis.to_dict()
+    assert [t["depth"] for t in result["training"]["layout"]] == [0, 1, 2]
+    assert [t["depth"] for t in result["serving"]["layout"]] == [1, 2, 3]
+    first = result["findings"][0]
+    assert first["id"] == "layout-mismatch" and first["severity"] == "critical"
+    assert "[-1, 0, 1]" in first["fix"]
+    # Consecutive taps: every slot is one block later (the +1 of SGLang's convention).
+    assert result["layout_diff"]["kind"] == "off-by-one"
+    assert result["layout_diff"]["embedding_only_in"] == "training"
+    # Both evaluations ran on the same sequences and rows, and the bench measured the server.
+    assert diagnosis.training_eval.num_positions == diagnosis.serving_eval.num_positions > 0
+    measured = result["measured"]["accept_length"]
+    assert abs(measured - result["serving"]["sim_accept_length"]) < 0.15
+    assert result["missing"] == [
+        "speedup: pass --baseline URL (the same target served without speculation)"
+    ]
+
+
+def test_applying_the_fix_removes_the_layout_finding(models, tmp_path) -> None:
+    # The fix, applied as a user would: the draft's config.json gets the ids the finding names.
+    fixed = tmp_path / "draft-fixed"
+    shutil.copytree(models["draft"], fixed)
+    config = json.loads((fixed / "config.json").read_text())
+    config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [-1, 0, 1]
+    (fixed / "config.json").write_text(json.dumps(config))
+    fixed_models = {**models, "draft": fixed}
+    with double(fixed_models) as server:
+        diagnosis = run_diagnosis(options(fixed_models, server.url, training_layout="0,1,2"))
+    ids = [f.id for f in diagnosis.findings]
+    assert "layout-mismatch" not in ids
+    assert diagnosis.layouts["diff"].kind == "identical"
+
+
+def test_without_training_states_the_missing_comparison_is_named(models) -> None:
+    with double(models) as server, double(models, speculative_algorithm=None) as baseline:
+        opts = options(models, server.url, target=None, baseline=baseline.url)
+        diagnosis = run_diagnosis(opts)
+    assert diagnosis.training_eval is None and diagnosis.serving_eval is not None
+    assert any("--target PATH" in m for m in diagnosis.missing)
+    assert diagnosis.baseline is not None and diagnosis.baseline.accept_length is None
+
+
+def test_server_without_hidden_states_still_benchmarks(models) -> None:
+    with double(models, enable_return_hidden_states=False) as server:
+        diagnosis = run_diagnosis(options(models, server.url))
+    assert diagnosis.serving_eval is None and diagnosis.measured is not None
+    assert any("--enable-return-hidden-states" in m for m in diagnosis.missing)
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "eagle3dash", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+
+
+def test_cli_probe_and_diagnose_json_contract(models) -> None:
+    with double(models, num_steps=1, num_draft_tokens=16) as server:
+        out = run_cli("probe", server.url, "--json")
+        assert out.returncode == 0, out.stderr
+        probe = json.loads(out.stdout)
+        assert probe["server"]["speculative"]["num_draft_tokens"] == 2
+        assert "draft-tokens-capped" in [f["id"] for f in probe["findings"]]
+
+        out = run_cli(
+            *("diagnose", "--draft", str(models["draft"]), "--endpoint", server.url),
+            *("--target", str(models["target"]), "--num-prompts", "2", "--max-new-tokens", "16"),
+            "--json",
+        )
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert {"findings", "training", "serving", "measured"} <= result.keys()
+    for finding in result["findings"]:
+        assert {"id", "severity", "title", "fix"} <= finding.keys()
+
+
+def test_cli_diagnose_against_a_down_endpoint_is_one_line(models) -> None:
+    out = run_cli("diagnose", "--draft", str(models["draft"]), "--endpoint", "127.0.0.1:9")
+    assert out.returncode == 1
+    assert "Traceback" not in out.stderr
+    assert "cannot connect" in out.stderr
