@@ -12,7 +12,6 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import torch
@@ -31,6 +30,7 @@ from eagle3dash.capture import (
 from eagle3dash.draft import counted_rows
 from eagle3dash.layout import Tap
 from eagle3dash.sglang import EndpointError, SGLangClient
+from tests.httpserver import Reply, Request, serve
 
 V, H, N = 64, 32, 3
 
@@ -305,39 +305,18 @@ class FakeSGLang:
             return 404, {"detail": "Not Found"}
 
 
-class _Handler(BaseHTTPRequestHandler):
-    def _serve(self) -> None:
-        n = int(self.headers.get("content-length") or 0)
-        body = json.loads(self.rfile.read(n)) if n else None
-        status, obj = self.server.fake.handle(self.command, self.path, body)  # type: ignore[attr-defined]
-        data = json.dumps(obj).encode()
-        self.send_response(status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    do_GET = do_POST = _serve
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
 @contextmanager
 def running(fake: FakeSGLang) -> Iterator[SGLangClient]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    server.daemon_threads = True
-    server.fake = fake  # type: ignore[attr-defined]
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02})
-    thread.daemon = True
-    thread.start()
-    client = SGLangClient(f"http://127.0.0.1:{server.server_address[1]}", timeout=10, retries=1)
-    try:
+    """Serve `fake` on 127.0.0.1 and yield a client for it."""
+
+    def app(request: Request) -> Reply:
+        status, obj = fake.handle(
+            request.method, request.path, request.json() if request.body else None
+        )
+        return Reply(status, obj)
+
+    with serve(app) as served, SGLangClient(served.url, timeout=10, retries=1) as client:
         yield client
-    finally:
-        client.close()
-        server.shutdown()
-        server.server_close()
 
 
 def completion(prompt: list[int], n: int) -> list[int]:

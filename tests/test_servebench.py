@@ -19,7 +19,7 @@ from eagle3dash.servebench import (
     run_bench,
 )
 from eagle3dash.sglang import EndpointError
-from tests.test_sglang import Reply, Request, closed_port_url, serve
+from tests.httpserver import Reply, Request, closed_port_url, serve
 
 WARMUP_VERIFY_CT = 1  # what the fake reports for warm-up requests: would skew Σ/Σ if counted
 

@@ -17,6 +17,7 @@ from transformers import LlamaForCausalLM
 
 from eagle3dash import checkpoint
 from eagle3dash.layout import Tap, serving_layout
+from eagle3dash.sglang import SGLangClient
 from eagle3dash.sglang_double import (
     HIDDEN_STATES_DISABLED,
     TOPK1_WARNING,
@@ -468,3 +469,27 @@ def test_eagle_algorithm_with_an_eagle3_draft_skips_capture(models):
     block = torch.tensor(body["meta_info"]["hidden_states"][0])
     assert block.shape == (len(prompt), 64)  # the final-normed state, width H
     torch.testing.assert_close(block, states(hf, prompt)[3], atol=1e-5, rtol=1e-4)
+
+
+def test_the_client_reads_the_double_like_a_real_server(models):
+    """Contract: SGLangClient parses the double as it parses the recorded 0.5.23 responses."""
+    cfg = DoubleConfig(
+        models["target"], models["draft"], "EAGLE3", enable_return_hidden_states=True
+    )
+    with start_double(cfg) as d, SGLangClient(d.url, timeout=30) as client:
+        report = client.probe()
+        assert report.version == "0.5.23" and report.healthy
+        assert report.model_path == str(models["target"])
+        assert report.speculative.algorithm == "EAGLE3"
+        assert report.speculative.draft_model_path == str(models["draft"])
+        assert (report.speculative.num_steps, report.speculative.num_draft_tokens) == (3, 4)
+        assert report.enable_return_hidden_states
+        result = client.generate(input_ids=PROMPTS[0], max_new_tokens=12)
+        assert result.output_ids == greedy(models["hf"], PROMPTS[0], 12)
+        assert result.completion_tokens == 12 and result.spec_verify_ct >= 3
+        assert result.spec_accept_length == pytest.approx(12 / result.spec_verify_ct)
+        client.flush_cache()
+        block = client.generate(
+            input_ids=PROMPTS[0], max_new_tokens=1, return_hidden_states=True
+        ).hidden_states[0]
+        assert len(block) == len(PROMPTS[0]) and len(block[0]) == 3 * 64
