@@ -1,0 +1,907 @@
+"""The store: one SQLite database (through sqlite-utils) and a home folder of files.
+
+Home folder `EAGLE3DASH_HOME` (default `./.eagle3dash`):
+    eagle3dash.db          SQLite, WAL mode, busy timeout: the app and the worker write concurrently
+    checkpoints/<sha256>/  uploaded checkpoints, content-addressed
+    captures/<run>/        capture shards of a run
+    logs/<job>.log         a job's stdout, stderr and logging
+
+The store is the single source of truth: pages read only from here, jobs write their progress and
+results here. Schema changes are numbered migrations recorded in the `migrations` table; a database
+made by an older version is upgraded in place when opened, never wiped.
+
+Every query function takes a `Store` first. A `Store` hands each thread its own connection
+(`Store.db`), so one `Store` can be shared by Streamlit's script threads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import shutil
+import sqlite3
+import tempfile
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any
+
+from sqlite_utils import Database
+
+from eagle3dash.errors import InputError
+
+HOME_ENV = "EAGLE3DASH_HOME"
+DEFAULT_HOME = ".eagle3dash"
+DB_NAME = "eagle3dash.db"
+SUBDIRS = ("checkpoints", "captures", "logs")
+BUSY_TIMEOUT_S = 30.0
+
+LAYOUT_SIDES = ("training", "serving", "decode")
+BENCH_ROLES = ("spec", "baseline")
+# Worst first; severities not listed rank below these, in the order given.
+SEVERITY_RANK = {"critical": 5, "error": 4, "high": 4, "warning": 3, "medium": 3, "low": 2}
+SEVERITY_RANK |= {"info": 1, "ok": 0}
+
+RUN_COLUMNS = (
+    "id",
+    "created_at",
+    "status",
+    "checkpoint_id",
+    "endpoint_url",
+    "baseline_url",
+    "options_json",
+    "measured_accept_length",
+    "sim_accept_training",
+    "sim_accept_serving",
+    "tok_s",
+    "baseline_tok_s",
+    "speedup",
+    "worst_severity",
+    "worst_finding_title",
+    "error",
+)
+_BOOL_COLUMNS = ("uploaded", "post_norm", "needs_gpu", "cancel_requested", "checkpoint_removed")
+
+
+class UnsafePathError(InputError):
+    """A path that would leave the home folder (`..`, an absolute member, a symlink out)."""
+
+
+class SchemaTooNewError(InputError):
+    """The database was written by a newer eagle3dash than this one."""
+
+
+# --- migrations --------------------------------------------------------------------------------
+# Append only: a released migration never changes, the next change is a new number.
+
+_V1 = (
+    """CREATE TABLE checkpoints (
+        id INTEGER PRIMARY KEY,
+        path TEXT NOT NULL,
+        sha256 TEXT,
+        name TEXT,
+        format TEXT,
+        report_json TEXT,
+        created_at TEXT NOT NULL,
+        uploaded INTEGER NOT NULL DEFAULT 0
+    )""",
+    """CREATE TABLE endpoints (
+        url TEXT PRIMARY KEY,
+        last_probe_json TEXT,
+        version TEXT,
+        created_at TEXT NOT NULL
+    )""",
+    """CREATE TABLE runs (
+        id INTEGER PRIMARY KEY,
+        created_at TEXT NOT NULL,
+        status TEXT NOT NULL DEFAULT 'queued',
+        checkpoint_id INTEGER REFERENCES checkpoints(id),
+        endpoint_url TEXT,
+        baseline_url TEXT,
+        options_json TEXT,
+        measured_accept_length REAL,
+        sim_accept_training REAL,
+        sim_accept_serving REAL,
+        tok_s REAL,
+        baseline_tok_s REAL,
+        speedup REAL,
+        worst_severity TEXT,
+        worst_finding_title TEXT,
+        error TEXT
+    )""",
+    "CREATE INDEX runs_created_at ON runs(created_at DESC, id DESC)",
+    "CREATE INDEX runs_status ON runs(status, created_at DESC, id DESC)",
+    """CREATE TABLE jobs (
+        id INTEGER PRIMARY KEY,
+        run_id INTEGER REFERENCES runs(id) ON DELETE CASCADE,
+        kind TEXT NOT NULL,
+        status TEXT NOT NULL DEFAULT 'queued'
+            CHECK (status IN ('queued', 'running', 'succeeded', 'failed', 'cancelled')),
+        params_json TEXT,
+        result_json TEXT,
+        progress REAL NOT NULL DEFAULT 0,
+        message TEXT,
+        created_at TEXT NOT NULL,
+        heartbeat_at TEXT,
+        started_at TEXT,
+        finished_at TEXT,
+        log_path TEXT,
+        needs_gpu INTEGER NOT NULL DEFAULT 0,
+        worker_pid INTEGER,
+        error TEXT
+    )""",
+    "CREATE INDEX jobs_run_id ON jobs(run_id)",
+    "CREATE INDEX jobs_status ON jobs(status)",
+    """CREATE TABLE layouts (
+        id INTEGER PRIMARY KEY,
+        run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        side TEXT NOT NULL,
+        slot INTEGER NOT NULL,
+        depth INTEGER,
+        post_norm INTEGER NOT NULL DEFAULT 0,
+        description TEXT
+    )""",
+    "CREATE INDEX layouts_run_id ON layouts(run_id)",
+    """CREATE TABLE metrics (
+        id INTEGER PRIMARY KEY,
+        run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        source TEXT NOT NULL,
+        name TEXT NOT NULL,
+        step INTEGER,
+        request INTEGER,
+        value REAL
+    )""",
+    "CREATE INDEX metrics_run_id ON metrics(run_id, source, name)",
+    """CREATE TABLE findings (
+        id INTEGER PRIMARY KEY,
+        run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        rule_id TEXT NOT NULL,
+        severity TEXT NOT NULL,
+        title TEXT NOT NULL,
+        evidence TEXT,
+        fix TEXT,
+        position INTEGER NOT NULL DEFAULT 0
+    )""",
+    "CREATE INDEX findings_run_id ON findings(run_id)",
+    """CREATE TABLE bench_results (
+        id INTEGER PRIMARY KEY,
+        run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        role TEXT NOT NULL,
+        result_json TEXT NOT NULL,
+        created_at TEXT NOT NULL
+    )""",
+    "CREATE UNIQUE INDEX bench_results_run_role ON bench_results(run_id, role)",
+)
+
+_V2 = (
+    # A removed checkpoint stays as a row, so runs that used it still show its name.
+    "ALTER TABLE checkpoints ADD COLUMN removed_at TEXT",
+    "CREATE INDEX checkpoints_sha256 ON checkpoints(sha256)",
+    "CREATE INDEX runs_checkpoint_id ON runs(checkpoint_id)",
+    "ALTER TABLE endpoints ADD COLUMN probed_at TEXT",
+    # Cancel of a running job is a flag the worker acts on; host and child pid let a new worker
+    # tell a dead worker's job from a live one and reap an orphaned child on the same machine.
+    "ALTER TABLE jobs ADD COLUMN cancel_requested INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE jobs ADD COLUMN worker_host TEXT",
+    "ALTER TABLE jobs ADD COLUMN child_pid INTEGER",
+)
+
+# (version, name, statements) in order.
+MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
+    (1, "initial schema", _V1),
+    (2, "removed checkpoints, job cancel flag and worker host", _V2),
+)
+SCHEMA_VERSION = MIGRATIONS[-1][0]
+
+
+def now_iso() -> str:
+    """The current UTC time as ISO 8601 with microseconds and a Z (sorts as text)."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_time(text: str | None) -> datetime | None:
+    """Parse a time written by `now_iso` (None stays None)."""
+    return None if text is None else datetime.fromisoformat(text)
+
+
+def to_json(obj: Any) -> str:
+    """JSON text of a dict/list with dataclasses, paths, sets and numpy/torch scalars allowed."""
+    return json.dumps(obj, default=_json_default, allow_nan=True)
+
+
+def _json_default(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.asdict(obj)
+    if hasattr(obj, "to_dict"):
+        return obj.to_dict()
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, set | frozenset):
+        return sorted(obj, key=str)
+    if hasattr(obj, "item"):  # numpy / torch scalars
+        return obj.item()
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    return str(obj)
+
+
+def _from_json(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+# --- the Store ---------------------------------------------------------------------------------
+
+
+class Store:
+    """A home folder and its SQLite database; `db` is this thread's sqlite-utils connection."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.db_path = home / DB_NAME
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._conns: list[sqlite3.Connection] = []
+
+    def __repr__(self) -> str:
+        return f"Store({str(self.home)!r})"
+
+    @property
+    def db(self) -> Database:
+        """This thread's `sqlite_utils.Database` (opened on first use: WAL, busy timeout)."""
+        db = getattr(self._local, "db", None)
+        if db is None:
+            conn = connect(self.db_path)
+            with self._lock:
+                self._conns.append(conn)
+            db = Database(conn, execute_plugins=False)
+            self._local.db = db
+        return db
+
+    def path(self, *parts: str | os.PathLike[str]) -> Path:
+        """A path inside the home folder; refuses anything that would leave it."""
+        return safe_join(self.home, *parts)
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Database]:
+        """BEGIN IMMEDIATE ... COMMIT (rolled back on error); joins an open transaction."""
+        db = self.db
+        if db.conn.in_transaction:
+            yield db
+            return
+        db.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield db
+        except BaseException:
+            if db.conn.in_transaction:
+                db.conn.execute("ROLLBACK")
+            raise
+        db.conn.execute("COMMIT")
+
+    def close(self) -> None:
+        """Close every connection this store opened (any thread)."""
+        with self._lock:
+            conns, self._conns = self._conns, []
+        for conn in conns:
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
+        self._local = threading.local()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def connect(db_path: Path, timeout: float = BUSY_TIMEOUT_S) -> sqlite3.Connection:
+    """A connection in autocommit mode (explicit BEGINs only), WAL, busy timeout, foreign keys."""
+    conn = sqlite3.connect(
+        str(db_path), timeout=timeout, isolation_level=None, check_same_thread=False
+    )
+    conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
+    mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+    if mode.lower() != "wal":
+        conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = NORMAL")
+    conn.execute("PRAGMA foreign_keys = ON")
+    return conn
+
+
+def default_home() -> Path:
+    """`EAGLE3DASH_HOME`, or `./.eagle3dash`."""
+    return Path(os.environ.get(HOME_ENV) or DEFAULT_HOME)
+
+
+def open_store(home: str | os.PathLike[str] | None = None) -> Store:
+    """Open (creating folders and database, applying migrations) the store at `home`."""
+    root = Path(home) if home is not None else default_home()
+    root = root.expanduser().resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    for sub in SUBDIRS:
+        (root / sub).mkdir(exist_ok=True)
+    store = Store(root)
+    try:
+        migrate(store)
+    except BaseException:
+        store.close()
+        raise
+    return store
+
+
+def schema_version(db: Database) -> int:
+    """The highest migration applied to this database (0 for an empty one)."""
+    if not db["migrations"].exists():
+        return 0
+    row = db.execute("SELECT MAX(version) FROM migrations").fetchone()
+    return int(row[0] or 0)
+
+
+def migrate(store: Store) -> list[int]:
+    """Apply the migrations this database lacks, in one transaction; return their versions."""
+    db = store.db
+    current = schema_version(db)
+    if current > SCHEMA_VERSION:
+        raise SchemaTooNewError(_too_new(store, current))
+    if current == SCHEMA_VERSION:
+        return []
+    applied: list[int] = []
+    with store.transaction():
+        db.conn.execute(
+            "CREATE TABLE IF NOT EXISTS migrations ("
+            "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
+        )
+        current = schema_version(db)  # another process may have migrated meanwhile
+        if current > SCHEMA_VERSION:
+            raise SchemaTooNewError(_too_new(store, current))
+        for version, name, statements in MIGRATIONS:
+            if version <= current:
+                continue
+            for sql in statements:
+                db.conn.execute(sql)
+            db.conn.execute(
+                "INSERT INTO migrations (version, name, applied_at) VALUES (?, ?, ?)",
+                (version, name, now_iso()),
+            )
+            applied.append(version)
+    return applied
+
+
+def _too_new(store: Store, version: int) -> str:
+    return (
+        f"{store.db_path} has schema version {version}, newer than this eagle3dash knows "
+        f"({SCHEMA_VERSION}): upgrade eagle3dash, or point {HOME_ENV} at another folder"
+    )
+
+
+# --- paths -------------------------------------------------------------------------------------
+
+
+def safe_join(home: str | os.PathLike[str], *parts: str | os.PathLike[str]) -> Path:
+    """`home/parts...`, refusing `..`, absolute members, and symlinks that lead out of home."""
+    root = Path(home).resolve()
+    path = root
+    for part in parts:
+        text = os.fspath(part)
+        if not text:
+            raise UnsafePathError("empty path member")
+        if "\0" in text or "\\" in text:
+            raise UnsafePathError(f"path member {text!r} holds a NUL or a backslash")
+        if os.path.isabs(text):
+            raise UnsafePathError(f"absolute path member {text!r} would leave {root}")
+        for name in Path(text).parts:
+            if name == "..":
+                raise UnsafePathError(f"path member {text!r} climbs out with '..'")
+        path = path / text
+    resolved = path.resolve()
+    if resolved != root and root not in resolved.parents:
+        raise UnsafePathError(f"{path} leads out of {root} (to {resolved}, through a symlink)")
+    return path
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    """Whether `path`, symlinks resolved, lies strictly inside `folder`."""
+    resolved, root = path.resolve(), folder.resolve()
+    return resolved != root and root in resolved.parents
+
+
+def content_address(path_or_fileobj: str | os.PathLike[str] | IO[bytes]) -> str:
+    """SHA-256 hex of a file, an open binary file (read to its end), or a folder's files."""
+    if isinstance(path_or_fileobj, str | os.PathLike):
+        path = Path(path_or_fileobj)
+        if path.is_dir():
+            return _dir_digest(path)
+        with open(path, "rb") as f:
+            return _stream_digest(f)
+    f = path_or_fileobj
+    start = f.tell() if f.seekable() else None
+    digest = _stream_digest(f)
+    if start is not None:
+        f.seek(start)
+    return digest
+
+
+def _stream_digest(f: IO[bytes]) -> str:
+    h = hashlib.sha256()
+    while chunk := f.read(1 << 20):
+        h.update(chunk)
+    return h.hexdigest()
+
+
+def _dir_digest(folder: Path) -> str:
+    """Hash of the sorted (relative name, file hash) list: names and contents, not times."""
+    h = hashlib.sha256()
+    files = sorted(p for p in folder.rglob("*") if p.is_file())
+    for p in files:
+        name = p.relative_to(folder).as_posix()
+        h.update(f"{name}\0{content_address(p)}\n".encode())
+    return h.hexdigest()
+
+
+def save_upload(store: Store, files: Mapping[str, bytes | IO[bytes]]) -> tuple[str, Path]:
+    """Write uploaded files (name -> bytes or binary file) to checkpoints/<sha256>/."""
+    if not files:
+        raise InputError("no files uploaded")
+    tmp = Path(tempfile.mkdtemp(prefix=".upload-", dir=store.path("checkpoints")))
+    try:
+        for name, data in files.items():
+            dest = safe_join(tmp, name)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            with open(dest, "wb") as out:
+                if isinstance(data, bytes | bytearray | memoryview):
+                    out.write(data)
+                else:
+                    shutil.copyfileobj(data, out, 1 << 20)
+        sha = content_address(tmp)
+        final = store.path("checkpoints", sha)
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not final.is_dir():
+                raise
+            shutil.rmtree(tmp)  # the same content is already there
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return sha, final
+
+
+# --- rows --------------------------------------------------------------------------------------
+
+
+def decode_row(row: Mapping[str, Any] | None) -> dict | None:
+    """A result row with booleans as bool and *_json columns also parsed (without the suffix)."""
+    if row is None:
+        return None
+    out = dict(row)
+    for key in _BOOL_COLUMNS:
+        if key in out and out[key] is not None:
+            out[key] = bool(out[key])
+    for key in list(out):
+        if key.endswith("_json"):
+            out[key[: -len("_json")]] = _from_json(out[key])
+    return out
+
+
+def _one(store: Store, sql: str, params: Iterable[Any] = ()) -> dict | None:
+    rows = list(store.db.query(sql, tuple(params)))
+    return decode_row(rows[0]) if rows else None
+
+
+def _field(obj: Any, name: str, default: Any = None) -> Any:
+    if isinstance(obj, Mapping):
+        return obj.get(name, default)
+    return getattr(obj, name, default)
+
+
+def _float(value: Any) -> float | None:
+    if value is None:
+        return None
+    v = float(value)
+    return None if math.isnan(v) else v
+
+
+# --- checkpoints -------------------------------------------------------------------------------
+
+
+def add_checkpoint(
+    store: Store,
+    path: str | os.PathLike[str],
+    name: str | None = None,
+    format: str | None = None,
+    report: Mapping[str, Any] | None = None,
+    sha256: str | None = None,
+    uploaded: bool = False,
+) -> int:
+    """Register a checkpoint (a user's path, or an upload under checkpoints/); return its id.
+
+    A live checkpoint with the same path is updated and its id returned.
+    """
+    text = str(path)
+    with store.transaction() as db:
+        same = db.execute(
+            "SELECT id FROM checkpoints WHERE path = ? AND removed_at IS NULL ORDER BY id LIMIT 1",
+            (text,),
+        ).fetchone()
+        if same is not None:
+            given = {"name": name, "format": format, "sha256": sha256}
+            changes = {k: v for k, v in given.items() if v is not None}
+            if report is not None:
+                changes["report_json"] = to_json(report)
+            if uploaded:
+                changes["uploaded"] = 1
+            if changes:
+                db["checkpoints"].update(same[0], changes)
+            return int(same[0])
+        table = db["checkpoints"].insert(
+            {
+                "path": text,
+                "sha256": sha256,
+                "name": name or Path(text).name,
+                "format": format,
+                "report_json": None if report is None else to_json(report),
+                "created_at": now_iso(),
+                "uploaded": int(uploaded),
+            }
+        )
+        return int(table.last_pk)
+
+
+def get_checkpoint(store: Store, checkpoint_id: int) -> dict | None:
+    """One checkpoint row (`report` parsed, `removed` bool), removed ones included."""
+    row = _one(store, "SELECT * FROM checkpoints WHERE id = ?", (checkpoint_id,))
+    if row is not None:
+        row["removed"] = row["removed_at"] is not None
+    return row
+
+
+def list_checkpoints(store: Store, include_removed: bool = False) -> list[dict]:
+    """Checkpoints, newest first (without the report)."""
+    where = "" if include_removed else "WHERE removed_at IS NULL"
+    rows = store.db.query(
+        "SELECT id, path, sha256, name, format, created_at, uploaded, removed_at "
+        f"FROM checkpoints {where} ORDER BY id DESC"
+    )
+    out = []
+    for r in rows:
+        row = decode_row(r)
+        row["removed"] = row["removed_at"] is not None
+        out.append(row)
+    return out
+
+
+def remove_checkpoint(store: Store, checkpoint_id: int) -> bool:
+    """Mark a checkpoint removed; delete its files only if uploaded into checkpoints/ here.
+
+    A user's own path outside the home is never touched. Runs that used it keep their row and
+    show it as removed. Returns whether files were deleted.
+    """
+    with store.transaction() as db:
+        row = db.execute(
+            "SELECT path, uploaded, removed_at FROM checkpoints WHERE id = ?", (checkpoint_id,)
+        ).fetchone()
+        if row is None:
+            raise InputError(f"no checkpoint {checkpoint_id}")
+        path, uploaded, removed_at = row
+        if removed_at is None:
+            db.execute(
+                "UPDATE checkpoints SET removed_at = ? WHERE id = ?", (now_iso(), checkpoint_id)
+            )
+        shared = db.execute(
+            "SELECT COUNT(*) FROM checkpoints WHERE path = ? AND removed_at IS NULL AND id != ?",
+            (path, checkpoint_id),
+        ).fetchone()[0]
+    uploads = store.home / "checkpoints"
+    target = Path(path)
+    if not target.is_absolute():
+        target = store.home / target
+    if not uploaded or shared or not _inside(target, uploads) or target.is_symlink():
+        return False
+    if target.is_dir():
+        shutil.rmtree(target)
+    elif target.exists():
+        target.unlink()
+    else:
+        return False
+    return True
+
+
+# --- endpoints ---------------------------------------------------------------------------------
+
+
+def record_probe(store: Store, url: str, report: Mapping[str, Any]) -> None:
+    """Remember an endpoint and what its latest probe found."""
+    now = now_iso()
+    version = report.get("version")
+    store.db.execute(
+        "INSERT INTO endpoints (url, last_probe_json, version, created_at, probed_at) "
+        "VALUES (?, ?, ?, ?, ?) ON CONFLICT(url) DO UPDATE SET "
+        "last_probe_json = excluded.last_probe_json, version = excluded.version, "
+        "probed_at = excluded.probed_at",
+        (url, to_json(dict(report)), None if version is None else str(version), now, now),
+    )
+
+
+def get_endpoint(store: Store, url: str) -> dict | None:
+    """One endpoint with its last probe parsed (`last_probe`)."""
+    return _one(store, "SELECT * FROM endpoints WHERE url = ?", (url,))
+
+
+def list_endpoints(store: Store) -> list[dict]:
+    """Endpoints, most recently probed first (without the probe body)."""
+    rows = store.db.query(
+        "SELECT url, version, created_at, probed_at FROM endpoints "
+        "ORDER BY COALESCE(probed_at, created_at) DESC"
+    )
+    return [dict(r) for r in rows]
+
+
+# --- runs --------------------------------------------------------------------------------------
+
+_RUN_SELECT = (
+    "SELECT runs.*, checkpoints.name AS checkpoint_name, checkpoints.path AS checkpoint_path, "
+    "(checkpoints.removed_at IS NOT NULL) AS checkpoint_removed "
+    "FROM runs LEFT JOIN checkpoints ON checkpoints.id = runs.checkpoint_id"
+)
+
+
+def create_run(
+    store: Store,
+    checkpoint_id: int | None,
+    endpoint_url: str | None,
+    baseline_url: str | None = None,
+    options: Mapping[str, Any] | None = None,
+) -> int:
+    """Create a run (status 'queued'); return its id."""
+    with store.transaction() as db:
+        table = db["runs"].insert(
+            {
+                "created_at": now_iso(),
+                "status": "queued",
+                "checkpoint_id": checkpoint_id,
+                "endpoint_url": endpoint_url,
+                "baseline_url": baseline_url,
+                "options_json": to_json(dict(options or {})),
+            }
+        )
+        return int(table.last_pk)
+
+
+def get_run(store: Store, run_id: int) -> dict | None:
+    """One run with `options` parsed and its checkpoint's name/path/removed flag."""
+    return _one(store, f"{_RUN_SELECT} WHERE runs.id = ?", (run_id,))
+
+
+def update_run(store: Store, run_id: int, **fields: Any) -> None:
+    """Set run columns (`options=` is stored as options_json); unknown names raise ValueError."""
+    if "options" in fields:
+        fields["options_json"] = to_json(dict(fields.pop("options") or {}))
+    bad = sorted(k for k in fields if k not in RUN_COLUMNS or k == "id")
+    if bad:
+        raise ValueError(f"not run columns: {', '.join(bad)}")
+    if not fields:
+        return
+    assignments = ", ".join(f"[{k}] = ?" for k in fields)
+    cur = store.db.execute(
+        f"UPDATE runs SET {assignments} WHERE id = ?", (*fields.values(), run_id)
+    )
+    if cur.rowcount == 0:
+        raise InputError(f"no run {run_id}")
+
+
+def _run_filter(status: str | None, search: str | None) -> tuple[str, list[Any]]:
+    clauses: list[str] = []
+    params: list[Any] = []
+    if status:
+        clauses.append("runs.status = ?")
+        params.append(status)
+    if search and search.strip():
+        text = search.strip()
+        like = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        cols = (
+            "checkpoints.name",
+            "checkpoints.path",
+            "runs.endpoint_url",
+            "runs.baseline_url",
+            "runs.worst_finding_title",
+            "runs.status",
+        )
+        ors = [f"{c} LIKE ? ESCAPE '\\'" for c in cols]
+        params.extend([like] * len(cols))
+        if text.lstrip("#").isdigit():
+            ors.append("runs.id = ?")
+            params.append(int(text.lstrip("#")))
+        clauses.append("(" + " OR ".join(ors) + ")")
+    where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
+    return where, params
+
+
+def list_runs(
+    store: Store,
+    limit: int = 50,
+    offset: int = 0,
+    status: str | None = None,
+    search: str | None = None,
+) -> list[dict]:
+    """One page of runs, newest first, optionally by status and a search text (or a run id)."""
+    where, params = _run_filter(status, search)
+    sql = f"{_RUN_SELECT}{where} ORDER BY runs.created_at DESC, runs.id DESC LIMIT ? OFFSET ?"
+    rows = store.db.query(sql, (*params, int(limit), int(offset)))
+    return [decode_row(r) for r in rows]
+
+
+def count_runs(store: Store, status: str | None = None, search: str | None = None) -> int:
+    """How many runs `list_runs` pages through with the same filters."""
+    where, params = _run_filter(status, search)
+    join = " LEFT JOIN checkpoints ON checkpoints.id = runs.checkpoint_id" if search else ""
+    row = store.db.execute(f"SELECT COUNT(*) FROM runs{join}{where}", params).fetchone()
+    return int(row[0])
+
+
+# --- results of a run --------------------------------------------------------------------------
+
+
+def save_layouts(store: Store, run_id: int, side: str, layout: Iterable[Any]) -> None:
+    """Replace one side's layout: taps (Tap or dicts with depth/post_norm/description) by slot."""
+    if side not in LAYOUT_SIDES:
+        raise ValueError(f"layout side {side!r} is not one of {LAYOUT_SIDES}")
+    rows = []
+    for i, tap in enumerate(layout):
+        depth = _field(tap, "depth")
+        description = _field(tap, "description")
+        if description is None and depth is not None and not isinstance(tap, Mapping):
+            description = str(tap)
+        rows.append(
+            {
+                "run_id": run_id,
+                "side": side,
+                "slot": int(_field(tap, "slot", i)),
+                "depth": None if depth is None else int(depth),
+                "post_norm": int(bool(_field(tap, "post_norm", False))),
+                "description": description,
+            }
+        )
+    with store.transaction() as db:
+        db.execute("DELETE FROM layouts WHERE run_id = ? AND side = ?", (run_id, side))
+        if rows:
+            db["layouts"].insert_all(rows)
+
+
+def get_layouts(store: Store, run_id: int) -> dict[str, list[dict]]:
+    """A run's layouts: side -> rows (slot, depth, post_norm, description) in slot order."""
+    out: dict[str, list[dict]] = {}
+    rows = store.db.query(
+        "SELECT side, slot, depth, post_norm, description FROM layouts WHERE run_id = ? "
+        "ORDER BY side, slot",
+        (run_id,),
+    )
+    for r in rows:
+        out.setdefault(r["side"], []).append(decode_row(r))
+    return out
+
+
+def save_metrics(store: Store, run_id: int, rows: Iterable[Mapping[str, Any]]) -> int:
+    """Store long-format metric rows (source, name, value, step?, request?); return the count.
+
+    Each (source, name) series in `rows` replaces that series of the run, so a rerun stage
+    does not duplicate it.
+    """
+    records = [
+        {
+            "run_id": run_id,
+            "source": str(r["source"]),
+            "name": str(r["name"]),
+            "step": None if r.get("step") is None else int(r["step"]),
+            "request": None if r.get("request") is None else int(r["request"]),
+            "value": _float(r.get("value")),
+        }
+        for r in rows
+    ]
+    series = sorted({(r["source"], r["name"]) for r in records})
+    with store.transaction() as db:
+        for source, name in series:
+            db.execute(
+                "DELETE FROM metrics WHERE run_id = ? AND source = ? AND name = ?",
+                (run_id, source, name),
+            )
+        if records:
+            db["metrics"].insert_all(records, batch_size=500)
+    return len(records)
+
+
+def get_metrics(
+    store: Store, run_id: int, source: str | None = None, name: str | None = None
+) -> list[dict]:
+    """Long-format metric rows of a run (run_id, source, name, step, request, value)."""
+    sql = "SELECT run_id, source, name, step, request, value FROM metrics WHERE run_id = ?"
+    params: list[Any] = [run_id]
+    if source is not None:
+        sql += " AND source = ?"
+        params.append(source)
+    if name is not None:
+        sql += " AND name = ?"
+        params.append(name)
+    sql += " ORDER BY source, name, step, request, id"
+    return [dict(r) for r in store.db.query(sql, params)]
+
+
+def save_findings(
+    store: Store, run_id: int, findings: Iterable[Any], update_headline: bool = True
+) -> None:
+    """Replace a run's findings (dicts or objects with rule_id, severity, title, evidence, fix).
+
+    With `update_headline` the run's worst_severity / worst_finding_title follow them.
+    """
+    rows = [
+        {
+            "run_id": run_id,
+            "rule_id": str(_field(f, "rule_id")),
+            "severity": str(_field(f, "severity")),
+            "title": str(_field(f, "title")),
+            "evidence": _text(_field(f, "evidence")),
+            "fix": _text(_field(f, "fix")),
+            "position": i,
+        }
+        for i, f in enumerate(findings)
+    ]
+    worst = min(
+        rows,
+        key=lambda r: (-SEVERITY_RANK.get(r["severity"].lower(), -1), r["position"]),
+        default=None,
+    )
+    with store.transaction() as db:
+        db.execute("DELETE FROM findings WHERE run_id = ?", (run_id,))
+        if rows:
+            db["findings"].insert_all(rows)
+        if update_headline:
+            db.execute(
+                "UPDATE runs SET worst_severity = ?, worst_finding_title = ? WHERE id = ?",
+                (worst and worst["severity"], worst and worst["title"], run_id),
+            )
+
+
+def _text(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    return to_json(value)
+
+
+def get_findings(store: Store, run_id: int) -> list[dict]:
+    """A run's findings in the order saved."""
+    rows = store.db.query(
+        "SELECT rule_id, severity, title, evidence, fix, position FROM findings "
+        "WHERE run_id = ? ORDER BY position",
+        (run_id,),
+    )
+    return [dict(r) for r in rows]
+
+
+def save_bench(store: Store, run_id: int, role: str, result: Mapping[str, Any]) -> None:
+    """Store (replacing) the serve benchmark of a run's spec or baseline endpoint."""
+    if role not in BENCH_ROLES:
+        raise ValueError(f"bench role {role!r} is not one of {BENCH_ROLES}")
+    store.db.execute(
+        "INSERT INTO bench_results (run_id, role, result_json, created_at) VALUES (?, ?, ?, ?) "
+        "ON CONFLICT(run_id, role) DO UPDATE SET result_json = excluded.result_json, "
+        "created_at = excluded.created_at",
+        (run_id, role, to_json(dict(result)), now_iso()),
+    )
+
+
+def get_bench(store: Store, run_id: int) -> dict[str, dict]:
+    """A run's serve benchmarks: role -> result dict."""
+    rows = store.db.query(
+        "SELECT role, result_json FROM bench_results WHERE run_id = ? ORDER BY role", (run_id,)
+    )
+    return {r["role"]: json.loads(r["result_json"]) for r in rows}
+
+
+def capture_dir(store: Store, run_id: int) -> Path:
+    """captures/<run>/ (created): where a run's capture shards go."""
+    path = store.path("captures", str(int(run_id)))
+    path.mkdir(parents=True, exist_ok=True)
+    return path

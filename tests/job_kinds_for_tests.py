@@ -1,0 +1,83 @@
+"""Job kinds for the job tests, registered on import.
+
+The worker's child process imports this module through EAGLE3DASH_JOB_MODULES, the way it imports
+eagle3dash.pipeline for the real kinds.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import time
+
+from eagle3dash.jobs import ProgressFn, register_job_kind
+
+log = logging.getLogger("tests.job_kinds")
+
+
+def echo(params: dict, progress: ProgressFn) -> dict:
+    """Report progress, write to stdout, stderr and logging, return the params."""
+    progress(0.5, "halfway")
+    print("hello on stdout")
+    print("hello on stderr", file=sys.stderr)
+    log.info("hello through logging")
+    return {"echo": params, "pid": os.getpid()}
+
+
+def fail(params: dict, progress: ProgressFn) -> dict:
+    """Raise after some progress."""
+    progress(0.3, "about to fail")
+    raise ValueError("boom from a test job")
+
+
+def suicide(params: dict, progress: ProgressFn) -> dict:
+    """Die by SIGKILL, as the OOM killer would kill it."""
+    progress(0.1, "about to be killed")
+    os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(30)
+    return {}
+
+
+def sleepy(params: dict, progress: ProgressFn) -> dict:
+    """Sleep in small steps, reporting progress at each."""
+    steps, dt = int(params.get("steps", 100)), float(params.get("dt", 0.05))
+    for i in range(steps):
+        progress(i / steps, f"step {i} of {steps}")
+        time.sleep(dt)
+    return {"steps": steps}
+
+
+def stubborn(params: dict, progress: ProgressFn) -> dict:
+    """Ignore SIGTERM and never report progress: only SIGKILL stops it."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    progress(0.1, "ignoring SIGTERM")
+    time.sleep(float(params.get("seconds", 30)))
+    return {}
+
+
+def interval(params: dict, progress: ProgressFn) -> dict:
+    """Hold the (pretend) device for a while; return when it held it."""
+    start = time.time()
+    progress(0.5, "holding the device")
+    time.sleep(float(params.get("seconds", 0.5)))
+    return {"start": start, "end": time.time(), "name": params.get("name")}
+
+
+def stages(params: dict, progress: ProgressFn) -> dict:
+    """A pipeline-like job: stages inside one child, progress per stage."""
+    names = ["inspect", "probe", "capture", "draft-eval"]
+    for i, name in enumerate(names):
+        progress(i / len(names), f"stage {i + 1}/{len(names)}: {name}")
+    return {"stages": names}
+
+
+register_job_kind("test-echo", echo)
+register_job_kind("test-fail", fail)
+register_job_kind("test-suicide", suicide)
+register_job_kind("test-sleepy", sleepy)
+register_job_kind("test-stubborn", stubborn)
+register_job_kind("test-interval", interval)
+register_job_kind("test-gpu-interval", interval, needs_gpu=True)
+register_job_kind("test-stages", stages)

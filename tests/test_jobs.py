@@ -1,0 +1,289 @@
+"""The job queue and worker on a real SQLite file, with real child processes."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+import tests.job_kinds_for_tests  # noqa: F401 - registers the test kinds here too
+from eagle3dash.jobs import (
+    JOB_MODULES_ENV,
+    _pid_alive,
+    cancel_job,
+    claim_job,
+    job_log,
+    job_result,
+    job_status,
+    list_jobs,
+    recover_stale_jobs,
+    run_worker,
+    submit_job,
+    wait_for_job,
+)
+from eagle3dash.store import Store, create_run, now_iso, open_store
+
+ROOT = Path(__file__).resolve().parent.parent
+POLL = 0.02
+
+
+@pytest.fixture
+def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Store]:
+    monkeypatch.setenv(JOB_MODULES_ENV, "tests.job_kinds_for_tests")
+    s = open_store(tmp_path / "home")
+    yield s
+    s.close()
+
+
+@contextlib.contextmanager
+def worker_thread(store: Store, **kwargs) -> Iterator[threading.Thread]:
+    """A worker looping in a thread of this process until the block ends."""
+    stop = threading.Event()
+    kw = {"poll_interval": POLL, "stop_event": stop, **kwargs}
+    t = threading.Thread(target=run_worker, args=(store.home,), kwargs=kw, daemon=True)
+    t.start()
+    try:
+        yield t
+    finally:
+        stop.set()
+        t.join(15)
+        assert not t.is_alive()
+
+
+def wait_until(predicate, timeout: float = 10.0, what: str = "condition"):
+    """Poll `predicate` until it returns something truthy; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(POLL)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_job_succeeds_with_result_progress_and_log(store: Store) -> None:
+    run_id = create_run(store, None, "http://127.0.0.1:1")
+    job_id = submit_job(store, "test-echo", {"x": 1}, run_id=run_id)
+    queued = job_status(store, job_id)
+    assert queued["status"] == "queued"
+    assert queued["params"] == {"x": 1} and queued["needs_gpu"] is False
+
+    assert run_worker(store.home, poll_interval=POLL, once=True) == 1
+
+    job = job_status(store, job_id)
+    assert job["status"] == "succeeded", job["error"]
+    assert job["progress"] == 1.0
+    assert job["result"]["echo"] == {"x": 1}
+    assert job_result(store, job_id) == job["result"]
+    assert job["result"]["pid"] != os.getpid()  # it ran in a child process
+    assert job["started_at"] and job["finished_at"] and job["heartbeat_at"]
+    assert job["log_path"] == f"logs/{job_id}.log"
+    assert (store.home / "logs" / f"{job_id}.log").is_file()
+    text = job_log(store, job_id)
+    for line in ("hello on stdout", "hello on stderr", "hello through logging", "halfway"):
+        assert line in text
+    assert [j["id"] for j in list_jobs(store, run_id)] == [job_id]
+    assert job_log(store, job_id, tail_bytes=40) in text
+
+
+def test_raising_job_fails_with_traceback(store: Store) -> None:
+    job_id = submit_job(store, "test-fail", {})
+    run_worker(store.home, poll_interval=POLL, once=True)
+    job = job_status(store, job_id)
+    assert job["status"] == "failed"
+    assert "Traceback (most recent call last)" in job["error"]
+    assert "ValueError: boom from a test job" in job["error"]
+    assert job["message"].startswith("ValueError")
+    assert job_result(store, job_id) is None
+    assert "ValueError: boom from a test job" in job_log(store, job_id)
+
+
+def test_killed_child_fails_and_the_worker_goes_on(store: Store) -> None:
+    killed = submit_job(store, "test-suicide", {})
+    raising = submit_job(store, "test-fail", {})
+    fine = submit_job(store, "test-echo", {"after": "failures"})
+    assert run_worker(store.home, poll_interval=POLL, once=True) == 3
+
+    job = job_status(store, killed)
+    assert job["status"] == "failed"
+    assert "SIGKILL" in job["error"] and "out of memory" in job["error"]
+    assert "about to be killed" in job["error"]  # the end of the log comes with it
+    assert job_status(store, raising)["status"] == "failed"
+    assert job_status(store, fine)["status"] == "succeeded"
+    assert job_status(store, fine)["result"]["echo"] == {"after": "failures"}
+
+
+def test_unknown_kind_fails_with_a_clear_message(store: Store) -> None:
+    job_id = submit_job(store, "no-such-kind", {})
+    run_worker(store.home, poll_interval=POLL, once=True)
+    job = job_status(store, job_id)
+    assert job["status"] == "failed"
+    assert "unknown job kind 'no-such-kind'" in job["error"]
+    assert JOB_MODULES_ENV in job["error"]
+
+
+def test_pipeline_stages_report_progress_messages(store: Store) -> None:
+    job_id = submit_job(store, "test-stages", {})
+    run_worker(store.home, poll_interval=POLL, once=True)
+    assert job_status(store, job_id)["result"]["stages"][-1] == "draft-eval"
+    text = job_log(store, job_id)
+    for n, name in enumerate(["inspect", "probe", "capture", "draft-eval"], 1):
+        assert f"stage {n}/4: {name}" in text
+
+
+def test_cancel_queued_job(store: Store) -> None:
+    job_id = submit_job(store, "test-echo", {})
+    assert cancel_job(store, job_id) == "cancelled"
+    assert run_worker(store.home, poll_interval=POLL, once=True) == 0
+    job = job_status(store, job_id)
+    assert job["status"] == "cancelled" and job["started_at"] is None
+    assert cancel_job(store, job_id) == "cancelled"  # idempotent
+    assert cancel_job(store, 999) is None
+
+
+def test_cancel_running_job(store: Store) -> None:
+    job_id = submit_job(store, "test-sleepy", {"steps": 500, "dt": 0.02})
+    with worker_thread(store):
+        job = wait_until(
+            lambda: (j := job_status(store, job_id))["progress"] > 0 and j,
+            what="the job to report progress",
+        )
+        assert job["status"] == "running"
+        assert job["message"].startswith("step ")
+        assert cancel_job(store, job_id) == "running"  # flagged; the worker stops it
+        t0 = time.monotonic()
+        job = wait_for_job(store, job_id, timeout=10)
+        assert time.monotonic() - t0 < 5
+    assert job["status"] == "cancelled"
+    assert job["progress"] < 1.0
+    assert not _pid_alive(job["child_pid"])
+
+
+def test_cancel_kills_a_job_that_ignores_sigterm(store: Store) -> None:
+    job_id = submit_job(store, "test-stubborn", {"seconds": 30})
+    after = submit_job(store, "test-echo", {})
+    with worker_thread(store, cancel_grace=0.3):
+        wait_until(lambda: job_status(store, job_id)["progress"] > 0, what="the job to start")
+        cancel_job(store, job_id)
+        assert wait_for_job(store, job_id, timeout=10)["status"] == "cancelled"
+        assert wait_for_job(store, after, timeout=10)["status"] == "succeeded"
+    assert not _pid_alive(job_status(store, job_id)["child_pid"])
+
+
+def test_stopping_the_worker_fails_its_running_job(store: Store) -> None:
+    job_id = submit_job(store, "test-sleepy", {"steps": 500, "dt": 0.02})
+    with worker_thread(store):
+        wait_until(lambda: job_status(store, job_id)["progress"] > 0, what="the job to start")
+    job = job_status(store, job_id)
+    assert job["status"] == "failed"
+    assert "the worker stopped" in job["error"]
+
+
+def _set_running(store: Store, job_id: int, pid: int, host: str, beat: datetime) -> None:
+    stamp = beat.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    store.db.execute(
+        "UPDATE jobs SET status = 'running', worker_pid = ?, worker_host = ?, started_at = ?, "
+        "heartbeat_at = ? WHERE id = ?",
+        (pid, host, stamp, stamp, job_id),
+    )
+
+
+def test_recover_fails_jobs_of_dead_workers(store: Store) -> None:
+    here = socket.gethostname()
+    now = datetime.now(UTC)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # exited and reaped: its pid is free
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        dead_pid = submit_job(store, "test-echo", {})
+        _set_running(store, dead_pid, dead.pid, here, now)
+        stale_elsewhere = submit_job(store, "test-echo", {})
+        _set_running(store, stale_elsewhere, 1234, "other-box", now - timedelta(minutes=10))
+        fresh_elsewhere = submit_job(store, "test-echo", {})
+        _set_running(store, fresh_elsewhere, 1234, "other-box", now)
+        live_here = submit_job(store, "test-echo", {})
+        _set_running(store, live_here, alive.pid, here, now)
+
+        assert sorted(recover_stale_jobs(store, stale_after=60)) == [dead_pid, stale_elsewhere]
+        assert "is gone" in job_status(store, dead_pid)["error"]
+        assert "no heartbeat for 600 s" in job_status(store, stale_elsewhere)["error"]
+        assert job_status(store, fresh_elsewhere)["status"] == "running"
+        assert job_status(store, live_here)["status"] == "running"
+        assert recover_stale_jobs(store, stale_after=60) == []
+    finally:
+        alive.kill()
+        alive.wait()
+    # a worker starting up recovers too, then runs the queue
+    queued = submit_job(store, "test-echo", {})
+    run_worker(store.home, poll_interval=POLL, once=True)
+    assert job_status(store, live_here)["status"] == "failed"
+    assert job_status(store, queued)["status"] == "succeeded"
+
+
+def test_child_fails_its_job_when_the_worker_is_killed(store: Store) -> None:
+    job_id = submit_job(store, "test-sleepy", {"steps": 1000, "dt": 0.02})
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "eagle3dash.jobs", "worker", "--home", str(store.home)]
+    worker = subprocess.Popen(
+        [*cmd, "--poll", "0.05"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        job = wait_until(
+            lambda: (j := job_status(store, job_id))["progress"] > 0 and j,
+            what="the job to start",
+        )
+        assert job["worker_pid"] == worker.pid
+        worker.kill()  # SIGKILL: no cleanup in the worker
+        worker.wait()
+        job = wait_for_job(store, job_id, timeout=10)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    assert job["status"] == "failed"
+    assert "the worker exited" in job["error"]
+    wait_until(lambda: not _pid_alive(job["child_pid"]), what="the orphaned child to exit")
+
+
+def test_claim_runs_one_gpu_job_at_a_time(store: Store) -> None:
+    gpu1 = submit_job(store, "test-gpu-interval", {})
+    gpu2 = submit_job(store, "test-gpu-interval", {})
+    cpu = submit_job(store, "test-interval", {})
+    assert job_status(store, gpu1)["needs_gpu"] is True  # the kind's default
+    assert job_status(store, cpu)["needs_gpu"] is False
+    assert claim_job(store)["id"] == gpu1
+    assert claim_job(store)["id"] == cpu  # the second GPU job waits, CPU jobs go past it
+    assert claim_job(store) is None
+    store.db.execute("UPDATE jobs SET status = 'succeeded' WHERE id = ?", (gpu1,))
+    assert claim_job(store)["id"] == gpu2
+
+
+def test_two_gpu_jobs_never_overlap_with_two_slots(store: Store) -> None:
+    gpu = [
+        submit_job(store, "test-gpu-interval", {"seconds": 0.6, "name": f"g{i}"}) for i in (1, 2)
+    ]
+    cpu = submit_job(store, "test-interval", {"seconds": 0.6, "name": "c"})
+    assert run_worker(store.home, poll_interval=POLL, once=True, slots=2) == 3
+    g1, g2, c = (job_status(store, i)["result"] for i in (*gpu, cpu))
+    assert g1["end"] <= g2["start"]  # the second GPU job started after the first ended
+    assert c["start"] < g1["end"] and g1["start"] < c["end"]  # the CPU job ran alongside
+
+
+def test_submit_and_status_need_no_worker(store: Store) -> None:
+    ids = [submit_job(store, "test-echo", {"i": i}) for i in range(3)]
+    assert [j["id"] for j in list_jobs(store)] == ids
+    assert [j["id"] for j in list_jobs(store, status="queued")] == ids
+    assert job_status(store, 12345) is None
+    assert job_log(store, ids[0]) == ""  # nothing ran yet
+    assert submit_job(store, "test-echo", {}, needs_gpu=True) > ids[-1]
+    now = now_iso()
+    assert now.endswith("Z")
