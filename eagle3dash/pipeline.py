@@ -1,7 +1,9 @@
 """The diagnose pipeline: inspect, probe, capture, standalone evaluation, serve benchmark, findings.
 
 Each stage is a plain function, so the CLI runs them in one process and the job runner can run them
-as jobs. `run_diagnosis` chains them and reports progress as (fraction, message).
+as jobs. `run_diagnosis` chains them and reports progress as (fraction, message); `submit_diagnosis`
+queues it as a job for the app, and `record_diagnosis` stores its results for the pages. Importing
+this module registers the job kinds and stays light: torch is imported only inside the stages.
 
 Both evaluations run on the same token sequences (the endpoint's own greedy completions), so they
 differ only in the taps: the serving side gets the concatenated aux states SGLang really feeds the
@@ -15,14 +17,18 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from eagle3dash.checkpoint import InspectReport, inspect, load
 from eagle3dash.errors import InputError
 from eagle3dash.findings import Evidence, Finding, diagnose
 from eagle3dash.layout import Layout, compare, format_layout, parse_layout
-from eagle3dash.metrics import DraftEval
 from eagle3dash.servebench import BenchResult, compare_to_baseline, load_prompts, run_bench
 from eagle3dash.sglang import ServerReport, SGLangClient
+
+if TYPE_CHECKING:
+    from eagle3dash.metrics import DraftEval
+    from eagle3dash.store import Store
 
 Progress = Callable[[float, str], None]
 
@@ -325,3 +331,184 @@ def run_diagnosis(options: DiagnoseOptions, progress: Progress | None = None) ->
     )
     progress(1.0, "done")
     return diagnosis
+
+
+# --- the results in the store, and the job kinds ----------------------------------------------
+
+
+def diagnosis_metrics(diagnosis: Diagnosis) -> list[dict]:
+    """Long-format metric rows (source, name, step, request, value), ready for altair."""
+    rows: list[dict] = []
+    for source, ev in (("training", diagnosis.training_eval), ("serving", diagnosis.serving_eval)):
+        if ev is None:
+            continue
+        for step, (acc, accept) in enumerate(zip(ev.accuracy, ev.acceptance, strict=True)):
+            rows.append({"source": source, "name": "accuracy", "step": step, "value": acc})
+            rows.append({"source": source, "name": "acceptance", "step": step, "value": accept})
+        rows.append(
+            {"source": source, "name": "accept_length", "value": diagnosis.sim_accept_length(ev)}
+        )
+    for source, bench in (("measured", diagnosis.measured), ("baseline", diagnosis.baseline)):
+        if bench is None:
+            continue
+        rows.append({"source": source, "name": "tok_s", "value": bench.output_tok_s_aggregate})
+        rows.append({"source": source, "name": "accept_length", "value": bench.accept_length})
+        for i, (tok_s, accept) in enumerate(
+            zip(bench.output_tok_s_per_request, bench.accept_length_per_request, strict=False)
+        ):
+            rows.append({"source": source, "name": "tok_s", "request": i, "value": tok_s})
+            rows.append({"source": source, "name": "accept_length", "request": i, "value": accept})
+    return rows
+
+
+def record_diagnosis(store: Store, run_id: int, diagnosis: Diagnosis) -> None:
+    """Store a diagnosis: layouts, metrics, findings, bench results and the run's headline."""
+    from eagle3dash import store as db
+    from eagle3dash.layout import describe_tap
+
+    n = diagnosis.num_target_layers
+    for side in ("training", "serving"):
+        result = diagnosis.layouts[side]
+        taps = [
+            {"depth": t.depth, "post_norm": t.post_norm, "description": describe_tap(t, n)}
+            for t in result.layout
+        ]
+        db.save_layouts(store, run_id, side, taps)
+    decode = diagnosis.layouts["serving"].decode_layout
+    if decode is not None:
+        taps = [{"depth": t.depth, "post_norm": t.post_norm} for t in decode]
+        db.save_layouts(store, run_id, "decode", taps)
+    db.save_metrics(store, run_id, diagnosis_metrics(diagnosis))
+    db.save_findings(store, run_id, [f.to_dict() for f in diagnosis.findings])
+    for role, bench in (("spec", diagnosis.measured), ("baseline", diagnosis.baseline)):
+        if bench is not None:
+            db.save_bench(store, run_id, role, bench.to_dict())
+    db.record_probe(store, diagnosis.server.url, diagnosis.server.to_dict())
+    result = diagnosis.to_dict()
+    speedup = result["speedup"] or {}
+    db.update_run(
+        store,
+        run_id,
+        status="succeeded",
+        measured_accept_length=diagnosis.measured.accept_length if diagnosis.measured else None,
+        sim_accept_training=result["training"]["sim_accept_length"],
+        sim_accept_serving=result["serving"]["sim_accept_length"],
+        tok_s=diagnosis.measured.output_tok_s_aggregate if diagnosis.measured else None,
+        baseline_tok_s=speedup.get("baseline_output_tok_s"),
+        speedup=speedup.get("speedup"),
+    )
+
+
+def submit_diagnosis(store: Store, checkpoint_id: int | None, options: DiagnoseOptions) -> int:
+    """Create a run and queue its diagnose job; return the run id."""
+    from eagle3dash import jobs
+    from eagle3dash import store as db
+
+    params = dataclasses.asdict(options)
+    run_id = db.create_run(store, checkpoint_id, options.endpoint, options.baseline, params)
+    params["capture_dir"] = params["capture_dir"] or str(db.capture_dir(store, run_id))
+    db.update_run(store, run_id, options=params)
+    jobs.submit_job(
+        store,
+        "diagnose",
+        {"options": params},
+        run_id=run_id,
+        needs_gpu=options.device.startswith("cuda"),
+    )
+    return run_id
+
+
+def job_diagnose(params: dict, progress: Progress) -> dict:
+    """Job kind 'diagnose': the whole pipeline for one run, stored for its page."""
+    from eagle3dash import jobs
+    from eagle3dash import store as db
+
+    job = jobs.current_job()
+    store = db.open_store(job["home"])
+    run_id = job["run_id"]
+    db.update_run(store, run_id, status="running")
+    try:
+        diagnosis = run_diagnosis(DiagnoseOptions(**params["options"]), progress)
+        record_diagnosis(store, run_id, diagnosis)
+    except BaseException as e:  # also a cancel: the run must not stay "running"
+        status = "cancelled" if isinstance(e, jobs.JobCancelled) else "failed"
+        db.update_run(store, run_id, status=status, error=str(e) or type(e).__name__)
+        raise
+    return diagnosis.to_dict()
+
+
+def job_inspect(params: dict, progress: Progress) -> dict:
+    """Job kind 'inspect': a checkpoint's report."""
+    return inspect(params["path"]).to_json()
+
+
+def job_probe(params: dict, progress: Progress) -> dict:
+    """Job kind 'probe': an endpoint's report and its server-side findings."""
+    server = SGLangClient(params["url"]).probe()
+    return {
+        "server": server.to_dict(),
+        "findings": [f.to_dict() for f in diagnose(Evidence(server=server))],
+    }
+
+
+def job_serve_bench(params: dict, progress: Progress) -> dict:
+    """Job kind 'serve-bench': the serve benchmark of one endpoint."""
+    prompts = load_prompts(params.get("prompts", "chat"))[: params.get("num_prompts", 16)]
+    result = run_bench(
+        params["url"],
+        prompts,
+        concurrency=params.get("concurrency", 4),
+        max_new_tokens=params.get("max_new_tokens", 64),
+        progress=lambda done, total: progress(done / total, "benchmarking"),
+    )
+    return result.to_dict()
+
+
+def job_capture(params: dict, progress: Progress) -> dict:
+    """Job kind 'capture': the endpoint's aux states for the prompts, saved as a capture."""
+    from eagle3dash.capture import capture_from_sglang, save_capture
+
+    client = SGLangClient(params["url"])
+    prompts = load_prompts(params.get("prompts", "chat"))[: params.get("num_prompts", 16)]
+    warnings: list[str] = []
+    capture = capture_from_sglang(
+        client,
+        [list(p.input_ids) if p.input_ids is not None else p.text for p in prompts],
+        parse_layout(params["layout"]),
+        max_new_tokens=params.get("max_new_tokens", 64),
+        progress=lambda done, total: progress(done / total, "capturing"),
+        warn=warnings.append,
+    )
+    path = save_capture(capture, params["out"])
+    return {"path": str(path), "sequences": len(capture.sequences), "warnings": warnings}
+
+
+def job_draft_eval(params: dict, progress: Progress) -> dict:
+    """Job kind 'draft-eval': the standalone draft over a capture under one layout."""
+    from eagle3dash.capture import read_capture
+
+    layout = parse_layout(params["layout"])
+    capture = read_capture(params["capture"], layout=layout)
+    options = DiagnoseOptions(
+        draft=params["draft"],
+        endpoint="",
+        steps=params.get("steps", 5),
+        device=params.get("device", "cpu"),
+        dtype=params.get("dtype", "float32"),
+    )
+    return evaluate_layout(params["draft"], capture, layout, options).to_dict()
+
+
+def register_job_kinds() -> None:
+    """Make the pipeline's stages runnable as jobs."""
+    from eagle3dash.jobs import register_job_kind
+
+    register_job_kind("diagnose", job_diagnose)
+    register_job_kind("inspect", job_inspect)
+    register_job_kind("probe", job_probe)
+    register_job_kind("serve-bench", job_serve_bench)
+    register_job_kind("capture", job_capture)
+    register_job_kind("draft-eval", job_draft_eval)
+
+
+register_job_kinds()

@@ -832,14 +832,14 @@ def get_metrics(
 def save_findings(
     store: Store, run_id: int, findings: Iterable[Any], update_headline: bool = True
 ) -> None:
-    """Replace a run's findings (dicts or objects with rule_id, severity, title, evidence, fix).
+    """Replace a run's findings (findings.Finding, or dicts with rule_id/id, severity, title...).
 
     With `update_headline` the run's worst_severity / worst_finding_title follow them.
     """
     rows = [
         {
             "run_id": run_id,
-            "rule_id": str(_field(f, "rule_id")),
+            "rule_id": _finding_id(f),
             "severity": str(_field(f, "severity")),
             "title": str(_field(f, "title")),
             "evidence": _text(_field(f, "evidence")),
@@ -862,6 +862,13 @@ def save_findings(
                 "UPDATE runs SET worst_severity = ?, worst_finding_title = ? WHERE id = ?",
                 (worst and worst["severity"], worst and worst["title"], run_id),
             )
+
+
+def _finding_id(finding: Any) -> str:
+    rule_id = _field(finding, "rule_id") or _field(finding, "id")
+    if not rule_id:
+        raise ValueError(f"a finding without a rule id: {finding!r}")
+    return str(rule_id)
 
 
 def _text(value: Any) -> str | None:

@@ -168,3 +168,44 @@ def test_cli_diagnose_against_a_down_endpoint_is_one_line(models) -> None:
     assert out.returncode == 1
     assert "Traceback" not in out.stderr
     assert "cannot connect" in out.stderr
+
+
+def test_a_diagnose_job_stores_the_run_for_its_page(models, tmp_path) -> None:
+    """The app's path: submit_diagnosis queues a job, a worker runs it in a child process."""
+    from eagle3dash import jobs, store
+    from eagle3dash.pipeline import submit_diagnosis
+
+    home = store.open_store(tmp_path / "home")
+    checkpoint_id = store.add_checkpoint(home, models["draft"], name="draft")
+    with double(models) as server:
+        opts = options(models, server.url, training_layout="0,1,2")
+        run_id = submit_diagnosis(home, checkpoint_id, opts)
+        assert store.get_run(home, run_id)["status"] == "queued"
+        assert jobs.run_worker(home.home, poll_interval=0.05, once=True) == 1
+    run = store.get_run(home, run_id)
+    job = jobs.list_jobs(home, run_id)[0]
+    assert job["status"] == "succeeded", jobs.job_log(home, job["id"])
+    assert run["status"] == "succeeded"
+    assert run["measured_accept_length"] == pytest.approx(
+        job["result"]["measured"]["accept_length"]
+    )
+    assert run["worst_severity"] == "critical"
+    assert store.get_findings(home, run_id)[0]["rule_id"] == "layout-mismatch"
+    layouts = store.get_layouts(home, run_id)
+    assert [r["depth"] for r in layouts["training"]] == [0, 1, 2]
+    assert [r["depth"] for r in layouts["serving"]] == [1, 2, 3]
+    accuracy = store.get_metrics(home, run_id, source="serving", name="accuracy")
+    assert [m["step"] for m in accuracy] == [0, 1, 2, 3]
+    assert (Path(opts.capture_dir or run["options"]["capture_dir"]) / "capture.json").is_file()
+
+
+def test_a_failing_diagnose_job_fails_its_run(models, tmp_path) -> None:
+    from eagle3dash import jobs, store
+    from eagle3dash.pipeline import submit_diagnosis
+
+    home = store.open_store(tmp_path / "home")
+    opts = options(models, "http://127.0.0.1:9")
+    run_id = submit_diagnosis(home, None, opts)
+    jobs.run_worker(home.home, poll_interval=0.05, once=True)
+    run = store.get_run(home, run_id)
+    assert run["status"] == "failed" and "cannot connect" in run["error"]
