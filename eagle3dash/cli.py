@@ -284,6 +284,16 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_worker(args: argparse.Namespace) -> int:
+    """Run queued jobs (each in a child process) until stopped."""
+    import eagle3dash.pipeline  # noqa: F401  (registers the job kinds)
+    from eagle3dash.jobs import run_worker
+
+    done = run_worker(args.home, once=args.once, slots=args.slots)
+    print(f"worker stopped after {done} job(s)", file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse tree of every command."""
     parser = argparse.ArgumentParser(
@@ -351,6 +361,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--capture-dir", help="keep the serving capture in this folder")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_diagnose)
+
+    p = sub.add_parser("worker", help="run the app's queued jobs (diagnoses) until stopped")
+    p.add_argument("--home", help="data folder (default $EAGLE3DASH_HOME or ./.eagle3dash)")
+    p.add_argument("--once", action="store_true", help="stop when the queue is empty")
+    p.add_argument("--slots", type=int, default=1, help="jobs run at the same time")
+    p.set_defaults(func=cmd_worker)
     return parser
 
 
