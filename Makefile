@@ -2,8 +2,9 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell sha1sum requirements.txt | cut -c1-12)
+export EAGLE3DASH_HOME ?= $(CURDIR)/.eagle3dash
 
-.PHONY: install test lint run bench
+.PHONY: install browser test lint run bench
 
 $(STAMP): requirements.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -13,16 +14,22 @@ $(STAMP): requirements.txt
 
 install: $(STAMP)
 
+# Debian's chromium for the browser tests (Playwright drives it; no browser download).
+browser:
+	command -v chromium >/dev/null || \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
+
 lint: install
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
-test: lint
+test: lint browser
 	$(PY) -m pytest -q
 
-# The app arrives with the dashboard issue; until then `make run` shows the CLI.
+# One worker runs the queued diagnoses; the app serves on :8501 (.streamlit/config.toml).
 run: install
-	$(PY) -m eagle3dash --help
+	$(PY) -m eagle3dash worker & worker=$$!; trap "kill $$worker" EXIT INT TERM; \
+	  $(VENV)/bin/streamlit run app.py
 
 bench: install
 	$(PY) bench/bench_inspect.py

@@ -22,16 +22,6 @@ from eagle3dash.capture import (
 )
 from eagle3dash.layout import Tap, parse_layout
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny tensors: OpenMP hand-offs would dominate (and crawl when other jobs load the CPUs)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 HT = 8
 TAPS = (Tap(0), Tap(2), Tap(3), Tap(4, post_norm=True))
 

@@ -35,14 +35,6 @@ from tests.httpserver import Reply, Request, serve
 V, H, N = 64, 32, 3
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def target_dir(tmp_path_factory):
     from transformers import LlamaConfig, LlamaForCausalLM

@@ -14,6 +14,7 @@ from eagle3dash.capture import Capture, Sequence, save_capture
 from eagle3dash.checkpoint import random_tensors, save
 from eagle3dash.layout import Tap
 from eagle3dash.spec import FORMATS, DraftSpec
+from tests.specs import tiny_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -45,33 +46,24 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-def tiny_spec(fmt: str, **overrides) -> DraftSpec:
-    """A tiny draft spec in format `fmt` with layer ids stored where that format keeps them."""
+def format_spec(fmt: str, **overrides) -> DraftSpec:
+    """A tiny draft in format `fmt` with layer ids stored where that format keeps them."""
     location = "top-level" if fmt == "speculators" else "eagle_config"
     ids = (2, 3, 4) if fmt == "speculators" else (1, 2, 3)
     fields = dict(
         format=fmt,
-        hidden_size=32,
-        target_hidden_size=32,
-        intermediate_size=64,
-        num_layers=1,
-        num_heads=4,
-        num_kv_heads=2,
-        head_dim=8,
-        vocab_size=64,
         draft_vocab_size=48,
         aux_layer_ids=ids,
         aux_ids_location=location,
         has_d2t=True,
         has_t2d=True,
     )
-    fields.update(overrides)
-    return DraftSpec(**fields)
+    return tiny_spec(**{**fields, **overrides})
 
 
 def write_draft(tmp_path: Path, fmt: str, with_embed: bool = True) -> Path:
     """Write a random-weight draft in format `fmt` and return its directory."""
-    spec = tiny_spec(fmt, has_embed=with_embed)
+    spec = format_spec(fmt, has_embed=with_embed)
     tensors = random_tensors(spec, seed=0, with_embed=with_embed)
     return save(spec, tensors, tmp_path / fmt, fmt)
 
@@ -92,7 +84,7 @@ def test_inspect_json_contract_for_every_format(tmp_path: Path, fmt: str) -> Non
 
 
 def test_inspect_human_report_names_problems(tmp_path: Path) -> None:
-    spec = tiny_spec("specforge", has_d2t=False, has_t2d=False)
+    spec = format_spec("specforge", has_d2t=False, has_t2d=False)
     tensors = random_tensors(spec, seed=0)
     tensors.pop("d2t", None)
     tensors.pop("t2d", None)
@@ -120,7 +112,7 @@ def test_inspect_bad_path_is_one_clear_line(tmp_path: Path, setup, needle: str) 
 
 def test_layout_json_for_seed_like_shift(tmp_path: Path) -> None:
     # SpecForge ids [1, 15, 28] on a 32-layer Llama: both sides agree on Tap 2, 16, 29.
-    spec = tiny_spec("specforge", aux_layer_ids=(1, 15, 28))
+    spec = format_spec("specforge", aux_layer_ids=(1, 15, 28))
     path = save(spec, random_tensors(spec), tmp_path / "sf", "specforge")
     out = run_cli("layout", "--draft", str(path), "--target-layers", "32", "--json")
     assert out.returncode == 0, out.stderr
@@ -130,7 +122,7 @@ def test_layout_json_for_seed_like_shift(tmp_path: Path) -> None:
     assert result["diff"]["kind"] == "identical"
 
     # The seed: training really fed [embedding, 3, 31]; SGLang feeds [3, 31, 59].
-    spec = tiny_spec("specforge", aux_layer_ids=(2, 30, 58))
+    spec = format_spec("specforge", aux_layer_ids=(2, 30, 58))
     path = save(spec, random_tensors(spec), tmp_path / "seed", "specforge")
     out = run_cli(
         "layout",

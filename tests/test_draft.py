@@ -16,16 +16,7 @@ from eagle3dash.layout import Tap
 from eagle3dash.metrics import accept_length, build_eval, summarize
 from eagle3dash.spec import DraftSpec, expected_shapes
 from tests.reference import naive_matches
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny tensors: OpenMP hand-offs would dominate (and crawl when other jobs load the CPUs)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
+from tests.specs import tiny_spec
 
 LLAMA3 = {
     "rope_type": "llama3",
@@ -38,22 +29,15 @@ YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 
 
 
 def make_spec(**kw) -> DraftSpec:
+    """A tiny draft with its own embedding, MHA and a 40-token vocab; override any field."""
     base = dict(
-        format="specforge",
-        hidden_size=32,
-        target_hidden_size=32,
-        intermediate_size=64,
-        num_layers=1,
-        num_heads=4,
         num_kv_heads=4,
-        head_dim=8,
         vocab_size=40,
         draft_vocab_size=40,
         max_position_embeddings=256,
         has_embed=True,
     )
-    base.update(kw)
-    return DraftSpec(**base)
+    return tiny_spec(**{**base, **kw})
 
 
 def random_tensors(spec: DraftSpec, seed: int = 0) -> dict[str, torch.Tensor]:

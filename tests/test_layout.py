@@ -22,25 +22,15 @@ from eagle3dash.layout import (
     training_layout,
 )
 from eagle3dash.spec import DraftSpec
+from tests.specs import tiny_spec
 
 
 def spec(ids=None, where=None, fmt="specforge", **kw) -> DraftSpec:
     """A small draft whose only interesting fields are the aux ids and where they were stored."""
     if where is None:
         where = "missing" if ids is None else "eagle_config"
-    dims = dict(
-        hidden_size=32,
-        target_hidden_size=32,
-        intermediate_size=64,
-        num_layers=1,
-        num_heads=4,
-        num_kv_heads=2,
-        head_dim=8,
-        vocab_size=64,
-        draft_vocab_size=32,
-    )
     aux = tuple(ids) if ids is not None else None
-    return DraftSpec(format=fmt, aux_layer_ids=aux, aux_ids_location=where, **dims, **kw)
+    return tiny_spec(format=fmt, aux_layer_ids=aux, aux_ids_location=where, **kw)
 
 
 def depths(layout) -> list[int]:

@@ -11,22 +11,9 @@ from dataclasses import replace
 import pytest
 
 from eagle3dash.layout import Tap, config_ids_for, default_layout, serving_layout
-from eagle3dash.spec import DraftSpec
+from tests.specs import tiny_spec
 
-SPEC = DraftSpec(
-    format="specforge",
-    hidden_size=32,
-    target_hidden_size=32,
-    intermediate_size=64,
-    num_layers=1,
-    num_heads=4,
-    num_kv_heads=2,
-    head_dim=8,
-    vocab_size=64,
-    draft_vocab_size=64,
-    aux_layer_ids=(2, 30, 58),
-    aux_ids_location="eagle_config",
-)
+SPEC = tiny_spec(aux_layer_ids=(2, 30, 58), aux_ids_location="eagle_config")
 
 
 def taps(*depths: int) -> tuple[Tap, ...]:

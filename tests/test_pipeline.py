@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from eagle3dash.checkpoint import random_tensors, save
 from eagle3dash.pipeline import DiagnoseOptions, run_diagnosis
@@ -17,14 +16,6 @@ from eagle3dash.sglang_double import DoubleConfig, make_tiny_target, start_doubl
 from eagle3dash.spec import DraftSpec
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

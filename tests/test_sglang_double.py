@@ -34,15 +34,6 @@ TEMPLATE = Path(__file__).resolve().parents[1] / "eagle3dash/double_data/server_
 PROMPTS = [[5, 6, 7, 8], [40, 41, 42, 43, 44, 45, 46], [200, 3]]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """Tiny tensors: OpenMP hand-offs would dominate (and crawl when other jobs load the CPUs)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def draft_spec(hidden: int = 64, ids: tuple[int, ...] | None = (-1, 0, 1), **kw) -> DraftSpec:
     base = dict(
         format="specforge",
