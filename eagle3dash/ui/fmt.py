@@ -1,0 +1,123 @@
+"""Formatting for the pages: numbers, times, severities, and Markdown-safe text.
+
+Streamlit renders most text as Markdown. Text that comes from users or from a diagnosis (paths,
+URLs, findings, error messages) goes through `md_escape` so that it shows literally: no HTML, no
+links, no emphasis, no LaTeX, no emoji shortcodes.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+from urllib.parse import urlencode
+
+from eagle3dash.store import SEVERITY_RANK
+
+DASH = "—"
+SEVERITY_COLORS = {
+    "critical": "red",
+    "error": "red",
+    "high": "red",
+    "warning": "orange",
+    "medium": "orange",
+    "low": "blue",
+    "info": "blue",
+    "ok": "green",
+}
+SEVERITY_ICONS = {"critical": "🛑", "error": "🛑", "warning": "⚠️", "info": "ℹ️", "ok": "✅"}
+STATUS_ICONS = {
+    "queued": "⏳",
+    "running": "🔄",
+    "succeeded": "✅",
+    "failed": "❌",
+    "cancelled": "⏹️",
+}
+# Every ASCII punctuation character Markdown, Streamlit's directives or KaTeX could act on.
+_MD_SPECIAL = set("\\`*_{}[]()<>#+-.!|~$:&")
+
+
+def md_escape(text: Any) -> str:
+    """Text shown literally by st.markdown (and every Markdown label): specials backslashed."""
+    if text is None:
+        return ""
+    out = []
+    for ch in str(text):
+        if ch in _MD_SPECIAL:
+            out.append("\\" + ch)
+        elif ch == "\n":
+            out.append("  \n")  # a hard line break, as in the source text
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def is_missing(value: Any) -> bool:
+    """None or NaN."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def num(value: Any, digits: int = 2) -> str:
+    """A number with `digits` decimals; a dash for None/NaN."""
+    if is_missing(value):
+        return DASH
+    try:
+        return f"{float(value):,.{digits}f}"
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def pct(value: Any, digits: int = 1) -> str:
+    """A fraction as a percentage; a dash for None/NaN."""
+    return DASH if is_missing(value) else f"{float(value) * 100:.{digits}f}%"
+
+
+def ratio(value: Any) -> str:
+    """A speedup like '0.63x'."""
+    return DASH if is_missing(value) else f"{float(value):.2f}x"
+
+
+def delta(a: Any, b: Any, digits: int = 2) -> str:
+    """b - a with a sign; a dash when either is missing or not a number."""
+    if is_missing(a) or is_missing(b):
+        return DASH
+    try:
+        d = float(b) - float(a)
+    except (TypeError, ValueError):
+        return DASH
+    return f"{d:+,.{digits}f}"
+
+
+def when(iso: str | None) -> str:
+    """'2025-11-29T11:00:05.123456Z' -> '2025-11-29 11:00:05 UTC'."""
+    if not iso:
+        return DASH
+    return iso[:19].replace("T", " ") + " UTC"
+
+
+def severity_rank(severity: str | None) -> int:
+    """Higher is worse; unknown severities rank lowest."""
+    return SEVERITY_RANK.get((severity or "").lower(), -1)
+
+
+def severity_color(severity: str | None) -> str:
+    """The st.badge color of a severity."""
+    return SEVERITY_COLORS.get((severity or "").lower(), "gray")
+
+
+def severity_label(severity: str | None) -> str:
+    """'⚠️ warning'; empty for None."""
+    if not severity:
+        return ""
+    return f"{SEVERITY_ICONS.get(severity.lower(), '•')} {severity}"
+
+
+def status_label(status: str | None) -> str:
+    """'✅ succeeded'."""
+    return f"{STATUS_ICONS.get(status or '', '•')} {status or 'unknown'}"
+
+
+def page_url(base: str, page: str, **params: Any) -> str:
+    """`base/page?k=v` with the None params left out (base '' gives a relative URL)."""
+    query = urlencode({k: v for k, v in params.items() if v is not None})
+    path = f"{base.rstrip('/')}/{page}" if base else page
+    return f"{path}?{query}" if query else path

@@ -1,0 +1,111 @@
+"""What a run's page shows while its jobs run: a plain function over the run and its job rows.
+
+The Run page polls with `st.fragment(run_every=POLL_S)`; AppTest never fires such a fragment, so
+the logic lives here and is tested directly. The run row and its jobs can disagree for a moment
+(a queued job cancelled before it started, a worker that died): the jobs win while they say more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from eagle3dash import jobs as jobq
+from eagle3dash import store as db
+
+POLL_S = 2.0
+ACTIVE = ("queued", "running")
+
+
+@dataclass(frozen=True)
+class ProgressView:
+    """The progress panel of one run."""
+
+    status: str  # the run's effective status
+    active: bool  # a job is queued or running: keep polling
+    fraction: float  # 0..1 of the job shown
+    message: str
+    job_id: int | None  # the job shown (the active one, else the last)
+    job_status: str | None
+    cancelling: bool  # cancel requested, the worker has not stopped it yet
+    waiting_for_worker: bool  # queued: nothing runs it until a worker claims it
+    error: str | None  # why the run failed or stopped
+
+    @property
+    def poll_every(self) -> float | None:
+        """Seconds between polls (None once nothing is left to wait for)."""
+        return POLL_S if self.active else None
+
+    @property
+    def percent(self) -> int:
+        """The fraction as a whole percentage for st.progress."""
+        return max(0, min(100, round(self.fraction * 100)))
+
+
+def progress_view(run: Mapping[str, Any], jobs: Sequence[Mapping[str, Any]]) -> ProgressView:
+    """The panel for a run and its jobs (jobs.list_jobs, oldest first)."""
+    running = [j for j in jobs if j.get("status") == "running"]
+    queued = [j for j in jobs if j.get("status") == "queued"]
+    active_jobs = running or queued
+    shown = active_jobs[0] if active_jobs else (jobs[-1] if jobs else None)
+    run_status = str(run.get("status") or "queued")
+    if running:
+        status = "running"
+    elif queued:
+        status = "queued"
+    elif run_status in ACTIVE and shown is not None:
+        status = str(shown.get("status"))  # the job ended but the run row was not updated
+    else:
+        status = run_status
+    active = bool(running or queued)
+    error = run.get("error") or (shown or {}).get("error")
+    if status == "succeeded":
+        error = None
+    fraction = float((shown or {}).get("progress") or 0.0)
+    if status == "succeeded":
+        fraction = 1.0
+    if shown is None:
+        message = "waiting for its job" if status in ACTIVE else status
+    else:
+        message = str(shown.get("message") or shown.get("status") or "")
+    return ProgressView(
+        status=status,
+        active=active,
+        fraction=fraction,
+        message=message,
+        job_id=None if shown is None else int(shown["id"]),
+        job_status=None if shown is None else str(shown.get("status")),
+        cancelling=bool(running and any(j.get("cancel_requested") for j in running)),
+        waiting_for_worker=bool(queued and not running),
+        error=None if not error else str(error),
+    )
+
+
+def load_progress(store: db.Store, run_id: int) -> ProgressView | None:
+    """The panel of a run read from the store (None when the run does not exist)."""
+    run = db.get_run(store, run_id)
+    if run is None:
+        return None
+    return progress_view(run, jobq.list_jobs(store, run_id))
+
+
+def cancel_run(store: db.Store, run_id: int) -> str:
+    """Cancel every unfinished job of a run; return what happened, in words.
+
+    A queued job is cancelled at once and the run is marked cancelled; a running one is stopped
+    by its worker, which then marks the run cancelled itself.
+    """
+    outcomes = [
+        jobq.cancel_job(store, j["id"])
+        for j in jobq.list_jobs(store, run_id)
+        if j["status"] in ACTIVE
+    ]
+    if not outcomes:
+        return "nothing to cancel: the run's jobs have finished"
+    if "running" in outcomes:
+        return "cancel requested: the worker stops the job within a few seconds"
+    run = db.get_run(store, run_id)
+    if run is not None and run["status"] in ACTIVE:
+        db.update_run(store, run_id, status="cancelled", error="cancelled before it started")
+    return "cancelled before it started"

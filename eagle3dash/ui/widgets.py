@@ -1,0 +1,396 @@
+"""Streamlit pieces shared by the pages. Text from users or diagnoses is always escaped.
+
+Nothing here uses `unsafe_allow_html`: findings, paths, URLs and messages go through
+`fmt.md_escape` (Markdown) or into st.code / st.dataframe / st.json, which show text as text.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+import pandas as pd
+import streamlit as st
+
+from eagle3dash import jobs as jobq
+from eagle3dash.errors import InputError
+from eagle3dash.ui import charts, tables
+from eagle3dash.ui.fmt import md_escape, page_url, severity_color, status_label
+from eagle3dash.ui.home import get_store
+from eagle3dash.ui.progress import cancel_run, load_progress
+
+RUN_PAGE = "pages/run.py"
+COMPARE_PAGE = "pages/compare.py"
+NEW_RUN_PAGE = "pages/new_run.py"
+RUNS_PAGE = "pages/runs.py"
+CHECKPOINTS_PAGE = "pages/checkpoints.py"
+
+
+# --- links -------------------------------------------------------------------------------------
+
+
+def base_url() -> str:
+    """The app's root URL as the browser sees it ('' when unknown, e.g. under AppTest)."""
+    url = None
+    with contextlib.suppress(Exception):
+        url = st.context.url
+    if not url:
+        return ""
+    parts = urlsplit(url)
+    root = (st.get_option("server.baseUrlPath") or "").strip("/")
+    return f"{parts.scheme}://{parts.netloc}" + (f"/{root}" if root else "")
+
+
+def share_link(page: str, **params: Any) -> None:
+    """The shareable URL of this view in a code block (with its copy button)."""
+    base = base_url()
+    url = page_url(base or "", page, **params)
+    st.caption("Link to this view (copy it with the button on the right)")
+    st.code(url if base else "/" + url, language=None)
+
+
+def show_error(error: BaseException) -> None:
+    """An InputError's message (no traceback)."""
+    st.error(md_escape(str(error)), icon="🚫")
+
+
+# --- findings ----------------------------------------------------------------------------------
+
+
+def _finding_field(f: Mapping[str, Any], *names: str) -> Any:
+    for name in names:
+        if f.get(name) is not None:
+            return f[name]
+    return None
+
+
+def findings_list(findings: Sequence[Mapping[str, Any]], compact: bool = False) -> None:
+    """Each finding: severity badge, title, evidence, fix (as copyable text)."""
+    if not findings:
+        st.success("No problems found.", icon="✅")
+        return
+    for f in findings:
+        severity = str(_finding_field(f, "severity") or "info")
+        title = _finding_field(f, "title") or ""
+        rule = _finding_field(f, "rule_id", "id") or ""
+        with st.container(border=True):
+            st.badge(md_escape(severity.upper()), color=severity_color(severity))
+            st.markdown(f"**{md_escape(title)}**")
+            if rule:
+                st.caption(f"rule {md_escape(rule)}")
+            evidence = _finding_field(f, "evidence")
+            fix = _finding_field(f, "fix")
+            if compact:
+                if fix:
+                    st.caption("Fix: " + md_escape(fix))
+                continue
+            if evidence:
+                st.markdown("Evidence: " + md_escape(evidence))
+            if fix:
+                st.markdown("Fix:")
+                st.code(str(fix), language=None, wrap_lines=True)
+
+
+def missing_and_warnings(diagnosis: Mapping[str, Any] | None) -> None:
+    """The comparisons a diagnosis could not make (and how to supply them), and its warnings."""
+    if not diagnosis:
+        return
+    for item in diagnosis.get("missing") or []:
+        st.info("Not compared: " + md_escape(item), icon="➖")
+    for item in diagnosis.get("warnings") or []:
+        st.warning(md_escape(item), icon="⚠️")
+
+
+# --- tables and charts -------------------------------------------------------------------------
+
+
+def side_by_side(
+    metrics: pd.DataFrame,
+    run: Mapping[str, Any],
+    layouts: Mapping[str, list[dict]],
+    diagnosis: Mapping[str, Any] | None,
+) -> None:
+    """The training vs serving table."""
+    df = tables.side_by_side_frame(metrics, run, layouts, diagnosis)
+    st.dataframe(df, hide_index=True, width="stretch")
+
+
+def _highlight_differs(row: pd.Series) -> list[str]:
+    style = "background-color: rgba(214, 39, 40, 0.18)" if not row["same"] else ""
+    return [style] * len(row)
+
+
+def layout_diff(
+    layouts: Mapping[str, list[dict]],
+    num_layers: int | None,
+    diff: Mapping[str, Any] | None = None,
+) -> None:
+    """The layer-layout diff: the summary, a diagram of slots to taps, and the slot table."""
+    if not layouts.get("training") and not layouts.get("serving"):
+        st.info("No layouts were stored for this run.")
+        return
+    if diff and diff.get("summary"):
+        kind = diff.get("kind") or ""
+        text = md_escape(diff["summary"])
+        if kind == "identical":
+            st.success(text)
+        else:
+            st.error(f"**{md_escape(kind)}**: {text}")
+    chart = charts.layout_chart(tables.layout_points(layouts), num_layers)
+    if chart is not None:
+        st.altair_chart(chart, width="stretch")
+    frame = tables.layout_diff_frame(layouts)
+    styled = frame.style.apply(_highlight_differs, axis=1)
+    st.dataframe(
+        styled,
+        hide_index=True,
+        width="stretch",
+        column_order=[c for c in frame.columns if c != "same"],
+    )
+
+
+def run_charts(metrics: pd.DataFrame) -> None:
+    """Acceptance per step for both layouts; accept length and tok/s per request."""
+    drawn = 0
+    for build in (charts.acceptance_chart, charts.accept_length_chart, charts.tok_s_chart):
+        chart = build(metrics)
+        if chart is not None:
+            st.altair_chart(chart, width="stretch")
+            drawn += 1
+    if not drawn:
+        st.info("No metrics were stored for this run.")
+
+
+def checkpoint_report(report: Mapping[str, Any] | None) -> None:
+    """An inspect report: main fields, problems, and the whole report as JSON."""
+    if not report:
+        st.info("No checkpoint report.")
+        return
+    st.dataframe(tables.checkpoint_summary(report), hide_index=True, width="stretch")
+    problems = report.get("problems") or []
+    for p in problems:
+        st.warning(md_escape(p), icon="⚠️")
+    if not problems:
+        st.caption("No problems found in the checkpoint.")
+    with st.expander("Full report (JSON)"):
+        st.json(dict(report), expanded=False)
+
+
+def registered_checkpoint_report(row: Mapping[str, Any] | None) -> None:
+    """A registered checkpoint's stored report; inspected now when none was stored."""
+    if row is None:
+        st.info("No such checkpoint.")
+        return
+    report = row.get("report")
+    if report is None and not row.get("removed"):
+        from eagle3dash.checkpoint import inspect
+
+        try:
+            report = inspect(row["path"]).to_json()
+        except InputError as e:
+            show_error(e)
+            return
+    checkpoint_report(report)
+
+
+def server_settings(server: Mapping[str, Any] | None) -> None:
+    """A probe's server settings, and the raw server_info."""
+    if not server:
+        st.info("No server report.")
+        return
+    st.dataframe(tables.server_summary(server), hide_index=True, width="stretch")
+    with st.expander("Raw server_info (JSON)"):
+        st.json(server.get("server_info") or {}, expanded=False)
+
+
+def job_logs(jobs: Sequence[Mapping[str, Any]]) -> None:
+    """Each job's status and the tail of its log."""
+    if not jobs:
+        st.caption("No jobs.")
+        return
+    store = get_store()
+    for job in jobs:
+        label = f"job {job['id']} ({job['kind']}): {job['status']}"
+        with st.expander(label):
+            if job.get("error"):
+                st.code(str(job["error"]), language=None, wrap_lines=True)
+            text = jobq.job_log(store, int(job["id"]))
+            st.code(text or "(the log is empty)", language=None)
+
+
+def export_buttons(
+    run: Mapping[str, Any],
+    findings: list[dict],
+    layouts: Mapping[str, list[dict]],
+    bench: Mapping[str, Any],
+    diagnosis: Mapping[str, Any] | None,
+    metrics: pd.DataFrame,
+) -> None:
+    """Downloads: the diagnosis as JSON, the metrics as CSV."""
+    run_id = run["id"]
+    left, right = st.columns(2)
+    left.download_button(
+        "Download the diagnosis (JSON)",
+        data=tables.run_export(run, findings, layouts, bench, diagnosis),
+        file_name=f"eagle3dash-run-{run_id}.json",
+        mime="application/json",
+        key="export-json",
+    )
+    right.download_button(
+        "Download the metrics (CSV)",
+        data=tables.metrics_csv(metrics),
+        file_name=f"eagle3dash-run-{run_id}-metrics.csv",
+        mime="text/csv",
+        key="export-csv",
+    )
+
+
+# --- live progress -----------------------------------------------------------------------------
+
+
+def progress_panel(run_id: int, poll_every: float | None) -> None:
+    """A fragment polling the run's job: progress, message, cancel; reruns the page when done."""
+
+    @st.fragment(run_every=poll_every)
+    def panel() -> None:
+        store = get_store()
+        view = load_progress(store, run_id)
+        if view is None:
+            st.error(f"Run {run_id} disappeared from the store.")
+            return
+        if not view.active:
+            st.rerun()  # the job finished: draw the results
+        st.markdown(f"**{md_escape(status_label(view.status))}**")
+        st.progress(view.percent, text=md_escape(view.message) or None)
+        if view.waiting_for_worker:
+            st.caption(
+                "Queued: a worker runs it. Start one with `python -m eagle3dash worker` "
+                "(`make run` starts one with the app)."
+            )
+        if view.cancelling:
+            st.caption("Cancelling: the worker stops the job within a few seconds.")
+        elif st.button("Cancel this run", key=f"cancel-{run_id}"):
+            st.toast(cancel_run(store, run_id))
+            st.rerun()
+
+    panel()
+
+
+# --- pickers and inputs ------------------------------------------------------------------------
+
+
+def query_int(name: str) -> tuple[int | None, str | None]:
+    """An integer query parameter: (value, None), (None, None) if absent, (None, text) if bad."""
+    raw = st.query_params.get(name)
+    if raw is None or raw == "":
+        return None, None
+    text = str(raw).strip().lstrip("#")
+    if not text.isdigit() or int(text) <= 0 or len(text) > 18:
+        return None, str(raw)
+    return int(text), None
+
+
+def guard(fn, *args: Any, **kwargs: Any) -> Any:
+    """Call fn; show an InputError's message instead of a traceback (then return None)."""
+    try:
+        return fn(*args, **kwargs)
+    except InputError as e:
+        show_error(e)
+        return None
+
+
+# --- checkpoints and endpoints -----------------------------------------------------------------
+
+
+def _signature(files: Sequence[Any]) -> tuple:
+    return tuple((f.name, getattr(f, "size", None), getattr(f, "file_id", None)) for f in files)
+
+
+def upload_checkpoint(key: str = "upload") -> int | None:
+    """Upload a checkpoint (files or one archive); registered once; its id, or None.
+
+    Each distinct upload is processed once per session (streamed to disk, validated with
+    inspect, content-addressed, registered); reruns reuse the outcome.
+    """
+    from eagle3dash import store as db
+    from eagle3dash.uploads import UPLOAD_TYPES, register_upload
+
+    files = st.file_uploader(
+        "config.json and the .safetensors files, or one .zip / .tar / .tar.gz of the checkpoint "
+        "folder",
+        type=list(UPLOAD_TYPES),
+        accept_multiple_files=True,
+        key=key,
+    )
+    if not files:
+        return None
+    store = get_store()
+    outcomes: dict = st.session_state.setdefault("_upload_outcomes", {})
+    signature = (key, _signature(files))
+    outcome = outcomes.get(signature)
+    if outcome is not None and outcome[0] == "ok":
+        row = db.get_checkpoint(store, outcome[1])
+        if row is None or row["removed"]:
+            outcome = None  # removed since: store it again
+    if outcome is None:
+        with st.spinner("Storing and checking the upload..."):
+            try:
+                result = register_upload(store, files)
+            except InputError as e:
+                outcome = ("error", str(e))
+            else:
+                outcome = ("ok", result.checkpoint_id)
+        outcomes[signature] = outcome
+    if outcome[0] == "error":
+        st.error("Upload rejected, nothing registered: " + md_escape(outcome[1]), icon="🚫")
+        return None
+    row = db.get_checkpoint(store, outcome[1])
+    st.success(
+        f"Registered checkpoint #{row['id']} {md_escape(row['name'])} "
+        f"({md_escape(row['format'])}), stored as {md_escape(row['sha256'][:12])}",
+        icon="📦",
+    )
+    with st.expander("Inspect report", expanded=True):
+        checkpoint_report(row.get("report"))
+    return int(row["id"])
+
+
+def probe_panel(url: str, key: str, findings_title: str = "Server-side findings") -> Any:
+    """Probe an endpoint once per URL and session; show version, model, speculative settings and
+    the findings a probe alone can make. Returns the forms.Probe, or None (error shown)."""
+    from eagle3dash.ui.forms import probe_endpoint
+
+    url = (url or "").strip()
+    if not url:
+        return None
+    probes: dict = st.session_state.setdefault("_probes", {})
+    if st.button("Probe again", key=f"{key}-reprobe"):
+        probes.pop(url, None)
+    if url not in probes:
+        with st.spinner(f"Probing {url} ..."):
+            try:
+                probes[url] = ("ok", probe_endpoint(get_store(), url))
+            except InputError as e:
+                probes[url] = ("error", str(e))
+    status, value = probes[url]
+    if status == "error":
+        show_error(InputError(value))
+        return None
+    probe = value
+    server = probe.server
+    spec = server.get("speculative") or {}
+    cols = st.columns(4)
+    cols[0].metric("SGLang version", server.get("version") or "unknown")
+    cols[1].metric("Speculative", spec.get("algorithm") or "none")
+    cols[2].metric("Draft steps", "—" if not spec else str(spec.get("num_steps")))
+    cols[3].metric("Hidden states", "on" if server.get("enable_return_hidden_states") else "off")
+    st.caption("Model: " + md_escape(server.get("model_path") or "unknown"))
+    if spec:
+        st.caption("Draft on the server: " + md_escape(spec.get("draft_model_path") or "unknown"))
+    st.markdown(f"**{md_escape(findings_title)}**")
+    findings_list(probe.findings)
+    with st.expander("Server settings"):
+        server_settings(server)
+    return probe

@@ -1,0 +1,58 @@
+"""Checkpoints: registered and uploaded drafts with their inspect reports; register, remove."""
+
+import streamlit as st
+
+from eagle3dash import store as db
+from eagle3dash.ui import widgets
+from eagle3dash.ui.fmt import md_escape, when
+from eagle3dash.ui.home import get_store
+from eagle3dash.uploads import register_path
+
+store = get_store()
+st.title("Checkpoints")
+
+notice = st.session_state.pop("checkpoints_notice", None)
+if notice:
+    st.success(md_escape(notice))
+
+with st.expander("Register a checkpoint by its path on this machine"):
+    path = st.text_input("Checkpoint folder (or its config.json)", key="register_path")
+    if st.button("Register", key="register_go", disabled=not path.strip()):
+        result = widgets.guard(register_path, store, path)
+        if result is not None:
+            st.session_state["checkpoints_notice"] = f"Registered checkpoint #{result[0]}"
+            st.rerun()
+
+with st.expander("Upload a checkpoint"):
+    widgets.upload_checkpoint(key="checkpoints_upload")
+
+show_removed = st.toggle("Show removed checkpoints", key="show_removed")
+checkpoints = db.list_checkpoints(store, include_removed=show_removed)
+if not checkpoints:
+    st.info(
+        "No checkpoints registered yet. Register a path or upload one above, or name one on "
+        "New run (it is registered when the run starts)."
+    )
+    st.stop()
+
+st.caption(
+    "Removing an uploaded checkpoint deletes its files from the home folder; removing a path of "
+    "yours only unregisters it. Runs that used a checkpoint keep their results either way."
+)
+for c in checkpoints:
+    with st.container(border=True):
+        kind = "uploaded" if c["uploaded"] else "path on this machine"
+        removed = " · removed" if c["removed"] else ""
+        st.markdown(
+            f"**#{c['id']} {md_escape(c['name'])}** · {md_escape(c['format'] or '?')} · "
+            f"{kind}{removed} · added {md_escape(when(c['created_at']))}"
+        )
+        st.caption(md_escape(c["path"]))
+        with st.expander("Inspect report"):
+            widgets.registered_checkpoint_report(db.get_checkpoint(store, c["id"]))
+        if not c["removed"] and st.button("Remove", key=f"remove-{c['id']}"):
+            deleted = db.remove_checkpoint(store, c["id"])
+            st.session_state["checkpoints_notice"] = f"Removed checkpoint #{c['id']}" + (
+                "; its uploaded files were deleted." if deleted else "; no files were touched."
+            )
+            st.rerun()

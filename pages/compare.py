@@ -1,0 +1,71 @@
+"""Compare: two runs side by side (`?a=<id>&b=<id>`), with the change in the headline numbers."""
+
+import streamlit as st
+
+from eagle3dash import store as db
+from eagle3dash.ui import charts, tables, widgets
+from eagle3dash.ui.fmt import md_escape
+from eagle3dash.ui.home import get_store
+
+store = get_store()
+st.title("Compare runs")
+
+a, bad_a = widgets.query_int("a")
+b, bad_b = widgets.query_int("b")
+for name, bad in (("a", bad_a), ("b", bad_b)):
+    if bad is not None:
+        st.error(f"?{name}={md_escape(bad)} is not a run id: run ids are whole numbers.")
+
+left, right = st.columns(2)
+pick_a = left.number_input("Run A", min_value=1, step=1, value=a, key="compare_a")
+pick_b = right.number_input("Run B", min_value=1, step=1, value=b, key="compare_b")
+if (pick_a, pick_b) != (a, b) and st.button("Compare", key="compare_go"):
+    st.query_params.from_dict(
+        {k: str(int(v)) for k, v in (("a", pick_a), ("b", pick_b)) if v is not None}
+    )
+    st.rerun()
+
+if a is None or b is None:
+    st.info("Pick two runs (their ids are on the Runs page), or open ?a=<id>&b=<id>.")
+    st.page_link(widgets.RUNS_PAGE, label="All runs", icon="📋")
+    st.stop()
+
+runs = {"A": db.get_run(store, a), "B": db.get_run(store, b)}
+unknown = [f"#{i}" for i, r in ((a, runs["A"]), (b, runs["B"])) if r is None]
+if unknown:
+    st.error(f"No run {' or '.join(unknown)} in this home folder ({md_escape(store.home)}).")
+    st.stop()
+
+widgets.share_link("compare", a=a, b=b)
+layouts = {k: db.get_layouts(store, r["id"]) for k, r in runs.items()}
+st.dataframe(
+    tables.compare_frame(runs["A"], runs["B"], layouts["A"], layouts["B"]),
+    hide_index=True,
+    width="stretch",
+)
+
+metrics = {
+    f"A #{r['id']}" if k == "A" else f"B #{r['id']}": tables.metrics_frame(
+        db.get_metrics(store, r["id"])
+    )
+    for k, r in runs.items()
+}
+chart = charts.compare_acceptance_chart(metrics)
+if chart is not None:
+    st.altair_chart(chart, width="stretch")
+
+columns = st.columns(2)
+for column, (key, run) in zip(columns, runs.items(), strict=True):
+    with column:
+        st.subheader(f"Run {key}: #{run['id']}")
+        st.page_link(
+            widgets.RUN_PAGE, label=f"Open run #{run['id']}", query_params={"run": str(run["id"])}
+        )
+        st.markdown("**Findings**")
+        widgets.findings_list(db.get_findings(store, run["id"]), compact=True)
+        st.markdown("**Layer layout**")
+        frame = tables.layout_diff_frame(layouts[key])
+        if frame.empty:
+            st.caption("No layouts stored.")
+        else:
+            st.dataframe(frame.drop(columns=["same"]), hide_index=True, width="stretch")

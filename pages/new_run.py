@@ -1,0 +1,192 @@
+"""New run: a draft checkpoint (registered, a path or an upload), the endpoint, prompts, options."""
+
+import streamlit as st
+
+from eagle3dash import store as db
+from eagle3dash.checkpoint import inspect
+from eagle3dash.errors import InputError
+from eagle3dash.layout import TRAINERS
+from eagle3dash.pipeline import submit_diagnosis
+from eagle3dash.servebench import BUILTIN_PROMPT_SETS
+from eagle3dash.ui import forms, tables, widgets
+from eagle3dash.ui.fmt import md_escape
+from eagle3dash.ui.home import get_store
+from eagle3dash.uploads import PROMPT_TYPES, register_path, save_prompt_file
+
+REGISTERED, PATH, UPLOAD = "A registered checkpoint", "A path on this machine", "An upload"
+
+store = get_store()
+st.title("New run")
+st.caption(
+    "Name the draft checkpoint and the SGLang endpoint serving it with that draft. The run "
+    "inspects the checkpoint, captures the states the server feeds the draft, evaluates the "
+    "draft standalone under the training and the serving layer layouts, benchmarks the endpoint, "
+    "and says what is wrong and how to fix it."
+)
+
+# 1. The draft checkpoint.
+st.header("1. Draft checkpoint")
+checkpoints = db.list_checkpoints(store)
+if not checkpoints:
+    st.info(
+        "No checkpoints are registered yet: give the path of one on this machine or upload it "
+        "(config.json with its .safetensors, or one archive of the folder)."
+    )
+source = st.radio(
+    "Checkpoint",
+    [REGISTERED, PATH, UPLOAD],
+    index=0 if checkpoints else 1,
+    horizontal=True,
+    key="ckpt_source",
+)
+checkpoint_id: int | None = None
+draft_path: str | None = None
+if source == REGISTERED:
+    if checkpoints:
+        by_id = {int(c["id"]): c for c in checkpoints}
+        picked = st.selectbox(
+            "Registered checkpoint",
+            list(by_id),
+            format_func=lambda i: f"#{i} {by_id[i]['name']} ({by_id[i]['format'] or '?'})",
+            key="ckpt_pick",
+        )
+        if picked is not None:
+            checkpoint_id, draft_path = picked, by_id[picked]["path"]
+            st.caption("Path: " + md_escape(draft_path))
+            with st.expander("Inspect report"):
+                widgets.registered_checkpoint_report(db.get_checkpoint(store, picked))
+elif source == PATH:
+    typed = st.text_input(
+        "Checkpoint folder on this machine (or its config.json / .safetensors)",
+        placeholder="/data/drafts/kimi-eagle3",
+        key="ckpt_path",
+    ).strip()
+    if typed:
+        report = widgets.guard(inspect, typed)
+        if report is not None:
+            draft_path = report.path
+            st.success(f"{md_escape(report.spec.format)} draft at {md_escape(report.path)}")
+            with st.expander("Inspect report", expanded=bool(report.problems)):
+                widgets.checkpoint_report(report.to_json())
+else:
+    checkpoint_id = widgets.upload_checkpoint(key="ckpt_upload")
+    if checkpoint_id is not None:
+        draft_path = db.get_checkpoint(store, checkpoint_id)["path"]
+
+# 2. The endpoint (probed on entry) and an optional baseline.
+st.header("2. SGLang endpoint")
+endpoint = st.text_input(
+    "Endpoint URL (the server running the target with this draft)",
+    placeholder="http://gpubox:30000",
+    key="endpoint",
+)
+probe = widgets.probe_panel(endpoint, key="endpoint")
+baseline = st.text_input(
+    "Baseline URL (optional: the same target served without speculation, for the speedup)",
+    placeholder="http://gpubox:30001",
+    key="baseline",
+)
+if baseline.strip():
+    with st.expander("Baseline server", expanded=False):
+        widgets.probe_panel(baseline, key="baseline", findings_title="Baseline findings")
+
+# 3. Prompts.
+st.header("3. Prompts")
+prompt_source = st.radio(
+    "Prompts", ["Built-in set", "Upload a JSONL file"], horizontal=True, key="prompt_source"
+)
+prompts: str | None = None
+if prompt_source == "Built-in set":
+    prompts = st.selectbox("Prompt set", list(BUILTIN_PROMPT_SETS), key="prompt_set")
+else:
+    upload = st.file_uploader(
+        'One JSON object a line: {"prompt": ...}, {"messages": [...]} or {"input_ids": [...]}',
+        type=list(PROMPT_TYPES),
+        key="prompt_file",
+    )
+    if upload is not None:
+        saved = widgets.guard(save_prompt_file, store, upload)
+        if saved is not None:
+            prompts = str(saved[0])
+            st.success(f"{saved[1]} prompts from {md_escape(upload.name)}")
+
+# 4. Options.
+st.header("4. Options")
+with st.expander("Options", expanded=False):
+    a, b, c, d = st.columns(4)
+    num_prompts = a.number_input("Number of prompts", 1, 100_000, 16, key="opt_num_prompts")
+    max_new_tokens = b.number_input("Max new tokens", 1, 65_536, 64, key="opt_max_new_tokens")
+    steps = c.number_input("Draft steps evaluated", 1, 64, 5, key="opt_steps")
+    concurrency = d.number_input("Concurrency", 1, 1024, 4, key="opt_concurrency")
+    a, b, c, d = st.columns(4)
+    device = a.selectbox("Device for the standalone draft", list(forms.DEVICES), key="opt_device")
+    dtype = b.selectbox("dtype", list(forms.DTYPES), key="opt_dtype")
+    target_layers = c.number_input(
+        "Target layers N",
+        min_value=1,
+        step=1,
+        value=None,
+        key="opt_target_layers",
+        help="The target's decoder blocks; read from the served model's config when local.",
+    )
+    arch = d.text_input("Target architecture", placeholder="from the server", key="opt_arch")
+    a, b = st.columns(2)
+    training_layout = a.text_input(
+        "Training layout override (taps the training data used)",
+        placeholder="e.g. 0,3,31 (0 = embedding output)",
+        key="opt_training_layout",
+    )
+    trainer = b.selectbox(
+        "Trainer (id convention)",
+        [None, *TRAINERS],
+        format_func=lambda t: "from the checkpoint format" if t is None else t,
+        key="opt_trainer",
+    )
+    target = a.text_input(
+        "Local target path (for training-side states)",
+        placeholder="/data/models/target (Hugging Face checkpoint)",
+        key="opt_target",
+    )
+    train_states = b.text_input(
+        "Training states folder (SpecForge data_*.ckpt or speculators hs_*.safetensors)",
+        key="opt_train_states",
+    )
+
+# Submit.
+submit = st.button("Run the diagnosis", type="primary", key="submit")
+if submit:
+    try:
+        if endpoint.strip() and probe is None:
+            raise InputError("the endpoint did not answer a probe; fix the URL or the server first")
+        if prompts is None:
+            raise InputError("upload a valid JSONL prompt file, or choose a built-in prompt set")
+        form = forms.RunForm(
+            draft=draft_path,
+            endpoint=endpoint,
+            baseline=baseline,
+            prompts=prompts or "",
+            num_prompts=num_prompts,
+            max_new_tokens=max_new_tokens,
+            steps=steps,
+            concurrency=concurrency,
+            device=device,
+            dtype=dtype,
+            training_layout=training_layout,
+            trainer=trainer,
+            target=target,
+            train_states=train_states,
+            target_layers=target_layers,
+            arch=arch,
+        )
+        options = forms.build_options(form)
+        if source == PATH:  # registered once everything else checks out
+            checkpoint_id, _ = register_path(store, options.draft)
+        run_id = submit_diagnosis(store, checkpoint_id, options)
+    except InputError as e:
+        widgets.show_error(e)
+    else:
+        st.switch_page(widgets.RUN_PAGE, query_params={"run": str(run_id)})
+
+recent = db.list_runs(store, limit=3)
+if recent:
+    st.caption("Latest runs: " + md_escape(", ".join(tables.run_label(r) for r in recent)))

@@ -1,0 +1,97 @@
+"""Run: one diagnosis (`?run=<id>`, the link to share): progress, then findings first."""
+
+import streamlit as st
+
+from eagle3dash import jobs as jobq
+from eagle3dash import store as db
+from eagle3dash.ui import data, tables, widgets
+from eagle3dash.ui.fmt import md_escape, status_label, when
+from eagle3dash.ui.home import get_store
+from eagle3dash.ui.progress import progress_view
+
+store = get_store()
+run_id, bad = widgets.query_int("run")
+if bad is not None:
+    st.title("Run")
+    st.error(f"{md_escape(bad)} is not a run id: run ids are whole numbers, like ?run=12.")
+    st.page_link(widgets.RUNS_PAGE, label="All runs", icon="📋")
+    st.stop()
+if run_id is None:
+    st.title("Run")
+    st.info("Open a run from the Runs page, or give its id.")
+    picked = st.number_input("Run id", min_value=1, step=1, value=None, key="run_pick")
+    if picked is not None:
+        st.query_params["run"] = str(int(picked))
+        st.rerun()
+    st.page_link(widgets.RUNS_PAGE, label="All runs", icon="📋")
+    st.stop()
+
+run = db.get_run(store, run_id)
+if run is None:
+    st.title(f"Run #{run_id}")
+    st.error(f"There is no run #{run_id} in this home folder ({md_escape(store.home)}).")
+    st.page_link(widgets.RUNS_PAGE, label="All runs", icon="📋")
+    st.stop()
+
+jobs = jobq.list_jobs(store, run_id)
+view = progress_view(run, jobs)
+diagnosis = data.diagnosis_from_jobs(jobs)
+
+st.title(f"Run #{run_id}")
+st.markdown(
+    f"{md_escape(status_label(view.status))} · checkpoint "
+    f"**{md_escape(tables.checkpoint_label(run))}** · endpoint "
+    f"**{md_escape(run.get('endpoint_url') or '—')}**"
+    + (f" · baseline **{md_escape(run['baseline_url'])}**" if run.get("baseline_url") else "")
+    + f" · created {md_escape(when(run.get('created_at')))}"
+)
+widgets.share_link("run", run=run_id)
+
+if view.active:
+    st.subheader("Progress")
+    widgets.progress_panel(run_id, view.poll_every)
+    st.caption("Findings, tables and charts appear here when the run finishes.")
+elif view.status in ("failed", "cancelled"):
+    st.error(
+        f"The run {md_escape(view.status)}: {md_escape(view.error or 'no reason recorded')}",
+        icon="❌" if view.status == "failed" else "⏹️",
+    )
+
+findings = db.get_findings(store, run_id)
+layouts = db.get_layouts(store, run_id)
+metrics = tables.metrics_frame(db.get_metrics(store, run_id))
+bench = db.get_bench(store, run_id)
+has_results = bool(findings or layouts or not metrics.empty or diagnosis)
+
+if has_results:
+    st.header("Findings")
+    widgets.findings_list(findings or (diagnosis or {}).get("findings") or [])
+    widgets.missing_and_warnings(diagnosis)
+
+    st.header("Training vs serving")
+    widgets.side_by_side(metrics, run, layouts, diagnosis)
+
+    st.header("Layer layout")
+    widgets.layout_diff(
+        layouts, data.num_target_layers(run, diagnosis), (diagnosis or {}).get("layout_diff")
+    )
+
+    st.header("Charts")
+    widgets.run_charts(metrics)
+
+checkpoint_tab, server_tab, logs_tab, export_tab = st.tabs(
+    ["Checkpoint", "Server", "Jobs and logs", "Export"]
+)
+with checkpoint_tab:
+    if diagnosis and diagnosis.get("checkpoint"):
+        widgets.checkpoint_report(diagnosis["checkpoint"])
+    elif run.get("checkpoint_id") is not None:
+        widgets.registered_checkpoint_report(db.get_checkpoint(store, run["checkpoint_id"]))
+    else:
+        st.info("No checkpoint was registered for this run.")
+with server_tab:
+    widgets.server_settings(data.server_report_of(store, run, diagnosis))
+with logs_tab:
+    widgets.job_logs(jobs)
+with export_tab:
+    widgets.export_buttons(run, findings, layouts, bench, diagnosis, metrics)

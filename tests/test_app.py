@@ -1,0 +1,720 @@
+"""The dashboard's pages under Streamlit's AppTest, on real runs made by the real pipeline.
+
+A module fixture builds a tiny target and a random draft, serves them with the SGLang API double,
+and lets `submit_diagnosis` + `jobs.run_worker(once=True)` produce two finished runs (the seed-like
+layout mismatch, and the same draft with the training layout that matches serving). Each test
+points EAGLE3DASH_HOME at that home or at a fresh one; AppTest paths are absolute.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import threading
+import zipfile
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from streamlit.testing.v1 import AppTest
+
+from eagle3dash import jobs as jobq
+from eagle3dash import store as db
+from eagle3dash.checkpoint import random_tensors, save
+from eagle3dash.pipeline import submit_diagnosis
+from eagle3dash.sglang_double import DoubleConfig, make_tiny_target, start_double
+from eagle3dash.spec import DraftSpec
+from eagle3dash.ui import charts, data, tables
+from eagle3dash.ui.fmt import md_escape
+from eagle3dash.ui.progress import cancel_run, progress_view
+from eagle3dash.uploads import register_upload
+
+ROOT = Path(__file__).resolve().parent.parent
+APP = str(ROOT / "app.py")
+TIMEOUT = 30
+
+
+# --- fixtures ----------------------------------------------------------------------------------
+
+
+def _spec() -> DraftSpec:
+    return DraftSpec(
+        format="specforge",
+        hidden_size=64,
+        target_hidden_size=64,
+        intermediate_size=128,
+        num_layers=1,
+        num_heads=4,
+        num_kv_heads=4,
+        head_dim=16,
+        vocab_size=256,
+        draft_vocab_size=256,
+        aux_layer_ids=(0, 1, 2),
+        aux_ids_location="eagle_config",
+    )
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """Two finished runs in one home, and the double still serving for the New run tests."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("app")
+    target = make_tiny_target(root / "target", num_layers=4, hidden_size=64)
+    draft = save(_spec(), random_tensors(_spec(), seed=1), root / "draft", "specforge")
+    server = start_double(
+        DoubleConfig(
+            target_path=str(target),
+            draft_path=str(draft),
+            speculative_algorithm="EAGLE3",
+            num_steps=3,
+            eagle_topk=1,
+            num_draft_tokens=4,
+            enable_return_hidden_states=True,
+        )
+    )
+    home = db.open_store(root / "home")
+    try:
+        checkpoint_id = db.add_checkpoint(home, draft, name="draft")
+        from eagle3dash.pipeline import DiagnoseOptions
+
+        def opts(layout: str) -> DiagnoseOptions:
+            return DiagnoseOptions(
+                draft=str(draft),
+                endpoint=server.url,
+                target=str(target),
+                num_prompts=2,
+                max_new_tokens=16,
+                concurrency=2,
+                steps=3,
+                training_layout=layout,
+            )
+
+        mismatch = submit_diagnosis(home, checkpoint_id, opts("0,1,2"))
+        matching = submit_diagnosis(home, checkpoint_id, opts("1,2,3"))
+        jobq.run_worker(home.home, poll_interval=0.05, once=True, slots=2)
+        for run_id in (mismatch, matching):
+            job = jobq.list_jobs(home, run_id)[0]
+            assert job["status"] == "succeeded", jobq.job_log(home, job["id"])
+        yield {
+            "home": home.home,
+            "store": home,
+            "url": server.url,
+            "draft": draft,
+            "checkpoint_id": checkpoint_id,
+            "mismatch": mismatch,
+            "matching": matching,
+        }
+    finally:
+        home.close()
+        server.stop()
+        torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def world_home(world, monkeypatch):
+    monkeypatch.setenv("EAGLE3DASH_HOME", str(world["home"]))
+    return world
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    """A fresh, empty home for the app."""
+    path = tmp_path / "home"
+    monkeypatch.setenv("EAGLE3DASH_HOME", str(path))
+    store = db.open_store(path)
+    yield store
+    store.close()
+
+
+def app(page: str | None = None, **params: str) -> AppTest:
+    """The app on a page with query params, run once."""
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    if page:
+        at.switch_page(f"pages/{page}.py")
+    for key, value in params.items():
+        at.query_params[key] = value
+    return at.run(timeout=TIMEOUT)
+
+
+def no_exception(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def plain(text: str) -> str:
+    """Markdown source as the reader sees it: backslash escapes removed."""
+    return re.sub(r"\\(.)", r"\1", text)
+
+
+def texts(at: AppTest, *kinds: str) -> str:
+    """The page's text elements (of `kinds`, default all), escapes removed."""
+    kinds = kinds or ("title", "header", "subheader", "markdown", "caption", "info", "error")
+    return plain("\n".join(str(e.value) for kind in kinds for e in at.get(kind)))
+
+
+def frames(at: AppTest) -> list[pd.DataFrame]:
+    return [d.value for d in at.dataframe]
+
+
+def frame_with(at: AppTest, column: str) -> pd.DataFrame:
+    found = [f for f in frames(at) if column in f.columns]
+    assert found, f"no table with a {column!r} column: {[list(f.columns) for f in frames(at)]}"
+    return found[0]
+
+
+def checkpoint_files(tmp_path: Path, name: str = "ck") -> dict[str, bytes]:
+    path = save(_spec(), random_tensors(_spec(), seed=2), tmp_path / name, "specforge")
+    return {p.name: p.read_bytes() for p in sorted(path.iterdir()) if p.is_file()}
+
+
+# --- empty states and bad ids ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("page", "says"),
+    [
+        (None, "No runs yet"),
+        ("runs", "No runs yet"),
+        ("run", "Open a run from the Runs page"),
+        ("compare", "Pick two runs"),
+        ("checkpoints", "No checkpoints registered yet"),
+        ("new_run", "No checkpoints are registered yet"),
+    ],
+)
+def test_every_page_has_an_empty_state(home, page, says) -> None:
+    at = app(page)
+    no_exception(at)
+    assert says in texts(at)
+
+
+def test_the_runs_empty_state_links_to_new_run(home) -> None:
+    at = app()
+    assert "make run" in texts(at)
+    links = at.get("page_link")
+    assert any("new_run" in link.proto.page for link in links)
+
+
+@pytest.mark.parametrize("bad", ["abc", "999999", "-3", "1.5", "0", "'<b>x</b>'"])
+def test_unknown_or_malformed_run_ids_say_so(home, bad) -> None:
+    at = app("run", run=bad)
+    no_exception(at)
+    errors = texts(at, "error")
+    if bad == "999999":
+        assert "no run #999999" in errors
+    else:
+        assert "is not a run id" in errors
+        raw = at.error[0].value
+        assert "<b>" not in raw.replace("\\<b\\>", "")  # escaped: shown as text, never HTML
+
+
+def test_compare_with_unknown_or_bad_ids(world_home) -> None:
+    at = app("compare", a=str(world_home["mismatch"]), b="999999")
+    no_exception(at)
+    assert "No run #999999" in texts(at, "error")
+    at = app("compare", a="x", b="2")
+    no_exception(at)
+    assert "?a=x is not a run id" in texts(at, "error")
+
+
+# --- a finished run ----------------------------------------------------------------------------
+
+
+def test_a_finished_run_shows_findings_first_then_table_layout_charts_export(world_home) -> None:
+    run_id = world_home["mismatch"]
+    at = app("run", run=str(run_id))
+    no_exception(at)
+    headers = [h.value for h in at.header]
+    assert headers == ["Findings", "Training vs serving", "Layer layout", "Charts"]
+    # Findings first: the layout mismatch is the first, critical, with evidence and a fix.
+    badges = [m.value for m in at.markdown if "badge[" in m.value]
+    assert badges and "CRITICAL" in badges[0]
+    titles = [m.value for m in at.markdown if m.value.startswith("**")]
+    assert any("slot" in t or "layer" in t.lower() for t in titles), titles
+    assert any("layout\\-mismatch" in c.value for c in at.caption)
+    assert any("[-1, 0, 1]" in c.value for c in at.code)  # the fix, copyable
+    # Training vs serving side by side.
+    table = frame_with(at, "quantity").set_index("quantity")
+    assert table.loc["taps fed to the fc slots", "training"] == "0, 1, 2"
+    assert table.loc["taps fed to the fc slots", "serving"] == "1, 2, 3"
+    assert "draft accuracy, step 1" in table.index
+    assert table.loc["measured accept length (endpoint)", "serving"] != "—"
+    assert table.loc["speedup vs baseline", "serving"] == "—"  # no baseline given
+    # The layout diff: a diagram and the slot table with the mismatches.
+    diff = frame_with(at, "serving feeds")
+    assert list(diff["match"]) == ["DIFFERS"] * 3
+    assert diff["training feeds"].iloc[0] == "embedding output"
+    # Charts: the layout diagram, acceptance per step, accept length and tok/s per request.
+    specs = [json.loads(c.proto.spec) for c in at.get("vega_lite_chart")]
+    assert len(specs) == 4
+    titles = " ".join(json.dumps(s.get("title", "")) for s in specs)
+    assert "Layer layout" in titles and "accuracy and acceptance" in titles
+    # What a baseline would add is said plainly.
+    assert "Not compared: speedup: pass --baseline" in texts(at, "info")
+    # The shareable link, the exports, the checkpoint and server reports, the logs.
+    assert any(f"run?run={run_id}" in c.value for c in at.code)
+    labels = [b.label for b in at.get("download_button")]
+    assert labels == ["Download the diagnosis (JSON)", "Download the metrics (CSV)"]
+    assert frame_with(at, "field").set_index("field").loc["format", "value"] == "specforge"
+    server = frame_with(at, "setting").set_index("setting")
+    assert server.loc["speculative algorithm", "value"] == "EAGLE3"
+    assert any("job " in e.label and "succeeded" in e.label for e in at.expander)
+
+
+def test_the_matching_run_has_no_layout_finding(world_home) -> None:
+    at = app("run", run=str(world_home["matching"]))
+    no_exception(at)
+    diff = frame_with(at, "serving feeds")
+    assert list(diff["match"]) == ["same"] * 3
+    assert not any("layout\\-mismatch" in c.value for c in at.caption)
+
+
+def test_the_run_tables_and_exports_as_plain_functions(world) -> None:
+    store, run_id = world["store"], world["mismatch"]
+    run = db.get_run(store, run_id)
+    jobs = jobq.list_jobs(store, run_id)
+    diagnosis = data.diagnosis_from_jobs(jobs)
+    metrics = tables.metrics_frame(db.get_metrics(store, run_id))
+    layouts = db.get_layouts(store, run_id)
+    table = tables.side_by_side_frame(metrics, run, layouts, diagnosis).set_index("quantity")
+    assert table.loc["simulated accept length", "serving"] == f"{run['sim_accept_serving']:.2f}"
+    assert data.num_target_layers(run, diagnosis) == 4
+    points = tables.layout_points(layouts)
+    assert set(points["side"]) == {"training", "serving"} and not points["same"].any()
+    for build in (charts.acceptance_chart, charts.accept_length_chart, charts.tok_s_chart):
+        assert build(metrics) is not None
+    assert charts.layout_chart(points, 4) is not None
+    findings = db.get_findings(store, run_id)
+    exported = json.loads(
+        tables.run_export(run, findings, layouts, db.get_bench(store, run_id), diagnosis)
+    )
+    assert exported["run"]["id"] == run_id
+    assert exported["diagnosis"]["findings"][0]["id"] == "layout-mismatch"
+    csv = pd.read_csv(io.StringIO(tables.metrics_csv(metrics)))
+    assert {"source", "name", "step", "request", "value"} <= set(csv.columns)
+    assert len(csv) == len(metrics)
+    # The empty metrics of a new run give no charts, not an error.
+    empty = tables.metrics_frame([])
+    assert charts.acceptance_chart(empty) is None and charts.accept_length_chart(empty) is None
+
+
+# --- runs and compare --------------------------------------------------------------------------
+
+
+def test_the_runs_page_lists_runs_with_links_and_headline_numbers(world_home) -> None:
+    at = app()
+    no_exception(at)
+    runs = frame_with(at, "open")
+    ids = {world_home["mismatch"], world_home["matching"]}
+    assert set(runs["run"]) == ids
+    assert {f"run?run={i}" for i in ids} == set(runs["open"])
+    row = runs.set_index("run").loc[world_home["mismatch"]]
+    assert row["status"] == "succeeded" and row["worst"] == "critical"
+    assert row["accept measured"] > 1.0 and row["checkpoint"] == "draft"
+    # Filters: search and status.
+    at.text_input(key="runs_search").set_value(f"#{world_home['matching']}").run()
+    assert list(frame_with(at, "open")["run"]) == [world_home["matching"]]
+    at.text_input(key="runs_search").set_value("").run()
+    at.selectbox(key="runs_status").set_value("failed").run()
+    assert "No runs match" in texts(at)
+
+
+def test_the_compare_picker_on_runs_leads_to_the_compare_view(world_home) -> None:
+    a, b = world_home["mismatch"], world_home["matching"]
+    at = app()
+    at.multiselect(key="runs_compare").set_value([a, b]).run()
+    at.button(key="runs_compare_go").click().run()
+    no_exception(at)
+    assert at.title[0].value == "Compare runs"
+    assert at.query_params["a"] == str(a) and at.query_params["b"] == str(b)
+
+
+def test_the_compare_view_shows_both_runs_and_the_deltas(world_home) -> None:
+    a, b = world_home["mismatch"], world_home["matching"]
+    at = app("compare", a=str(a), b=str(b))
+    no_exception(at)
+    table = frame_with(at, "change (B - A)").set_index("quantity")
+    assert table.loc["training taps", "run A"] == "0, 1, 2"
+    assert table.loc["training taps", "run B"] == "1, 2, 3"
+    assert table.loc["measured accept length", "change (B - A)"].startswith(("+", "-"))
+    assert table.loc["worst finding", "run A"].startswith("critical")
+    assert [s.value for s in at.subheader] == [f"Run A: #{a}", f"Run B: #{b}"]
+    assert len(at.get("vega_lite_chart")) == 1
+    assert any(f"compare?a={a}&b={b}" in c.value for c in at.code)
+
+
+# --- progress ----------------------------------------------------------------------------------
+
+
+def _running_run(store: db.Store, status: str, progress: float = 0.0, message: str = "") -> int:
+    run_id = db.create_run(store, None, "http://gpubox:30000")
+    job_id = jobq.submit_job(store, "diagnose", {"options": {}}, run_id=run_id)
+    if status != "queued":
+        db.update_run(store, run_id, status=status)
+        store.db.execute(
+            "UPDATE jobs SET status = ?, progress = ?, message = ?, started_at = ? WHERE id = ?",
+            (status, progress, message, db.now_iso(), job_id),
+        )
+    return run_id
+
+
+def test_a_running_job_shows_progress_and_can_be_cancelled(home) -> None:
+    run_id = _running_run(home, "running", 0.4, "capturing")
+    at = app("run", run=str(run_id))
+    no_exception(at)
+    assert [h.value for h in at.header] == []  # no results yet
+    bars = at.get("progress")
+    assert len(bars) == 1 and bars[0].proto.value == 40
+    assert "capturing" in bars[0].proto.text
+    assert "running" in texts(at)
+    at.button(key=f"cancel-{run_id}").click().run()
+    no_exception(at)
+    job = jobq.list_jobs(home, run_id)[0]
+    assert job["cancel_requested"] and job["status"] == "running"  # the worker stops it
+
+
+def test_a_queued_run_waits_for_a_worker_and_cancels_at_once(home) -> None:
+    run_id = _running_run(home, "queued")
+    at = app("run", run=str(run_id))
+    no_exception(at)
+    assert "python -m eagle3dash worker" in texts(at)
+    at.button(key=f"cancel-{run_id}").click().run()
+    no_exception(at)
+    assert db.get_run(home, run_id)["status"] == "cancelled"
+    assert "cancelled before it started" in texts(at, "error")
+
+
+def test_progress_view_logic() -> None:
+    run = {"status": "running", "error": None}
+    job = {"id": 1, "status": "running", "progress": 0.25, "message": "capturing"}
+    view = progress_view(run, [job])
+    assert view.active and view.poll_every == 2.0 and view.percent == 25
+    assert view.message == "capturing" and not view.waiting_for_worker
+    queued = progress_view({"status": "queued"}, [{**job, "status": "queued", "progress": 0}])
+    assert queued.active and queued.waiting_for_worker and queued.status == "queued"
+    # A job that died while the run row still says running: the job wins, polling stops.
+    dead = {**job, "status": "failed", "error": "abandoned: no heartbeat"}
+    view = progress_view(run, [dead])
+    assert not view.active and view.poll_every is None
+    assert view.status == "failed" and "heartbeat" in view.error
+    done = progress_view({"status": "succeeded", "error": None}, [{**job, "status": "succeeded"}])
+    assert done.status == "succeeded" and done.percent == 100 and done.error is None
+    cancelling = progress_view(run, [{**job, "cancel_requested": True}])
+    assert cancelling.cancelling and cancelling.active
+    none = progress_view({"status": "queued"}, [])
+    assert none.status == "queued" and not none.active and none.job_id is None
+
+
+def test_cancel_run_on_finished_jobs_changes_nothing(home) -> None:
+    run_id = _running_run(home, "succeeded")
+    home.db.execute("UPDATE jobs SET status = 'succeeded' WHERE run_id = ?", (run_id,))
+    assert "nothing to cancel" in cancel_run(home, run_id)
+    assert db.get_run(home, run_id)["status"] == "succeeded"
+
+
+# --- uploads on the New run page ---------------------------------------------------------------
+
+
+def _upload(at: AppTest, files: list[tuple[str, bytes, str]]) -> AppTest:
+    at.radio(key="ckpt_source").set_value("An upload").run()
+    at.file_uploader(key="ckpt_upload").set_value(files).run()
+    return at
+
+
+def _no_staging_left(store: db.Store) -> bool:
+    return not any(p.name.startswith(".upload-") for p in store.path("checkpoints").iterdir())
+
+
+def test_uploading_checkpoint_files_registers_them(home, tmp_path) -> None:
+    files = checkpoint_files(tmp_path)
+    at = _upload(app("new_run"), [(n, b, "application/octet-stream") for n, b in files.items()])
+    no_exception(at)
+    assert "Registered checkpoint #1" in texts(at, "success")
+    assert frame_with(at, "field").set_index("field").loc["format", "value"] == "specforge"
+    (row,) = db.list_checkpoints(home)
+    assert row["uploaded"] and Path(row["path"]).parent == home.path("checkpoints")
+    assert Path(row["path"]).name == row["sha256"]
+    at.run()  # a rerun does not store it again
+    assert len(db.list_checkpoints(home)) == 1 and _no_staging_left(home)
+
+
+def test_uploading_a_zip_of_a_folder_registers_it(home, tmp_path) -> None:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for name, blob in checkpoint_files(tmp_path).items():
+            zf.writestr(f"my-draft/{name}", blob)
+    at = _upload(app("new_run"), [("my-draft.zip", buf.getvalue(), "application/zip")])
+    no_exception(at)
+    (row,) = db.list_checkpoints(home)
+    assert row["name"] == "my-draft" and row["format"] == "specforge"
+    assert sorted(p.name for p in Path(row["path"]).iterdir()) == [
+        "config.json",
+        "model.safetensors",
+    ]
+
+
+def _evil_zip(files: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for name, blob in files.items():
+            zf.writestr(name, blob)
+        zf.writestr("../evil", b"boom")
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("kind", ["truncated", "traversal", "garbage"])
+def test_a_broken_upload_shows_the_problem_and_registers_nothing(home, tmp_path, kind) -> None:
+    files = checkpoint_files(tmp_path)
+    if kind == "truncated":
+        blob = files["model.safetensors"]
+        upload = [
+            ("config.json", files["config.json"], "application/json"),
+            ("model.safetensors", blob[: len(blob) // 2], "application/octet-stream"),
+        ]
+        says = "truncated"
+    elif kind == "traversal":
+        upload = [("bad.zip", _evil_zip(files), "application/zip")]
+        says = "'..'"
+    else:
+        upload = [("junk.tar.gz", b"this is not an archive at all", "application/gzip")]
+        says = "not a zip or tar archive"
+    at = _upload(app("new_run"), upload)
+    no_exception(at)
+    errors = texts(at, "error")
+    assert "Upload rejected, nothing registered" in errors and says in errors
+    assert db.list_checkpoints(home, include_removed=True) == []
+    assert _no_staging_left(home)
+    assert not (tmp_path / "evil").exists() and not (home.home / "evil").exists()
+
+
+# --- New run: probe and submit -----------------------------------------------------------------
+
+
+def test_new_run_probes_the_endpoint_and_submits_to_the_run_page(world, home) -> None:
+    checkpoint_id = db.add_checkpoint(home, world["draft"], name="draft")
+    at = app("new_run")
+    at.text_input(key="endpoint").set_value(world["url"]).run()
+    no_exception(at)
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["SGLang version"] == "0.5.23" and metrics["Speculative"] == "EAGLE3"
+    assert metrics["Draft steps"] == "3" and metrics["Hidden states"] == "on"
+    assert "Server-side findings" in texts(at)
+    assert db.get_endpoint(home, world["url"]) is not None  # the probe is remembered
+    at.text_input(key="opt_training_layout").set_value("0,1,2").run()
+    at.button(key="submit").click().run()
+    no_exception(at)
+    (run,) = db.list_runs(home)
+    assert run["checkpoint_id"] == checkpoint_id and run["status"] == "queued"
+    assert run["options"]["training_layout"] == "0,1,2"
+    assert run["options"]["draft"] == str(world["draft"])
+    assert at.query_params["run"] == str(run["id"])
+    assert at.title[0].value == f"Run #{run['id']}"  # landed on the Run page
+    assert at.get("progress")  # and it shows the queued job's progress
+
+
+def test_new_run_with_a_down_endpoint_shows_the_error_not_a_traceback(home) -> None:
+    at = app("new_run")
+    at.text_input(key="endpoint").set_value("http://127.0.0.1:9").run()
+    no_exception(at)
+    errors = texts(at, "error")
+    assert "cannot connect" in errors and "Traceback" not in errors
+    at.button(key="submit").click().run()
+    no_exception(at)
+    assert db.count_runs(home) == 0
+
+
+def test_new_run_refuses_a_bad_training_layout(world, home) -> None:
+    db.add_checkpoint(home, world["draft"], name="draft")
+    at = app("new_run")
+    at.text_input(key="endpoint").set_value(world["url"]).run()
+    at.text_input(key="opt_training_layout").set_value("zero,1").run()
+    at.button(key="submit").click().run()
+    no_exception(at)
+    assert "training layout" in texts(at, "error")
+    assert db.count_runs(home) == 0
+
+
+def test_a_jsonl_prompt_upload_is_validated(home) -> None:
+    at = app("new_run")
+    at.radio(key="prompt_source").set_value("Upload a JSONL file").run()
+    good = b'{"prompt": "hello"}\n{"input_ids": [1, 2, 3]}\n'
+    at.file_uploader(key="prompt_file").set_value(("p.jsonl", good, "application/json")).run()
+    no_exception(at)
+    assert "2 prompts from p.jsonl" in texts(at, "success")
+    assert len(list(home.path("prompts").glob("*.jsonl"))) == 1
+    bad = b'{"prompt": "hello"}\nnot json\n'
+    at.file_uploader(key="prompt_file").set_value(("q.jsonl", bad, "application/json")).run()
+    assert "line 2" in texts(at, "error")
+
+
+# --- checkpoints -------------------------------------------------------------------------------
+
+
+def test_the_checkpoints_page_removes_an_upload_but_keeps_its_runs(home, tmp_path) -> None:
+    files = checkpoint_files(tmp_path)
+    uploaded = register_upload(home, [_named(n, b) for n, b in files.items()], name="up")
+    run_id = db.create_run(home, uploaded.checkpoint_id, "http://gpubox:30000")
+    at = app("checkpoints")
+    no_exception(at)
+    assert any("up" in m.value and "uploaded" in m.value for m in at.markdown)
+    at.button(key=f"remove-{uploaded.checkpoint_id}").click().run()
+    no_exception(at)
+    assert "its uploaded files were deleted" in texts(at, "success")
+    assert not uploaded.path.exists()
+    assert db.list_checkpoints(home) == []
+    assert db.get_run(home, run_id)["checkpoint_removed"] is True
+    at = app("run", run=str(run_id))
+    no_exception(at)
+    assert "up (removed)" in texts(at)
+
+
+def test_the_checkpoints_page_registers_a_path(home, tmp_path) -> None:
+    path = save(_spec(), random_tensors(_spec(), seed=3), tmp_path / "mine", "specforge")
+    at = app("checkpoints")
+    at.text_input(key="register_path").set_value(str(path)).run()
+    at.button(key="register_go").click().run()
+    no_exception(at)
+    (row,) = db.list_checkpoints(home)
+    assert row["path"] == str(path) and not row["uploaded"]
+    at.text_input(key="register_path").set_value(str(tmp_path / "nope")).run()
+    at.button(key="register_go").click().run()
+    assert "does not exist" in texts(at, "error")
+
+
+def _named(name: str, blob: bytes) -> io.BytesIO:
+    f = io.BytesIO(blob)
+    f.name = name
+    return f
+
+
+# --- text is text ------------------------------------------------------------------------------
+
+
+def test_finding_text_is_escaped_never_html(home) -> None:
+    run_id = db.create_run(home, None, "http://gpubox:30000")
+    evil = "<script>alert(1)</script> **bold** [link](http://x) $x$"
+    db.save_findings(
+        home,
+        run_id,
+        [{"rule_id": "r", "severity": "critical", "title": evil, "evidence": evil, "fix": evil}],
+    )
+    db.update_run(home, run_id, status="succeeded")
+    at = app("run", run=str(run_id))
+    no_exception(at)
+    shown = [m.value for m in at.markdown if "script" in m.value]
+    assert shown and all("\\<script\\>" in s and "<script>" not in s for s in shown)
+    assert any(c.value == evil for c in at.code)  # the fix, verbatim in a code block
+    assert md_escape("a*b_c<d>") == "a\\*b\\_c\\<d\\>"
+
+
+def test_no_page_allows_unsafe_html() -> None:
+    sources = [
+        ROOT / "app.py",
+        *(ROOT / "pages").glob("*.py"),
+        *(ROOT / "eagle3dash/ui").glob("*.py"),
+    ]
+    for path in sources:
+        assert not re.search(r"unsafe_allow_html\s*=", path.read_text()), path
+
+
+# --- more flows --------------------------------------------------------------------------------
+
+
+def test_new_run_with_a_path_registers_the_checkpoint_on_submit(world, home) -> None:
+    at = app("new_run")
+    assert at.radio(key="ckpt_source").value == "A path on this machine"  # none registered yet
+    at.text_input(key="ckpt_path").set_value(str(world["draft"] / "config.json")).run()
+    assert "specforge draft at" in texts(at, "success")
+    at.text_input(key="endpoint").set_value(world["url"]).run()
+    at.button(key="submit").click().run()
+    no_exception(at)
+    (row,) = db.list_checkpoints(home)
+    assert row["path"] == str(world["draft"]) and row["format"] == "specforge"
+    assert db.get_checkpoint(home, row["id"])["report"]["aux_layer_ids"] == [0, 1, 2]
+    (run,) = db.list_runs(home)
+    assert run["checkpoint_id"] == row["id"]
+    assert at.query_params["run"] == str(run["id"])
+
+
+def test_a_failed_run_shows_why_and_its_log(home) -> None:
+    run_id = _running_run(home, "running")
+    (job,) = jobq.list_jobs(home, run_id)
+    home.db.execute(
+        "UPDATE jobs SET status = 'failed', error = ? WHERE id = ?",
+        ("EndpointError: cannot connect to http://gpubox:30000", job["id"]),
+    )
+    db.update_run(home, run_id, status="failed", error="cannot connect to http://gpubox:30000")
+    home.path("logs", f"{job['id']}.log").write_text("[worker] job started\nTraceback: boom\n")
+    at = app("run", run=str(run_id))
+    no_exception(at)
+    assert "The run failed: cannot connect to http://gpubox:30000" in texts(at, "error")
+    assert not at.get("progress")
+    assert any("Traceback: boom" in c.value for c in at.code)  # the log, in its tab
+
+
+def test_the_runs_page_pages_through_many_runs(home) -> None:
+    with home.transaction() as d:
+        d["runs"].insert_all(
+            {"created_at": f"2025-01-01T00:00:{i // 100:02d}.{i:06d}Z", "status": "succeeded"}
+            for i in range(120)
+        )
+    at = app()
+    assert len(frame_with(at, "open")) == 50
+    assert "Runs 1–50 of 120 (page 1 of 3)" in texts(at, "caption")
+    at.number_input(key="runs_page").set_value(3).run()
+    runs = frame_with(at, "open")
+    assert len(runs) == 20 and runs["run"].max() == 20  # the oldest ones
+    at.selectbox(key="runs_status").set_value("failed").run()  # page 3 of nothing: clamped
+    no_exception(at)
+    assert "No runs match" in texts(at)
+
+
+def test_the_compare_pickers_set_the_link(world_home) -> None:
+    a, b = world_home["mismatch"], world_home["matching"]
+    at = app("compare")
+    at.number_input(key="compare_a").set_value(a).run()
+    at.number_input(key="compare_b").set_value(b).run()
+    at.button(key="compare_go").click().run()
+    no_exception(at)
+    assert at.query_params["a"] == str(a) and at.query_params["b"] == str(b)
+    assert frame_with(at, "change (B - A)") is not None
+
+
+def test_get_store_keeps_no_connection_of_finished_threads(home) -> None:
+    from eagle3dash.ui.home import get_store, open_stores
+
+    def work() -> None:
+        assert db.count_runs(get_store()) == 0
+
+    for _ in range(20):
+        thread = threading.Thread(target=work)
+        thread.start()
+        thread.join()
+    assert db.count_runs(get_store()) == 0  # this call closes the dead threads' stores
+    assert open_stores() <= 2
+    assert get_store() is get_store()  # one store per thread
+
+
+def test_build_options_checks_every_input(tmp_path) -> None:
+    from eagle3dash.errors import InputError
+    from eagle3dash.ui.forms import RunForm, build_options
+
+    ok = RunForm(draft="/d", endpoint="gpubox:30000", target_layers=61, training_layout="0,3,31")
+    options = build_options(ok)
+    assert options.endpoint == "http://gpubox:30000" and options.target_layers == 61
+    assert options.training_layout == "0,3,31" and options.baseline is None
+    bad = [
+        (RunForm(draft=None, endpoint="x:1"), "choose a draft"),
+        (RunForm(draft="/d", endpoint=" "), "endpoint URL"),
+        (RunForm(draft="/d", endpoint="x:1", baseline="http://x:1/"), "another server"),
+        (RunForm(draft="/d", endpoint="x:1", training_layout="a,b"), "training layout"),
+        (RunForm(draft="/d", endpoint="x:1", target=str(tmp_path / "no")), "does not exist"),
+        (RunForm(draft="/d", endpoint="x:1", prompts="/no/such.jsonl"), "not a built-in"),
+        (RunForm(draft="/d", endpoint="x:1", num_prompts=0), "between 1 and"),
+        (RunForm(draft="/d", endpoint="x:1", trainer="nope"), "unknown trainer"),
+        (RunForm(draft="/d", endpoint="ftp://x"), "not a valid endpoint"),
+    ]
+    for form, says in bad:
+        with pytest.raises(InputError, match=says):
+            build_options(form)
