@@ -926,6 +926,32 @@ def _is_local(url: str) -> bool:
     return host in ("localhost", "127.0.0.1", "::1", "0.0.0.0", socket.gethostname().lower())
 
 
+def _same_files(a: str, b: str) -> bool:
+    """Two local checkpoint folders with the same config.json and the same weight file sizes.
+
+    An upload is stored under the home (checkpoints/<sha256>/), so the server may serve the user's
+    original folder while the run diagnoses its copy: equal contents count as the same draft.
+    """
+
+    def listing(path: str) -> dict[str, object] | None:
+        folder = path if os.path.isdir(path) else os.path.dirname(path)
+        try:
+            names = sorted(os.listdir(folder))
+            with open(os.path.join(folder, "config.json"), "rb") as f:
+                config = f.read()
+        except OSError:
+            return None
+        weights = {
+            n: os.path.getsize(os.path.join(folder, n))
+            for n in names
+            if n.endswith((".safetensors", ".bin", ".index.json"))
+        }
+        return {"config": config, "weights": weights}
+
+    first, second = listing(a), listing(b)
+    return first is not None and first == second
+
+
 def rule_draft_path_differs(e: Evidence) -> list[Finding]:
     """The endpoint's --speculative-draft-model-path is not the checkpoint under diagnosis.
 
@@ -940,7 +966,7 @@ def rule_draft_path_differs(e: Evidence) -> list[Finding]:
         return []
     local = _is_local(e.server.url) and os.path.isabs(theirs_n) and os.path.isabs(mine_n)
     if local:
-        if os.path.realpath(theirs_n) == os.path.realpath(mine_n):
+        if os.path.realpath(theirs_n) == os.path.realpath(mine_n) or _same_files(theirs_n, mine_n):
             return []
         how = "both paths are on this machine and differ"
     else:

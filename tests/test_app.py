@@ -133,7 +133,7 @@ def app(page: str | None = None, **params: str) -> AppTest:
     """The app on a page with query params, run once."""
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)
     if page:
-        at.switch_page(f"pages/{page}.py")
+        at.switch_page(f"views/{page}.py")
     for key, value in params.items():
         at.query_params[key] = value
     return at.run(timeout=TIMEOUT)

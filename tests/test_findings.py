@@ -793,3 +793,20 @@ def test_finding_to_dict_and_severity_check() -> None:
     json.dumps([g.to_dict() for g in diagnose(seed("0.5.12"))])
     with pytest.raises(ValueError):
         Finding("x", "fatal", "T.", "E", "F")
+
+
+def test_a_local_copy_with_the_same_files_is_the_same_draft(tmp_path) -> None:
+    # An upload is diagnosed from its copy under the home while the server serves the original.
+    original, copy = tmp_path / "draft", tmp_path / "home" / "checkpoints" / ("ab" * 32)
+    for folder in (original, copy):
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text('{"hidden_size": 32}')
+        (folder / "model.safetensors").write_bytes(b"x" * 100)
+    server = Server(url="http://127.0.0.1:30000", speculative=Spec(draft_model_path=str(original)))
+    assert "draft-path-differs" not in ids_of(
+        diagnose(Evidence(report=report(path=str(copy)), server=server))
+    )
+    (copy / "model.safetensors").write_bytes(b"x" * 99)
+    assert "draft-path-differs" in ids_of(
+        diagnose(Evidence(report=report(path=str(copy)), server=server))
+    )

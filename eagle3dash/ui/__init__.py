@@ -1,4 +1,4 @@
-"""Shared pieces of the Streamlit app (`app.py`, `pages/`).
+"""Shared pieces of the Streamlit app (`app.py`, `views/`).
 
 - `home`: `get_store()`, the store on EAGLE3DASH_HOME for this script run.
 - `fmt`: numbers, times, severities, and `md_escape` for text shown through Markdown.

@@ -21,11 +21,11 @@ from eagle3dash.ui.fmt import md_escape, page_url, severity_color, status_label
 from eagle3dash.ui.home import get_store
 from eagle3dash.ui.progress import cancel_run, load_progress
 
-RUN_PAGE = "pages/run.py"
-COMPARE_PAGE = "pages/compare.py"
-NEW_RUN_PAGE = "pages/new_run.py"
-RUNS_PAGE = "pages/runs.py"
-CHECKPOINTS_PAGE = "pages/checkpoints.py"
+RUN_PAGE = "views/run.py"
+COMPARE_PAGE = "views/compare.py"
+NEW_RUN_PAGE = "views/new_run.py"
+RUNS_PAGE = "views/runs.py"
+CHECKPOINTS_PAGE = "views/checkpoints.py"
 
 
 # --- links -------------------------------------------------------------------------------------

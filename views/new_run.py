@@ -148,7 +148,7 @@ with st.expander("Options", expanded=False):
         key="opt_target",
     )
     train_states = b.text_input(
-        "Training states folder (SpecForge data_*.ckpt or speculators hs_*.safetensors)",
+        "Training states folder (SpecForge data\\_\\*.ckpt or speculators hs\\_\\*.safetensors)",
         key="opt_train_states",
     )
 
