@@ -148,7 +148,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     print("  step  accuracy  acceptance")
     for k, (acc, accept) in enumerate(zip(result.accuracy, result.acceptance, strict=True)):
         print(f"  {k:>4}  {acc:8.3f}  {accept:10.3f}")
-    print(f"simulated accept length (chain, {result.steps} steps): {result.accept_length:.3f}")
+    print(f"mean accept length per position ({result.steps} steps): {result.accept_length:.3f}")
+    if result.served_accept_length is not None:
+        served = result.served_accept_length
+        print(f"simulated accept length, serving rounds replayed: {served:.3f}")
     return 0
 
 

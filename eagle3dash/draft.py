@@ -617,9 +617,11 @@ def evaluate_capture(
         embed_weight = capture.embed_weight
     if embed_weight is not None and embed_weight.device.type != "cpu":
         embed_weight = embed_weight.to(draft.device)
-    per_sequence = []
+    per_sequence, rows_per_sequence = [], []
     n = len(capture.sequences)
     for i, seq in enumerate(capture.sequences):
+        _, rows = counted_rows(len(seq.input_ids), steps, seq.target_ids is not None, seq.loss_mask)
+        rows_per_sequence.append(rows)
         m = evaluate(
             draft,
             capture.aux(i, layout),
@@ -633,4 +635,4 @@ def evaluate_capture(
         per_sequence.append(m)
         if progress is not None:
             progress(i + 1, n)
-    return build_eval(layout, per_sequence, steps)
+    return build_eval(layout, per_sequence, steps, rows_per_sequence)

@@ -248,7 +248,9 @@ def _kind_phrase(d: LayoutDiff) -> str:
 def _eval_text(ev: Any, label: str, steps: int | None = None) -> str:
     s = ev.steps if steps is None else min(steps, ev.steps)
     top1 = f", top-1 {_fmt(ev.accuracy[0])}" if ev.accuracy else ""
-    return f"{label}: simulated accept length {_fmt(ev.accept_length_at(s))} at {s} steps{top1}"
+    return (
+        f"{label}: simulated accept length {_fmt(ev.simulated_accept_length(s))} at {s} steps{top1}"
+    )
 
 
 def _raw_config(report: InspectReport | None) -> dict:
@@ -857,7 +859,7 @@ def rule_draft_tokens_capped(e: Evidence) -> list[Finding]:
         else (e.training_eval, "training layout")
     )
     if ev is not None:
-        at = {s: ev.accept_length_at(s) for s in sorted({steps, 3, 5}) if s <= ev.steps}
+        at = {s: ev.simulated_accept_length(s) for s in sorted({steps, 3, 5}) if s <= ev.steps}
         if len(at) > 1:
             evidence += (
                 f" Simulated accept length ({label}): "
@@ -1011,7 +1013,7 @@ def rule_measured_below_simulated(e: Evidence) -> list[Finding]:
         return []
     sp = e.speculative
     steps = min(sp.num_steps, ev.steps) if sp is not None and sp.num_steps else ev.steps
-    simulated = ev.accept_length_at(steps)
+    simulated = ev.simulated_accept_length(steps)
     gap = simulated - measured
     if gap <= 0.5 or gap <= 0.15 * simulated:
         return []

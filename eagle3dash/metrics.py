@@ -17,7 +17,14 @@ from torch import Tensor
 
 from .layout import Tap
 
-__all__ = ["DraftEval", "accept_length", "build_eval", "leading_correct", "summarize"]
+__all__ = [
+    "DraftEval",
+    "accept_length",
+    "build_eval",
+    "leading_correct",
+    "served_rounds",
+    "summarize",
+]
 
 
 def leading_correct(matches: Tensor) -> Tensor:
@@ -33,6 +40,27 @@ def accept_length(acceptance: list[float], steps: int | None = None) -> float:
     """
     cut = acceptance if steps is None else acceptance[:steps]
     return 1.0 + float(sum(cut))
+
+
+def served_rounds(leading: Tensor, rows: Tensor, steps: int) -> tuple[int, int]:
+    """(tokens, rounds) of greedy chain serving replayed over one sequence's counted rows.
+
+    Serving does not draft at every position: the first round drafts at the first counted row,
+    each round emits 1 + its leading correct steps (at most `steps`) and the next round drafts
+    that many rows later. Like SGLang's completion_tokens, tokens include the one sampled at
+    prefill, so tokens / rounds is comparable to Σcompletion_tokens / Σspec_verify_ct. A
+    per-position mean over-weights the rows right after a failure, where drafting is hardest.
+    """
+    at = {int(r): int(n) for r, n in zip(rows.tolist(), leading.tolist(), strict=True)}
+    if not at:
+        return 0, 0
+    tokens, rounds, t = 1, 0, min(at)
+    while t in at:
+        accepted = 1 + min(at[t], steps)
+        tokens += accepted
+        rounds += 1
+        t += accepted
+    return tokens, rounds
 
 
 def summarize(matches: Tensor) -> dict:
@@ -74,14 +102,35 @@ class DraftEval:
     acceptance: list[float]  # per step, cumulative (steps 0..k all correct)
     accept_length: float  # 1 + mean leading correct steps, at most S + 1
     accept_length_per_sequence: list[float] = field(default_factory=list)  # NaN: no rows
+    # Serving rounds replayed over the sequences (see served_rounds): comparable to a measured
+    # accept length. None when no sequence has counted rows.
+    served_accept_length: float | None = None
+    # Per sequence (rows, leading correct steps), to replay rounds at fewer steps; not saved.
+    chains: list[tuple[Tensor, Tensor]] = field(default_factory=list, repr=False, compare=False)
 
     def accept_length_at(self, steps: int) -> float:
-        """The accept length chains of `steps` <= S draft tokens would get."""
+        """The per-position mean accept length of chains cut to `steps` <= S draft tokens."""
         return accept_length(self.acceptance, steps)
+
+    def simulated_accept_length(self, steps: int | None = None) -> float:
+        """What serving with `steps` draft tokens per round would measure: the replayed rounds
+        when the capture allows, else the per-position mean."""
+        steps = self.steps if steps is None else min(steps, self.steps)
+        served = self.served_accept_length_at(steps)
+        return served if served is not None else self.accept_length_at(steps)
+
+    def served_accept_length_at(self, steps: int) -> float | None:
+        """The replayed serving accept length with `steps` <= S draft tokens per round."""
+        if not self.chains:
+            return self.served_accept_length if steps >= self.steps else None
+        totals = [served_rounds(leading, rows, steps) for rows, leading in self.chains]
+        rounds = sum(r for _, r in totals)
+        return sum(t for t, _ in totals) / rounds if rounds else None
 
     def to_dict(self) -> dict:
         """JSON-ready dict (NaN per-sequence values become None)."""
         d = asdict(self)
+        del d["chains"]
         d["accept_length_per_sequence"] = [
             None if math.isnan(x) else x for x in self.accept_length_per_sequence
         ]
@@ -89,6 +138,7 @@ class DraftEval:
 
     @classmethod
     def from_dict(cls, d: dict) -> DraftEval:
+        """Inverse of to_dict (without the per-row chains)."""
         d = dict(d)
         d["accept_length_per_sequence"] = [
             float("nan") if x is None else x for x in d.get("accept_length_per_sequence", [])
@@ -96,8 +146,16 @@ class DraftEval:
         return cls(**d)
 
 
-def build_eval(layout: Iterable[Tap | dict], per_sequence: list[Tensor], steps: int) -> DraftEval:
-    """A DraftEval from the [P_i, S] matches of each sequence (rows pooled over sequences)."""
+def build_eval(
+    layout: Iterable[Tap | dict],
+    per_sequence: list[Tensor],
+    steps: int,
+    rows_per_sequence: list[Tensor] | None = None,
+) -> DraftEval:
+    """A DraftEval from the [P_i, S] matches of each sequence (rows pooled over sequences).
+
+    With the counted row indices of each sequence, serving rounds are replayed too.
+    """
     taps = [t.to_dict() if isinstance(t, Tap) else dict(t) for t in layout]
     pooled = (
         torch.cat([m.to(torch.bool) for m in per_sequence], dim=0)
@@ -109,7 +167,7 @@ def build_eval(layout: Iterable[Tap | dict], per_sequence: list[Tensor], steps: 
         1.0 + leading_correct(m).float().mean().item() if m.shape[0] else float("nan")
         for m in per_sequence
     ]
-    return DraftEval(
+    result = DraftEval(
         layout=taps,
         steps=steps,
         num_positions=s["num_positions"],
@@ -118,3 +176,11 @@ def build_eval(layout: Iterable[Tap | dict], per_sequence: list[Tensor], steps: 
         accept_length=s["accept_length"],
         accept_length_per_sequence=per_seq,
     )
+    if rows_per_sequence is not None:
+        result.chains = [
+            (rows, leading_correct(m))
+            for rows, m in zip(rows_per_sequence, per_sequence, strict=True)
+            if m.shape[0]
+        ]
+        result.served_accept_length = result.served_accept_length_at(steps)
+    return result

@@ -90,6 +90,9 @@ class Diagnosis:
             "eval": ev.to_dict() if ev else None,
             "top1": ev.accuracy[0] if ev else None,
             "sim_accept_length": self.sim_accept_length(ev),
+            "mean_accept_length": ev.accept_length_at(min(self.server_steps or ev.steps, ev.steps))
+            if ev
+            else None,
         }
         return out
 
@@ -97,8 +100,7 @@ class Diagnosis:
         """Simulated accept length at the server's chain length (or the evaluated steps)."""
         if ev is None:
             return None
-        steps = min(self.server_steps or ev.steps, ev.steps)
-        return ev.accept_length_at(steps)
+        return ev.simulated_accept_length(self.server_steps)
 
     def to_dict(self) -> dict:
         """The --json contract: findings, training, serving, measured, plus context."""

@@ -269,8 +269,11 @@ def test_evaluate_capture_pools_sequences():
         evaluate(draft, torch.cat([s.states[Tap(1)], s.states[Tap(2)]], -1), s.input_ids, 3, embed)
         for s in seqs
     ]
-    expected = build_eval(layout, per, 3)
-    assert ev.to_dict() == expected.to_dict()
+    expected = build_eval(layout, per, 3).to_dict()
+    got = ev.to_dict()
+    assert 1.0 <= got.pop("served_accept_length") <= 4.0  # rounds replayed over the rows
+    expected.pop("served_accept_length")
+    assert got == expected
     assert ev.num_positions == 16 + 11
     assert ev.layout == [{"depth": 1, "post_norm": False}, {"depth": 2, "post_norm": False}]
     assert math.isnan(ev.accept_length_per_sequence[2])
@@ -291,3 +294,28 @@ def test_summarize_by_hand():
     full = summarize(torch.ones(5, 3, dtype=torch.bool))
     assert full["accept_length"] == 4.0  # the maximum, S + 1
     assert summarize(torch.zeros(0, 3, dtype=torch.bool))["accept_length"] == 1.0
+
+
+def test_served_rounds_replay_serving_not_every_position() -> None:
+    from eagle3dash.metrics import served_rounds
+
+    rows = torch.arange(5, 11)  # counted rows 5..10
+    leading = torch.tensor([2, 0, 1, 3, 0, 0])  # leading correct steps at rows 5..10
+    # Round at row 5 emits 1+2 tokens, the next drafts at row 8 and emits 1+3; row 12 is past
+    # the end. Tokens count the one sampled at prefill.
+    assert served_rounds(leading, rows, steps=3) == (1 + 3 + 4, 2)
+    assert served_rounds(leading, rows, steps=2) == (1 + 3 + 3, 2)  # chains cut to 2 drafts
+    assert served_rounds(leading[:0], rows[:0], steps=3) == (0, 0)
+
+
+def test_draft_eval_reports_served_accept_length_at_fewer_steps() -> None:
+    from eagle3dash.metrics import build_eval
+
+    matches = torch.tensor([[1, 1, 0], [0, 0, 0], [1, 1, 1], [1, 0, 0]], dtype=torch.bool)
+    ev = build_eval([Tap(1)], [matches], steps=3, rows_per_sequence=[torch.arange(4)])
+    # rows 0 (2 correct -> 3 tokens), 3 (1 correct -> 2 tokens): (1 + 3 + 2) / 2 rounds
+    assert ev.served_accept_length == pytest.approx(3.0)
+    assert ev.simulated_accept_length() == pytest.approx(3.0)
+    assert ev.accept_length == pytest.approx(1 + (2 + 0 + 3 + 1) / 4)
+    assert ev.served_accept_length_at(1) == pytest.approx((1 + 2 + 2) / 2)  # rows 0, 2
+    assert "chains" not in ev.to_dict()

@@ -97,6 +97,9 @@ class Eval:
     def accept_length_at(self, steps: int) -> float:
         return 1.0 + sum(self.acceptance[:steps])
 
+    def simulated_accept_length(self, steps: int | None = None) -> float:
+        return self.accept_length_at(self.steps if steps is None else steps)
+
 
 GOOD = Eval(acceptance=[0.8, 0.6, 0.45, 0.3, 0.2], accuracy=[0.8, 0.7, 0.6, 0.5, 0.4])
 POOR = Eval(acceptance=[0.05, 0.01, 0.0, 0.0, 0.0], accuracy=[0.05, 0.2, 0.2, 0.2, 0.2])
