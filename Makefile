@@ -26,8 +26,10 @@ lint: install
 test: lint browser
 	$(PY) -m pytest -q
 
-# One worker runs the queued diagnoses; the app serves on :8501 (.streamlit/config.toml).
+# The demo's runs are made on first start (about a minute); then one worker runs the queued
+# diagnoses and the app serves on :8501 (.streamlit/config.toml).
 run: install
+	$(PY) -m eagle3dash demo seed
 	$(PY) -m eagle3dash worker & worker=$$!; trap "kill $$worker" EXIT INT TERM; \
 	  $(VENV)/bin/streamlit run app.py
 

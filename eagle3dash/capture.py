@@ -69,6 +69,11 @@ EMBED_KEY = "embed_tokens.weight"
 _KEY = re.compile(r"^s(\d+)\.(.+)$")
 
 
+# Tokens generated past a serving capture's budget, so that the last rounds replayed within the
+# budget have references for chains of up to REFERENCE_TAIL - 1 draft steps.
+REFERENCE_TAIL = 8
+
+
 class CaptureError(InputError):
     """A capture or training dump that cannot be read; the message names the path and problem."""
 
@@ -1003,7 +1008,10 @@ def capture_from_sglang(
     completion_tokens, verify_ct = 0, 0
     ht_seen: int | None = None
     for i, ids in enumerate(ids_list):
-        first = client.generate(input_ids=ids, max_new_tokens=max_new_tokens, temperature=0.0)
+        # REFERENCE_TAIL tokens past the budget give the last served rounds their references.
+        first = client.generate(
+            input_ids=ids, max_new_tokens=max_new_tokens + REFERENCE_TAIL, temperature=0.0
+        )
         completion = [int(t) for t in first.output_ids]
         if not completion:
             raise CaptureError(f"{url}: prompt {i}: the server generated no tokens")
@@ -1065,6 +1073,7 @@ def capture_from_sglang(
             "num_draft_tokens": spec.num_draft_tokens if spec else None,
             "serving_layout": format_layout(taps),
             "max_new_tokens": max_new_tokens,
+            "served_tokens": max_new_tokens,  # the budget serving rounds are replayed up to
             "prompt_lengths": prompt_lengths,
             "completion_lengths": completion_lengths,
             "completion_tokens": completion_tokens,

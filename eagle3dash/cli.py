@@ -297,6 +297,17 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    """The built-in demo: rebuild its fixtures, or seed the dashboard with its runs."""
+    if args.action == "build":
+        from eagle3dash.demo.build import main as build_main
+
+        return build_main(args.rest)
+    from eagle3dash.demo.seed import main as seed_main
+
+    return seed_main(args.rest)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse tree of every command."""
     parser = argparse.ArgumentParser(
@@ -370,6 +381,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--once", action="store_true", help="stop when the queue is empty")
     p.add_argument("--slots", type=int, default=1, help="jobs run at the same time")
     p.set_defaults(func=cmd_worker)
+
+    p = sub.add_parser(
+        "demo",
+        help="the built-in demo: `demo seed` makes its runs, `demo build --out DIR` its fixtures",
+    )
+    p.add_argument("action", choices=["seed", "build"])
+    p.add_argument("rest", nargs=argparse.REMAINDER, help="options of the action (see --help)")
+    p.set_defaults(func=cmd_demo)
     return parser
 
 

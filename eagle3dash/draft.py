@@ -635,4 +635,5 @@ def evaluate_capture(
         per_sequence.append(m)
         if progress is not None:
             progress(i + 1, n)
-    return build_eval(layout, per_sequence, steps, rows_per_sequence)
+    budget = capture.meta.get("served_tokens")
+    return build_eval(layout, per_sequence, steps, rows_per_sequence, budget)

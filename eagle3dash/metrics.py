@@ -42,7 +42,9 @@ def accept_length(acceptance: list[float], steps: int | None = None) -> float:
     return 1.0 + float(sum(cut))
 
 
-def served_rounds(leading: Tensor, rows: Tensor, steps: int) -> tuple[int, int]:
+def served_rounds(
+    leading: Tensor, rows: Tensor, steps: int, budget: int | None = None
+) -> tuple[int, int]:
     """(tokens, rounds) of greedy chain serving replayed over one sequence's counted rows.
 
     Serving does not draft at every position: the first round drafts at the first counted row,
@@ -50,13 +52,17 @@ def served_rounds(leading: Tensor, rows: Tensor, steps: int) -> tuple[int, int]:
     that many rows later. Like SGLang's completion_tokens, tokens include the one sampled at
     prefill, so tokens / rounds is comparable to Σcompletion_tokens / Σspec_verify_ct. A
     per-position mean over-weights the rows right after a failure, where drafting is hardest.
+    With a `budget` (max_new_tokens of the measured requests) the replay stops there and the
+    last round is cut short, as the server's is.
     """
     at = {int(r): int(n) for r, n in zip(rows.tolist(), leading.tolist(), strict=True)}
     if not at:
         return 0, 0
     tokens, rounds, t = 1, 0, min(at)
-    while t in at:
+    while t in at and (budget is None or tokens < budget):
         accepted = 1 + min(at[t], steps)
+        if budget is not None:
+            accepted = min(accepted, budget - tokens)
         tokens += accepted
         rounds += 1
         t += accepted
@@ -107,6 +113,7 @@ class DraftEval:
     served_accept_length: float | None = None
     # Per sequence (rows, leading correct steps), to replay rounds at fewer steps; not saved.
     chains: list[tuple[Tensor, Tensor]] = field(default_factory=list, repr=False, compare=False)
+    budget: int | None = field(default=None, repr=False, compare=False)  # tokens per request
 
     def accept_length_at(self, steps: int) -> float:
         """The per-position mean accept length of chains cut to `steps` <= S draft tokens."""
@@ -123,14 +130,14 @@ class DraftEval:
         """The replayed serving accept length with `steps` <= S draft tokens per round."""
         if not self.chains:
             return self.served_accept_length if steps >= self.steps else None
-        totals = [served_rounds(leading, rows, steps) for rows, leading in self.chains]
+        totals = [served_rounds(leading, rows, steps, self.budget) for rows, leading in self.chains]
         rounds = sum(r for _, r in totals)
         return sum(t for t, _ in totals) / rounds if rounds else None
 
     def to_dict(self) -> dict:
         """JSON-ready dict (NaN per-sequence values become None)."""
         d = asdict(self)
-        del d["chains"]
+        del d["chains"], d["budget"]
         d["accept_length_per_sequence"] = [
             None if math.isnan(x) else x for x in self.accept_length_per_sequence
         ]
@@ -151,10 +158,12 @@ def build_eval(
     per_sequence: list[Tensor],
     steps: int,
     rows_per_sequence: list[Tensor] | None = None,
+    budget: int | None = None,
 ) -> DraftEval:
     """A DraftEval from the [P_i, S] matches of each sequence (rows pooled over sequences).
 
-    With the counted row indices of each sequence, serving rounds are replayed too.
+    With the counted row indices of each sequence, serving rounds are replayed too (up to
+    `budget` tokens per sequence when given).
     """
     taps = [t.to_dict() if isinstance(t, Tap) else dict(t) for t in layout]
     pooled = (
@@ -182,5 +191,6 @@ def build_eval(
             for rows, m in zip(rows_per_sequence, per_sequence, strict=True)
             if m.shape[0]
         ]
+        result.budget = budget
         result.served_accept_length = result.served_accept_length_at(steps)
     return result

@@ -256,6 +256,7 @@ def run_diagnosis(options: DiagnoseOptions, progress: Progress | None = None) ->
             )
             for mine, theirs in zip(training_capture.sequences, capture.sequences, strict=True):
                 mine.loss_mask = theirs.loss_mask  # score the same rows on both sides
+            training_capture.meta["served_tokens"] = capture.meta.get("served_tokens")
         elif options.train_states:
             progress(0.5, f"reading the training dump {options.train_states}")
             training_capture = read_capture(

@@ -18,6 +18,7 @@ import torch
 from safetensors.torch import save_file
 
 from eagle3dash.capture import (
+    REFERENCE_TAIL,
     CaptureError,
     capture_aux_layers_from_sglang,
     capture_from_sglang,
@@ -336,7 +337,7 @@ def test_capture_from_sglang_splits_taps_and_keeps_tokens(tmp_path):
     assert gen == ["POST /generate", "POST /flush_cache", "POST /generate +hs"] * 2
 
     for prompt, seq in zip(prompts, cap.sequences, strict=True):
-        tokens = prompt + completion(prompt, 6)
+        tokens = prompt + completion(prompt, 6 + REFERENCE_TAIL)
         P, L = len(prompt), len(tokens)
         assert seq.input_ids.tolist() == tokens
         for k, tap in enumerate(cap.taps):
@@ -350,7 +351,10 @@ def test_capture_from_sglang_splits_taps_and_keeps_tokens(tmp_path):
         assert rows.tolist() == list(range(P - 1, L - 3))
 
     meta = cap.meta
-    assert meta["prompt_lengths"] == [4, 2] and meta["completion_lengths"] == [6, 6]
+    assert (
+        meta["prompt_lengths"] == [4, 2] and meta["completion_lengths"] == [6 + REFERENCE_TAIL] * 2
+    )
+    assert meta["served_tokens"] == 6
     assert meta["speculative_algorithm"] == "EAGLE3" and meta["num_steps"] == 3
     assert meta["measured_accept_length"] == pytest.approx(12 / 6)
     assert meta["serving_layout"] == "1,2,3" and meta["aux_capture"] == "eagle3"
@@ -383,7 +387,7 @@ def test_old_server_warns_about_truncation():
         cap = capture_from_sglang(client, [[1, 2, 3]], (Tap(1), Tap(2), Tap(3)), 4, warn=said)
     assert len(said) == 1 and "0.5.15" in said[0] and "#26163" in said[0]
     assert cap.meta["warnings"] == said
-    assert len(cap.sequences[0]) == 7  # the prefill block is still used
+    assert len(cap.sequences[0]) == 3 + 4 + REFERENCE_TAIL  # the prefill block is still used
 
     calls: list[str] = []
     with running(FakeSGLang(version=None)) as client:  # type: ignore[arg-type]
@@ -424,7 +428,7 @@ def test_server_without_return_hidden_states_names_the_flag():
 
 
 @pytest.mark.parametrize(
-    ("full_rows", "message"), [(False, "rows for 1 of 7 input tokens"), (True, "6 of 7 tokens")]
+    ("full_rows", "message"), [(False, "rows for 1 of 15 input tokens"), (True, "14 of 15 tokens")]
 )
 def test_a_cache_that_does_not_flush_is_caught(full_rows, message):
     with (

@@ -319,3 +319,12 @@ def test_draft_eval_reports_served_accept_length_at_fewer_steps() -> None:
     assert ev.accept_length == pytest.approx(1 + (2 + 0 + 3 + 1) / 4)
     assert ev.served_accept_length_at(1) == pytest.approx((1 + 2 + 2) / 2)  # rows 0, 2
     assert "chains" not in ev.to_dict()
+
+
+def test_served_rounds_stop_at_the_budget_like_the_server() -> None:
+    from eagle3dash.metrics import served_rounds
+
+    rows = torch.arange(0, 20)
+    leading = torch.full((20,), 3)  # every chain fully right: 4 tokens a round
+    # 10 tokens: the prefill token, then rounds of 4, 4 and a last one cut to 1.
+    assert served_rounds(leading, rows, steps=3, budget=10) == (10, 3)

@@ -1,0 +1,152 @@
+"""The demo: a tiny target and two EAGLE-3 drafts that reproduce the layout-shift incident on a CPU.
+
+Shipped in `FIXTURES` (rebuilt by `python -m eagle3dash.demo.build --out DIR`, see build.py for
+the recipe and why the published target has a no-op 4th block):
+
+- `target/`: a 4-block LlamaForCausalLM (3 trained blocks plus an exact no-op block), vocab 256,
+  byte-level tokenizer, trained on the segment-repeat language (`language.py`).
+- `draft-a/`: trained on [Tap(0), Tap(1), Tap(2)] = [embedding, L1, L2] with config ids [0, 1, 2]
+  written in Hugging Face's hidden_states-index convention. SGLang 0.5.23 adds +1 and feeds it
+  [Tap(1), Tap(2), Tap(3)]: shifted by one slot, and acceptance collapses.
+- `draft-b/`: the control, trained on [Tap(1), Tap(2), Tap(3)] with ids [0, 1, 2] in SGLang's
+  (SpecForge's) convention: served exactly what it was trained on.
+
+`deployments()` gives the three SGLang-double configurations the demo compares: "mismatched"
+(draft A as its config says), "correct" (draft B) and "fixed" (draft A with the ids the tool
+proposes, `layout.config_ids_for`, as `aux_layer_ids_override`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from .language import PROMPT_COUNT, PROMPT_LENGTH, demo_prompts
+
+__all__ = [
+    "ARCH",
+    "DEMO_PROMPTS",
+    "FIXTURES",
+    "NUM_DRAFT_TOKENS",
+    "NUM_LAYERS",
+    "NUM_STEPS",
+    "PROMPT_COUNT",
+    "PROMPT_LENGTH",
+    "SGLANG_VERSION",
+    "Deployment",
+    "deployments",
+    "training_layouts",
+]
+
+FIXTURES = Path(__file__).resolve().with_name("fixtures")
+DEMO_PROMPTS: list[list[int]] = demo_prompts()  # also in FIXTURES / "prompts.jsonl"
+
+SGLANG_VERSION = "0.5.23"
+ARCH = "LlamaForCausalLM"
+NUM_LAYERS = 4  # the published target's decoder blocks (the 4th a no-op)
+NUM_STEPS = 4  # --speculative-num-steps
+EAGLE_TOPK = 1
+NUM_DRAFT_TOKENS = 5  # num_steps + 1, chain drafting
+
+
+def training_layouts() -> dict[str, tuple]:
+    """The taps each draft was trained on: {"draft-a": (Tap(0), Tap(1), Tap(2)), ...}."""
+    from ..layout import Tap
+
+    return {"draft-a": (Tap(0), Tap(1), Tap(2)), "draft-b": (Tap(1), Tap(2), Tap(3))}
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """One SGLang(-double) deployment of a demo draft."""
+
+    name: str  # "mismatched" | "correct" | "fixed"
+    draft: str  # the fixture subdirectory: "draft-a" | "draft-b"
+    description: str
+    aux_layer_ids_override: tuple[int, ...] | None  # None: the ids in the draft's config
+    training_layout: tuple  # the taps the draft was trained on
+    serving_layout: tuple  # the taps SGLang 0.5.23 feeds it in this deployment
+    fixtures: Path = FIXTURES
+
+    @property
+    def target_path(self) -> Path:
+        return self.fixtures / "target"
+
+    @property
+    def draft_path(self) -> Path:
+        return self.fixtures / self.draft
+
+    def double_config(self, **overrides):
+        """A `sglang_double.DoubleConfig` for this deployment (chain drafting, 4 steps)."""
+        from ..sglang_double import DoubleConfig
+
+        kwargs = {
+            "target_path": self.target_path,
+            "draft_path": self.draft_path,
+            "speculative_algorithm": "EAGLE3",
+            "num_steps": NUM_STEPS,
+            "eagle_topk": EAGLE_TOPK,
+            "num_draft_tokens": NUM_DRAFT_TOKENS,
+            "sglang_version": SGLANG_VERSION,
+            "arch": ARCH,
+            "aux_layer_ids_override": (
+                list(self.aux_layer_ids_override)
+                if self.aux_layer_ids_override is not None
+                else None
+            ),
+        }
+        kwargs.update(overrides)
+        return DoubleConfig(**kwargs)
+
+
+def deployments(fixtures: str | Path = FIXTURES) -> dict[str, Deployment]:
+    """The demo's three deployments; the serving layouts and the fix come from layout.py."""
+    from dataclasses import replace
+
+    from ..checkpoint import inspect
+    from ..layout import config_ids_for, serving_layout
+
+    fixtures = Path(fixtures)
+    trained = training_layouts()
+    spec_a = inspect(fixtures / "draft-a").spec
+    spec_b = inspect(fixtures / "draft-b").spec
+    fix = config_ids_for(trained["draft-a"], spec_a, NUM_LAYERS, SGLANG_VERSION, ARCH)
+    if fix is None:
+        raise RuntimeError("no SGLang ids serve draft A its training layout")
+    spec_fixed = replace(spec_a, aux_layer_ids=tuple(fix), aux_ids_location="eagle_config")
+
+    def served(spec) -> tuple:
+        result = serving_layout(spec, NUM_LAYERS, SGLANG_VERSION, ARCH)
+        return tuple(result.layout)
+
+    return {
+        "mismatched": Deployment(
+            "mismatched",
+            "draft-a",
+            "draft A as its config says: ids [0, 1, 2] meant hidden_states indices, SGLang "
+            "reads them as outputs of layers 0..2 and feeds every slot one tap too deep",
+            None,
+            trained["draft-a"],
+            served(spec_a),
+            fixtures,
+        ),
+        "correct": Deployment(
+            "correct",
+            "draft-b",
+            "draft B (the control): trained on what SGLang feeds it",
+            None,
+            trained["draft-b"],
+            served(spec_b),
+            fixtures,
+        ),
+        "fixed": Deployment(
+            "fixed",
+            "draft-a",
+            f"draft A with eagle_aux_hidden_state_layer_ids = {fix} (the tool's fix): SGLang "
+            "feeds it its training layout again",
+            tuple(fix),
+            trained["draft-a"],
+            served(spec_fixed),
+            fixtures,
+        ),
+    }

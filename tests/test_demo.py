@@ -1,0 +1,265 @@
+"""The shipped demo fixtures: formats, the no-op 4th block, the language, the incident."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from eagle3dash import checkpoint
+from eagle3dash.capture import capture_with_transformers
+from eagle3dash.demo import DEMO_PROMPTS, FIXTURES, NUM_LAYERS, deployments, training_layouts
+from eagle3dash.demo.language import (
+    BOS,
+    LENGTH,
+    PROMPT_COUNT,
+    PROMPT_LENGTH,
+    STREAMS,
+    copy_mask,
+    demo_prompts,
+    gen_sequence,
+    sequences,
+)
+from eagle3dash.demo.train import step_tokens, ttt_forward
+from eagle3dash.draft import build_draft, evaluate_capture
+from eagle3dash.layout import Tap, config_ids_for, serving_layout, training_layout
+
+A_TRAIN = (Tap(0), Tap(1), Tap(2))
+SHIFTED = (Tap(1), Tap(2), Tap(3))
+
+
+@pytest.fixture(scope="module")
+def target():
+    from transformers import LlamaForCausalLM
+
+    return LlamaForCausalLM.from_pretrained(str(FIXTURES / "target"), dtype=torch.float32).eval()
+
+
+@pytest.fixture(scope="module")
+def capture():
+    """Three held-out sequences of the eval stream, every tap 0..3."""
+    seqs = sequences(STREAMS["eval"], 3)
+    return capture_with_transformers(FIXTURES / "target", seqs, tuple(Tap(d) for d in range(4)))
+
+
+# --- files ----------------------------------------------------------------------------------
+
+
+def test_fixture_files_are_present_and_small():
+    for rel in (
+        "target/config.json",
+        "target/model.safetensors",
+        "target/tokenizer.json",
+        "draft-a/config.json",
+        "draft-a/model.safetensors",
+        "draft-b/config.json",
+        "draft-b/model.safetensors",
+        "build.json",
+        "prompts.jsonl",
+    ):
+        assert (FIXTURES / rel).is_file(), rel
+    total = sum(p.stat().st_size for p in FIXTURES.rglob("*") if p.is_file())
+    assert total < 10 * 2**20
+
+
+def test_build_json_records_the_shipped_weights():
+    record = json.loads((FIXTURES / "build.json").read_text())
+    assert record["streams"] == STREAMS
+    assert record["target"]["trained_layers"] == 3
+    assert record["target"]["published_layers"] == NUM_LAYERS
+    for rel, digest in record["sha256"].items():
+        assert hashlib.sha256((FIXTURES / rel).read_bytes()).hexdigest() == digest, rel
+    assert set(record["sha256"]) == {
+        "target/model.safetensors",
+        "draft-a/model.safetensors",
+        "draft-b/model.safetensors",
+    }
+
+
+@pytest.mark.parametrize("name", ["draft-a", "draft-b"])
+def test_drafts_are_clean_specforge_checkpoints(name):
+    report = checkpoint.inspect(FIXTURES / name)
+    spec = report.spec
+    assert report.problems == []
+    assert spec.format == "specforge"
+    assert spec.aux_layer_ids == (0, 1, 2)
+    assert spec.aux_ids_location == "eagle_config"
+    assert not spec.has_embed and not spec.has_d2t and spec.has_lm_head
+    assert (spec.hidden_size, spec.target_hidden_size, spec.num_aux) == (128, 128, 3)
+    assert spec.vocab_size == spec.draft_vocab_size == 256
+    assert any(n.startswith("midlayer.") for n in report.raw_names.values())
+    cfg = json.loads((FIXTURES / name / "config.json").read_text())
+    assert cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [0, 1, 2]
+
+
+def test_drafts_carry_the_targets_frozen_lm_head(target):
+    head = target.get_output_embeddings().weight
+    for name in ("draft-a", "draft-b"):
+        _, tensors, _ = checkpoint.load(FIXTURES / name)
+        assert torch.equal(tensors["lm_head.weight"], head)
+
+
+# --- layouts and deployments ----------------------------------------------------------------
+
+
+def test_layouts_reproduce_the_incident_and_its_fix():
+    spec_a = checkpoint.inspect(FIXTURES / "draft-a").spec
+    spec_b = checkpoint.inspect(FIXTURES / "draft-b").spec
+    assert training_layout(spec_a, NUM_LAYERS, trainer="hf-index").layout == A_TRAIN
+    assert serving_layout(spec_a, NUM_LAYERS, "0.5.23", "llama").layout == SHIFTED
+    assert training_layout(spec_b, NUM_LAYERS, trainer="specforge").layout == SHIFTED
+    assert serving_layout(spec_b, NUM_LAYERS, "0.5.23", "llama").layout == SHIFTED
+    assert config_ids_for(A_TRAIN, spec_a, NUM_LAYERS, "0.5.23", "llama") == [-1, 0, 1]
+    assert training_layouts() == {"draft-a": A_TRAIN, "draft-b": SHIFTED}
+
+
+def test_deployments():
+    deps = deployments()
+    assert set(deps) == {"mismatched", "correct", "fixed"}
+    mis, ok, fixed = deps["mismatched"], deps["correct"], deps["fixed"]
+    assert (mis.draft, mis.aux_layer_ids_override, mis.serving_layout) == ("draft-a", None, SHIFTED)
+    assert (ok.draft, ok.aux_layer_ids_override, ok.serving_layout) == ("draft-b", None, SHIFTED)
+    assert (fixed.draft, fixed.aux_layer_ids_override) == ("draft-a", (-1, 0, 1))
+    assert fixed.serving_layout == fixed.training_layout == A_TRAIN
+    cfg = fixed.double_config()
+    assert cfg.aux_layer_ids_override == [-1, 0, 1]
+    assert (cfg.num_steps, cfg.eagle_topk, cfg.num_draft_tokens) == (4, 1, 5)
+    assert cfg.sglang_version == "0.5.23" and cfg.speculative_algorithm == "EAGLE3"
+    assert mis.double_config().draft_path == FIXTURES / "draft-a"
+
+
+# --- the target -----------------------------------------------------------------------------
+
+
+def test_fourth_block_is_an_exact_noop(target):
+    import copy
+
+    assert target.config.num_hidden_layers == NUM_LAYERS
+    last = target.model.layers[-1]
+    assert not last.self_attn.o_proj.weight.any()
+    assert not last.mlp.down_proj.weight.any()
+    three = copy.deepcopy(target)
+    three.model.layers = three.model.layers[:-1]
+    three.config.num_hidden_layers = NUM_LAYERS - 1
+    ids = torch.tensor(sequences(STREAMS["eval"], 2))
+    with torch.no_grad():
+        out4 = target(input_ids=ids, output_hidden_states=True, use_cache=False)
+        grabbed = []
+        hook = three.model.layers[-1].register_forward_hook(
+            lambda _m, _a, o: grabbed.append(o[0] if isinstance(o, tuple) else o)
+        )
+        out3 = three(input_ids=ids, output_hidden_states=True, use_cache=False)
+        hook.remove()
+    assert torch.equal(out3.logits, out4.logits)
+    # the 4-layer model's hidden_states[3] is the 3-layer model's raw last-block output
+    assert torch.equal(out4.hidden_states[3], grabbed[0])
+
+
+def test_target_has_learned_induction(capture):
+    copy = copy_mask(STREAMS["eval"], 3)[:, 1:]
+    hits = torch.stack([s.target_ids[:-1] == s.input_ids[1:] for s in capture.sequences]).numpy()
+    assert hits[copy].mean() > 0.9
+
+
+# --- the language ---------------------------------------------------------------------------
+
+
+def test_language_is_deterministic_and_well_formed():
+    assert sequences(123, 4) == sequences(123, 4)
+    assert sequences(123, 4) != sequences(124, 4)
+    tokens, copy = gen_sequence(np.random.default_rng(5))
+    assert tokens.shape == copy.shape == (LENGTH,)
+    assert tokens[0] == BOS and not copy[0]
+    assert tokens[1:].min() >= 1 and tokens.max() <= 255
+    assert 0.5 < copy.mean() < 0.9
+    # a copy position repeats a token of the same block one segment earlier
+    first_copy = int(np.argmax(copy))
+    m = first_copy - 1
+    assert 6 <= m <= 16
+    assert (tokens[first_copy : first_copy + m] == tokens[1 : 1 + m]).all()
+
+
+def test_demo_prompts_are_pinned():
+    assert demo_prompts() == DEMO_PROMPTS
+    assert len(DEMO_PROMPTS) == PROMPT_COUNT
+    assert all(len(p) == PROMPT_LENGTH and p[0] == BOS for p in DEMO_PROMPTS)
+    shipped = [
+        json.loads(line)["input_ids"]
+        for line in (FIXTURES / "prompts.jsonl").read_text().splitlines()
+    ]
+    assert shipped == DEMO_PROMPTS
+
+
+# --- the drafts -----------------------------------------------------------------------------
+
+
+def test_ttt_forward_equals_the_evaluators_chain(capture):
+    """The training forward, fed the chain's own tokens, is Draft.chain (same modules)."""
+    spec, tensors, _ = checkpoint.load(FIXTURES / "draft-a")
+    draft = build_draft(spec, tensors)
+    seq = capture.sequences[0]
+    aux = capture.aux(0, A_TRAIN)
+    R = len(seq) - 1
+    g = draft.project(aux[:R])
+    with torch.no_grad():
+        preds, logits = draft.chain(
+            g, seq.input_ids[1:], 4, capture.embed_weight, return_logits=True
+        )
+        tokens = torch.empty(1, R, 4, dtype=torch.int64)
+        tokens[0, :, 0] = seq.input_ids[1:]
+        tokens[0, :, 1:] = preds[:, :3]
+        ours = ttt_forward(draft, aux[None, :R], tokens, capture.embed_weight)[0]
+    assert torch.allclose(ours, logits, atol=1e-4, rtol=1e-4)
+    # teacher forcing with the target's greedy tokens differs only from step 1 on
+    forced = step_tokens(seq.input_ids[None], seq.target_ids[None], 4)
+    assert torch.equal(forced[0, :, 0], seq.input_ids[1:])
+    assert torch.equal(forced[0, :-1, 1], seq.target_ids[1:R])
+
+
+def test_draft_a_collapses_under_the_serving_layout(capture):
+    spec, tensors, _ = checkpoint.load(FIXTURES / "draft-a")
+    draft = build_draft(spec, tensors)
+    trained = evaluate_capture(draft, capture, A_TRAIN, steps=4)
+    served = evaluate_capture(draft, capture, SHIFTED, steps=4)
+    assert trained.accuracy[0] > 0.6
+    assert trained.accuracy[0] - served.accuracy[0] > 0.15
+    assert trained.accept_length - served.accept_length > 0.8
+
+
+def test_draft_b_does_well_on_what_sglang_serves(capture):
+    spec, tensors, _ = checkpoint.load(FIXTURES / "draft-b")
+    draft = build_draft(spec, tensors)
+    ev = evaluate_capture(draft, capture, SHIFTED, steps=4)
+    assert ev.accuracy[0] > 0.6
+    assert ev.accept_length > 3.0
+
+
+# --- served by the SGLang double --------------------------------------------------------------
+
+
+def test_seeded_demo_meets_the_gaps(tmp_path):
+    """The demo's runs, made by the project's own diagnose, show the incident and its fix.
+
+    Mismatched: training-layout top-1 >= 15 points and simulated accept length >= 0.5 above the
+    serving layout's, measured within 0.15 of the serving simulation, the layout finding first.
+    Correct and fixed: no layout finding, measured within 0.15 of the training simulation.
+    """
+    from eagle3dash.demo.seed import seed
+
+    runs = {r.deployment: r.diagnosis for r in seed(tmp_path, num_prompts=2, max_new_tokens=32)}
+    mis = runs["mismatched"]
+    assert mis["findings"][0]["id"] == "layout-mismatch"
+    assert mis["training"]["top1"] - mis["serving"]["top1"] >= 0.15
+    assert mis["training"]["sim_accept_length"] - mis["serving"]["sim_accept_length"] >= 0.5
+    measured = mis["measured"]["accept_length"]
+    assert measured == pytest.approx(mis["serving"]["sim_accept_length"], abs=0.15)
+    assert "[-1, 0, 1]" in mis["findings"][0]["fix"]
+    for name in ("correct", "fixed"):
+        d = runs[name]
+        assert "layout-mismatch" not in [f["id"] for f in d["findings"]]
+        measured = d["measured"]["accept_length"]
+        assert measured == pytest.approx(d["training"]["sim_accept_length"], abs=0.15)
+        assert measured - mis["measured"]["accept_length"] > 1.5
