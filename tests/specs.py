@@ -1,8 +1,14 @@
-"""Tiny draft specs for tests."""
+"""Tiny drafts, targets and CLI runs for tests."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 from eagle3dash.spec import DraftSpec
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def tiny_spec(**overrides) -> DraftSpec:
@@ -21,3 +27,40 @@ def tiny_spec(**overrides) -> DraftSpec:
     )
     fields.update(overrides)
     return DraftSpec(**fields)
+
+
+def served_draft_spec(ids: tuple[int, ...] = (0, 1, 2)) -> DraftSpec:
+    """A SpecForge draft for `tiny_models`' target (hidden 64, vocab 256), nested ids `ids`."""
+    return tiny_spec(
+        hidden_size=64,
+        target_hidden_size=64,
+        intermediate_size=128,
+        num_kv_heads=4,
+        head_dim=16,
+        vocab_size=256,
+        draft_vocab_size=256,
+        aux_layer_ids=ids,
+        aux_ids_location="eagle_config",
+    )
+
+
+def tiny_models(root: Path, ids: tuple[int, ...] = (0, 1, 2)) -> dict[str, Path]:
+    """A 4-layer tiny target and a random draft for it, saved under `root`."""
+    from eagle3dash.checkpoint import random_tensors, save
+    from eagle3dash.sglang_double import make_tiny_target
+
+    target = make_tiny_target(root / "target", num_layers=4, hidden_size=64)
+    spec = served_draft_spec(ids)
+    draft = save(spec, random_tensors(spec, seed=1), root / "draft", "specforge")
+    return {"target": target, "draft": draft}
+
+
+def run_cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    """Run `python -m eagle3dash ARGS` from the repo root and capture its output."""
+    return subprocess.run(
+        [sys.executable, "-m", "eagle3dash", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

@@ -24,12 +24,12 @@ from eagle3dash import jobs as jobq
 from eagle3dash import store as db
 from eagle3dash.checkpoint import random_tensors, save
 from eagle3dash.pipeline import submit_diagnosis
-from eagle3dash.sglang_double import DoubleConfig, make_tiny_target, start_double
-from eagle3dash.spec import DraftSpec
+from eagle3dash.sglang_double import DoubleConfig, start_double
 from eagle3dash.ui import charts, data, tables
 from eagle3dash.ui.fmt import md_escape
 from eagle3dash.ui.progress import cancel_run, progress_view
 from eagle3dash.uploads import register_upload
+from tests.specs import served_draft_spec, tiny_models
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = str(ROOT / "app.py")
@@ -39,31 +39,14 @@ TIMEOUT = 30
 # --- fixtures ----------------------------------------------------------------------------------
 
 
-def _spec() -> DraftSpec:
-    return DraftSpec(
-        format="specforge",
-        hidden_size=64,
-        target_hidden_size=64,
-        intermediate_size=128,
-        num_layers=1,
-        num_heads=4,
-        num_kv_heads=4,
-        head_dim=16,
-        vocab_size=256,
-        draft_vocab_size=256,
-        aux_layer_ids=(0, 1, 2),
-        aux_ids_location="eagle_config",
-    )
-
-
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     """Two finished runs in one home, and the double still serving for the New run tests."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("app")
-    target = make_tiny_target(root / "target", num_layers=4, hidden_size=64)
-    draft = save(_spec(), random_tensors(_spec(), seed=1), root / "draft", "specforge")
+    models = tiny_models(root)
+    target, draft = models["target"], models["draft"]
     server = start_double(
         DoubleConfig(
             target_path=str(target),
@@ -165,7 +148,12 @@ def frame_with(at: AppTest, column: str) -> pd.DataFrame:
 
 
 def checkpoint_files(tmp_path: Path, name: str = "ck") -> dict[str, bytes]:
-    path = save(_spec(), random_tensors(_spec(), seed=2), tmp_path / name, "specforge")
+    path = save(
+        served_draft_spec(),
+        random_tensors(served_draft_spec(), seed=2),
+        tmp_path / name,
+        "specforge",
+    )
     return {p.name: p.read_bytes() for p in sorted(path.iterdir()) if p.is_file()}
 
 
@@ -570,7 +558,12 @@ def test_the_checkpoints_page_removes_an_upload_but_keeps_its_runs(home, tmp_pat
 
 
 def test_the_checkpoints_page_registers_a_path(home, tmp_path) -> None:
-    path = save(_spec(), random_tensors(_spec(), seed=3), tmp_path / "mine", "specforge")
+    path = save(
+        served_draft_spec(),
+        random_tensors(served_draft_spec(), seed=3),
+        tmp_path / "mine",
+        "specforge",
+    )
     at = app("checkpoints")
     at.text_input(key="register_path").set_value(str(path)).run()
     at.button(key="register_go").click().run()

@@ -36,7 +36,7 @@ from eagle3dash import store as db  # noqa: E402
 from eagle3dash.checkpoint import random_tensors, save  # noqa: E402
 from eagle3dash.pipeline import DiagnoseOptions, submit_diagnosis  # noqa: E402
 from eagle3dash.sglang_double import DoubleConfig, make_tiny_target, start_double  # noqa: E402
-from eagle3dash.spec import DraftSpec  # noqa: E402
+from tests.specs import served_draft_spec  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -57,23 +57,6 @@ LAYOUT_TITLE = re.compile(r"shifted|one block (later|earlier)")
 
 
 # --- fixtures ----------------------------------------------------------------------------------
-
-
-def _spec(ids: tuple[int, ...] = (0, 1, 2)) -> DraftSpec:
-    return DraftSpec(
-        format="specforge",
-        hidden_size=64,
-        target_hidden_size=64,
-        intermediate_size=128,
-        num_layers=1,
-        num_heads=4,
-        num_kv_heads=4,
-        head_dim=16,
-        vocab_size=256,
-        draft_vocab_size=256,
-        aux_layer_ids=ids,
-        aux_ids_location="eagle_config",
-    )
 
 
 def _double(target: Path, draft: Path):
@@ -121,9 +104,9 @@ def world(tmp_path_factory):
     """Models, two doubles, a home, the worker and the app, all running; logs in the tmp dir."""
     root = tmp_path_factory.mktemp("browser")
     target = make_tiny_target(root / "target", num_layers=4, hidden_size=64)
-    tensors = random_tensors(_spec(), seed=1)
-    draft = save(_spec(), tensors, root / "draft", "specforge")
-    fixed = save(_spec((-1, 0, 1)), tensors, root / "fixed", "specforge")
+    tensors = random_tensors(served_draft_spec(), seed=1)
+    draft = save(served_draft_spec(), tensors, root / "draft", "specforge")
+    fixed = save(served_draft_spec((-1, 0, 1)), tensors, root / "fixed", "specforge")
     home = root / "home"
     store = db.open_store(home)
     env = {

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,9 +12,7 @@ from eagle3dash.capture import Capture, Sequence, save_capture
 from eagle3dash.checkpoint import random_tensors, save
 from eagle3dash.layout import Tap
 from eagle3dash.spec import FORMATS, DraftSpec
-from tests.specs import tiny_spec
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.specs import run_cli, tiny_spec
 
 JSON_KEYS = {
     "format",
@@ -33,17 +29,6 @@ JSON_KEYS = {
     "param_count",
     "problems",
 }
-
-
-def run_cli(*args: str) -> subprocess.CompletedProcess:
-    """Run `python -m eagle3dash ARGS` from the repo root and capture its output."""
-    return subprocess.run(
-        [sys.executable, "-m", "eagle3dash", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 def format_spec(fmt: str, **overrides) -> DraftSpec:

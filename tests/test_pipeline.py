@@ -4,41 +4,19 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from eagle3dash.checkpoint import random_tensors, save
 from eagle3dash.pipeline import DiagnoseOptions, run_diagnosis
-from eagle3dash.sglang_double import DoubleConfig, make_tiny_target, start_double
-from eagle3dash.spec import DraftSpec
-
-ROOT = Path(__file__).resolve().parent.parent
+from eagle3dash.sglang_double import DoubleConfig, start_double
+from tests.specs import run_cli, tiny_models
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory) -> dict[str, Path]:
     """A 4-layer tiny target and a random draft whose config ids are [0, 1, 2]."""
-    root = tmp_path_factory.mktemp("models")
-    target = make_tiny_target(root / "target", num_layers=4, hidden_size=64)
-    spec = DraftSpec(
-        format="specforge",
-        hidden_size=64,
-        target_hidden_size=64,
-        intermediate_size=128,
-        num_layers=1,
-        num_heads=4,
-        num_kv_heads=4,
-        head_dim=16,
-        vocab_size=256,
-        draft_vocab_size=256,
-        aux_layer_ids=(0, 1, 2),
-        aux_ids_location="eagle_config",
-    )
-    draft = save(spec, random_tensors(spec, seed=1), root / "draft", "specforge")
-    return {"target": target, "draft": draft}
+    return tiny_models(tmp_path_factory.mktemp("models"))
 
 
 def double(models: dict[str, Path], **overrides):
@@ -122,16 +100,6 @@ def test_server_without_hidden_states_still_benchmarks(models) -> None:
         diagnosis = run_diagnosis(options(models, server.url))
     assert diagnosis.serving_eval is None and diagnosis.measured is not None
     assert any("--enable-return-hidden-states" in m for m in diagnosis.missing)
-
-
-def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "eagle3dash", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
 
 
 def test_cli_probe_and_diagnose_json_contract(models) -> None:
