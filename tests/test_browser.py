@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -39,7 +40,9 @@ from eagle3dash.sglang_double import DoubleConfig, make_tiny_target, start_doubl
 from tests.specs import served_draft_spec  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = ROOT / "docs"
+# Screenshots go to a temp folder; `EAGLE3DASH_SCREENSHOTS=docs pytest tests/test_browser.py`
+# refreshes the README's pictures instead (a test run must not change the checkout).
+SHOTS = Path(os.environ.get("EAGLE3DASH_SCREENSHOTS") or tempfile.mkdtemp(prefix="e3d-shots-"))
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -317,7 +320,7 @@ def test_upload_probe_submit_watch_and_share_a_run(world, browser, logs_on_failu
     _fill(page, "Training layout override (taps the training data used)", "0,1,2")
     _fill(page, "Local target path (for training-side states)", str(world["target"]))
     _no_exception(page)
-    _screenshot(page, DOCS / "new_run.png")
+    _screenshot(page, SHOTS / "new_run.png")
 
     # Submit: the URL becomes the run's share link; the live progress ends in the findings.
     page.get_by_role("button", name="Run the diagnosis").click()
@@ -328,7 +331,7 @@ def test_upload_probe_submit_watch_and_share_a_run(world, browser, logs_on_failu
     run = db.get_run(world["store"], run_id)
     assert run["options"]["training_layout"] == "0,1,2"
     assert run["options"]["num_prompts"] == 2 and run["options"]["max_new_tokens"] == 16
-    _screenshot(page, DOCS / "run.png")
+    _screenshot(page, SHOTS / "run.png")
 
     # The share link, opened in a fresh context (no cookies, no session), shows the same run.
     link = page.get_by_test_id("stCode").filter(has_text="run?run=").first.inner_text().strip()
@@ -380,7 +383,7 @@ def test_compare_the_mismatch_with_the_fixed_draft(world, browser, logs_on_failu
     expect(page.locator('[data-testid="stVegaLiteChart"]').first).to_be_visible()
     expect(page.get_by_test_id("stSpinner")).to_have_count(0)
     _no_exception(page)
-    _screenshot(page, DOCS / "compare.png")
+    _screenshot(page, SHOTS / "compare.png")
     page.context.close()
 
 
