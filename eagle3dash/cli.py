@@ -40,7 +40,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         return 0
     s = report.spec
     ids = list(s.aux_layer_ids) if s.aux_layer_ids is not None else None
-    print(f"{report.path}  ({s.format} format, {', '.join(report.files)})")
+    print(f"{args.path}  ({s.format} format, {', '.join(report.files)})")
     print(
         _rows(
             [
@@ -287,6 +287,57 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_detect(args: argparse.Namespace) -> int:
+    """The layout detective: which taps the draft performs best with, from tensors."""
+    from eagle3dash.capture import read_capture
+    from eagle3dash.detective import detect, read_side, sweep_table
+    from eagle3dash.servebench import load_prompts
+
+    if (args.capture is None) == (args.target is None):
+        raise UsageError("pass exactly one of --capture DIR or --target PATH")
+    sides = dict(read_side(s, args.target_layers) for s in args.side or [])
+    capture = read_capture(args.capture) if args.capture else None
+    prompts = None
+    if args.prompts:
+        if args.target is None:
+            raise UsageError("--prompts goes with --target (a capture brings its own sequences)")
+        prompts, tokenizer = [], None
+        for prompt in load_prompts(args.prompts):
+            if prompt.input_ids is None and tokenizer is None:
+                from transformers import AutoTokenizer
+
+                tokenizer = AutoTokenizer.from_pretrained(args.target, local_files_only=True)
+            ids = prompt.input_ids or tokenizer(prompt.text)["input_ids"]  # type: ignore[misc]
+            prompts.append(list(ids))
+    extra = {f"user layout {text}": parse_layout(text) for text in args.layout or []}
+    detection = detect(
+        args.draft,
+        capture=capture,
+        target=args.target,
+        prompts=prompts,
+        extra_layouts=extra,
+        steps=args.steps,
+        sides=sides or None,
+        num_layers=args.target_layers,
+        sglang_version=args.sglang_version,
+        arch=args.arch,
+        device=args.device,
+        progress=None if args.json else _progress_bar,
+    )
+    if args.json:
+        _print_json(detection.to_dict())
+        return 0
+    print(f"{'rank':>4}  {'layout':<10}{'top-1':>8}{'accept':>8}{'gap':>7}  candidate")
+    for r in sweep_table(detection.rows):
+        print(
+            f"{r['rank']:>4}  {r['layout']:<10}{r['top1']:>8.1%}{r['sim_accept_length']:>8.2f}"
+            f"{r['gap']:>7.2f}  {r['candidate']}"
+        )
+    for line in detection.verdict:
+        print(line)
+    return 0
+
+
 def cmd_worker(args: argparse.Namespace) -> int:
     """Run queued jobs (each in a child process) until stopped."""
     import eagle3dash.pipeline  # noqa: F401  (registers the job kinds)
@@ -375,6 +426,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--capture-dir", help="keep the serving capture in this folder")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_diagnose)
+
+    p = sub.add_parser("detect", help="which taps a draft performs best with (layout sweep)")
+    p.add_argument("--draft", required=True, help="draft checkpoint path")
+    p.add_argument("--capture", help="a capture holding every tap (eagle3dash format)")
+    p.add_argument("--target", help="local Hugging Face target: capture every tap once")
+    p.add_argument("--prompts", help="JSONL of input_ids for --target (default: demo prompts)")
+    p.add_argument(
+        "--layout", action="append", help="an extra candidate layout, e.g. 0,3,31 (repeatable)"
+    )
+    p.add_argument(
+        "--side",
+        action="append",
+        help="NAME=PATH[@LAYOUT]: a training dump or serving capture to match slot by slot",
+    )
+    p.add_argument("--target-layers", type=int, help="target depth N (else from the capture)")
+    p.add_argument("--sglang-version", default="0.5.23", help="serving SGLang version")
+    p.add_argument("--arch", default="llama", help="target architecture, e.g. llama, kimi")
+    p.add_argument("--steps", type=int, default=4, help="chain draft steps S")
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_detect)
 
     p = sub.add_parser("worker", help="run the app's queued jobs (diagnoses) until stopped")
     p.add_argument("--home", help="data folder (default $EAGLE3DASH_HOME or ./.eagle3dash)")

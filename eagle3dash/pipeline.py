@@ -502,6 +502,30 @@ def job_draft_eval(params: dict, progress: Progress) -> dict:
     return evaluate_layout(params["draft"], capture, layout, options).to_dict()
 
 
+def job_detect(params: dict, progress: Progress) -> dict:
+    """Job kind 'detect': the layout detective (sweep over one all-tap capture, fingerprint)."""
+    from eagle3dash.capture import read_capture
+    from eagle3dash.detective import detect, read_side
+
+    sides = dict(read_side(s, params.get("target_layers")) for s in params.get("sides") or [])
+    layouts = params.get("layouts") or []
+    detection = detect(
+        params["draft"],
+        capture=read_capture(params["capture"]) if params.get("capture") else None,
+        target=params.get("target"),
+        prompts=params.get("prompts"),
+        extra_layouts={f"user layout {text}": parse_layout(text) for text in layouts},
+        steps=params.get("steps", 4),
+        sides=sides or None,
+        num_layers=params.get("target_layers"),
+        sglang_version=params.get("sglang_version", "0.5.23"),
+        arch=params.get("arch", "llama"),
+        device=params.get("device", "cpu"),
+        progress=progress,
+    )
+    return detection.to_dict()
+
+
 def register_job_kinds() -> None:
     """Make the pipeline's stages runnable as jobs."""
     from eagle3dash.jobs import register_job_kind
@@ -512,6 +536,7 @@ def register_job_kinds() -> None:
     register_job_kind("serve-bench", job_serve_bench)
     register_job_kind("capture", job_capture)
     register_job_kind("draft-eval", job_draft_eval)
+    register_job_kind("detect", job_detect)
 
 
 register_job_kinds()

@@ -79,6 +79,11 @@ if has_results:
     st.header("Charts")
     widgets.run_charts(metrics)
 
+detection = tables.detection_from_jobs(jobs)
+if detection:
+    st.header("Layout detective")
+    widgets.layout_detective(detection)
+
 checkpoint_tab, server_tab, logs_tab, export_tab = st.tabs(
     ["Checkpoint", "Server", "Jobs and logs", "Export"]
 )

@@ -404,3 +404,69 @@ def run_export(
 def metrics_csv(metrics: pd.DataFrame) -> str:
     """The CSV download of a run's metrics (long format)."""
     return metrics.to_csv(index=False)
+
+
+# --- layout detective --------------------------------------------------------------------------
+
+DETECT_KIND = "detect"
+
+
+def detection_from_jobs(jobs: Iterable[Mapping[str, Any]]) -> dict | None:
+    """The result of the run's last succeeded detect job (`Detection.to_dict()`), or None."""
+    for job in reversed(list(jobs)):
+        result = job.get("result")
+        if job.get("kind") == DETECT_KIND and job.get("status") == "succeeded" and result:
+            return dict(result)
+    return None
+
+
+def sweep_frame(detection: Mapping[str, Any]) -> pd.DataFrame:
+    """The ranked candidate layouts: rank, layout, top-1, simulated accept length, gap, origin."""
+    rows = [
+        {
+            "rank": i + 1,
+            "layout": "[" + str(r.get("layout", "")) + "]",
+            "top-1": pct(r.get("top1")),
+            "sim accept length": num(r.get("sim_accept_length")),
+            "behind the best": num(r.get("gap_sim_accept_length")),
+            "candidate": r.get("name", ""),
+        }
+        for i, r in enumerate(detection.get("rows") or [])
+    ]
+    return pd.DataFrame(
+        rows,
+        columns=["rank", "layout", "top-1", "sim accept length", "behind the best", "candidate"],
+    )
+
+
+def slot_heatmap_frame(detection: Mapping[str, Any]) -> pd.DataFrame:
+    """Long rows (side slot, tap, score, cosine, RMS ratio) for the slot-matching heatmap."""
+    match = detection.get("slot_match") or {}
+    rows = [
+        {
+            "slot": f"{r['side']} slot {r['slot']}",
+            "tap": str(r["tap"]),
+            "score": float(r["score"]),
+            "cosine": float(r["cosine"]),
+            "rms_ratio": float(r["rms_ratio"]),
+        }
+        for r in match.get("heatmap") or []
+    ]
+    return pd.DataFrame(rows, columns=["slot", "tap", "score", "cosine", "rms_ratio"])
+
+
+def fingerprint_frame(detection: Mapping[str, Any]) -> pd.DataFrame:
+    """Per fc slot: Frobenius norm, mean column norm, top singular values, hint."""
+    rows = [
+        {
+            "slot": r.get("slot"),
+            "Frobenius": num(r.get("frobenius")),
+            "mean column norm": num(r.get("mean_col_norm"), 3),
+            "top singular values": ", ".join(num(v) for v in r.get("top_singular_values") or []),
+            "hint": r.get("hint") or DASH,
+        }
+        for r in detection.get("fingerprint") or []
+    ]
+    return pd.DataFrame(
+        rows, columns=["slot", "Frobenius", "mean column norm", "top singular values", "hint"]
+    )

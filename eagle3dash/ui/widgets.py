@@ -394,3 +394,39 @@ def probe_panel(url: str, key: str, findings_title: str = "Server-side findings"
     with st.expander("Server settings"):
         server_settings(server)
     return probe
+
+
+# --- layout detective --------------------------------------------------------------------------
+
+
+def layout_detective(detection: Mapping[str, Any]) -> None:
+    """The detect job's case: verdict, ranked layouts, slot-matching heatmap, fc fingerprint."""
+    import altair as alt
+
+    verdict = detection.get("verdict") or []
+    if verdict:
+        st.info(md_escape(verdict[0]), icon="🔎")
+        for line in verdict[1:]:
+            st.markdown("- " + md_escape(line))
+    st.subheader("Candidate layouts on one capture")
+    st.dataframe(tables.sweep_frame(detection), hide_index=True, width="stretch")
+    heat = tables.slot_heatmap_frame(detection)
+    if not heat.empty:
+        st.subheader("Slot matching")
+        chart = (
+            alt.Chart(heat, title="Slot vs tap: cosine - 0.5 |log10 RMS ratio|")
+            .mark_rect()
+            .encode(
+                x=alt.X("tap:N", title="target tap (depth)"),
+                y=alt.Y("slot:N", title=None, sort=None),
+                color=alt.Color("score:Q", scale=alt.Scale(scheme="viridis")),
+                tooltip=["slot", "tap", "score", "cosine", "rms_ratio"],
+            )
+        )
+        st.altair_chart(chart, width="stretch")
+    fingerprint = tables.fingerprint_frame(detection)
+    if not fingerprint.empty:
+        st.subheader("fc.weight fingerprint (a hint)")
+        st.dataframe(fingerprint, hide_index=True, width="stretch")
+        if detection.get("fingerprint_limits"):
+            st.caption(md_escape(detection["fingerprint_limits"]))

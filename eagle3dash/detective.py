@@ -1,0 +1,719 @@
+"""The layout detective: find which taps a draft was really trained on, from tensors alone.
+
+Configs lie (ids stored where a server does not read them, data made with other ids, conventions
+one apart), so three independent pieces of evidence are gathered here:
+
+1. `sweep`: the standalone draft over candidate layouts, all evaluated on ONE capture that holds
+   every tap (no further target forward): the best layout is the one the draft was trained on.
+2. `slot_matching`: each slot of a training dump or serving capture against every tap of a target
+   capture of the same sequences, by content (cosine) and scale (RMS ratio).
+3. `fc_fingerprint`: per-slot statistics of fc.weight; a slot fed the tiny-RMS embedding output
+   tends to learn large weights. A hint only (see `FINGERPRINT_LIMITS`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from eagle3dash.checkpoint import inspect, load
+from eagle3dash.errors import InputError
+from eagle3dash.layout import (
+    CONVENTIONS,
+    TRAINERS,
+    Layout,
+    Tap,
+    config_ids_for,
+    convert,
+    default_layout,
+    describe_tap,
+    diff,
+    format_layout,
+    serving_layout,
+    training_layout,
+)
+from eagle3dash.spec import DraftSpec
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from eagle3dash.capture import Capture
+
+Progress = Callable[[float, str], None]
+
+FINGERPRINT_LIMITS = (
+    "A hint, not proof: large fc weights on a slot suggest it was fed small-RMS inputs (the "
+    "embedding output), but weight decay, initialisation and per-slot norms (fc_norm, "
+    "norm_before_fc) can hide or fake the pattern; trust the sweep and slot matching first."
+)
+
+
+SCALE_PENALTY = 0.5  # score = cosine - 0.5 |log10 RMS ratio|: content first, then scale
+FINGERPRINT_RATIO = 4.0  # demo: 5.6x on draft A's embedding slot, 2.3x on draft B's L1 slot
+
+
+def _no_progress(fraction: float, message: str) -> None:
+    pass
+
+
+def layout_text(layout: Layout) -> str:
+    """'[0,1,2]'."""
+    return "[" + format_layout(layout) + "]" if layout else "[]"
+
+
+def layout_words(layout: Layout, num_layers: int) -> str:
+    """'embedding output, after block 1, after block 2'."""
+    return ", ".join(describe_tap(t, num_layers) for t in layout)
+
+
+# ---------------------------------------------------------------------------------------------
+# Candidates
+
+
+def _valid(layout: Layout, num_layers: int, width: int) -> bool:
+    return len(layout) == width and all(0 <= t.depth <= num_layers for t in layout)
+
+
+def candidate_layouts(
+    spec: DraftSpec,
+    num_layers: int,
+    extra: Mapping[str, Layout] | list[Layout] | tuple = (),
+    sglang_version: str = "0.5.23",
+    arch: str = "llama",
+) -> dict[str, Layout]:
+    """Candidate layouts by origin (config ids under each convention, +-1, with/without the
+    embedding, framework defaults, trainers, serving, the user's); deduped, taps within 0..N."""
+    width, n = spec.num_aux, num_layers
+    out: dict[str, Layout] = {}
+
+    def add(name: str, layout: Layout) -> None:
+        layout = tuple(layout)
+        if not _valid(layout, n, width):
+            return
+        same = next((k for k, v in out.items() if v == layout), None)
+        if same is None:
+            out[name] = layout
+        elif name not in same.split(" / "):  # the same layout by another origin: an alias
+            items = [(f"{k} / {name}" if k == same else k, v) for k, v in out.items()]
+            out.clear()
+            out.update(items)
+
+    extras = extra.items() if isinstance(extra, Mapping) else enumerate(extra)
+    for key, layout in extras:
+        add(key if isinstance(key, str) else f"user layout {layout_text(tuple(layout))}", layout)
+    base: dict[str, Layout] = {}
+    ids = spec.aux_layer_ids
+    if ids:
+        for conv in CONVENTIONS:
+            base[f"config ids as {conv}"] = convert(ids, conv, n)
+    for name, layout in base.items():
+        add(name, layout)
+    for name, layout in base.items():
+        for delta in (-1, 1):
+            shifted = tuple(Tap(t.depth + delta) for t in layout)
+            add(f"{name}, shift {delta:+d}", shifted)
+    with contextlib.suppress(ValueError):
+        served = serving_layout(spec, n, sglang_version, arch)
+        if served.error is None:
+            add(f"SGLang {sglang_version} serving", served.layout)
+    for trainer in dict.fromkeys(t.name for t in TRAINERS.values()):
+        with contextlib.suppress(ValueError):
+            result = training_layout(spec, n, trainer, sglang_version=sglang_version, arch=arch)
+            if result.error is None:
+                add(f"trained by {trainer}", result.layout)
+    add("framework defaults [2, N//2, N-3]", default_layout(n))
+    for names, layout in list(out.items()):
+        name = names.split(" / ")[0]
+        if not layout or layout[0].post_norm:
+            continue
+        if Tap(0) in layout:
+            rest = tuple(t for t in layout if t != Tap(0))
+            add(f"{name}, without embedding", rest + (Tap(max(t.depth for t in layout) + 1),))
+        else:
+            add(f"{name}, with embedding", (Tap(0),) + layout[:-1])
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. Layout sweep
+
+
+@dataclass
+class SweepRow:
+    """One candidate layout's standalone evaluation on the shared capture."""
+
+    name: str
+    layout: Layout
+    top1: float
+    sim_accept_length: float
+    seconds: float
+    accuracy: list[float] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        """JSON form; the layout as '0,1,2'."""
+        return {
+            "name": self.name,
+            "layout": format_layout(self.layout),
+            "top1": self.top1,
+            "sim_accept_length": self.sim_accept_length,
+            "seconds": self.seconds,
+            "accuracy": list(self.accuracy),
+        }
+
+
+def _build(draft_path: str | Path, embed_weight: Tensor | None, device: str):
+    """The draft, built once, with the embedding SGLang would give it."""
+    from eagle3dash.draft import build_draft
+
+    spec, tensors, _ = load(draft_path)
+    if embed_weight is not None and spec.target_hidden_size == spec.hidden_size:
+        tensors.pop("embed_tokens.weight", None)  # SGLang set_embed: the target's embedding
+        spec = dataclasses.replace(spec, has_embed=False)
+    return build_draft(spec, tensors, device=device)
+
+
+def sweep(
+    draft_path: str | Path,
+    capture: Capture,
+    candidates: Mapping[str, Layout],
+    steps: int = 4,
+    embed_weight: Tensor | None = None,
+    device: str = "cpu",
+    progress: Progress | None = None,
+) -> list[SweepRow]:
+    """Evaluate the draft under every candidate on one capture; best first (sim accept, top-1)."""
+    from eagle3dash.draft import evaluate_capture
+
+    progress = progress or _no_progress
+    embed = embed_weight if embed_weight is not None else capture.embed_weight
+    draft = _build(draft_path, embed, device)
+    have = set(capture.taps)
+    usable = {k: v for k, v in candidates.items() if set(v) <= have}
+    if not usable:
+        raise InputError(
+            f"the capture holds taps {layout_text(capture.taps)}: no candidate layout fits in it"
+        )
+    rows = []
+    for i, (name, layout) in enumerate(usable.items()):
+        progress(i / len(usable), f"evaluating {name} {layout_text(layout)}")
+        start = time.perf_counter()
+        ev = evaluate_capture(draft, capture, layout, steps=steps, embed_weight=embed)
+        rows.append(
+            SweepRow(
+                name,
+                tuple(layout),
+                ev.accuracy[0],
+                ev.simulated_accept_length(steps),
+                time.perf_counter() - start,
+                list(ev.accuracy),
+            )
+        )
+    progress(1.0, "sweep done")
+    return sorted(rows, key=lambda r: (-r.sim_accept_length, -r.top1))
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. Slot matching
+
+
+@dataclass
+class SlotScore:
+    """One slot of one side against every tap of the reference capture."""
+
+    side: str
+    slot: int
+    rms: float
+    best: Tap
+    confidence: float  # score margin between the best and the second-best tap
+    scores: list[dict]  # per tap: tap, cosine, rel_error, rms_ratio, profile_corr, score
+    profile: list[float]  # RMS per position, averaged over sequences
+
+    def to_dict(self) -> dict:
+        """JSON form."""
+        return {
+            "side": self.side,
+            "slot": self.slot,
+            "rms": self.rms,
+            "best": format_layout((self.best,)),
+            "confidence": self.confidence,
+            "scores": self.scores,
+            "profile": self.profile,
+        }
+
+
+@dataclass
+class SlotMatch:
+    """Slot-to-tap matching of each side against a reference capture at every tap."""
+
+    taps: Layout
+    tap_rms: dict[str, float]
+    sides: dict[str, list[SlotScore]]
+
+    def best(self, side: str) -> Layout:
+        """The most likely tap of each slot of `side`."""
+        return tuple(s.best for s in self.sides[side])
+
+    def correspondence(self, a: str, b: str) -> dict[int, int | None]:
+        """Slot i of side a -> the slot of side b holding the same tap (None: no slot does)."""
+        b_taps = self.best(b)
+        return {i: (b_taps.index(t) if t in b_taps else None) for i, t in enumerate(self.best(a))}
+
+    def heatmap(self) -> list[dict]:
+        """Long rows (side, slot, tap, cosine, rel_error, rms_ratio, score) for altair."""
+        return [
+            {"side": s.side, "slot": s.slot, **row}
+            for slots in self.sides.values()
+            for s in slots
+            for row in s.scores
+        ]
+
+    def summary(self, num_layers: int) -> list[str]:
+        """One sentence per side, plus the shift between the first two sides."""
+        lines = []
+        for side, slots in self.sides.items():
+            parts = ", ".join(
+                f"slot {s.slot}: {describe_tap(s.best, num_layers)} "
+                + (f"(margin {s.confidence:.2f})" if s.confidence >= 0.01 else "(tied)")
+                for s in slots
+            )
+            lines.append(f"{side} carries {layout_text(self.best(side))}: {parts}.")
+        names = list(self.sides)
+        if len(names) >= 2:
+            a, b = names[0], names[1]
+            pairs = [f"{a} slot {i} = {b} slot {j}" for i, j in self.correspondence(a, b).items()]
+            d = diff(self.best(a), self.best(b))
+            lines.append(
+                f"{a} vs {b}: {d.summary} ({'; '.join(pairs) or 'no shared taps'})."
+                if d.kind != "identical"
+                else f"{a} and {b} carry the same taps."
+            )
+        return lines
+
+    def to_dict(self) -> dict:
+        """JSON form."""
+        return {
+            "taps": [format_layout((t,)) for t in self.taps],
+            "tap_rms": self.tap_rms,
+            "sides": {k: [s.to_dict() for s in v] for k, v in self.sides.items()},
+            "best": {k: format_layout(self.best(k)) for k in self.sides},
+            "heatmap": self.heatmap(),
+        }
+
+
+def side_states(capture: Capture, layout: Layout | None = None) -> list[Tensor]:
+    """A side for slot_matching: each sequence's fc input [L, A*Ht] (the capture's taps)."""
+    layout = tuple(layout or capture.taps)
+    return [capture.aux(i, layout) for i in range(len(capture.sequences))]
+
+
+def _align(side_ids: list[Tensor] | None, n_side: int, reference: Capture) -> list[int | None]:
+    """Reference sequence index for each side sequence (same tokens), else by position."""
+    if side_ids is None:
+        return [i if i < len(reference.sequences) else None for i in range(n_side)]
+    index = {tuple(s.input_ids.tolist()): i for i, s in enumerate(reference.sequences)}
+    out: list[int | None] = []
+    for ids in side_ids:
+        key = tuple(ids.tolist())
+        hit = index.get(key)
+        if hit is None:  # a prefix of each other (a dump cut at another length)
+            hit = next(
+                (
+                    i
+                    for i, s in enumerate(reference.sequences)
+                    if s.input_ids[: len(ids)].tolist() == list(key[: len(s.input_ids)])
+                ),
+                None,
+            )
+        out.append(hit)
+    return out
+
+
+def _profile(chunks: list[Tensor], length: int) -> Tensor:
+    """RMS per position (first `length` positions), averaged over sequences."""
+    import torch
+
+    rows = torch.stack([c[:length].float().pow(2).mean(-1).sqrt() for c in chunks])
+    return rows.mean(0)
+
+
+def slot_matching(
+    sides: Mapping[str, list[Tensor]],
+    reference: Capture,
+    side_ids: Mapping[str, list[Tensor]] | None = None,
+    profile_points: int = 64,
+) -> SlotMatch:
+    """Match each slot of each side ([L, A*Ht] per sequence) to the reference capture's taps.
+
+    Per slot and tap: mean cosine over positions (content), relative error ||x-y||/||y||, the RMS
+    ratio r (scale) and the correlation of the per-position RMS profiles. The score is cosine
+    minus 0.5 |log10 r|: content decides (a rescaled state keeps its tap), a tenfold scale gap
+    costs half a cosine; confidence is the margin between the best and second-best score.
+    Sequences pair up by equal tokens when `side_ids` is given, else by index.
+    """
+    import torch
+
+    ht = reference.hidden_size
+    taps = tuple(reference.taps)
+    tap_rms: dict[str, float] = {}
+    result: dict[str, list[SlotScore]] = {}
+    for side, seqs in sides.items():
+        pairs = _align(side_ids.get(side) if side_ids else None, len(seqs), reference)
+        used = [
+            (x, reference.sequences[j]) for x, j in zip(seqs, pairs, strict=True) if j is not None
+        ]
+        if not used:
+            raise InputError(f"side {side!r} shares no token sequence with the reference capture")
+        width = used[0][0].shape[-1]
+        if width % ht:
+            raise InputError(f"side {side!r} is {width} wide, not a multiple of Ht={ht}")
+        lengths = [min(x.shape[0], len(ref)) for x, ref in used]
+        plen = min(min(lengths), profile_points)
+        tap_rows = {
+            t: torch.cat(
+                [ref.states[t][:n].float() for (_, ref), n in zip(used, lengths, strict=True)]
+            )
+            for t in taps
+        }
+        tap_prof = {t: _profile([ref.states[t].float() for _, ref in used], plen) for t in taps}
+        for t in taps:
+            tap_rms.setdefault(format_layout((t,)), float(tap_rows[t].pow(2).mean().sqrt()))
+        slots = []
+        for k in range(width // ht):
+            x = torch.cat(
+                [
+                    xs[:n, k * ht : (k + 1) * ht].float()
+                    for (xs, _), n in zip(used, lengths, strict=True)
+                ]
+            )
+            x_rms = float(x.pow(2).mean().sqrt())
+            x_prof = _profile([xs[:, k * ht : (k + 1) * ht].float() for xs, _ in used], plen)
+            scores = []
+            for t in taps:
+                y = tap_rows[t]
+                cos = float(torch.nn.functional.cosine_similarity(x, y, dim=-1).mean())
+                rel = float((x - y).norm() / y.norm().clamp_min(1e-12))
+                y_rms = float(y.pow(2).mean().sqrt())
+                ratio = x_rms / max(y_rms, 1e-12)
+                corr = _corr(x_prof, tap_prof[t])
+                penalty = SCALE_PENALTY * abs(math.log10(ratio)) if ratio > 0 else 1.0
+                scores.append(
+                    {
+                        "tap": format_layout((t,)),
+                        "cosine": cos,
+                        "rel_error": rel,
+                        "rms_ratio": ratio,
+                        "profile_corr": corr,
+                        "score": cos - penalty,
+                    }
+                )
+            ranked = sorted(range(len(taps)), key=lambda i: -scores[i]["score"])
+            second = scores[ranked[1]]["score"] if len(ranked) > 1 else 0.0
+            slots.append(
+                SlotScore(
+                    side,
+                    k,
+                    x_rms,
+                    taps[ranked[0]],
+                    scores[ranked[0]]["score"] - second,
+                    scores,
+                    [float(v) for v in x_prof],
+                )
+            )
+        result[side] = slots
+    return SlotMatch(taps, tap_rms, result)
+
+
+def _corr(a: Tensor, b: Tensor) -> float:
+    """Pearson correlation of two profiles (0 when either is flat)."""
+    a, b = a - a.mean(), b - b.mean()
+    den = float(a.norm() * b.norm())
+    return float((a * b).sum()) / den if den > 1e-12 else 0.0
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. Weight fingerprint
+
+
+def fc_fingerprint(spec: DraftSpec, fc_weight: Tensor) -> list[dict]:
+    """Per slot of fc.weight [H, A*Ht]: Frobenius norm, mean column norm, top-3 singular values,
+    and a hint naming the slot most likely fed the small-scale embedding output."""
+    import torch
+
+    w = fc_weight.detach().float().cpu()
+    ht = spec.target_hidden_size
+    rows = []
+    for k in range(spec.num_aux):
+        block = w[:, k * ht : (k + 1) * ht]
+        sv = torch.linalg.svdvals(block)[:3]
+        rows.append(
+            {
+                "slot": k,
+                "frobenius": float(block.norm()),
+                "mean_col_norm": float(block.norm(dim=0).mean()),
+                "top_singular_values": [float(s) for s in sv],
+                "hint": "",
+            }
+        )
+    norms = [r["mean_col_norm"] for r in rows]
+    if len(norms) > 1:
+        k = max(range(len(norms)), key=norms.__getitem__)
+        others = sorted(n for i, n in enumerate(norms) if i != k)
+        median = others[len(others) // 2]
+        ratio = norms[k] / max(median, 1e-12)
+        for r in rows:
+            r["ratio_to_median"] = r["mean_col_norm"] / max(median, 1e-12)
+        if spec.norm_before_fc or spec.fc_norm:
+            rows[k]["hint"] = "inputs are normalised before fc: weight scale says nothing"
+        elif ratio >= FINGERPRINT_RATIO:
+            rows[k]["hint"] = (
+                f"weights {ratio:.1f}x the other slots': likely fed the small-RMS embedding output"
+            )
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# Detection
+
+
+@dataclass
+class Detection:
+    """The detective's case: sweep ranking, slot matching, fingerprint, and the verdict."""
+
+    draft: str
+    num_layers: int
+    rows: list[SweepRow]
+    best: Layout
+    serving: Layout | None
+    sglang_version: str
+    fix_ids: list[int] | None
+    verdict: list[str]
+    slot_match: SlotMatch | None = None
+    fingerprint: list[dict] = field(default_factory=list)
+    capture_seconds: float | None = None
+    num_sequences: int = 0
+    steps: int = 4
+
+    def to_dict(self) -> dict:
+        """The --json contract (also the detect job's result)."""
+        top = self.rows[0]
+        return {
+            "draft": self.draft,
+            "num_target_layers": self.num_layers,
+            "best": format_layout(self.best),
+            "best_words": layout_words(self.best, self.num_layers),
+            "serving": format_layout(self.serving) if self.serving is not None else None,
+            "sglang_version": self.sglang_version,
+            "fix_ids": self.fix_ids,
+            "verdict": self.verdict,
+            "steps": self.steps,
+            "rows": [
+                {
+                    **r.to_dict(),
+                    "gap_top1": top.top1 - r.top1,
+                    "gap_sim_accept_length": top.sim_accept_length - r.sim_accept_length,
+                }
+                for r in self.rows
+            ],
+            "slot_match": self.slot_match.to_dict() if self.slot_match else None,
+            "fingerprint": self.fingerprint,
+            "fingerprint_limits": FINGERPRINT_LIMITS,
+            "capture_seconds": self.capture_seconds,
+            "num_sequences": self.num_sequences,
+        }
+
+
+def _verdict(
+    rows: list[SweepRow],
+    n: int,
+    serving: Layout | None,
+    version: str,
+    fix_ids: list[int] | None,
+) -> list[str]:
+    top = rows[0]
+    lines = [
+        f"This draft performs best with {layout_text(top.layout)} "
+        f"({layout_words(top.layout, n)}): top-1 {top.top1:.1%}, simulated accept length "
+        f"{top.sim_accept_length:.2f}."
+    ]
+    runner = next((r for r in rows[1:] if r.layout != top.layout), None)
+    if runner is not None:
+        lines.append(
+            f"Runner-up {layout_text(runner.layout)} ({runner.name.split(' / ')[0]}): "
+            f"top-1 {runner.top1:.1%} ({100 * (runner.top1 - top.top1):+.1f} points), simulated "
+            f"accept length {runner.sim_accept_length:.2f} "
+            f"({runner.sim_accept_length - top.sim_accept_length:+.2f})."
+        )
+    if serving is not None:
+        row = next((r for r in rows if r.layout == serving), None)
+        d = diff(top.layout, serving)
+        if d.kind == "identical":
+            lines.append(
+                f"SGLang {version} feeds {layout_text(serving)}: the layout it performs best with."
+            )
+        else:
+            cost = (
+                f" (top-1 {row.top1:.1%}, accept length {row.sim_accept_length:.2f})"
+                if row is not None
+                else ""
+            )
+            lines.append(
+                f"SGLang {version} feeds {layout_text(serving)}{cost}: "
+                + (d.summary[0].lower() + d.summary[1:]).replace("training", "the best layout")
+            )
+            if fix_ids is not None:
+                lines.append(
+                    f"Fix: set eagle_config.eagle_aux_hidden_state_layer_ids = {fix_ids} so "
+                    f"SGLang {version} feeds {layout_text(top.layout)}."
+                )
+    return lines
+
+
+def capture_all_taps(
+    target: str | Path, token_sequences: list[list[int]], device: str = "cpu"
+) -> Capture:
+    """One target forward per batch, keeping every tap 0..N (and the final-normed state)."""
+    from eagle3dash.capture import capture_with_transformers, num_target_layers
+
+    n = num_target_layers(target)
+    taps = tuple(Tap(d) for d in range(n + 1)) + (Tap(n, True),)
+    return capture_with_transformers(target, token_sequences, taps, device=device)
+
+
+def detect(
+    draft_path: str | Path,
+    capture: Capture | None = None,
+    target: str | Path | None = None,
+    prompts: list[list[int]] | None = None,
+    extra_layouts: Mapping[str, Layout] | list[Layout] | tuple = (),
+    steps: int = 4,
+    sides: Mapping[str, Capture] | None = None,
+    num_layers: int | None = None,
+    sglang_version: str = "0.5.23",
+    arch: str = "llama",
+    device: str = "cpu",
+    progress: Progress | None = None,
+) -> Detection:
+    """Sweep, slot matching (when `sides` are given) and fingerprint for one draft."""
+    progress = progress or _no_progress
+    spec = inspect(draft_path).spec
+    capture_seconds = None
+    if capture is None:
+        if target is None:
+            raise InputError("detect needs a capture holding every tap, or a local target")
+        seqs = [list(map(int, p)) for p in (prompts or [])]
+        for cap in (sides or {}).values():
+            seqs += [s.input_ids.tolist() for s in cap.sequences]
+        if not seqs:
+            from eagle3dash.demo import DEMO_PROMPTS
+
+            seqs = [list(p) for p in DEMO_PROMPTS]
+        seqs = [list(s) for s in dict.fromkeys(tuple(s) for s in seqs)]
+        progress(0.0, f"capturing every tap of {target} on {len(seqs)} sequences")
+        start = time.perf_counter()
+        capture = capture_all_taps(target, seqs, device)
+        capture_seconds = time.perf_counter() - start
+    n = num_layers or capture.meta.get("num_hidden_layers") or max(t.depth for t in capture.taps)
+    n = int(n)
+    candidates = candidate_layouts(spec, n, extra_layouts, sglang_version, arch)
+    rows = sweep(
+        draft_path,
+        capture,
+        candidates,
+        steps,
+        device=device,
+        progress=lambda f, m: progress(0.1 + 0.8 * f, m),
+    )
+    serving = None
+    fix = None
+    with contextlib.suppress(ValueError):
+        served = serving_layout(spec, n, sglang_version, arch)
+        serving = served.layout if served.error is None else None
+        if serving != rows[0].layout:
+            fix = config_ids_for(rows[0].layout, spec, n, sglang_version, arch)
+    verdict = _verdict(rows, n, serving, sglang_version, fix)
+    match = None
+    if sides:
+        progress(0.9, "matching slots to taps")
+        match = slot_matching(
+            {k: side_states(c) for k, c in sides.items()},
+            capture,
+            {k: [s.input_ids for s in c.sequences] for k, c in sides.items()},
+        )
+        verdict += match.summary(n)
+    _, tensors, _ = load(draft_path)
+    fingerprint = fc_fingerprint(spec, tensors["fc.weight"])
+    hinted = [r for r in fingerprint if r["hint"]]
+    if hinted:
+        verdict.append(f"fc.weight hint: slot {hinted[0]['slot']}: {hinted[0]['hint']}.")
+    progress(1.0, "done")
+    return Detection(
+        str(draft_path),
+        n,
+        rows,
+        rows[0].layout,
+        serving,
+        sglang_version,
+        fix,
+        verdict,
+        match,
+        fingerprint,
+        capture_seconds,
+        len(capture.sequences),
+        steps,
+    )
+
+
+def read_side(spec_text: str, num_layers: int | None = None) -> tuple[str, Capture]:
+    """'NAME=PATH' or 'NAME=PATH@0,1,2' (the layout a dump claims) -> (name, capture)."""
+    from eagle3dash.capture import read_capture
+    from eagle3dash.layout import parse_layout
+
+    name, sep, rest = spec_text.partition("=")
+    if not sep or not name or not rest:
+        raise InputError(f"--side wants NAME=PATH[@LAYOUT], got {spec_text!r}")
+    path, _, claimed = rest.partition("@")
+    layout = parse_layout(claimed) if claimed else None
+    if not Path(path).exists():
+        raise InputError(f"--side {name}: {path}: no such file or directory")
+    return name, read_capture(path, layout=layout, num_target_layers=num_layers)
+
+
+def sweep_table(rows: list[SweepRow]) -> list[dict[str, Any]]:
+    """Plain rows for printing: rank, layout, name, top-1, accept length, gaps."""
+    top = rows[0]
+    return [
+        {
+            "rank": i + 1,
+            "layout": layout_text(r.layout),
+            "candidate": r.name,
+            "top1": r.top1,
+            "sim_accept_length": r.sim_accept_length,
+            "gap": top.sim_accept_length - r.sim_accept_length,
+            "seconds": r.seconds,
+        }
+        for i, r in enumerate(rows)
+    ]
+
+
+__all__ = [
+    "FINGERPRINT_LIMITS",
+    "Detection",
+    "SlotMatch",
+    "SlotScore",
+    "SweepRow",
+    "candidate_layouts",
+    "capture_all_taps",
+    "detect",
+    "fc_fingerprint",
+    "read_side",
+    "side_states",
+    "slot_matching",
+    "sweep",
+    "sweep_table",
+]
