@@ -32,6 +32,8 @@ from eagle3dash.layout import (
     config_ids_for,
     default_layout,
     describe_tap,
+    format_layout,
+    parse_layout,
     parse_version,
     serving_layout,
     training_layout,
@@ -120,6 +122,7 @@ class Evidence:
     sglang_version: str | None = None
     trainer: str | None = None  # a layout.TRAINERS key, when known
     training_sglang_version: str | None = None  # SpecForge SGLang backend: version used to train
+    detection: dict | None = None  # detective.Detection.to_dict(): what the tensors say
 
     @property
     def spec(self) -> DraftSpec | None:
@@ -426,6 +429,8 @@ def rule_layout_mismatch(e: Evidence) -> list[Finding]:
             + _eval_text(e.serving_eval, "serving layout", steps)
             + "."
         )
+    if e.detection is not None:
+        lines.append("Layout detective: " + " ".join(e.detection["verdict"][:3]))
     fix, data = _layout_fix(e, d.training, d.serving)
     data = {"kind": d.kind, **data}
     if d.kind == "identical":
@@ -436,6 +441,55 @@ def rule_layout_mismatch(e: Evidence) -> list[Finding]:
         f"{_taps_phrase(d.training, n)}: {_kind_phrase(d)}."
     )
     return [Finding("layout-mismatch", "critical", title, " ".join(lines), fix, data)]
+
+
+def rule_detected_layout(e: Evidence) -> list[Finding]:
+    """The draft performs best with another layout than the one its config (or trainer) implies.
+
+    DL §6.2 items 1-3: configs lie (ids stored where a server does not read them, data generated
+    with other ids than the config says, conventions shifted by one). The layout detective's
+    sweep over one all-taps capture says which taps the draft was really trained on.
+    """
+    if e.detection is None or not e.layouts or e.layouts.get("training") is None:
+        return []
+    det = e.detection
+    best = parse_layout(det["best"])
+    claimed = tuple(e.layouts["training"].layout)
+    if best == claimed:
+        return []
+    n = e.num_target_layers or det["num_target_layers"]
+    rows = {r["layout"]: r for r in det["rows"]}
+    top, mine = det["rows"][0], rows.get(format_layout(claimed))
+    gap = (
+        f"; the claimed layout {format_layout(claimed)}: top-1 {mine['top1']:.1%}, simulated "
+        f"accept length {_fmt(mine['sim_accept_length'])}"
+        if mine is not None
+        else ""
+    )
+    serving = e.layouts.get("serving")
+    fed = tuple(serving.layout) if serving is not None else None
+    severity = "critical" if fed is not None and fed != best else "warning"
+    fix_ids = det.get("fix_ids")
+    fix = (
+        f'Set "eagle_config": {{"eagle_aux_hidden_state_layer_ids": {fix_ids}}} so SGLang feeds '
+        f"{format_layout(best)}, and record that layout with the checkpoint."
+        if fix_ids
+        else "Record the layout the draft performs best with beside the checkpoint, and serve "
+        "it with ids that capture those taps (or retrain on the serving layout)."
+    )
+    return [
+        Finding(
+            "detected-layout",
+            severity,
+            f"The draft performs best with {_taps_phrase(best, n)}, not with "
+            f"{_taps_phrase(claimed, n)} as its config implies.",
+            f"Layout sweep over {det['num_sequences']} sequences: best {det['best']} top-1 "
+            f"{top['top1']:.1%}, simulated accept length {_fmt(top['sim_accept_length'])}{gap}. "
+            + " ".join(det["verdict"][1:3]),
+            fix,
+            {"best": det["best"], "claimed": format_layout(claimed), "fix_ids": fix_ids},
+        )
+    ]
 
 
 def rule_algorithm_eagle(e: Evidence) -> list[Finding]:
@@ -1122,6 +1176,7 @@ def rule_hidden_states_truncated(e: Evidence) -> list[Finding]:
 
 RULES: tuple[Callable[[Evidence], list[Finding]], ...] = (
     rule_layout_mismatch,
+    rule_detected_layout,
     rule_algorithm_eagle,
     rule_no_speculation,
     rule_aux_ids_not_read,

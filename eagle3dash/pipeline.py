@@ -76,6 +76,7 @@ class Diagnosis:
     serving_eval: DraftEval | None = None
     measured: BenchResult | None = None
     baseline: BenchResult | None = None
+    detection: dict | None = None  # the layout detective's case (with --target)
     findings: list[Finding] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)  # comparisons not made, and how to supply them
     warnings: list[str] = field(default_factory=list)
@@ -115,6 +116,7 @@ class Diagnosis:
             "baseline": self.baseline.to_dict() if self.baseline else None,
             "speedup": speedup,
             "layout_diff": self.layouts["diff"].to_dict(),
+            "detective": self.detection,
             "num_target_layers": self.num_target_layers,
             "arch": self.arch,
             "server_steps": self.server_steps,
@@ -188,12 +190,8 @@ def evaluate_layout(
 
 def run_diagnosis(options: DiagnoseOptions, progress: Progress | None = None) -> Diagnosis:
     """Run every stage against the endpoint and return the diagnosis with its findings."""
-    from eagle3dash.capture import (
-        capture_from_sglang,
-        capture_with_transformers,
-        read_capture,
-        save_capture,
-    )
+    from eagle3dash.capture import capture_from_sglang, read_capture, save_capture
+    from eagle3dash.detective import capture_all_taps, detect
 
     progress = progress or _no_progress
     progress(0.0, "inspecting the checkpoint")
@@ -249,11 +247,10 @@ def run_diagnosis(options: DiagnoseOptions, progress: Progress | None = None) ->
         )
         training_capture = None
         if options.target:
-            progress(0.5, f"capturing the training taps from the local target {options.target}")
-            tokens = [seq.input_ids for seq in capture.sequences]
-            training_capture = capture_with_transformers(
-                options.target, tokens, training_layout, device=options.device
-            )
+            # Every tap at once: the training layout's, and the layout detective's candidates.
+            progress(0.5, f"capturing every tap of the local target {options.target}")
+            tokens = [seq.input_ids.tolist() for seq in capture.sequences]
+            training_capture = capture_all_taps(options.target, tokens, device=options.device)
             for mine, theirs in zip(training_capture.sequences, capture.sequences, strict=True):
                 mine.loss_mask = theirs.loss_mask  # score the same rows on both sides
             training_capture.meta["served_tokens"] = capture.meta.get("served_tokens")
@@ -279,6 +276,18 @@ def run_diagnosis(options: DiagnoseOptions, progress: Progress | None = None) ->
             diagnosis.training_eval = evaluate_layout(
                 options.draft, training_capture, training_layout, options, embed
             )
+        if options.target:
+            progress(0.62, "layout detective: which taps does the draft perform best with?")
+            diagnosis.detection = detect(
+                options.draft,
+                capture=training_capture,
+                steps=options.steps,
+                sides={"serving": capture},
+                num_layers=depth,
+                sglang_version=server.version or "0.5.23",
+                arch=arch,
+                device=options.device,
+            ).to_dict()
     elif not server.speculative:
         diagnosis.missing.append("standalone evaluation: the endpoint runs no speculative decoding")
     elif not server.enable_return_hidden_states:
@@ -326,6 +335,7 @@ def run_diagnosis(options: DiagnoseOptions, progress: Progress | None = None) ->
             layouts=layouts,
             sglang_version=server.version,
             trainer=options.trainer,
+            detection=diagnosis.detection,
             training_eval=diagnosis.training_eval,
             serving_eval=diagnosis.serving_eval,
             measured=diagnosis.measured,

@@ -214,7 +214,14 @@ def test_a_finished_run_shows_findings_first_then_table_layout_charts_export(wor
     at = app("run", run=str(run_id))
     no_exception(at)
     headers = [h.value for h in at.header]
-    assert headers == ["Findings", "Training vs serving", "Layer layout", "Charts"]
+    # The run had the target at hand, so the layout detective ran too.
+    assert headers == [
+        "Findings",
+        "Training vs serving",
+        "Layer layout",
+        "Layout detective",
+        "Charts",
+    ]
     # Findings first: the layout mismatch is the first, critical, with evidence and a fix.
     badges = [m.value for m in at.markdown if "badge[" in m.value]
     assert badges and "CRITICAL" in badges[0]
@@ -233,9 +240,10 @@ def test_a_finished_run_shows_findings_first_then_table_layout_charts_export(wor
     diff = frame_with(at, "serving feeds")
     assert list(diff["match"]) == ["DIFFERS"] * 3
     assert diff["training feeds"].iloc[0] == "embedding output"
-    # Charts: the layout diagram, acceptance per step, accept length and tok/s per request.
+    # Charts: the layout diagram, the detective's slot heatmap, acceptance per step, accept
+    # length and tok/s per request.
     specs = [json.loads(c.proto.spec) for c in at.get("vega_lite_chart")]
-    assert len(specs) == 4
+    assert len(specs) == 5
     titles = " ".join(json.dumps(s.get("title", "")) for s in specs)
     assert "Layer layout" in titles and "accuracy and acceptance" in titles
     # What a baseline would add is said plainly.

@@ -263,3 +263,32 @@ def test_seeded_demo_meets_the_gaps(tmp_path):
         measured = d["measured"]["accept_length"]
         assert measured == pytest.approx(d["training"]["sim_accept_length"], abs=0.15)
         assert measured - mis["measured"]["accept_length"] > 1.5
+
+
+def test_the_detective_catches_a_config_that_lies(tmp_path):
+    """Draft A's config implies the layout SGLang feeds; only the tensors tell the truth."""
+    from eagle3dash.pipeline import DiagnoseOptions, run_diagnosis
+    from eagle3dash.sglang_double import start_double
+
+    plan = deployments()["mismatched"]
+    config = plan.double_config(enable_return_hidden_states=True)
+    with start_double(config) as server:
+        diagnosis = run_diagnosis(
+            DiagnoseOptions(
+                draft=str(plan.draft_path),
+                endpoint=server.url,
+                target=str(plan.target_path),
+                prompts=str(FIXTURES / "prompts.jsonl"),
+                num_prompts=2,
+                max_new_tokens=32,
+                concurrency=1,
+                steps=4,
+            )
+        )
+    # As SpecForge would read them, the ids [0, 1, 2] mean the taps SGLang feeds: no mismatch...
+    assert diagnosis.layouts["diff"].kind == "identical"
+    # ...but the draft performs best with [embedding, L1, L2], and the finding says so first.
+    assert diagnosis.detection["best"] == "0,1,2"
+    first = diagnosis.findings[0]
+    assert first.id == "detected-layout" and first.severity == "critical"
+    assert "[-1, 0, 1]" in first.fix

@@ -62,6 +62,7 @@ layouts = db.get_layouts(store, run_id)
 metrics = tables.metrics_frame(db.get_metrics(store, run_id))
 bench = db.get_bench(store, run_id)
 has_results = bool(findings or layouts or not metrics.empty or diagnosis)
+detection = tables.detection_from_jobs(jobs)
 
 if has_results:
     st.header("Findings")
@@ -76,11 +77,13 @@ if has_results:
         layouts, data.num_target_layers(run, diagnosis), (diagnosis or {}).get("layout_diff")
     )
 
+    if detection:
+        st.header("Layout detective")
+        widgets.layout_detective(detection)
+
     st.header("Charts")
     widgets.run_charts(metrics)
-
-detection = tables.detection_from_jobs(jobs)
-if detection:
+elif detection:
     st.header("Layout detective")
     widgets.layout_detective(detection)
 

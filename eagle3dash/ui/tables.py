@@ -412,11 +412,16 @@ DETECT_KIND = "detect"
 
 
 def detection_from_jobs(jobs: Iterable[Mapping[str, Any]]) -> dict | None:
-    """The result of the run's last succeeded detect job (`Detection.to_dict()`), or None."""
+    """The run's latest detective case (`Detection.to_dict()`): a detect job's result, or the
+    one a diagnose job made with the target at hand; None without either."""
     for job in reversed(list(jobs)):
         result = job.get("result")
-        if job.get("kind") == DETECT_KIND and job.get("status") == "succeeded" and result:
+        if job.get("status") != "succeeded" or not result:
+            continue
+        if job.get("kind") == DETECT_KIND:
             return dict(result)
+        if result.get("detective"):
+            return dict(result["detective"])
     return None
 
 
