@@ -279,6 +279,10 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     if speedup:
         row("baseline tok/s", "", _fmt(speedup["baseline_output_tok_s"], ".1f"))
         row("speedup", "", _fmt(speedup["speedup"], ".2f") + "x")
+    if diagnosis.detection:
+        print("layout detective:")
+        for line in diagnosis.detection["verdict"]:
+            print(f"  {line}")
     _print_findings(diagnosis.findings)
     for line in diagnosis.missing:
         print(f"missing: {line}")
