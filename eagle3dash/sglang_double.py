@@ -279,11 +279,13 @@ class _Engine:
 
     def _load_target(self, path: Path) -> None:
         from transformers import AutoConfig, AutoModelForCausalLM
+        from transformers.utils import logging as hf_logging
 
         if not (path / "config.json").is_file():
             raise DoubleStartError(f"{TAG} {path}: no config.json (a save_pretrained directory)")
         try:
             hf_config = AutoConfig.from_pretrained(str(path))
+            hf_logging.disable_progress_bar()  # no "Loading weights" bars in logs
             self.model = AutoModelForCausalLM.from_pretrained(str(path), dtype=self.dtype).eval()
         except (OSError, ValueError) as e:
             raise DoubleStartError(f"{TAG} cannot load the target {path}: {e}") from None
