@@ -51,12 +51,12 @@ def fixed_draft(home: Path, ids: tuple[int, ...], fixtures: Path = FIXTURES) -> 
     return out
 
 
-def demo_runs(store) -> list[dict]:
-    """The runs `seed` made earlier (their options carry a "demo" deployment name)."""
-    from eagle3dash import store as db
-
-    runs = db.list_runs(store, limit=1000, search="")
-    return [r for r in runs if (r.get("options") or {}).get("demo")]
+def demo_runs(store) -> list[int]:
+    """The ids of the runs `seed` made earlier (their options carry a "demo" deployment name)."""
+    rows = store.db.query(
+        "SELECT id FROM runs WHERE json_extract(options_json, '$.demo') IS NOT NULL ORDER BY id"
+    )
+    return [int(r["id"]) for r in rows]
 
 
 def seed(
