@@ -14,7 +14,6 @@ one apart), so three independent pieces of evidence are gathered here:
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -22,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from eagle3dash.checkpoint import inspect, load
+from eagle3dash.checkpoint import inspect
 from eagle3dash.errors import InputError
 from eagle3dash.layout import (
     CONVENTIONS,
@@ -44,6 +43,7 @@ if TYPE_CHECKING:
     from torch import Tensor
 
     from eagle3dash.capture import Capture
+    from eagle3dash.draft import Draft
 
 Progress = Callable[[float, str], None]
 
@@ -167,19 +167,8 @@ class SweepRow:
         }
 
 
-def _build(draft_path: str | Path, embed_weight: Tensor | None, device: str):
-    """The draft, built once, with the embedding SGLang would give it."""
-    from eagle3dash.draft import build_draft
-
-    spec, tensors, _ = load(draft_path)
-    if embed_weight is not None and spec.target_hidden_size == spec.hidden_size:
-        tensors.pop("embed_tokens.weight", None)  # SGLang set_embed: the target's embedding
-        spec = dataclasses.replace(spec, has_embed=False)
-    return build_draft(spec, tensors, device=device)
-
-
 def sweep(
-    draft_path: str | Path,
+    draft: Draft | str | Path,
     capture: Capture,
     candidates: Mapping[str, Layout],
     steps: int = 4,
@@ -187,12 +176,14 @@ def sweep(
     device: str = "cpu",
     progress: Progress | None = None,
 ) -> list[SweepRow]:
-    """Evaluate the draft under every candidate on one capture; best first (sim accept, top-1)."""
-    from eagle3dash.draft import evaluate_capture
+    """Evaluate the draft (built, or a checkpoint path) under every candidate on one capture;
+    best first (sim accept, top-1)."""
+    from eagle3dash.draft import Draft, evaluate_capture, load_draft
 
     progress = progress or _no_progress
     embed = embed_weight if embed_weight is not None else capture.embed_weight
-    draft = _build(draft_path, embed, device)
+    if not isinstance(draft, Draft):
+        draft = load_draft(draft, device, target_embedding=embed)
     have = set(capture.taps)
     usable = {k: v for k, v in candidates.items() if set(v) <= have}
     if not usable:
@@ -598,8 +589,14 @@ def detect(
     arch: str = "llama",
     device: str = "cpu",
     progress: Progress | None = None,
+    draft: Draft | None = None,
 ) -> Detection:
-    """Sweep, slot matching (when `sides` are given) and fingerprint for one draft."""
+    """Sweep, slot matching (when `sides` are given) and fingerprint for one draft.
+
+    `draft`: the checkpoint at `draft_path` already built (`draft.load_draft`), to build it once.
+    """
+    from eagle3dash.draft import load_draft
+
     progress = progress or _no_progress
     spec = inspect(draft_path).spec
     capture_seconds = None
@@ -621,8 +618,10 @@ def detect(
     n = num_layers or capture.meta.get("num_hidden_layers") or max(t.depth for t in capture.taps)
     n = int(n)
     candidates = candidate_layouts(spec, n, extra_layouts, sglang_version, arch)
+    if draft is None:
+        draft = load_draft(draft_path, device, target_embedding=capture.embed_weight)
     rows = sweep(
-        draft_path,
+        draft,
         capture,
         candidates,
         steps,
@@ -646,8 +645,7 @@ def detect(
             {k: [s.input_ids for s in c.sequences] for k, c in sides.items()},
         )
         verdict += match.summary(n)
-    _, tensors, _ = load(draft_path)
-    fingerprint = fc_fingerprint(spec, tensors["fc.weight"])
+    fingerprint = fc_fingerprint(spec, draft.fc.weight.detach().float().cpu())
     hinted = [r for r in fingerprint if r["hint"]]
     if hinted:
         verdict.append(f"fc.weight hint: slot {hinted[0]['slot']}: {hinted[0]['hint']}.")

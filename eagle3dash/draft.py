@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
@@ -45,6 +46,7 @@ __all__ = [
     "RMSNorm",
     "RotaryEmbedding",
     "build_draft",
+    "load_draft",
     "evaluate",
     "evaluate_capture",
     "counted_rows",
@@ -499,6 +501,27 @@ def build_draft(
         state["t2d"] = state["t2d"].to(torch.bool)
     draft.load_state_dict(state, strict=True, assign=True)
     return draft.eval().requires_grad_(False)
+
+
+def load_draft(
+    path: str | Path,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype = torch.float32,
+    target_embedding: Tensor | None = None,
+) -> Draft:
+    """A draft checkpoint built the way SGLang runs it.
+
+    SGLang replaces the draft's own embedding with the target's (set_embed) when the widths match,
+    so with the target's embedding at hand the draft's own is dropped and evaluations pass the
+    target's instead.
+    """
+    from .checkpoint import load
+
+    spec, tensors, _ = load(path)
+    if target_embedding is not None and spec.target_hidden_size == spec.hidden_size:
+        tensors.pop("embed_tokens.weight", None)
+        spec = replace(spec, has_embed=False)
+    return build_draft(spec, tensors, device=device, dtype=dtype)
 
 
 # --------------------------------------------------------------------------------------------

@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from eagle3dash.checkpoint import InspectReport, inspect, load
+from eagle3dash.checkpoint import InspectReport, inspect
 from eagle3dash.errors import InputError
 from eagle3dash.findings import Evidence, Finding, diagnose
-from eagle3dash.layout import Layout, compare, format_layout, parse_layout
+from eagle3dash.layout import compare, format_layout, parse_layout
 from eagle3dash.servebench import BenchResult, compare_to_baseline, load_prompts, run_bench
 from eagle3dash.sglang import ServerReport, SGLangClient
 
@@ -171,27 +171,13 @@ def local_tokenizer(options: DiagnoseOptions, server: ServerReport) -> Callable[
     )
 
 
-def evaluate_layout(
-    draft_path: str, capture, layout: Layout, options: DiagnoseOptions, embed_weight=None
-) -> DraftEval:
-    """Standalone draft evaluation of one layout over a capture."""
-    import torch
-
-    from eagle3dash.draft import build_draft, evaluate_capture
-
-    spec, tensors, _ = load(draft_path)
-    if embed_weight is not None and spec.target_hidden_size == spec.hidden_size:
-        # SGLang replaces the draft's embedding with the target's (set_embed) when widths match.
-        tensors.pop("embed_tokens.weight", None)
-        spec = dataclasses.replace(spec, has_embed=False)
-    draft = build_draft(spec, tensors, device=options.device, dtype=getattr(torch, options.dtype))
-    return evaluate_capture(draft, capture, layout, steps=options.steps, embed_weight=embed_weight)
-
-
 def run_diagnosis(options: DiagnoseOptions, progress: Progress | None = None) -> Diagnosis:
     """Run every stage against the endpoint and return the diagnosis with its findings."""
+    import torch
+
     from eagle3dash.capture import capture_from_sglang, read_capture, save_capture
     from eagle3dash.detective import capture_all_taps, detect
+    from eagle3dash.draft import evaluate_capture, load_draft
 
     progress = progress or _no_progress
     progress(0.0, "inspecting the checkpoint")
@@ -240,10 +226,11 @@ def run_diagnosis(options: DiagnoseOptions, progress: Progress | None = None) ->
         if options.capture_dir:
             save_capture(capture, options.capture_dir)
         embed = target_embedding(options, server)
+        draft = load_draft(options.draft, options.device, getattr(torch, options.dtype), embed)
         layout_text = format_layout(serving_layout)
         progress(0.4, f"evaluating the draft on the serving layout [{layout_text}]")
-        diagnosis.serving_eval = evaluate_layout(
-            options.draft, capture, serving_layout, options, embed
+        diagnosis.serving_eval = evaluate_capture(
+            draft, capture, serving_layout, steps=options.steps, embed_weight=embed
         )
         training_capture = None
         if options.target:
@@ -273,8 +260,8 @@ def run_diagnosis(options: DiagnoseOptions, progress: Progress | None = None) ->
         if training_capture is not None:
             layout_text = format_layout(training_layout)
             progress(0.6, f"evaluating the draft on the training layout [{layout_text}]")
-            diagnosis.training_eval = evaluate_layout(
-                options.draft, training_capture, training_layout, options, embed
+            diagnosis.training_eval = evaluate_capture(
+                draft, training_capture, training_layout, steps=options.steps, embed_weight=embed
             )
         if options.target:
             progress(0.62, "layout detective: which taps does the draft perform best with?")
@@ -287,6 +274,7 @@ def run_diagnosis(options: DiagnoseOptions, progress: Progress | None = None) ->
                 sglang_version=server.version or "0.5.23",
                 arch=arch,
                 device=options.device,
+                draft=draft,
             ).to_dict()
     elif not server.speculative:
         diagnosis.missing.append("standalone evaluation: the endpoint runs no speculative decoding")
@@ -498,18 +486,17 @@ def job_capture(params: dict, progress: Progress) -> dict:
 
 def job_draft_eval(params: dict, progress: Progress) -> dict:
     """Job kind 'draft-eval': the standalone draft over a capture under one layout."""
+    import torch
+
     from eagle3dash.capture import read_capture
+    from eagle3dash.draft import evaluate_capture, load_draft
 
     layout = parse_layout(params["layout"])
     capture = read_capture(params["capture"], layout=layout)
-    options = DiagnoseOptions(
-        draft=params["draft"],
-        endpoint="",
-        steps=params.get("steps", 5),
-        device=params.get("device", "cpu"),
-        dtype=params.get("dtype", "float32"),
-    )
-    return evaluate_layout(params["draft"], capture, layout, options).to_dict()
+    dtype = getattr(torch, params.get("dtype", "float32"))
+    draft = load_draft(params["draft"], params.get("device", "cpu"), dtype, capture.embed_weight)
+    steps = params.get("steps", 5)
+    return evaluate_capture(draft, capture, layout, steps=steps).to_dict()
 
 
 def job_detect(params: dict, progress: Progress) -> dict:

@@ -328,3 +328,14 @@ def test_served_rounds_stop_at_the_budget_like_the_server() -> None:
     leading = torch.full((20,), 3)  # every chain fully right: 4 tokens a round
     # 10 tokens: the prefill token, then rounds of 4, 4 and a last one cut to 1.
     assert served_rounds(leading, rows, steps=3, budget=10) == (10, 3)
+
+
+def test_load_draft_takes_the_targets_embedding_as_sglang_does(tmp_path) -> None:
+    from eagle3dash.checkpoint import random_tensors, save
+    from eagle3dash.draft import load_draft
+
+    spec = make_spec()
+    path = save(spec, random_tensors(spec, seed=0, with_embed=True), tmp_path / "d", "specforge")
+    assert load_draft(path).embed_tokens is not None  # nothing better at hand: its own
+    target_embedding = torch.randn(spec.vocab_size, spec.hidden_size)
+    assert load_draft(path, target_embedding=target_embedding).embed_tokens is None
