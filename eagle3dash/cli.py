@@ -295,6 +295,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
     """The layout detective: which taps the draft performs best with, from tensors."""
     from eagle3dash.capture import read_capture
     from eagle3dash.detective import detect, read_side, sweep_table
+    from eagle3dash.pipeline import prompt_ids
     from eagle3dash.servebench import load_prompts
 
     if (args.capture is None) == (args.target is None):
@@ -305,14 +306,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
     if args.prompts:
         if args.target is None:
             raise UsageError("--prompts goes with --target (a capture brings its own sequences)")
-        prompts, tokenizer = [], None
-        for prompt in load_prompts(args.prompts):
-            if prompt.input_ids is None and tokenizer is None:
-                from transformers import AutoTokenizer
-
-                tokenizer = AutoTokenizer.from_pretrained(args.target, local_files_only=True)
-            ids = prompt.input_ids or tokenizer(prompt.text)["input_ids"]  # type: ignore[misc]
-            prompts.append(list(ids))
+        prompts = prompt_ids(load_prompts(args.prompts), args.target)
     extra = {f"user layout {text}": parse_layout(text) for text in args.layout or []}
     detection = detect(
         args.draft,

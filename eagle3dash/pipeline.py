@@ -23,7 +23,13 @@ from eagle3dash.checkpoint import InspectReport, inspect
 from eagle3dash.errors import InputError
 from eagle3dash.findings import Evidence, Finding, diagnose
 from eagle3dash.layout import compare, format_layout, parse_layout
-from eagle3dash.servebench import BenchResult, compare_to_baseline, load_prompts, run_bench
+from eagle3dash.servebench import (
+    BenchResult,
+    Prompt,
+    compare_to_baseline,
+    load_prompts,
+    run_bench,
+)
 from eagle3dash.sglang import ServerReport, SGLangClient
 
 if TYPE_CHECKING:
@@ -152,23 +158,37 @@ def target_embedding(options: DiagnoseOptions, server: ServerReport):
     return None
 
 
-def local_tokenizer(options: DiagnoseOptions, server: ServerReport) -> Callable[[str], list[int]]:
-    """The target's tokenizer from a local copy, to turn text prompts into the ids SGLang sees."""
+def local_tokenizer(*paths: str | None):
+    """The first tokenizer that loads from a local copy among `paths` (never from a hub)."""
     from transformers import AutoTokenizer
 
-    for path in (options.target, server.model_path):
+    for path in paths:
         if not path:
             continue
         try:
-            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+            return AutoTokenizer.from_pretrained(path, local_files_only=True)
         except (OSError, ValueError):
             continue
-        return lambda text: list(tokenizer(text)["input_ids"])
+    tried = ", ".join(repr(p) for p in paths if p) or "none"
     raise InputError(
-        f"cannot tokenize the text prompts: no local tokenizer for {server.model_path!r}; pass "
-        "--target PATH (a local copy of the target, or just its tokenizer files) or give prompts "
-        'as token ids ({"input_ids": [...]} lines)'
+        f"cannot tokenize the text prompts: no local tokenizer (tried {tried}); pass --target "
+        "PATH (a local copy of the target, or just its tokenizer files) or give prompts as token "
+        'ids ({"input_ids": [...]} lines)'
     )
+
+
+def prompt_ids(prompts: list[Prompt], *tokenizer_paths: str | None) -> list[list[int]]:
+    """Each prompt's token ids: its own, or its text through the target's local tokenizer, so
+    the ids are the ones SGLang sees."""
+    tokenizer = None
+    out = []
+    for prompt in prompts:
+        if prompt.input_ids is not None:
+            out.append(list(prompt.input_ids))
+            continue
+        tokenizer = tokenizer or local_tokenizer(*tokenizer_paths)
+        out.append(list(tokenizer(prompt.text)["input_ids"]))
+    return out
 
 
 def run_diagnosis(options: DiagnoseOptions, progress: Progress | None = None) -> Diagnosis:
@@ -212,13 +232,11 @@ def run_diagnosis(options: DiagnoseOptions, progress: Progress | None = None) ->
     prompts = load_prompts(options.prompts)[: options.num_prompts]
     if server.speculative and server.enable_return_hidden_states and not layouts["serving"].error:
         progress(0.1, "capturing the aux states the server feeds the draft")
-        needs_tokenizer = any(p.input_ids is None for p in prompts)
         capture = capture_from_sglang(
             client,
-            [list(p.input_ids) if p.input_ids is not None else p.text for p in prompts],
+            prompt_ids(prompts, options.target, server.model_path),
             serving_layout,
             max_new_tokens=options.max_new_tokens,
-            tokenize=local_tokenizer(options, server) if needs_tokenizer else None,
             report=server,
             progress=lambda done, total: progress(0.1 + 0.3 * done / total, "capturing"),
             warn=diagnosis.warnings.append,
@@ -474,7 +492,7 @@ def job_capture(params: dict, progress: Progress) -> dict:
     warnings: list[str] = []
     capture = capture_from_sglang(
         client,
-        [list(p.input_ids) if p.input_ids is not None else p.text for p in prompts],
+        prompt_ids(prompts, params.get("target"), client.probe().model_path),
         parse_layout(params["layout"]),
         max_new_tokens=params.get("max_new_tokens", 64),
         progress=lambda done, total: progress(done / total, "capturing"),

@@ -168,3 +168,20 @@ def test_a_failing_diagnose_job_fails_its_run(models, tmp_path) -> None:
     jobs.run_worker(home.home, poll_interval=0.05, once=True)
     run = store.get_run(home, run_id)
     assert run["status"] == "failed" and "cannot connect" in run["error"]
+
+
+def test_prompt_ids_tokenize_text_with_the_local_target_only(models, tmp_path) -> None:
+    from eagle3dash.errors import InputError
+    from eagle3dash.pipeline import prompt_ids
+    from eagle3dash.servebench import Prompt
+
+    ids_only = [Prompt(text="", input_ids=(5, 6, 7))]
+    assert prompt_ids(ids_only) == [[5, 6, 7]]  # no tokenizer needed, none looked for
+    text = [Prompt(text="hi!"), *ids_only]
+    # The tiny target's tokenizer is byte-level: the ids are the UTF-8 bytes.
+    assert prompt_ids(text, str(tmp_path / "nothing"), str(models["target"])) == [
+        list(b"hi!"),
+        [5, 6, 7],
+    ]
+    with pytest.raises(InputError, match="--target PATH"):
+        prompt_ids(text, str(tmp_path / "nothing"))
