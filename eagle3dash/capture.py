@@ -925,17 +925,13 @@ def _split_serving(
     return ht, {tap: block[:, i * ht : (i + 1) * ht].clone() for i, tap in enumerate(taps)}
 
 
-def _prompt_ids(prompt: object, i: int, tokenize: Callable[[str], list[int]] | None) -> list[int]:
+def _prompt_ids(prompt: object, i: int) -> list[int]:
     if isinstance(prompt, str):
-        if tokenize is None:
-            raise CaptureError(
-                f"prompt {i} is text: the capture needs token ids so the rows line up with tokens. "
-                "Pass token-id prompts, or tokenize= the target's tokenizer (e.g. "
-                "AutoTokenizer.from_pretrained(model_path).encode)"
-            )
-        ids = list(tokenize(prompt))
-    else:
-        ids = _as_id_list(prompt, i)
+        raise CaptureError(
+            f"prompt {i} is text: the capture needs token ids so the rows line up with tokens "
+            "(pipeline.prompt_ids turns text into ids with the target's local tokenizer)"
+        )
+    ids = _as_id_list(prompt, i)
     if not ids:
         raise CaptureError(f"prompt {i} has no tokens")
     return [int(t) for t in ids]
@@ -943,20 +939,18 @@ def _prompt_ids(prompt: object, i: int, tokenize: Callable[[str], list[int]] | N
 
 def capture_from_sglang(
     client: SGLangClient,
-    prompts: list[list[int]] | list[str],
+    prompts: list[list[int]],
     serving_layout: Layout,
     max_new_tokens: int = 64,
     progress: Progress | None = None,
     warn: Warn = None,
     *,
-    tokenize: Callable[[str], list[int]] | None = None,
     hidden_size: int | None = None,
     report: ServerReport | None = None,
 ) -> Capture:
     """The aux states an SGLang server really feeds its EAGLE-3 draft, for greedy completions.
 
-    Per prompt (token ids; text prompts need `tokenize`, the target's tokenizer, because the
-    rows must line up with known token ids):
+    Per prompt (token ids, so the rows line up with known tokens):
     (a) a greedy completion of `max_new_tokens` (ignore_eos) -> tokens = prompt + completion;
     (b) /flush_cache (a radix-cache hit would drop or shift rows), then /generate on `tokens`
         with max_new_tokens=1 and return_hidden_states; meta_info.hidden_states[0], the prefill
@@ -994,7 +988,7 @@ def capture_from_sglang(
         )
     if not prompts:
         raise CaptureError("capture_from_sglang: no prompts")
-    ids_list = [_prompt_ids(p, i, tokenize) for i, p in enumerate(prompts)]
+    ids_list = [_prompt_ids(p, i) for i, p in enumerate(prompts)]
     said: list[str] = []
     emit = _warner(warn, said)
     report = report or client.probe()
@@ -1090,13 +1084,12 @@ def capture_from_sglang(
 
 def capture_aux_layers_from_sglang(
     client: SGLangClient,
-    prompts: list[list[int]] | list[str],
+    prompts: list[list[int]],
     num_target_layers: int,
     max_new_tokens: int = 64,
     progress: Progress | None = None,
     warn: Warn = None,
     *,
-    tokenize: Callable[[str], list[int]] | None = None,
     hidden_size: int | None = None,
     arch: str | None = None,
 ) -> Capture:
@@ -1148,7 +1141,6 @@ def capture_aux_layers_from_sglang(
         max_new_tokens,
         progress,
         warn,
-        tokenize=tokenize,
         hidden_size=hidden_size,
         report=report,
     )

@@ -366,19 +366,13 @@ def test_capture_from_sglang_splits_taps_and_keeps_tokens(tmp_path):
         assert all(torch.equal(a.states[t], b.states[t]) for t in cap.taps)
 
 
-def test_capture_from_sglang_text_prompts_need_a_tokenizer():
+def test_capture_from_sglang_takes_token_ids_and_says_so_for_text():
     with running(FakeSGLang()) as client:
-        with pytest.raises(CaptureError, match="tokenize="):
+        with pytest.raises(CaptureError, match="token ids"):
             capture_from_sglang(client, ["hello"], (Tap(1), Tap(2), Tap(3)), warn=[])
-        cap = capture_from_sglang(
-            client,
-            ["ab"],
-            (Tap(1), Tap(2), Tap(3)),
-            max_new_tokens=3,
-            warn=[],
-            tokenize=lambda s: [ord(ch) % V for ch in s],
-        )
-    assert cap.sequences[0].input_ids.tolist()[:2] == [ord("a") % V, ord("b") % V]
+        ids = [ord("a") % V, ord("b") % V]
+        cap = capture_from_sglang(client, [ids], (Tap(1), Tap(2), Tap(3)), 3, warn=[])
+    assert cap.sequences[0].input_ids.tolist()[:2] == ids
 
 
 def test_old_server_warns_about_truncation():
