@@ -41,6 +41,7 @@ from torch import Tensor
 
 from .errors import InputError
 from .layout import Layout, Tap, format_layout
+from .sglang_rules import DEFAULT_SGLANG_VERSION, HIDDEN_STATES_FIX, capture_layout, parse_version
 
 if TYPE_CHECKING:
     from .sglang import GenerateResult, ServerReport, SGLangClient
@@ -797,7 +798,6 @@ def capture_with_transformers(
 # Capture from an SGLang endpoint (the states serving really feeds the draft)
 # --------------------------------------------------------------------------------------------
 
-HIDDEN_STATES_FIXED_IN = (0, 5, 20)  # issue #26163: truncation under speculative decoding
 Warn = Callable[[str], None] | list[str] | None
 
 
@@ -818,7 +818,6 @@ def _warner(warn: Warn, sink: list[str]) -> Callable[[str], None]:
 
 
 def _check_version(version: str | None, url: str, emit: Callable[[str], None]) -> None:
-    from .layout import parse_version
 
     old = (
         "SGLang before 0.5.20 truncates or misattributes the per-token hidden states of decode "
@@ -833,7 +832,7 @@ def _check_version(version: str | None, url: str, emit: Callable[[str], None]) -
     except ValueError as e:
         emit(f"{url}: {e}; {old}")
         return
-    if parsed < HIDDEN_STATES_FIXED_IN:
+    if parsed < HIDDEN_STATES_FIX:
         emit(f"{url} runs SGLang {version}: {old}")
 
 
@@ -1104,7 +1103,6 @@ def capture_aux_layers_from_sglang(
     the same set_eagle3_layers_to_capture as a draft's eagle_config ids; a warning says so and
     meta["layout_rule"] records the rule used. target_ids / loss_mask as in capture_from_sglang.
     """
-    from .layout import _sglang_result
 
     report = client.probe()
     if not report.enable_return_aux_hidden_states:
@@ -1117,10 +1115,10 @@ def capture_aux_layers_from_sglang(
     ids = report.return_aux_hidden_state_layer_ids
     family = arch or (report.architectures[0] if report.architectures else "llama")
     try:
-        result = _sglang_result(
+        result = capture_layout(
             num_target_layers,
             tuple(int(i) for i in ids) if ids else None,
-            report.version or "0.5.23",
+            report.version or DEFAULT_SGLANG_VERSION,
             family,
         )
     except ValueError as e:

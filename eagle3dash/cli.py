@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from eagle3dash.errors import InputError
 from eagle3dash.layout import format_layout, parse_layout
+from eagle3dash.sglang_rules import DEFAULT_SGLANG_VERSION
 
 
 class UsageError(InputError):
@@ -73,12 +74,13 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def cmd_layout(args: argparse.Namespace) -> int:
     """Training and serving layouts of a draft, and their diff."""
     from eagle3dash.checkpoint import inspect
-    from eagle3dash.layout import compare, describe_tap
+    from eagle3dash.layout import describe_tap
+    from eagle3dash.prediction import predict_layouts
 
     spec = inspect(args.draft).spec
     override = parse_layout(args.training_layout) if args.training_layout else None
     try:
-        result = compare(
+        result = predict_layouts(
             spec,
             args.target_layers,
             trainer=args.trainer,
@@ -92,17 +94,17 @@ def cmd_layout(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(
             {
-                "training": [t.to_dict() for t in result["training"].layout],
-                "serving": [t.to_dict() for t in result["serving"].layout],
-                "diff": result["diff"].to_dict(),
-                "training_rule": result["training"].to_dict(),
-                "serving_rule": result["serving"].to_dict(),
+                "training": [t.to_dict() for t in result.training.layout],
+                "serving": [t.to_dict() for t in result.serving.layout],
+                "diff": result.diff.to_dict(),
+                "training_rule": result.training.to_dict(),
+                "serving_rule": result.serving.to_dict(),
             }
         )
         return 0
     n = args.target_layers
     for side in ("training", "serving"):
-        res = result[side]
+        res = getattr(result, side)
         print(f"{side}: [{', '.join(str(t) for t in res.layout)}]")
         print(f"  rule: {res.rule}")
         if res.decode_layout is not None:
@@ -111,7 +113,7 @@ def cmd_layout(args: argparse.Namespace) -> int:
             print(f"  note: {note}")
         if res.error:
             print(f"  error: {res.error}")
-    d = result["diff"]
+    d = result.diff
     print(f"diff: {d.kind}: {d.summary}")
     for slot in d.to_dict()["slots"]:
         mark = "  " if slot["same"] else "!="
@@ -375,7 +377,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target-layers", type=int, required=True, help="target decoder layers N")
     p.add_argument("--trainer", help="specforge, specforge-sglang, speculators, eagle, hf-index")
     p.add_argument("--training-layout", help="taps the training data really used, e.g. 0,3,31")
-    p.add_argument("--sglang-version", default="0.5.23", help="serving SGLang version")
+    p.add_argument(
+        "--sglang-version", default=DEFAULT_SGLANG_VERSION, help="serving SGLang version"
+    )
     p.add_argument("--arch", default="llama", help="target architecture, e.g. llama, kimi")
     p.add_argument("--no-cuda-graph", action="store_true", help="server runs without CUDA graphs")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -439,7 +443,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="NAME=PATH[@LAYOUT]: a training dump or serving capture to match slot by slot",
     )
     p.add_argument("--target-layers", type=int, help="target depth N (else from the capture)")
-    p.add_argument("--sglang-version", default="0.5.23", help="serving SGLang version")
+    p.add_argument(
+        "--sglang-version", default=DEFAULT_SGLANG_VERSION, help="serving SGLang version"
+    )
     p.add_argument("--arch", default="llama", help="target architecture, e.g. llama, kimi")
     p.add_argument("--steps", type=int, default=4, help="chain draft steps S")
     p.add_argument("--device", default="cpu", help="cpu or cuda")

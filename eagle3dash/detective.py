@@ -25,19 +25,22 @@ from eagle3dash.checkpoint import inspect
 from eagle3dash.errors import InputError
 from eagle3dash.layout import (
     CONVENTIONS,
-    TRAINERS,
     Layout,
     Tap,
-    config_ids_for,
     convert,
     default_layout,
     describe_tap,
     diff,
     format_layout,
+)
+from eagle3dash.sglang_rules import (
+    DEFAULT_SGLANG_VERSION,
+    find_fix,
     serving_layout,
-    training_layout,
+    try_parse_version,
 )
 from eagle3dash.spec import DraftSpec
+from eagle3dash.trainers import TRAINERS, training_layout
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -84,7 +87,7 @@ def candidate_layouts(
     spec: DraftSpec,
     num_layers: int,
     extra: Mapping[str, Layout] | list[Layout] | tuple = (),
-    sglang_version: str = "0.5.23",
+    sglang_version: str = DEFAULT_SGLANG_VERSION,
     arch: str = "llama",
 ) -> dict[str, Layout]:
     """Candidate layouts by origin (config ids under each convention, +-1, with/without the
@@ -585,7 +588,7 @@ def detect(
     steps: int = 4,
     sides: Mapping[str, Capture] | None = None,
     num_layers: int | None = None,
-    sglang_version: str = "0.5.23",
+    sglang_version: str = DEFAULT_SGLANG_VERSION,
     arch: str = "llama",
     device: str = "cpu",
     progress: Progress | None = None,
@@ -634,7 +637,7 @@ def detect(
         served = serving_layout(spec, n, sglang_version, arch)
         serving = served.layout if served.error is None else None
         if serving != rows[0].layout:
-            fix = config_ids_for(rows[0].layout, spec, n, sglang_version, arch)
+            fix = find_fix(rows[0].layout, spec, n, try_parse_version(sglang_version), arch).ids
     verdict = _verdict(rows, n, serving, sglang_version, fix)
     match = None
     if sides:

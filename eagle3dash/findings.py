@@ -16,34 +16,39 @@ import json
 import os
 import re
 import socket
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from eagle3dash.layout import (
-    CUDA_GRAPH_FIX,
-    EMBEDDING_CAPTURE_SINCE,
-    LAST_KNOWN_SGLANG,
     Layout,
     LayoutDiff,
-    Tap,
-    arch_family,
-    config_ids_for,
     default_layout,
     describe_tap,
     format_layout,
     parse_layout,
-    parse_version,
-    serving_layout,
-    training_layout,
 )
+from eagle3dash.sglang_rules import (
+    DEFAULT_SGLANG_VERSION,
+    DRAFT_QUANT_FLAG_SINCE,
+    EAGLE31_SINCE,
+    HIDDEN_STATES_FIX,
+    NORM_BEFORE_FC_SINCE,
+    arch_family,
+    find_fix,
+    serving_layout,
+    try_parse_version,
+    version_text,
+)
+from eagle3dash.trainers import training_layout
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from eagle3dash.checkpoint import InspectReport
     from eagle3dash.metrics import DraftEval
+    from eagle3dash.prediction import LayoutComparison
     from eagle3dash.servebench import BenchResult
     from eagle3dash.sglang import ServerReport
     from eagle3dash.spec import DraftSpec
@@ -53,28 +58,6 @@ __all__ = ["RULES", "SEVERITIES", "Evidence", "Finding", "diagnose"]
 SEVERITIES = ("critical", "warning", "info")
 
 # Releases read for research/sglang-eagle3.md (§0); the fix search looks for upgrades among them.
-KNOWN_SGLANG_VERSIONS = (
-    "0.5.4",
-    "0.5.5",
-    "0.5.6",
-    "0.5.8",
-    "0.5.9",
-    "0.5.10",
-    "0.5.11",
-    "0.5.12",
-    "0.5.13",
-    "0.5.14",
-    "0.5.15",
-    "0.5.16",
-    "0.5.20",
-    "0.5.21",
-    "0.5.22",
-    "0.5.23",
-)
-EAGLE31_SINCE = (0, 5, 12)  # fc_norm / norm_output in llama_eagle3.py (SG §1.5)
-NORM_BEFORE_FC_SINCE = (0, 5, 20)  # eagle_config.norm_before_fc (SG §1.5)
-DRAFT_QUANT_FLAG_SINCE = (0, 5, 8)  # --speculative-draft-model-quantization (SG §3.1)
-HIDDEN_STATES_FIX = (0, 5, 20)  # per-accepted-token rows under speculation (SG §2.2, #26163)
 
 
 @dataclass(frozen=True)
@@ -113,7 +96,7 @@ class Evidence:
     num_target_layers: int | None = None  # N, the target's decoder blocks
     arch: str | None = None  # target architecture ("kimi", "DeepseekV3ForCausalLM", ...)
     server: ServerReport | None = None
-    layouts: dict | None = None  # layout.compare(...) output
+    layouts: LayoutComparison | None = None  # the config's prediction
     training_eval: DraftEval | None = None  # draft over the training layout
     serving_eval: DraftEval | None = None  # draft over the serving layout
     measured: BenchResult | None = None  # the endpoint under diagnosis
@@ -137,12 +120,12 @@ class Evidence:
     def version(self) -> str | None:
         """The serving SGLang version as text, None when unknown or unparseable."""
         text = self.sglang_version or (self.server.version if self.server is not None else None)
-        return text if text and _vt(text) is not None else None
+        return text if text and try_parse_version(text) is not None else None
 
     def version_tuple(self) -> tuple[int, int, int] | None:
         """The serving SGLang version, parsed."""
         text = self.version()
-        return _vt(text) if text else None
+        return try_parse_version(text) if text else None
 
     def arch_name(self) -> str:
         """The target architecture: given, else the server's, else 'llama'."""
@@ -163,17 +146,6 @@ class Evidence:
 
 # ---------------------------------------------------------------------------------------------
 # Helpers.
-
-
-def _vt(text: str) -> tuple[int, int, int] | None:
-    try:
-        return parse_version(text)
-    except ValueError:
-        return None
-
-
-def _vstr(version: tuple[int, int, int]) -> str:
-    return ".".join(map(str, version))
 
 
 def _ids_json(ids: list[int] | tuple[int, ...]) -> str:
@@ -267,58 +239,12 @@ def _raw_config(report: InspectReport | None) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def _why_not_capturable(
-    target: Layout, num_layers: int, version: tuple[int, int, int], arch: str, cuda_graph: bool
-) -> str:
-    """Why no config ids make this SGLang version capture `target` (best effort, one clause)."""
-    family = arch_family(arch)
-    v = _vstr(version)
-    if any(t.post_norm for t in target):
-        return "SGLang captures pre-norm residual streams only, never the final-normed output"
-    if any(t.depth >= num_layers for t in target) and family != "gpt-oss":
-        return "SGLang never captures the last block's output (nothing follows the last layer)"
-    if list(target) != sorted(target):
-        return "SGLang captures in layer order, and these slots are not"
-    since = EMBEDDING_CAPTURE_SINCE[family]
-    if Tap(0) in target and version < since:
-        return (
-            f"SGLang {v} cannot capture the embedding output for {family}-family targets "
-            f"(it crashes on `hidden_states + None`; capturable from {_vstr(since)})"
-        )
-    if cuda_graph and version < CUDA_GRAPH_FIX and tuple(target) != default_layout(num_layers):
-        return (
-            f"on SGLang {v} CUDA-graph decode steps capture the default layers whatever the ids "
-            "(PR #22836, fixed in 0.5.11)"
-        )
-    if family == "deepseek" and version >= (0, 5, 13) and target and target[0].depth == 1:
-        return (
-            f"SGLang {v} (first-id rule, PR #25454) reads a first id of 1 as 'output of layer 1' "
-            "and 0 as the embedding, so the state after block 1 cannot lead the list"
-        )
-    return f"no eagle_config ids make SGLang {v} capture exactly these taps"
-
-
-def _first_version_with(
-    target: Layout, spec: DraftSpec, num_layers: int, after: tuple[int, int, int], arch: str
-) -> tuple[str, list[int], list[int] | None] | None:
-    """(first known version after `after` that can capture target, its ids, 0.5.23's ids)."""
-    for text in KNOWN_SGLANG_VERSIONS:
-        if parse_version(text) <= after:
-            continue
-        ids = config_ids_for(target, spec, num_layers, text, arch, True)
-        if ids is not None:
-            last = config_ids_for(target, spec, num_layers, _vstr(LAST_KNOWN_SGLANG), arch, True)
-            return text, ids, last
-    return None
-
-
 def _layout_fix(e: Evidence, target: Layout, serving: Layout | None) -> tuple[str, dict]:
     """The concrete fix that makes this server feed `target`, and its data.
 
     data: config_ids (and sglang_version, when an upgrade is needed); empty when impossible.
     """
     spec, n = e.spec, e.num_target_layers
-    version, arch = e.version_tuple(), e.arch_name()
     if spec is None or n is None:
         return (
             "Set eagle_config.eagle_aux_hidden_state_layer_ids in the draft's config.json to the "
@@ -326,23 +252,18 @@ def _layout_fix(e: Evidence, target: Layout, serving: Layout | None) -> tuple[st
             "layer count for the exact ids.",
             {},
         )
-    assumed = ""
-    if version is None:
-        version = LAST_KNOWN_SGLANG
-        assumed = " (assumed: the server's version is unknown)"
-    spec = replace(spec, use_aux_hidden_state=True)
-    aux_on = "" if e.spec.use_aux_hidden_state else ', "use_aux_hidden_state": true'
-    v = _vstr(version)
+    fix = find_fix(target, spec, n, e.version_tuple(), e.arch_name(), e.cuda_graph())
+    assumed = " (assumed: the server's version is unknown)" if fix.version_assumed else ""
+    aux_on = "" if spec.use_aux_hidden_state else ', "use_aux_hidden_state": true'
+    v = version_text(fix.version)
     phrase = _taps_phrase(target, n)
-    ids = config_ids_for(target, spec, n, v, arch, e.cuda_graph())
-    if ids is not None:
-        cfg = _eagle_config_json(ids)[:-1] + aux_on + "}"
+    if fix.ids is not None:
+        cfg = _eagle_config_json(fix.ids)[:-1] + aux_on + "}"
         return (
             f"Set {cfg} in the draft's config.json and restart the server: SGLang {v}{assumed} "
             f"then captures {phrase}.",
-            {"config_ids": ids, "sglang_version": v},
+            {"config_ids": fix.ids, "sglang_version": v},
         )
-    why = _why_not_capturable(target, n, version, arch, e.cuda_graph())
     retrain = (
         f"retrain the draft on the layers serving can feed ({_taps_phrase(serving, n)})"
         if serving
@@ -351,29 +272,26 @@ def _layout_fix(e: Evidence, target: Layout, serving: Layout | None) -> tuple[st
     )
     options = []
     data: dict = {}
-    if e.cuda_graph() and version < CUDA_GRAPH_FIX:
-        eager = config_ids_for(target, spec, n, v, arch, cuda_graph=False)
-        if eager is not None:
-            options.append(
-                f"keep SGLang {v} but restart with --disable-cuda-graph (slow) and "
-                f"{_eagle_config_json(eager)} in config.json"
-            )
-    upgrade = _first_version_with(target, spec, n, version, arch)
-    if upgrade is not None:
-        first, up_ids, last_ids = upgrade
+    if fix.upgrade_version is not None:
+        up_ids = fix.upgrade_ids or []
         later = (
-            f"SGLang {first} or later"
-            if last_ids == up_ids
-            else f"SGLang {first} (on {_vstr(LAST_KNOWN_SGLANG)} use {_ids_json(last_ids or [])})"
+            f"SGLang {fix.upgrade_version} or later"
+            if fix.newest_ids == up_ids
+            else f"SGLang {fix.upgrade_version} (on {DEFAULT_SGLANG_VERSION} use "
+            f"{_ids_json(fix.newest_ids or [])})"
         )
-        options.insert(
-            0,
+        options.append(
             f"upgrade to {later} and set {_eagle_config_json(up_ids)[:-1] + aux_on + '}'} in the "
-            "draft's config.json",
+            "draft's config.json"
         )
-        data = {"config_ids": up_ids, "sglang_version": first}
+        data = {"config_ids": up_ids, "sglang_version": fix.upgrade_version}
+    if fix.eager_ids is not None:
+        options.append(
+            f"keep SGLang {v} but restart with --disable-cuda-graph (slow) and "
+            f"{_eagle_config_json(fix.eager_ids)} in config.json"
+        )
     options.append(retrain)
-    text = f"No ids reproduce the training taps on SGLang {v}{assumed}: {why}. "
+    text = f"No ids reproduce the training taps on SGLang {v}{assumed}: {fix.why_not}. "
     text += "Either " + "; or ".join(options) + "."
     return text, data
 
@@ -402,11 +320,11 @@ def rule_layout_mismatch(e: Evidence) -> list[Finding]:
     SG §1.1-1.4 and §7.2 (SGLang's id rules by version and architecture), DL §4 and §6.2 items
     1-3 (convention off-by-one, silent defaults, ids in the wrong place).
     """
-    if not e.layouts or e.layouts.get("diff") is None:
+    if e.layouts is None:
         return []
-    d: LayoutDiff = e.layouts["diff"]
-    serving = e.layouts.get("serving")
-    training = e.layouts.get("training")
+    d: LayoutDiff = e.layouts.diff
+    serving = e.layouts.serving
+    training = e.layouts.training
     error = serving.error if serving is not None else None
     if d.kind == "identical" and error is None:
         return []
@@ -450,11 +368,11 @@ def rule_detected_layout(e: Evidence) -> list[Finding]:
     with other ids than the config says, conventions shifted by one). The layout detective's
     sweep over one all-taps capture says which taps the draft was really trained on.
     """
-    if e.detection is None or not e.layouts or e.layouts.get("training") is None:
+    if e.detection is None or e.layouts is None:
         return []
     det = e.detection
     best = parse_layout(det["best"])
-    claimed = tuple(e.layouts["training"].layout)
+    claimed = tuple(e.layouts.training.layout)
     if best == claimed:
         return []
     n = e.num_target_layers or det["num_target_layers"]
@@ -466,8 +384,8 @@ def rule_detected_layout(e: Evidence) -> list[Finding]:
         if mine is not None
         else ""
     )
-    serving = e.layouts.get("serving")
-    fed = tuple(serving.layout) if serving is not None else None
+    serving = e.layouts.serving
+    fed = tuple(serving.layout)
     severity = "critical" if fed is not None and fed != best else "warning"
     fix_ids = det.get("fix_ids")
     fix = (
@@ -548,8 +466,8 @@ def rule_aux_ids_not_read(e: Evidence) -> list[Finding]:
         return []
     n = e.num_target_layers
     training: Layout | None = None
-    if e.layouts and e.layouts.get("training") is not None:
-        training = e.layouts["training"].layout
+    if e.layouts is not None:
+        training = e.layouts.training.layout
     elif n is not None:
         try:
             training = training_layout(spec, n, e.trainer, arch=e.arch_name()).layout
@@ -608,10 +526,9 @@ def rule_capture_rule_version(e: Evidence) -> list[Finding]:
     out: list[Finding] = []
     n = e.num_target_layers
     v = e.version() or "(version unknown)"
-    dd = e.layouts.get("decode_diff") if e.layouts else None
+    dd = e.layouts.decode_diff if e.layouts else None
     if dd is not None and dd.kind != "identical" and e.cuda_graph():
-        serving = e.layouts.get("serving")
-        prefill = serving.layout if serving is not None else ()
+        prefill = e.layouts.serving.layout
         fix = "Upgrade SGLang to 0.5.11 or later (PR #22836 sets the ids before graph capture)"
         fix += "; or restart with --disable-cuda-graph (slow)"
         if n is not None:
@@ -635,7 +552,7 @@ def rule_capture_rule_version(e: Evidence) -> list[Finding]:
         )
     spec, version = e.spec, e.version_tuple()
     tv_text = e.training_sglang_version
-    tv = _vt(tv_text) if tv_text else None
+    tv = try_parse_version(tv_text) if tv_text else None
     if (
         spec is not None
         and n is not None

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING
 from eagle3dash.checkpoint import InspectReport, inspect
 from eagle3dash.errors import InputError
 from eagle3dash.findings import Evidence, Finding, diagnose
-from eagle3dash.layout import compare, format_layout, parse_layout
+from eagle3dash.layout import format_layout, parse_layout
+from eagle3dash.prediction import LayoutComparison, predict_layouts
 from eagle3dash.servebench import (
     BenchResult,
     Prompt,
@@ -31,6 +32,7 @@ from eagle3dash.servebench import (
     run_bench,
 )
 from eagle3dash.sglang import ServerReport, SGLangClient
+from eagle3dash.sglang_rules import DEFAULT_SGLANG_VERSION
 
 if TYPE_CHECKING:
     from eagle3dash.metrics import DraftEval
@@ -76,7 +78,7 @@ class Diagnosis:
     server: ServerReport
     num_target_layers: int
     arch: str
-    layouts: dict
+    layouts: LayoutComparison
     server_steps: int | None = None
     training_eval: DraftEval | None = None
     serving_eval: DraftEval | None = None
@@ -89,7 +91,7 @@ class Diagnosis:
 
     def side(self, name: str) -> dict:
         """One side of the side-by-side table: layout, evaluation and simulated accept length."""
-        result = self.layouts[name]
+        result = getattr(self.layouts, name)
         ev = self.training_eval if name == "training" else self.serving_eval
         out = {
             "layout": [t.to_dict() for t in result.layout],
@@ -121,7 +123,7 @@ class Diagnosis:
             "measured": self.measured.to_dict() if self.measured else None,
             "baseline": self.baseline.to_dict() if self.baseline else None,
             "speedup": speedup,
-            "layout_diff": self.layouts["diff"].to_dict(),
+            "layout_diff": self.layouts.diff.to_dict(),
             "detective": self.detection,
             "num_target_layers": self.num_target_layers,
             "arch": self.arch,
@@ -208,11 +210,11 @@ def run_diagnosis(options: DiagnoseOptions, progress: Progress | None = None) ->
     depth = target_depth(options, server)
     arch = options.arch or (server.architectures or [None])[0] or server.model_type or "llama"
     override = parse_layout(options.training_layout) if options.training_layout else None
-    layouts = compare(
+    layouts = predict_layouts(
         report.spec,
         depth,
         trainer=options.trainer,
-        sglang_version=server.version or "0.5.23",
+        sglang_version=server.version or DEFAULT_SGLANG_VERSION,
         arch=arch,
         cuda_graph=not server.disable_cuda_graph,
         training_override=override,
@@ -226,11 +228,11 @@ def run_diagnosis(options: DiagnoseOptions, progress: Progress | None = None) ->
         layouts=layouts,
         server_steps=server.speculative.num_steps if server.speculative else None,
     )
-    training_layout = layouts["training"].layout
-    serving_layout = layouts["serving"].layout
+    training_layout = layouts.training.layout
+    serving_layout = layouts.serving.layout
 
     prompts = load_prompts(options.prompts)[: options.num_prompts]
-    if server.speculative and server.enable_return_hidden_states and not layouts["serving"].error:
+    if server.speculative and server.enable_return_hidden_states and not layouts.serving.error:
         progress(0.1, "capturing the aux states the server feeds the draft")
         capture = capture_from_sglang(
             client,
@@ -289,7 +291,7 @@ def run_diagnosis(options: DiagnoseOptions, progress: Progress | None = None) ->
                 steps=options.steps,
                 sides={"serving": capture},
                 num_layers=depth,
-                sglang_version=server.version or "0.5.23",
+                sglang_version=server.version or DEFAULT_SGLANG_VERSION,
                 arch=arch,
                 device=options.device,
                 draft=draft,
@@ -302,7 +304,7 @@ def run_diagnosis(options: DiagnoseOptions, progress: Progress | None = None) ->
             "--enable-return-hidden-states so the states it feeds the draft can be captured"
         )
     else:
-        diagnosis.missing.append(f"serving capture: {layouts['serving'].error}")
+        diagnosis.missing.append(f"serving capture: {layouts.serving.error}")
 
     progress(0.7, f"benchmarking {options.endpoint}")
     bench_prompts = prompts
@@ -387,13 +389,13 @@ def record_diagnosis(store: Store, run_id: int, diagnosis: Diagnosis) -> None:
 
     n = diagnosis.num_target_layers
     for side in ("training", "serving"):
-        result = diagnosis.layouts[side]
+        result = getattr(diagnosis.layouts, side)
         taps = [
             {"depth": t.depth, "post_norm": t.post_norm, "description": describe_tap(t, n)}
             for t in result.layout
         ]
         db.save_layouts(store, run_id, side, taps)
-    decode = diagnosis.layouts["serving"].decode_layout
+    decode = diagnosis.layouts.serving.decode_layout
     if decode is not None:
         taps = [{"depth": t.depth, "post_norm": t.post_norm} for t in decode]
         db.save_layouts(store, run_id, "decode", taps)
@@ -533,7 +535,7 @@ def job_detect(params: dict, progress: Progress) -> dict:
         steps=params.get("steps", 4),
         sides=sides or None,
         num_layers=params.get("target_layers"),
-        sglang_version=params.get("sglang_version", "0.5.23"),
+        sglang_version=params.get("sglang_version", DEFAULT_SGLANG_VERSION),
         arch=params.get("arch", "llama"),
         device=params.get("device", "cpu"),
         progress=progress,

@@ -88,13 +88,8 @@ from torch import Tensor
 from . import checkpoint
 from .draft import Draft, build_draft
 from .errors import InputError
-from .layout import (
-    USE_AUX_FLAG_SINCE,
-    Layout,
-    format_layout,
-    parse_version,
-    serving_layout,
-)
+from .layout import Layout, format_layout
+from .sglang_rules import DEFAULT_SGLANG_VERSION, USE_AUX_FLAG_SINCE, parse_version, serving_layout
 from .spec import DraftSpec
 
 __all__ = [
@@ -152,7 +147,7 @@ class DoubleConfig:
     num_steps: int = 3
     eagle_topk: int = 1
     num_draft_tokens: int = 4
-    sglang_version: str = "0.5.23"
+    sglang_version: str = DEFAULT_SGLANG_VERSION
     arch: str | None = None
     cuda_graph: bool = True
     enable_return_hidden_states: bool = False
@@ -1106,7 +1101,9 @@ def main(argv: list[str] | None = None) -> int:
         choices=[*ALGORITHMS, "none"],
         help="speculative algorithm (default: EAGLE3 with --draft, else none)",
     )
-    p.add_argument("--sglang-version", default="0.5.23", help="capture rules to emulate")
+    p.add_argument(
+        "--sglang-version", default=DEFAULT_SGLANG_VERSION, help="capture rules to emulate"
+    )
     p.add_argument("--arch", help="target architecture for the rules (default: from its config)")
     p.add_argument("--aux-layer-ids", type=_parse_ids, help="pretend eagle_config ids, e.g. 1,2,3")
     p.add_argument("--num-steps", type=int, default=3)

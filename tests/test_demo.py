@@ -25,7 +25,9 @@ from eagle3dash.demo.language import (
 )
 from eagle3dash.demo.train import step_tokens, ttt_forward
 from eagle3dash.draft import build_draft, evaluate_capture
-from eagle3dash.layout import Tap, config_ids_for, serving_layout, training_layout
+from eagle3dash.layout import Tap
+from eagle3dash.sglang_rules import config_ids_for, serving_layout
+from eagle3dash.trainers import training_layout
 
 A_TRAIN = (Tap(0), Tap(1), Tap(2))
 SHIFTED = (Tap(1), Tap(2), Tap(3))
@@ -286,7 +288,7 @@ def test_the_detective_catches_a_config_that_lies(tmp_path):
             )
         )
     # As SpecForge would read them, the ids [0, 1, 2] mean the taps SGLang feeds: no mismatch...
-    assert diagnosis.layouts["diff"].kind == "identical"
+    assert diagnosis.layouts.diff.kind == "identical"
     # ...but the draft performs best with [embedding, L1, L2], and the finding says so first.
     assert diagnosis.detection["best"] == "0,1,2"
     first = diagnosis.findings[0]

@@ -19,7 +19,9 @@ import pytest
 
 from eagle3dash.checkpoint import InspectReport
 from eagle3dash.findings import RULES, SEVERITIES, Evidence, Finding, diagnose
-from eagle3dash.layout import Tap, compare, serving_layout
+from eagle3dash.layout import Tap
+from eagle3dash.prediction import predict_layouts
+from eagle3dash.sglang_rules import serving_layout
 from eagle3dash.spec import DraftSpec
 from tests.specs import tiny_spec
 
@@ -153,7 +155,9 @@ SEED_TRAINING = (Tap(0), Tap(3), Tap(31))
 def seed(version: str, **kw) -> Evidence:
     """The incident: SpecForge draft, nested ids [2,30,58], trained on emb + after 3 and 31."""
     spec = draft()
-    layouts = compare(spec, N, training_override=SEED_TRAINING, sglang_version=version, arch="kimi")
+    layouts = predict_layouts(
+        spec, N, training_override=SEED_TRAINING, sglang_version=version, arch="kimi"
+    )
     base = dict(
         report=report(spec),
         num_target_layers=N,
@@ -221,7 +225,7 @@ def test_seed_on_0_5_23_kimi_gives_verbatim_ids() -> None:
 
 def test_seed_fixed_config_has_no_layout_finding() -> None:
     spec = draft(aux_layer_ids=(0, 3, 31))
-    layouts = compare(
+    layouts = predict_layouts(
         spec, N, training_override=SEED_TRAINING, sglang_version="0.5.23", arch="kimi"
     )
     e = Evidence(report=report(spec), num_target_layers=N, arch="kimi", layouts=layouts)
@@ -247,7 +251,7 @@ def test_draft_tokens_capped_steps_1_draft_tokens_16() -> None:
 
 def _llama(version: str, ids=(1, 15, 28), training=None, **kw) -> Evidence:
     spec = draft(aux_layer_ids=ids)
-    layouts = compare(spec, 32, training_override=training, sglang_version=version)
+    layouts = predict_layouts(spec, 32, training_override=training, sglang_version=version)
     kw.setdefault("sglang_version", version)
     return Evidence(report=report(spec), num_target_layers=32, layouts=layouts, **kw)
 

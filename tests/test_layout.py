@@ -9,19 +9,17 @@ import pytest
 
 from eagle3dash.layout import (
     Tap,
-    arch_family,
-    compare,
     convert,
     default_layout,
     describe_tap,
     diff,
     format_layout,
     parse_layout,
-    parse_version,
-    serving_layout,
-    training_layout,
 )
+from eagle3dash.prediction import predict_layouts
+from eagle3dash.sglang_rules import arch_family, parse_version, serving_layout
 from eagle3dash.spec import DraftSpec
+from eagle3dash.trainers import training_layout
 from tests.specs import tiny_spec
 
 
@@ -385,31 +383,31 @@ def test_describe_tap(tap: Tap, words: str) -> None:
 
 
 def test_compare_specforge_default_llama_is_identical() -> None:
-    r = compare(spec([1, 15, 28]), 32)
-    assert r["diff"].kind == "identical" and r["decode_diff"] is None
+    r = predict_layouts(spec([1, 15, 28]), 32)
+    assert r.diff.kind == "identical" and r.decode_diff is None
 
 
 def test_compare_top_level_ids_fall_back_to_defaults() -> None:
-    r = compare(spec([3, 10, 20], "top-level", "speculators"), 32)
-    assert depths(r["training"].layout) == [3, 10, 20]
-    assert r["diff"].kind == "defaults-used"
+    r = predict_layouts(spec([3, 10, 20], "top-level", "speculators"), 32)
+    assert depths(r.training.layout) == [3, 10, 20]
+    assert r.diff.kind == "defaults-used"
 
 
 def test_compare_input_of_ids_in_eagle_config_are_off_by_one() -> None:
     # speculators-style ids written into eagle_config and trained as "input of" (vLLM)
-    r = compare(spec([2, 16, 29]), 32, trainer="hf-index")
-    assert r["diff"].kind == "off-by-one"
+    r = predict_layouts(spec([2, 16, 29]), 32, trainer="hf-index")
+    assert r.diff.kind == "off-by-one"
 
 
 def test_compare_seed_with_override_and_cuda_graph_decode_diff() -> None:
-    r = compare(
+    r = predict_layouts(
         spec([2, 30, 58]),
         61,
         sglang_version="0.5.10",
         arch="kimi",
         training_override=parse_layout("0,3,31"),
     )
-    assert depths(r["serving"].layout) == [3, 31, 59]
-    assert r["diff"].kind == "shifted-slot"
-    assert r["decode_diff"].kind == "defaults-used"
-    assert r["serving"].to_dict()["decode_layout"][0] == {"depth": 2, "post_norm": False}
+    assert depths(r.serving.layout) == [3, 31, 59]
+    assert r.diff.kind == "shifted-slot"
+    assert r.decode_diff.kind == "defaults-used"
+    assert r.serving.to_dict()["decode_layout"][0] == {"depth": 2, "post_norm": False}

@@ -10,7 +10,8 @@ from dataclasses import replace
 
 import pytest
 
-from eagle3dash.layout import Tap, config_ids_for, default_layout, serving_layout
+from eagle3dash.layout import Tap, default_layout
+from eagle3dash.sglang_rules import config_ids_for, serving_layout
 from tests.specs import tiny_spec
 
 SPEC = tiny_spec(aux_layer_ids=(2, 30, 58), aux_ids_location="eagle_config")

@@ -83,7 +83,7 @@ def test_applying_the_fix_removes_the_layout_finding(models, tmp_path) -> None:
         diagnosis = run_diagnosis(options(fixed_models, server.url, training_layout="0,1,2"))
     ids = [f.id for f in diagnosis.findings]
     assert "layout-mismatch" not in ids
-    assert diagnosis.layouts["diff"].kind == "identical"
+    assert diagnosis.layouts.diff.kind == "identical"
 
 
 def test_without_training_states_the_missing_comparison_is_named(models) -> None:

@@ -16,7 +16,7 @@ import torch
 from transformers import LlamaForCausalLM
 
 from eagle3dash import checkpoint
-from eagle3dash.layout import Tap, serving_layout
+from eagle3dash.layout import Tap
 from eagle3dash.sglang import SGLangClient
 from eagle3dash.sglang_double import (
     HIDDEN_STATES_DISABLED,
@@ -27,6 +27,7 @@ from eagle3dash.sglang_double import (
     make_tiny_target,
     start_double,
 )
+from eagle3dash.sglang_rules import serving_layout
 from eagle3dash.spec import DraftSpec
 
 FIXTURE = Path(__file__).resolve().parents[2] / "shared/fixtures/sglang-0.5.23/get_server_info.json"

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..sglang_rules import DEFAULT_SGLANG_VERSION
 from .language import PROMPT_COUNT, PROMPT_LENGTH, demo_prompts
 
 __all__ = [
@@ -41,7 +42,7 @@ __all__ = [
 FIXTURES = Path(__file__).resolve().with_name("fixtures")
 DEMO_PROMPTS: list[list[int]] = demo_prompts()  # also in FIXTURES / "prompts.jsonl"
 
-SGLANG_VERSION = "0.5.23"
+SGLANG_VERSION = DEFAULT_SGLANG_VERSION
 ARCH = "LlamaForCausalLM"
 NUM_LAYERS = 4  # the published target's decoder blocks (the 4th a no-op)
 NUM_STEPS = 4  # --speculative-num-steps
@@ -104,7 +105,7 @@ def deployments(fixtures: str | Path = FIXTURES) -> dict[str, Deployment]:
     from dataclasses import replace
 
     from ..checkpoint import inspect
-    from ..layout import config_ids_for, serving_layout
+    from ..sglang_rules import config_ids_for, serving_layout
 
     fixtures = Path(fixtures)
     trained = training_layouts()

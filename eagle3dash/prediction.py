@@ -1,0 +1,62 @@
+"""What the draft's config predicts each side feeds: a trainer's convention for training, SGLang's
+rules for serving, and their diff. A prediction, checked in a diagnosis against what was measured.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from eagle3dash.layout import Layout, LayoutDiff, LayoutResult, default_layout, diff
+from eagle3dash.sglang_rules import DEFAULT_SGLANG_VERSION, nested_ids, serving_layout
+from eagle3dash.spec import DraftSpec
+from eagle3dash.trainers import training_layout
+
+
+@dataclass
+class LayoutComparison:
+    """Training and serving layouts of a draft as its config predicts them, and their diffs."""
+
+    training: LayoutResult
+    serving: LayoutResult
+    diff: LayoutDiff
+    decode_diff: LayoutDiff | None = None  # CUDA-graph replays, when they capture other taps
+
+    def to_dict(self) -> dict:
+        """JSON form."""
+        return {
+            "training": self.training.to_dict(),
+            "serving": self.serving.to_dict(),
+            "diff": self.diff.to_dict(),
+            "decode_diff": None if self.decode_diff is None else self.decode_diff.to_dict(),
+        }
+
+
+def predict_layouts(
+    spec: DraftSpec,
+    num_layers: int,
+    trainer: str | None = None,
+    sglang_version: str = DEFAULT_SGLANG_VERSION,
+    arch: str = "llama",
+    cuda_graph: bool = True,
+    training_override: Layout | None = None,
+    training_sglang_version: str | None = None,
+) -> LayoutComparison:
+    """Training and serving layouts of a draft and their diff (and the decode diff, if any)."""
+    training = training_layout(
+        spec,
+        num_layers,
+        trainer,
+        layout=training_override,
+        sglang_version=training_sglang_version or sglang_version,
+        arch=arch,
+    )
+    serving = serving_layout(spec, num_layers, sglang_version, arch, cuda_graph)
+    defaults = default_layout(num_layers)
+    fell_back = nested_ids(spec) is None
+    decode = serving.decode_layout
+    return LayoutComparison(
+        training=training,
+        serving=serving,
+        diff=diff(training.layout, serving.layout, defaults if fell_back else None),
+        decode_diff=diff(training.layout, decode, defaults) if decode is not None else None,
+    )
