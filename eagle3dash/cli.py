@@ -232,7 +232,8 @@ def _fmt(value: object, spec: str = ".2f") -> str:
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
     """Run the whole diagnosis of a draft against an endpoint."""
-    from eagle3dash.pipeline import DiagnoseOptions, run_diagnosis
+    from eagle3dash.diagnosis.options import DiagnoseOptions
+    from eagle3dash.diagnosis.stages import run_diagnosis
 
     options = DiagnoseOptions(
         draft=args.draft,
@@ -297,7 +298,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
     """The layout detective: which taps the draft performs best with, from tensors."""
     from eagle3dash.capture import read_capture
     from eagle3dash.detective import detect, read_side, sweep_table
-    from eagle3dash.pipeline import prompt_ids
+    from eagle3dash.diagnosis.stages import prompt_ids
     from eagle3dash.servebench import load_prompts
 
     if (args.capture is None) == (args.target is None):
@@ -340,7 +341,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     """Run queued jobs (each in a child process) until stopped."""
-    import eagle3dash.pipeline  # noqa: F401  (registers the job kinds)
+    import eagle3dash.job_kinds  # noqa: F401  (registers the job kinds)
     from eagle3dash.jobs import run_worker
 
     done = run_worker(args.home, once=args.once, slots=args.slots)

@@ -54,7 +54,7 @@ JobFn = Callable[[dict, ProgressFn], dict | None]
 JOB_KINDS: dict[str, JobFn] = {}
 JOB_KIND_NEEDS_GPU: dict[str, bool] = {}
 JOB_MODULES_ENV = "EAGLE3DASH_JOB_MODULES"
-PIPELINE_MODULE = "eagle3dash.pipeline"
+PIPELINE_MODULE = "eagle3dash.job_kinds"
 
 STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
 FINISHED = frozenset({"succeeded", "failed", "cancelled"})

@@ -23,8 +23,8 @@ from streamlit.testing.v1 import AppTest
 from eagle3dash import jobs as jobq
 from eagle3dash import store as db
 from eagle3dash.checkpoint import random_tensors, save
-from eagle3dash.pipeline import submit_diagnosis
 from eagle3dash.sglang_double import DoubleConfig, start_double
+from eagle3dash.submit import submit_diagnosis
 from eagle3dash.ui import charts, data, tables
 from eagle3dash.ui.fmt import md_escape
 from eagle3dash.ui.progress import cancel_run, progress_view
@@ -61,7 +61,7 @@ def world(tmp_path_factory):
     home = db.open_store(root / "home")
     try:
         checkpoint_id = db.add_checkpoint(home, draft, name="draft")
-        from eagle3dash.pipeline import DiagnoseOptions
+        from eagle3dash.diagnosis.options import DiagnoseOptions
 
         def opts(layout: str) -> DiagnoseOptions:
             return DiagnoseOptions(

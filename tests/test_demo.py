@@ -269,7 +269,8 @@ def test_seeded_demo_meets_the_gaps(tmp_path):
 
 def test_the_detective_catches_a_config_that_lies(tmp_path):
     """Draft A's config implies the layout SGLang feeds; only the tensors tell the truth."""
-    from eagle3dash.pipeline import DiagnoseOptions, run_diagnosis
+    from eagle3dash.diagnosis.options import DiagnoseOptions
+    from eagle3dash.diagnosis.stages import run_diagnosis
     from eagle3dash.sglang_double import start_double
 
     plan = deployments()["mismatched"]

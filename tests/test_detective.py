@@ -208,7 +208,7 @@ def test_cli_detect_needs_one_source(capsys):
 
 def test_detect_job_on_a_saved_capture_with_a_side(capture, tmp_path, no_target):
     from eagle3dash.capture import save_capture
-    from eagle3dash.pipeline import job_detect
+    from eagle3dash.job_kinds import job_detect
 
     save_capture(capture, tmp_path / "all")
     save_capture(_serving_capture(capture), tmp_path / "serving")

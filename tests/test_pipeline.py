@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from eagle3dash.pipeline import DiagnoseOptions, run_diagnosis
+from eagle3dash.diagnosis.options import DiagnoseOptions
+from eagle3dash.diagnosis.stages import run_diagnosis
 from eagle3dash.sglang_double import DoubleConfig, start_double
 from tests.specs import run_cli, tiny_models
 
@@ -132,7 +133,7 @@ def test_cli_diagnose_against_a_down_endpoint_is_one_line(models) -> None:
 def test_a_diagnose_job_stores_the_run_for_its_page(models, tmp_path) -> None:
     """The app's path: submit_diagnosis queues a job, a worker runs it in a child process."""
     from eagle3dash import jobs, store
-    from eagle3dash.pipeline import submit_diagnosis
+    from eagle3dash.submit import submit_diagnosis
 
     home = store.open_store(tmp_path / "home")
     checkpoint_id = store.add_checkpoint(home, models["draft"], name="draft")
@@ -160,7 +161,7 @@ def test_a_diagnose_job_stores_the_run_for_its_page(models, tmp_path) -> None:
 
 def test_a_failing_diagnose_job_fails_its_run(models, tmp_path) -> None:
     from eagle3dash import jobs, store
-    from eagle3dash.pipeline import submit_diagnosis
+    from eagle3dash.submit import submit_diagnosis
 
     home = store.open_store(tmp_path / "home")
     opts = options(models, "http://127.0.0.1:9")
@@ -171,8 +172,8 @@ def test_a_failing_diagnose_job_fails_its_run(models, tmp_path) -> None:
 
 
 def test_prompt_ids_tokenize_text_with_the_local_target_only(models, tmp_path) -> None:
+    from eagle3dash.diagnosis.stages import prompt_ids
     from eagle3dash.errors import InputError
-    from eagle3dash.pipeline import prompt_ids
     from eagle3dash.servebench import Prompt
 
     ids_only = [Prompt(text="", input_ids=(5, 6, 7))]

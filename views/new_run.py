@@ -5,8 +5,8 @@ import streamlit as st
 from eagle3dash import store as db
 from eagle3dash.checkpoint import inspect
 from eagle3dash.errors import InputError
-from eagle3dash.pipeline import submit_diagnosis
 from eagle3dash.servebench import BUILTIN_PROMPT_SETS
+from eagle3dash.submit import submit_diagnosis
 from eagle3dash.trainers import TRAINERS
 from eagle3dash.ui import forms, tables, widgets
 from eagle3dash.ui.fmt import md_escape

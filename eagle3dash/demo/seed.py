@@ -69,7 +69,9 @@ def seed(
     """Diagnose the three demo deployments and store them as runs (skipped if already there)."""
     from eagle3dash import store as db
     from eagle3dash.checkpoint import inspect
-    from eagle3dash.pipeline import DiagnoseOptions, record_diagnosis, run_diagnosis
+    from eagle3dash.diagnosis.options import DiagnoseOptions
+    from eagle3dash.diagnosis.record import record_diagnosis
+    from eagle3dash.diagnosis.stages import run_diagnosis
     from eagle3dash.sglang_double import start_double
 
     store = db.open_store(home)

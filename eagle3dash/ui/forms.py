@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from eagle3dash import store as db
+from eagle3dash.diagnosis.options import DiagnoseOptions
 from eagle3dash.errors import InputError
 from eagle3dash.findings import Evidence, diagnose
 from eagle3dash.layout import parse_layout
-from eagle3dash.pipeline import DiagnoseOptions
 from eagle3dash.servebench import BUILTIN_PROMPT_SETS
 from eagle3dash.sglang import SGLangClient, normalize_url
 from eagle3dash.trainers import TRAINERS

@@ -1,0 +1,147 @@
+"""The job kinds the worker runs: each a function (params, progress) -> result dict.
+
+The worker receives JOB_KINDS explicitly (`python -m eagle3dash worker`); a kind's function is
+imported only in the job's own process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from eagle3dash.checkpoint import inspect
+from eagle3dash.diagnosis.options import DiagnoseOptions
+from eagle3dash.diagnosis.record import record_diagnosis
+from eagle3dash.diagnosis.stages import prompt_ids, run_diagnosis
+from eagle3dash.findings import Evidence, diagnose
+from eagle3dash.layout import parse_layout
+from eagle3dash.servebench import load_prompts, run_bench
+from eagle3dash.sglang import SGLangClient
+from eagle3dash.sglang_rules import DEFAULT_SGLANG_VERSION
+
+Progress = Callable[[float, str], None]
+
+
+def job_diagnose(params: dict, progress: Progress) -> dict:
+    """Job kind 'diagnose': the whole pipeline for one run, stored for its page."""
+    from eagle3dash import jobs
+    from eagle3dash import store as db
+
+    job = jobs.current_job()
+    store = db.open_store(job["home"])
+    run_id = job["run_id"]
+    db.update_run(store, run_id, status="running")
+    try:
+        diagnosis = run_diagnosis(DiagnoseOptions(**params["options"]), progress)
+        record_diagnosis(store, run_id, diagnosis)
+    except BaseException as e:  # also a cancel: the run must not stay "running"
+        status = "cancelled" if isinstance(e, jobs.JobCancelled) else "failed"
+        db.update_run(store, run_id, status=status, error=str(e) or type(e).__name__)
+        raise
+    return diagnosis.to_dict()
+
+
+def job_inspect(params: dict, progress: Progress) -> dict:
+    """Job kind 'inspect': a checkpoint's report."""
+    return inspect(params["path"]).to_json()
+
+
+def job_probe(params: dict, progress: Progress) -> dict:
+    """Job kind 'probe': an endpoint's report and its server-side findings."""
+    server = SGLangClient(params["url"]).probe()
+    return {
+        "server": server.to_dict(),
+        "findings": [f.to_dict() for f in diagnose(Evidence(server=server))],
+    }
+
+
+def job_serve_bench(params: dict, progress: Progress) -> dict:
+    """Job kind 'serve-bench': the serve benchmark of one endpoint."""
+    prompts = load_prompts(params.get("prompts", "chat"))[: params.get("num_prompts", 16)]
+    result = run_bench(
+        params["url"],
+        prompts,
+        concurrency=params.get("concurrency", 4),
+        max_new_tokens=params.get("max_new_tokens", 64),
+        progress=lambda done, total: progress(done / total, "benchmarking"),
+    )
+    return result.to_dict()
+
+
+def job_capture(params: dict, progress: Progress) -> dict:
+    """Job kind 'capture': the endpoint's aux states for the prompts, saved as a capture."""
+    from eagle3dash.capture import capture_from_sglang, save_capture
+
+    client = SGLangClient(params["url"])
+    prompts = load_prompts(params.get("prompts", "chat"))[: params.get("num_prompts", 16)]
+    warnings: list[str] = []
+    capture = capture_from_sglang(
+        client,
+        prompt_ids(prompts, params.get("target"), client.probe().model_path),
+        parse_layout(params["layout"]),
+        max_new_tokens=params.get("max_new_tokens", 64),
+        progress=lambda done, total: progress(done / total, "capturing"),
+        warn=warnings.append,
+    )
+    path = save_capture(capture, params["out"])
+    return {"path": str(path), "sequences": len(capture.sequences), "warnings": warnings}
+
+
+def job_draft_eval(params: dict, progress: Progress) -> dict:
+    """Job kind 'draft-eval': the standalone draft over a capture under one layout."""
+    import torch
+
+    from eagle3dash.capture import read_capture
+    from eagle3dash.draft import evaluate_capture, load_draft
+
+    layout = parse_layout(params["layout"])
+    capture = read_capture(params["capture"], layout=layout)
+    dtype = getattr(torch, params.get("dtype", "float32"))
+    draft = load_draft(params["draft"], params.get("device", "cpu"), dtype, capture.embed_weight)
+    steps = params.get("steps", 5)
+    return evaluate_capture(draft, capture, layout, steps=steps).to_dict()
+
+
+def job_detect(params: dict, progress: Progress) -> dict:
+    """Job kind 'detect': the layout detective (sweep over one all-tap capture, fingerprint)."""
+    from eagle3dash.capture import read_capture
+    from eagle3dash.detective import detect, read_side
+
+    sides = dict(read_side(s, params.get("target_layers")) for s in params.get("sides") or [])
+    layouts = params.get("layouts") or []
+    detection = detect(
+        params["draft"],
+        capture=read_capture(params["capture"]) if params.get("capture") else None,
+        target=params.get("target"),
+        prompts=params.get("prompts"),
+        extra_layouts={f"user layout {text}": parse_layout(text) for text in layouts},
+        steps=params.get("steps", 4),
+        sides=sides or None,
+        num_layers=params.get("target_layers"),
+        sglang_version=params.get("sglang_version", DEFAULT_SGLANG_VERSION),
+        arch=params.get("arch", "llama"),
+        device=params.get("device", "cpu"),
+        progress=progress,
+    )
+    return detection.to_dict()
+
+
+JOB_KINDS = {
+    "diagnose": job_diagnose,
+    "inspect": job_inspect,
+    "probe": job_probe,
+    "serve-bench": job_serve_bench,
+    "capture": job_capture,
+    "draft-eval": job_draft_eval,
+    "detect": job_detect,
+}
+
+
+def register_job_kinds() -> None:
+    """Make these kinds runnable by the local worker."""
+    from eagle3dash.jobs import register_job_kind
+
+    for name, fn in JOB_KINDS.items():
+        register_job_kind(name, fn)
+
+
+register_job_kinds()

@@ -1,0 +1,25 @@
+"""What the app imports to queue work: light (no torch, no HTTP client)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from eagle3dash import jobs
+from eagle3dash import store as db
+from eagle3dash.diagnosis.options import DiagnoseOptions
+
+
+def submit_diagnosis(store: db.Store, checkpoint_id: int | None, options: DiagnoseOptions) -> int:
+    """Create a run and queue its diagnose job; return the run id."""
+    params = dataclasses.asdict(options)
+    run_id = db.create_run(store, checkpoint_id, options.endpoint, options.baseline, params)
+    params["capture_dir"] = params["capture_dir"] or str(db.capture_dir(store, run_id))
+    db.update_run(store, run_id, options=params)
+    jobs.submit_job(
+        store,
+        "diagnose",
+        {"options": params},
+        run_id=run_id,
+        needs_gpu=options.device.startswith("cuda"),
+    )
+    return run_id
