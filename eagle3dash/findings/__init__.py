@@ -1,0 +1,72 @@
+"""Findings: rules over a checkpoint, a server, the layouts and the measurements.
+
+Each rule is a small function `rule(e: Evidence) -> list[Finding]` whose docstring cites its
+SGLang source (file, PR or issue). A rule returns nothing when the evidence it needs is missing:
+missing evidence is not a problem found. `diagnose` runs every rule and sorts the findings by
+severity, then by the order of `RULES`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from eagle3dash.findings.checkpoint_rules import (
+    rule_checkpoint_problems,
+    rule_d2t_missing,
+    rule_eagle31_ignored,
+    rule_lm_head_missing,
+    rule_norm_before_residual,
+    rule_unknown_tensors,
+)
+from eagle3dash.findings.core import SEVERITIES, Evidence, Finding
+from eagle3dash.findings.layout_rules import (
+    rule_aux_ids_not_read,
+    rule_capture_rule_version,
+    rule_detected_layout,
+    rule_layout_mismatch,
+)
+from eagle3dash.findings.measurement_rules import (
+    rule_measured_below_simulated,
+    rule_slower_than_baseline,
+)
+from eagle3dash.findings.server_rules import (
+    rule_algorithm_eagle,
+    rule_draft_path_differs,
+    rule_draft_quantized,
+    rule_draft_tokens_capped,
+    rule_hidden_states_truncated,
+    rule_no_speculation,
+)
+
+__all__ = ["RULES", "SEVERITIES", "Evidence", "Finding", "diagnose"]
+
+# The order decides how findings of equal severity are listed.
+RULES: tuple[Callable[[Evidence], list[Finding]], ...] = (
+    rule_layout_mismatch,
+    rule_detected_layout,
+    rule_algorithm_eagle,
+    rule_no_speculation,
+    rule_aux_ids_not_read,
+    rule_capture_rule_version,
+    rule_lm_head_missing,
+    rule_unknown_tensors,
+    rule_d2t_missing,
+    rule_norm_before_residual,
+    rule_slower_than_baseline,
+    rule_eagle31_ignored,
+    rule_draft_tokens_capped,
+    rule_draft_quantized,
+    rule_draft_path_differs,
+    rule_measured_below_simulated,
+    rule_checkpoint_problems,
+    rule_hidden_states_truncated,
+)
+
+
+def diagnose(evidence: Evidence) -> list[Finding]:
+    """Run every rule; findings sorted by severity, then by the order of RULES."""
+    found: list[tuple[int, int, int, Finding]] = []
+    for r, rule in enumerate(RULES):
+        for k, finding in enumerate(rule(evidence)):
+            found.append((SEVERITIES.index(finding.severity), r, k, finding))
+    return [f for *_, f in sorted(found, key=lambda x: x[:3])]

@@ -1,0 +1,246 @@
+"""Rules over the draft checkpoint: what SGLang's loader and draft do with its tensors and config.
+
+Sources: SGLang's models/llama_eagle3.py (load_weights, fc_norm / norm_output from 0.5.12,
+eagle_config.norm_before_fc from 0.5.20), eagle_worker.py / eagle_worker_v2.py (lm_head, d2t).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from eagle3dash.findings.core import Evidence, Finding
+from eagle3dash.sglang_rules import EAGLE31_SINCE, NORM_BEFORE_FC_SINCE
+
+if TYPE_CHECKING:
+    from eagle3dash.checkpoint import InspectReport
+
+
+def _sentence(text: str) -> str:
+    """Upper-case the first letter (only) and end with a period."""
+    return text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")
+
+
+def _raw_config(report: InspectReport | None) -> dict:
+    """The checkpoint's config.json, {} when unreadable (only for keys DraftSpec folds away)."""
+    if report is None:
+        return {}
+    try:
+        data = json.loads((Path(report.path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def rule_lm_head_missing(e: Evidence) -> list[Finding]:
+    """The checkpoint has no lm_head.weight: SGLang leaves a random head (sglang #27908).
+
+    eagle_worker.py (0.5.23 eagle_worker_v2.py init_lm_head) takes the head from the draft.
+    """
+    if e.report is None or "lm_head.weight" in e.report.tensors:
+        return []
+    raw = _raw_config(e.report)
+    spec = e.report.spec
+    shares_target_head = (  # load_lm_head_from_target: tied=false and no draft_vocab_size
+        raw
+        and spec.format != "speculators"
+        and "draft_vocab_size" not in raw
+        and raw.get("tie_word_embeddings") is False
+    )
+    if shares_target_head:
+        return []
+    return [
+        Finding(
+            "lm_head-missing",
+            "critical",
+            "The draft checkpoint has no lm_head.weight, so SGLang leaves the draft's head at "
+            "random init and accept length is 1.0.",
+            f"no lm_head.weight in the checkpoint ({len(e.report.tensors)} tensors); "
+            "draft_vocab_size "
+            f"{spec.draft_vocab_size} (sglang issue #27908).",
+            f"Export the trained head as lm_head.weight [{spec.draft_vocab_size}, "
+            f"{spec.hidden_size}] into the draft's safetensors.",
+        )
+    ]
+
+
+def rule_unknown_tensors(e: Evidence) -> list[Finding]:
+    """Tensors with names the loader does not know are dropped silently: random weights.
+
+    llama_eagle3.py load_weights (`if param_name in params_dict`), no warning.
+    """
+    if e.report is None:
+        return []
+    unknown = [p for p in e.report.problems if p.startswith("unknown tensor")]
+    if not unknown:
+        return []
+    shown = "; ".join(unknown[:5]) + (f"; and {len(unknown) - 5} more" if len(unknown) > 5 else "")
+    return [
+        Finding(
+            "unknown-tensors",
+            "critical",
+            f"{len(unknown)} tensor{'s' if len(unknown) > 1 else ''} in the checkpoint "
+            f"{'have names' if len(unknown) > 1 else 'has a name'} SGLang does not load, so the "
+            "server silently drops "
+            f"{'them' if len(unknown) > 1 else 'it'} and runs those weights at random init.",
+            shown + ".",
+            "Rename the tensors to the names SGLang loads: fc.weight, midlayer.* (or "
+            "layers.0.*) with self_attn.{q,k,v,o}_proj, mlp.{gate,up,down}_proj, "
+            "input_layernorm, post_attention_layernorm, hidden_norm, then norm.weight, "
+            "lm_head.weight, d2t.",
+            {"count": len(unknown)},
+        )
+    ]
+
+
+def rule_d2t_missing(e: Evidence) -> list[Finding]:
+    """draft_vocab_size < vocab_size without d2t: draft ids are read as target ids.
+
+    eagle_worker.py: `hot_token_id` stays None without a loaded d2t.
+    """
+    spec = e.spec
+    if spec is None or spec.draft_vocab_size >= spec.vocab_size or spec.has_d2t:
+        return []
+    return [
+        Finding(
+            "d2t-missing",
+            "critical",
+            f"The draft predicts over {spec.draft_vocab_size} tokens but has no d2t mapping, so "
+            f"SGLang reads draft id i as target id i (the first {spec.draft_vocab_size} target "
+            "ids) and almost no draft token is accepted.",
+            f"draft_vocab_size={spec.draft_vocab_size}, vocab_size={spec.vocab_size}, no d2t "
+            "tensor; SGLang applies hot_token_id only when d2t is loaded (llama_eagle3.py).",
+            f"Add the training vocab mapping to the safetensors as d2t (int64 "
+            f"[{spec.draft_vocab_size}], target id = draft id + d2t[draft id]).",
+        )
+    ]
+
+
+def rule_norm_before_residual(e: Evidence) -> list[Finding]:
+    """norm_before_residual true: SGLang implements only False.
+
+    llama_eagle3.py takes the residual before hidden_norm; speculators trains with True.
+    """
+    spec = e.spec
+    if spec is None or not spec.norm_before_residual:
+        return []
+    return [
+        Finding(
+            "norm-before-residual",
+            "critical",
+            "The draft was trained with norm_before_residual=true, which SGLang does not "
+            "implement, so its draft layer computes a different residual at every position.",
+            f"config norm_before_residual=true (format {spec.format}); SGLang's llama_eagle3.py "
+            "always takes the residual before hidden_norm (the False behaviour).",
+            "There is no SGLang flag for it: serve the draft with vLLM (which implements "
+            "norm_before_residual), or retrain it with norm_before_residual=false.",
+        )
+    ]
+
+
+def rule_eagle31_ignored(e: Evidence) -> list[Finding]:
+    """Eagle 3.1 options the serving SGLang ignores, and the `norm_output` meaning clash.
+
+    llama_eagle3.py reads fc_norm / norm_output from 0.5.12 and eagle_config.norm_before_fc from
+    0.5.20; SpecForge's `norm_output` = final norm before lm_head, SGLang's = post-norm feedback.
+    """
+    spec = e.spec
+    if spec is None:
+        return []
+    version = e.version_tuple()
+    v = e.version() or "(version unknown)"
+    raw = _raw_config(e.report)
+    nested = raw.get("eagle_config") if isinstance(raw.get("eagle_config"), dict) else {}
+    nested_nbf = bool(nested.get("norm_before_fc"))
+    ignored, fixes = [], []
+    if version is not None and version < EAGLE31_SINCE:
+        if spec.fc_norm:
+            ignored.append(f"fc_norm (per-aux RMSNorm) is read only from 0.5.12, not by {v}")
+        if spec.feedback_post_norm:
+            ignored.append(f"norm_output (post-norm feedback) is read only from 0.5.12, not by {v}")
+        if spec.fc_norm or spec.feedback_post_norm:
+            fixes.append("upgrade SGLang to 0.5.12 or later")
+    if spec.norm_before_fc and not nested_nbf:
+        ignored.append(
+            "norm_before_fc is set at the top level of config.json, which SGLang never reads "
+            "(it reads eagle_config.norm_before_fc, from 0.5.20)"
+        )
+        fixes.append(
+            'add "eagle_config": {"norm_before_fc": true} to config.json and serve with SGLang '
+            "0.5.20 or later"
+        )
+    elif nested_nbf and version is not None and version < NORM_BEFORE_FC_SINCE:
+        ignored.append(f"eagle_config.norm_before_fc is read only from 0.5.20, not by {v}")
+        fixes.append("upgrade SGLang to 0.5.20 or later")
+    out: list[Finding] = []
+    if ignored:
+        out.append(
+            Finding(
+                "eagle31-ignored",
+                "warning",
+                f"SGLang {v} ignores "
+                f"{'Eagle 3.1 options' if len(ignored) > 1 else 'an Eagle 3.1 option'} this "
+                "draft was trained with, so the served draft computes something else.",
+                "; ".join(ignored) + ".",
+                _sentence("; ".join(dict.fromkeys(fixes))),
+                {"ignored": ignored},
+            )
+        )
+    if (
+        spec.format != "speculators"
+        and spec.norm_output_key is True
+        and version is not None
+        and version >= EAGLE31_SINCE
+    ):
+        out.append(
+            Finding(
+                "norm-output-clash",
+                "warning",
+                f"config.json sets norm_output: true in SpecForge's meaning (final norm before "
+                f"lm_head), which SGLang {v} reads as 'feed the post-norm state back', so every "
+                "draft token after the first diverges from training.",
+                f"format {spec.format}, norm_output=true; SGLang >= 0.5.12 llama_eagle3.py feeds "
+                "back the normed hidden state when norm_output is set, while SpecForge trained "
+                "with pre-norm feedback.",
+                "Remove norm_output from the draft's config.json for SGLang (SpecForge's meaning "
+                "is SGLang's default behaviour).",
+            )
+        )
+    return out
+
+
+_DEDICATED_PROBLEMS = ("unknown tensor", "lm_head.weight missing")
+
+
+def rule_checkpoint_problems(e: Evidence) -> list[Finding]:
+    """Other problems `checkpoint.inspect` found (shapes, missing tensors, ids, NaN).
+
+    Each problem line names what SGLang does with it: model_runner.py (ids), llama_eagle3.py
+    (architectures, shapes, names), eagle_worker.py (vocab mapping).
+    """
+    if e.report is None:
+        return []
+    spec = e.report.spec
+    rest = [
+        p
+        for p in e.report.problems
+        if not p.startswith(_DEDICATED_PROBLEMS)
+        and not (
+            p.startswith("draft_vocab_size") and "no d2t" in p and not spec.has_d2t
+        )  # rule_d2t_missing
+    ]
+    if not rest:
+        return []
+    return [
+        Finding(
+            "checkpoint-problems",
+            "warning",
+            f"The checkpoint has {len(rest)} other problem{'s' if len(rest) > 1 else ''} a "
+            "server would get wrong or silently ignore.",
+            "; ".join(rest) + ".",
+            "Fix each in the checkpoint as its line says (config.json keys or tensors), then "
+            "restart the server.",
+            {"problems": rest},
+        )
+    ]

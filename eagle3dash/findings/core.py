@@ -1,0 +1,111 @@
+"""What every rule shares: the Finding it returns, the Evidence it reads, and number wording.
+
+The server and benchmark objects (`sglang.ServerReport`, `servebench.BenchResult`) and the
+`metrics.DraftEval` are read by attribute only, so the findings import neither torch nor an HTTP
+client, and stand-ins with the same attribute names work.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from eagle3dash.sglang_rules import try_parse_version
+
+if TYPE_CHECKING:
+    from eagle3dash.checkpoint import InspectReport
+    from eagle3dash.metrics import DraftEval
+    from eagle3dash.prediction import LayoutComparison
+    from eagle3dash.servebench import BenchResult
+    from eagle3dash.sglang import ServerReport
+    from eagle3dash.spec import DraftSpec
+
+SEVERITIES = ("critical", "warning", "info")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem found: rule id, severity, a one-sentence title, the evidence and the fix."""
+
+    id: str
+    severity: str  # one of SEVERITIES
+    title: str  # one sentence
+    evidence: str  # the numbers and config values that show it
+    fix: str  # a concrete config key to set or a flag to change
+    data: dict = field(default_factory=dict, compare=False, hash=False)  # machine-readable extras
+
+    def __post_init__(self) -> None:
+        if self.severity not in SEVERITIES:
+            raise ValueError(f"severity {self.severity!r} is not one of {SEVERITIES}")
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict of every field."""
+        return {
+            "id": self.id,
+            "severity": self.severity,
+            "title": self.title,
+            "evidence": self.evidence,
+            "fix": self.fix,
+            "data": dict(self.data),
+        }
+
+
+@dataclass
+class Evidence:
+    """Everything a rule may look at; every field is optional."""
+
+    report: InspectReport | None = None  # the inspected draft checkpoint
+    draft_path: str | None = None  # the checkpoint path as the user named it
+    num_target_layers: int | None = None  # N, the target's decoder blocks
+    arch: str | None = None  # target architecture ("kimi", "DeepseekV3ForCausalLM", ...)
+    server: ServerReport | None = None
+    layouts: LayoutComparison | None = None  # the config's prediction
+    training_eval: DraftEval | None = None  # draft over the training layout
+    serving_eval: DraftEval | None = None  # draft over the serving layout
+    measured: BenchResult | None = None  # the endpoint under diagnosis
+    baseline: BenchResult | None = None  # the same target without speculation
+    # The SGLang version `layouts` were computed for; defaults to server.version.
+    sglang_version: str | None = None
+    trainer: str | None = None  # a layout.TRAINERS key, when known
+    training_sglang_version: str | None = None  # SpecForge SGLang backend: version used to train
+    detection: dict | None = None  # detective.Detection.to_dict(): what the tensors say
+
+    @property
+    def spec(self) -> DraftSpec | None:
+        """The draft's spec, if a checkpoint was inspected."""
+        return self.report.spec if self.report is not None else None
+
+    @property
+    def speculative(self) -> Any:
+        """The server's SpeculativeSettings, None without a server or without speculation."""
+        return self.server.speculative if self.server is not None else None
+
+    def version(self) -> str | None:
+        """The serving SGLang version as text, None when unknown or unparseable."""
+        text = self.sglang_version or (self.server.version if self.server is not None else None)
+        return text if text and try_parse_version(text) is not None else None
+
+    def version_tuple(self) -> tuple[int, int, int] | None:
+        """The serving SGLang version, parsed."""
+        text = self.version()
+        return try_parse_version(text) if text else None
+
+    def arch_name(self) -> str:
+        """The target architecture: given, else the server's, else 'llama'."""
+        if self.arch:
+            return self.arch
+        if self.server is not None:
+            archs = self.server.architectures
+            if archs:
+                return str(archs[0])
+            if self.server.model_type:
+                return str(self.server.model_type)
+        return "llama"
+
+    def cuda_graph(self) -> bool:
+        """Whether the server runs CUDA graphs (SGLang's default)."""
+        return not (self.server is not None and self.server.disable_cuda_graph)
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.2f}"

@@ -1,0 +1,387 @@
+"""Rules over the layouts: which taps training fed and which taps serving feeds, and the fix.
+
+Sources: SGLang's set_eagle3_layers_to_capture (models/llama.py, models/deepseek_v2.py), where the
+ids are read (model_runner.py; 0.5.23 spec_aux_hidden_state.py), cuda_graph_runner.py (PR #22836),
+the DeepSeek/Kimi first-id rule (PR #25454); the fix itself comes from `sglang_rules.find_fix`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from eagle3dash.findings.core import Evidence, Finding, _fmt
+from eagle3dash.layout import (
+    Layout,
+    LayoutDiff,
+    default_layout,
+    describe_tap,
+    format_layout,
+    parse_layout,
+)
+from eagle3dash.sglang_rules import (
+    DEFAULT_SGLANG_VERSION,
+    arch_family,
+    find_fix,
+    serving_layout,
+    try_parse_version,
+    version_text,
+)
+from eagle3dash.trainers import training_layout
+
+
+def _ids_json(ids: list[int] | tuple[int, ...]) -> str:
+    return json.dumps(list(ids))
+
+
+def _eagle_config_json(ids: list[int] | tuple[int, ...]) -> str:
+    return '"eagle_config": {"eagle_aux_hidden_state_layer_ids": ' + _ids_json(ids) + "}"
+
+
+def _join(words: list[str]) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    if len(words) <= 1:
+        return "".join(words)
+    return ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def _taps_phrase(layout: Layout, num_layers: int | None) -> str:
+    """'the embedding output and the layers after 3 and 31 blocks'."""
+    if not layout:
+        return "nothing"
+    parts, middle = [], []
+    tail = []
+    for tap in layout:
+        if tap.post_norm:
+            tail.append("the final-normed output")
+        elif tap.depth == 0:
+            parts.append("the embedding output")
+        elif num_layers is not None and tap.depth == num_layers:
+            tail.append("the last block's output")
+        else:
+            middle.append(tap.depth)
+    if middle:
+        noun = "layer" if len(middle) == 1 else "layers"
+        blocks = "block" if middle == [1] else "blocks"
+        parts.append(f"the {noun} after {_join([str(d) for d in middle])} {blocks}")
+    return _join(parts + tail)
+
+
+def _slots_text(layout: Layout, num_layers: int | None) -> str:
+    """'slot 0: Tap(0) embedding output, slot 1: Tap(3) after block 3'."""
+    out = []
+    for i, tap in enumerate(layout):
+        words = describe_tap(tap, num_layers) if num_layers else f"depth {tap.depth}"
+        out.append(f"slot {i}: {tap} ({words})")
+    return ", ".join(out) or "no taps"
+
+
+def _kind_phrase(d: LayoutDiff) -> str:
+    """The LayoutDiff kind in plain words."""
+    if d.kind == "shifted-slot":
+        return "every slot is shifted by one"
+    if d.kind == "off-by-one":
+        later = all(b.depth > a.depth for a, b in zip(d.training, d.serving, strict=False))
+        return f"every slot is one block {'later' if later else 'earlier'} than in training"
+    if d.kind == "defaults-used":
+        return "serving uses SGLang's default layers instead of the configured ones"
+    if d.kind == "different-width":
+        return f"training fed {len(d.training)} slots and serving feeds {len(d.serving)}"
+    if d.kind == "post-norm":
+        return "the depths match but the final norm differs"
+    differing = [str(i) for i, _, _, same in d.slots if not same]
+    return f"slot{'s' if len(differing) > 1 else ''} {_join(differing)} differ"
+
+
+def _eval_text(ev: Any, label: str, steps: int | None = None) -> str:
+    s = ev.steps if steps is None else min(steps, ev.steps)
+    top1 = f", top-1 {_fmt(ev.accuracy[0])}" if ev.accuracy else ""
+    return (
+        f"{label}: simulated accept length {_fmt(ev.simulated_accept_length(s))} at {s} steps{top1}"
+    )
+
+
+def _default_ids(n: int) -> list[int]:
+    """SpecForge's default output-of ids, which SGLang captures as its default taps."""
+    return [1, n // 2 - 1, n - 4]
+
+
+def _layout_fix(e: Evidence, target: Layout, serving: Layout | None) -> tuple[str, dict]:
+    """The concrete fix that makes this server feed `target`, and its data.
+
+    data: config_ids (and sglang_version, when an upgrade is needed); empty when impossible.
+    """
+    spec, n = e.spec, e.num_target_layers
+    if spec is None or n is None:
+        return (
+            "Set eagle_config.eagle_aux_hidden_state_layer_ids in the draft's config.json to the "
+            "layers training used (SGLang reads id i as the output of layer i); give the target's "
+            "layer count for the exact ids.",
+            {},
+        )
+    fix = find_fix(target, spec, n, e.version_tuple(), e.arch_name(), e.cuda_graph())
+    assumed = " (assumed: the server's version is unknown)" if fix.version_assumed else ""
+    aux_on = "" if spec.use_aux_hidden_state else ', "use_aux_hidden_state": true'
+    v = version_text(fix.version)
+    phrase = _taps_phrase(target, n)
+    if fix.ids is not None:
+        cfg = _eagle_config_json(fix.ids)[:-1] + aux_on + "}"
+        return (
+            f"Set {cfg} in the draft's config.json and restart the server: SGLang {v}{assumed} "
+            f"then captures {phrase}.",
+            {"config_ids": fix.ids, "sglang_version": v},
+        )
+    retrain = (
+        f"retrain the draft on the layers serving can feed ({_taps_phrase(serving, n)})"
+        if serving
+        else "retrain the draft on layers SGLang captures, e.g. its defaults "
+        f"({_taps_phrase(default_layout(n), n)}; SpecForge ids {_ids_json(_default_ids(n))})"
+    )
+    options = []
+    data: dict = {}
+    if fix.upgrade_version is not None:
+        up_ids = fix.upgrade_ids or []
+        later = (
+            f"SGLang {fix.upgrade_version} or later"
+            if fix.newest_ids == up_ids
+            else f"SGLang {fix.upgrade_version} (on {DEFAULT_SGLANG_VERSION} use "
+            f"{_ids_json(fix.newest_ids or [])})"
+        )
+        options.append(
+            f"upgrade to {later} and set {_eagle_config_json(up_ids)[:-1] + aux_on + '}'} in the "
+            "draft's config.json"
+        )
+        data = {"config_ids": up_ids, "sglang_version": fix.upgrade_version}
+    if fix.eager_ids is not None:
+        options.append(
+            f"keep SGLang {v} but restart with --disable-cuda-graph (slow) and "
+            f"{_eagle_config_json(fix.eager_ids)} in config.json"
+        )
+    options.append(retrain)
+    text = f"No ids reproduce the training taps on SGLang {v}{assumed}: {fix.why_not}. "
+    text += "Either " + "; or ".join(options) + "."
+    return text, data
+
+
+def rule_layout_mismatch(e: Evidence) -> list[Finding]:
+    """Training and serving feed different taps to the fc slots.
+
+    SGLang's id rules by version and architecture (set_eagle3_layers_to_capture in models/llama.py
+    and models/deepseek_v2.py, PR #25454) against the trainer's convention.
+    """
+    if e.layouts is None:
+        return []
+    d: LayoutDiff = e.layouts.diff
+    serving = e.layouts.serving
+    training = e.layouts.training
+    error = serving.error if serving is not None else None
+    if d.kind == "identical" and error is None:
+        return []
+    n = e.num_target_layers
+    v = e.version() or "(version unknown)"
+    lines = [
+        f"Training: {_slots_text(d.training, n)}." + (f" {training.rule}" if training else ""),
+        f"Serving on SGLang {v}: {_slots_text(d.serving, n)}."
+        + (f" {serving.rule}" if serving else ""),
+    ]
+    if error:
+        lines.append(f"Capture error: {error}.")
+    if serving is not None and serving.notes:
+        lines.append("Notes: " + " ".join(serving.notes))
+    if e.training_eval is not None and e.serving_eval is not None:
+        steps = e.speculative.num_steps if e.speculative is not None else None
+        lines.append(
+            _eval_text(e.training_eval, "training layout", steps)
+            + "; "
+            + _eval_text(e.serving_eval, "serving layout", steps)
+            + "."
+        )
+    if e.detection is not None:
+        lines.append("Layout detective: " + " ".join(e.detection["verdict"][:3]))
+    fix, data = _layout_fix(e, d.training, d.serving)
+    data = {"kind": d.kind, **data}
+    if d.kind == "identical":
+        title = f"SGLang {v} cannot capture the taps this draft was trained on: {error}."
+        return [Finding("capture-error", "critical", title, " ".join(lines), fix, data)]
+    title = (
+        f"Serving feeds the draft {_taps_phrase(d.serving, n)}, but training fed "
+        f"{_taps_phrase(d.training, n)}: {_kind_phrase(d)}."
+    )
+    return [Finding("layout-mismatch", "critical", title, " ".join(lines), fix, data)]
+
+
+def rule_detected_layout(e: Evidence) -> list[Finding]:
+    """The draft performs best with another layout than the one its config (or trainer) implies.
+
+    Configs lie (ids stored where a server does not read them, data generated with other ids
+    than the config says, conventions shifted by one). The layout detective's sweep over one
+    all-taps capture (detective.py) says which taps the draft was really trained on.
+    """
+    if e.detection is None or e.layouts is None:
+        return []
+    det = e.detection
+    best = parse_layout(det["best"])
+    claimed = tuple(e.layouts.training.layout)
+    if best == claimed:
+        return []
+    n = e.num_target_layers or det["num_target_layers"]
+    rows = {r["layout"]: r for r in det["rows"]}
+    top, mine = det["rows"][0], rows.get(format_layout(claimed))
+    gap = (
+        f"; the claimed layout {format_layout(claimed)}: top-1 {mine['top1']:.1%}, simulated "
+        f"accept length {_fmt(mine['sim_accept_length'])}"
+        if mine is not None
+        else ""
+    )
+    serving = e.layouts.serving
+    fed = tuple(serving.layout)
+    severity = "critical" if fed is not None and fed != best else "warning"
+    fix_ids = det.get("fix_ids")
+    fix = (
+        f'Set "eagle_config": {{"eagle_aux_hidden_state_layer_ids": {fix_ids}}} so SGLang feeds '
+        f"{format_layout(best)}, and record that layout with the checkpoint."
+        if fix_ids
+        else "Record the layout the draft performs best with beside the checkpoint, and serve "
+        "it with ids that capture those taps (or retrain on the serving layout)."
+    )
+    return [
+        Finding(
+            "detected-layout",
+            severity,
+            f"The draft performs best with {_taps_phrase(best, n)}, not with "
+            f"{_taps_phrase(claimed, n)} as its config implies.",
+            f"Layout sweep over {det['num_sequences']} sequences: best {det['best']} top-1 "
+            f"{top['top1']:.1%}, simulated accept length {_fmt(top['sim_accept_length'])}{gap}. "
+            + " ".join(det["verdict"][1:3]),
+            fix,
+            {"best": det["best"], "claimed": format_layout(claimed), "fix_ids": fix_ids},
+        )
+    ]
+
+
+def rule_aux_ids_not_read(e: Evidence) -> list[Finding]:
+    """The aux ids are missing or top-level: SGLang captures its defaults [2, N//2, N-3].
+
+    model_runner.py (0.5.23 spec_aux_hidden_state.py) reads only the nested eagle_config key.
+    """
+    spec = e.spec
+    if spec is None or spec.aux_ids_location == "eagle_config":
+        return []
+    n = e.num_target_layers
+    training: Layout | None = None
+    if e.layouts is not None:
+        training = e.layouts.training.layout
+    elif n is not None:
+        try:
+            training = training_layout(spec, n, e.trainer, arch=e.arch_name()).layout
+        except ValueError:
+            training = None
+    if spec.aux_ids_location == "top-level":
+        where = (
+            f"The aux layer ids {_ids_json(spec.aux_layer_ids or ())} sit at the top level of "
+            "config.json, where SGLang does not read them"
+        )
+    else:
+        where = "The draft's config.json has no eagle_config.eagle_aux_hidden_state_layer_ids"
+    defaults = default_layout(n) if n is not None else None
+    default_text = (
+        f"the layers after {_join([str(t.depth) for t in defaults])} blocks"
+        if defaults
+        else "its default layers [2, N//2, N-3]"
+    )
+    if training is None:
+        severity = "warning"
+        tail = "; whether that matches training is unknown (give the target's layer count)"
+    elif training != defaults:
+        severity = "critical"
+        tail = f", while training fed {_taps_phrase(training, n)}"
+    else:
+        severity = "info"
+        tail = ", which are the taps training used, so nothing is lost today"
+    title = f"{where}, so SGLang captures {default_text}{tail}."
+    evidence = (
+        f"aux_ids_location={spec.aux_ids_location}, aux_layer_ids="
+        f"{_ids_json(spec.aux_layer_ids) if spec.aux_layer_ids is not None else 'none'}; "
+        "SGLang reads only eagle_config.eagle_aux_hidden_state_layer_ids and silently falls back "
+        "to [2, N//2, N-3] (model_runner.py / spec_aux_hidden_state.py)."
+    )
+    if training is not None:
+        evidence += f" Training: {_slots_text(training, n)}."
+        fix, data = _layout_fix(e, training, None)
+        if spec.aux_ids_location == "top-level":
+            fix += " The top-level key can stay: vLLM and speculators read it."
+    else:
+        fix = (
+            'Add the nested key to config.json: "eagle_config": '
+            '{"eagle_aux_hidden_state_layer_ids": [...]}, with the ids of the layers training '
+            "used (SGLang reads id i as the output of layer i)."
+        )
+        data = {}
+    return [Finding("aux-ids-not-read", severity, title, evidence, fix, data)]
+
+
+def rule_capture_rule_version(e: Evidence) -> list[Finding]:
+    """Version-specific capture rules: the CUDA-graph default-layer bug and the first-id rule.
+
+    (a) cuda_graph_runner.py captured the default layers, 0.5.4-0.5.10 (fixed by PR #22836);
+    (b) models/deepseek_v2.py first-id rule from 0.5.13 (PR #25454), for SpecForge's SGLang backend.
+    """
+    out: list[Finding] = []
+    n = e.num_target_layers
+    v = e.version() or "(version unknown)"
+    dd = e.layouts.decode_diff if e.layouts else None
+    if dd is not None and dd.kind != "identical" and e.cuda_graph():
+        prefill = e.layouts.serving.layout
+        fix = "Upgrade SGLang to 0.5.11 or later (PR #22836 sets the ids before graph capture)"
+        fix += "; or restart with --disable-cuda-graph (slow)"
+        if n is not None:
+            fix += (
+                f"; or retrain the draft on the default layers (SpecForge ids "
+                f"{_ids_json(_default_ids(n))}) and drop the custom ids"
+            )
+        out.append(
+            Finding(
+                "capture-rule-version",
+                "critical",
+                f"On SGLang {v} the CUDA-graph decode and verify steps feed the draft the default "
+                f"layers ({_taps_phrase(dd.serving, n)}), not the configured ones.",
+                f"Prefill (eager): {_slots_text(prefill, n)}. Decode (CUDA graph): "
+                f"{_slots_text(dd.serving, n)}. Training: {_slots_text(dd.training, n)}. "
+                "cuda_graph_runner.py called set_eagle3_layers_to_capture() with no ids, "
+                "0.5.4-0.5.10.",
+                fix + ".",
+                {"decode_kind": dd.kind},
+            )
+        )
+    spec, version = e.spec, e.version_tuple()
+    tv_text = e.training_sglang_version
+    tv = try_parse_version(tv_text) if tv_text else None
+    if (
+        spec is not None
+        and n is not None
+        and version is not None
+        and tv is not None
+        and tv != version
+        and e.trainer == "specforge-sglang"
+        and arch_family(e.arch_name()) == "deepseek"
+    ):
+        at_train = serving_layout(spec, n, tv_text, e.arch_name(), cuda_graph=False)
+        at_serve = serving_layout(spec, n, e.version(), e.arch_name(), cuda_graph=False)
+        if at_train.layout != at_serve.layout:
+            fix, data = _layout_fix(e, at_train.layout, at_serve.layout)
+            out.append(
+                Finding(
+                    "capture-rule-version",
+                    "warning",
+                    f"The draft was trained through SpecForge's SGLang backend on SGLang {tv_text}"
+                    f", whose DeepSeek/Kimi id rule reads ids "
+                    f"{_ids_json(spec.aux_layer_ids or ())} differently from SGLang {v} "
+                    "(first-id rule from 0.5.13).",
+                    f"SGLang {tv_text}: {_slots_text(at_train.layout, n)}. SGLang {v}: "
+                    f"{_slots_text(at_serve.layout, n)}. From 0.5.13 DeepSeek/Kimi targets add 1 "
+                    "to the ids only when the first id is 1 (sglang PR #25454).",
+                    fix + f" Or serve with SGLang {tv_text}, the version training used.",
+                    data,
+                )
+            )
+    return out

@@ -1,0 +1,250 @@
+"""Rules over the server's settings as /server_info reports them.
+
+Sources: SGLang's server_args.py (0.5.23: arg_groups/speculative_hook.py) for the speculative flags
+and their adjustments, batch_result_processor.py for hidden states under speculation.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from urllib.parse import urlsplit
+
+from eagle3dash.findings.core import Evidence, Finding, _fmt
+from eagle3dash.sglang_rules import DRAFT_QUANT_FLAG_SINCE, HIDDEN_STATES_FIX
+
+
+def rule_algorithm_eagle(e: Evidence) -> list[Finding]:
+    """The server runs EAGLE (or NEXTN) with an EAGLE-3 draft: no aux capture, fc skipped.
+
+    llama_eagle3.py runs fc only when the widths differ; sglang PR #21272 (closed unmerged).
+    """
+    sp, spec = e.speculative, e.spec
+    if sp is None or spec is None:
+        return []
+    algorithm = str(sp.algorithm or "").upper()
+    if algorithm not in ("EAGLE", "NEXTN"):
+        return []
+    width = spec.num_aux * spec.target_hidden_size
+    return [
+        Finding(
+            "algorithm-eagle",
+            "critical",
+            f"The server runs --speculative-algorithm {sp.algorithm} with an EAGLE-3 draft, so "
+            "the target captures no aux states, SGLang skips fc and accept length stays near 1.",
+            f"speculative_algorithm={sp.algorithm}; the draft's fc takes {spec.num_aux} x "
+            f"{spec.target_hidden_size} = {width} inputs (hidden_size {spec.hidden_size}); with "
+            "EAGLE the draft gets the last hidden state of width H and `fc` runs only when the "
+            "widths differ (sglang PR #21272).",
+            "Restart the server with --speculative-algorithm EAGLE3.",
+            {"algorithm": sp.algorithm},
+        )
+    ]
+
+
+def rule_no_speculation(e: Evidence) -> list[Finding]:
+    """The endpoint runs without speculative decoding.
+
+    server_args.py, --speculative-algorithm defaults to None (speculative_algorithm null).
+    """
+    if e.server is None or e.server.speculative is not None:
+        return []
+    draft = e.draft_path or (e.report.path if e.report is not None else "<draft>")
+    return [
+        Finding(
+            "no-speculation",
+            "critical",
+            "The endpoint does not run speculative decoding, so no draft is used at all.",
+            f"{e.server.url} /server_info: speculative_algorithm is null "
+            f"(model {e.server.model_path}).",
+            "Restart the server with --speculative-algorithm EAGLE3 "
+            f"--speculative-draft-model-path {draft}.",
+        )
+    ]
+
+
+def rule_draft_tokens_capped(e: Evidence) -> list[Finding]:
+    """topk == 1 forces num_draft_tokens = num_steps + 1: a short chain whatever was asked.
+
+    server_args.py (0.5.23 arg_groups/speculative_hook.py) adjusts num_draft_tokens when topk == 1.
+    """
+    sp = e.speculative
+    if sp is None or sp.eagle_topk != 1 or sp.num_steps is None or sp.num_draft_tokens is None:
+        return []
+    steps = sp.num_steps
+    if sp.num_draft_tokens != steps + 1 or steps > 2:
+        return []
+    evidence = (
+        f"effective speculative_num_steps={steps}, speculative_eagle_topk=1, "
+        f"speculative_num_draft_tokens={sp.num_draft_tokens} (SGLang: "
+        '"speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when '
+        'speculative_eagle_topk == 1"); the accept length cannot exceed '
+        f"{steps + 1}."
+    )
+    data: dict = {"num_steps": steps, "num_draft_tokens": sp.num_draft_tokens}
+    ev, label = (
+        (e.serving_eval, "serving layout")
+        if e.serving_eval is not None
+        else (e.training_eval, "training layout")
+    )
+    if ev is not None:
+        at = {s: ev.simulated_accept_length(s) for s in sorted({steps, 3, 5}) if s <= ev.steps}
+        if len(at) > 1:
+            evidence += (
+                f" Simulated accept length ({label}): "
+                + ", ".join(f"{_fmt(x)} at {s} steps" for s, x in at.items())
+                + "."
+            )
+            data["simulated_accept_length"] = at
+    return [
+        Finding(
+            "draft-tokens-capped",
+            "warning",
+            f"The server drafts a chain of only {steps} token{'s' if steps > 1 else ''} "
+            f"(topk 1 caps --speculative-num-draft-tokens at num_steps + 1 = {steps + 1}), "
+            "whatever --speculative-num-draft-tokens said.",
+            evidence,
+            "Restart with --speculative-num-steps 3 --speculative-eagle-topk 1 "
+            "--speculative-num-draft-tokens 4 (or more steps; draft tokens only matter with "
+            "topk > 1).",
+            data,
+        )
+    ]
+
+
+def rule_draft_quantized(e: Evidence) -> list[Finding]:
+    """The draft inherits the target's --quantization.
+
+    server_args.py, --speculative-draft-model-quantization (0.5.8+; default = the target's).
+    """
+    sp, server = e.speculative, e.server
+    if sp is None or server is None:
+        return []
+    quant = server.quantization
+    if not quant or str(quant).lower() in ("none", "unquant"):
+        return []
+    draft_q = sp.draft_quantization
+    if draft_q is not None and draft_q != quant:
+        return []
+    version = e.version_tuple()
+    if version is not None and version < DRAFT_QUANT_FLAG_SINCE:
+        fix = (
+            f"SGLang {e.version()} has no flag for it: upgrade to 0.5.8 or later and restart with "
+            "--speculative-draft-model-quantization unquant."
+        )
+    else:
+        fix = "Restart the server with --speculative-draft-model-quantization unquant."
+    return [
+        Finding(
+            "draft-quantized",
+            "warning",
+            f"The draft runs quantized ({quant}) like the target, which lowers its accuracy.",
+            f"quantization={quant}, speculative_draft_model_quantization="
+            f"{draft_q if draft_q is not None else 'unset (the target quantization applies)'}"
+            + (f", SGLang {e.version()}" if e.version() else "")
+            + ".",
+            fix,
+        )
+    ]
+
+
+def _norm_path(p: str) -> str:
+    return os.path.normpath(os.path.expanduser(p.strip())).rstrip("/") or "/"
+
+
+def _is_local(url: str) -> bool:
+    host = (urlsplit(url).hostname or "").lower()
+    return host in ("localhost", "127.0.0.1", "::1", "0.0.0.0", socket.gethostname().lower())
+
+
+def _same_files(a: str, b: str) -> bool:
+    """Two local checkpoint folders with the same config.json and the same weight file sizes.
+
+    An upload is stored under the home (checkpoints/<sha256>/), so the server may serve the user's
+    original folder while the run diagnoses its copy: equal contents count as the same draft.
+    """
+
+    def listing(path: str) -> dict[str, object] | None:
+        folder = path if os.path.isdir(path) else os.path.dirname(path)
+        try:
+            names = sorted(os.listdir(folder))
+            with open(os.path.join(folder, "config.json"), "rb") as f:
+                config = f.read()
+        except OSError:
+            return None
+        weights = {
+            n: os.path.getsize(os.path.join(folder, n))
+            for n in names
+            if n.endswith((".safetensors", ".bin", ".index.json"))
+        }
+        return {"config": config, "weights": weights}
+
+    first, second = listing(a), listing(b)
+    return first is not None and first == second
+
+
+def rule_draft_path_differs(e: Evidence) -> list[Finding]:
+    """The endpoint's --speculative-draft-model-path is not the checkpoint under diagnosis.
+
+    server_args.py, --speculative-draft-model-path, reported by /server_info.
+    """
+    sp = e.speculative
+    mine = e.draft_path or (e.report.path if e.report is not None else None)
+    if sp is None or not sp.draft_model_path or not mine:
+        return []
+    theirs_n, mine_n = _norm_path(sp.draft_model_path), _norm_path(mine)
+    if theirs_n == mine_n:
+        return []
+    local = _is_local(e.server.url) and os.path.isabs(theirs_n) and os.path.isabs(mine_n)
+    if local:
+        if os.path.realpath(theirs_n) == os.path.realpath(mine_n) or _same_files(theirs_n, mine_n):
+            return []
+        how = "both paths are on this machine and differ"
+    else:
+        a, b = os.path.basename(theirs_n), os.path.basename(mine_n)
+        if re.fullmatch(r"[0-9a-f]{64}", b):
+            return []  # an upload, stored under its sha256: nothing to compare
+        if a == b:
+            return []
+        how = (
+            "only the final path components can be compared (the server runs elsewhere or "
+            f"names a hub id): {a!r} vs {b!r}"
+        )
+    return [
+        Finding(
+            "draft-path-differs",
+            "warning",
+            "The endpoint serves another draft than the checkpoint under diagnosis.",
+            f"server speculative_draft_model_path={sp.draft_model_path}; checkpoint={mine}; {how}.",
+            f"Restart the server with --speculative-draft-model-path {mine} (or diagnose the "
+            f"checkpoint at {sp.draft_model_path}).",
+            {"server_path": sp.draft_model_path, "checkpoint_path": mine},
+        )
+    ]
+
+
+def rule_hidden_states_truncated(e: Evidence) -> list[Finding]:
+    """return_hidden_states under speculation is truncated before 0.5.20.
+
+    sglang issue #26163; 0.5.20+ batch_result_processor.py `_append_decode_hidden_states`.
+    """
+    server, version = e.server, e.version_tuple()
+    if server is None or server.speculative is None or version is None:
+        return []
+    if version >= HIDDEN_STATES_FIX or not server.enable_return_hidden_states:
+        return []
+    return [
+        Finding(
+            "hidden-states-truncated",
+            "info",
+            f"On SGLang {e.version()} the hidden states returned under speculative decoding are "
+            "truncated or misattributed after the prompt, so only the prefill block of a capture "
+            "can be trusted.",
+            f"SGLang {e.version()} with --enable-return-hidden-states and "
+            f"{server.speculative.algorithm}: decode rows are indexed per request, not per "
+            "accepted token (sglang issue #26163, fixed by 0.5.20).",
+            "Read only the prefill block (meta_info.hidden_states[0], as this tool's endpoint "
+            "capture does), or upgrade SGLang to 0.5.20 or later.",
+        )
+    ]
