@@ -24,7 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from eagle3dash import capture as capture_mod  # noqa: E402
 from eagle3dash.demo import DEMO_PROMPTS, FIXTURES  # noqa: E402
-from eagle3dash.detective import capture_all_taps, layout_text, sweep  # noqa: E402
+from eagle3dash.detective import capture_all_taps, sweep  # noqa: E402
+from eagle3dash.layout import bracketed  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -59,7 +60,7 @@ def main(argv=None) -> int:
     result = {
         "sequences": len(capture.sequences),
         "tokens": sum(len(s) for s in capture.sequences),
-        "taps": layout_text(capture.taps),
+        "taps": bracketed(capture.taps),
         "capture_s": capture_s,
         "layouts": len(rows),
         "draft_evaluations": len(rows),
@@ -68,7 +69,7 @@ def main(argv=None) -> int:
         "per_layout_s": per_layout,
         "capture_over_per_layout": capture_s / per_layout,
         "top": [
-            {"layout": layout_text(r.layout), "top1": r.top1, "sim_accept": r.sim_accept_length}
+            {"layout": bracketed(r.layout), "top1": r.top1, "sim_accept": r.sim_accept_length}
             for r in rows[:5]
         ],
     }

@@ -310,6 +310,10 @@ def cmd_detect(args: argparse.Namespace) -> int:
         if args.target is None:
             raise UsageError("--prompts goes with --target (a capture brings its own sequences)")
         prompts = prompt_ids(load_prompts(args.prompts), args.target)
+    elif args.target is not None and not sides:
+        from eagle3dash.demo import DEMO_PROMPTS
+
+        prompts = [list(p) for p in DEMO_PROMPTS]  # the documented default of --prompts
     extra = {f"user layout {text}": parse_layout(text) for text in args.layout or []}
     detection = detect(
         args.draft,

@@ -27,6 +27,7 @@ from eagle3dash.layout import (
     CONVENTIONS,
     Layout,
     Tap,
+    bracketed,
     convert,
     default_layout,
     describe_tap,
@@ -63,11 +64,6 @@ FINGERPRINT_RATIO = 4.0  # demo: 5.6x on draft A's embedding slot, 2.3x on draft
 
 def _no_progress(fraction: float, message: str) -> None:
     pass
-
-
-def layout_text(layout: Layout) -> str:
-    """'[0,1,2]'."""
-    return "[" + format_layout(layout) + "]" if layout else "[]"
 
 
 def layout_words(layout: Layout, num_layers: int) -> str:
@@ -109,7 +105,7 @@ def candidate_layouts(
 
     extras = extra.items() if isinstance(extra, Mapping) else enumerate(extra)
     for key, layout in extras:
-        add(key if isinstance(key, str) else f"user layout {layout_text(tuple(layout))}", layout)
+        add(key if isinstance(key, str) else f"user layout {bracketed(tuple(layout))}", layout)
     base: dict[str, Layout] = {}
     ids = spec.aux_layer_ids
     if ids:
@@ -191,11 +187,11 @@ def sweep(
     usable = {k: v for k, v in candidates.items() if set(v) <= have}
     if not usable:
         raise InputError(
-            f"the capture holds taps {layout_text(capture.taps)}: no candidate layout fits in it"
+            f"the capture holds taps {bracketed(capture.taps)}: no candidate layout fits in it"
         )
     rows = []
     for i, (name, layout) in enumerate(usable.items()):
-        progress(i / len(usable), f"evaluating {name} {layout_text(layout)}")
+        progress(i / len(usable), f"evaluating {name} {bracketed(layout)}")
         start = time.perf_counter()
         ev = evaluate_capture(draft, capture, layout, steps=steps, embed_weight=embed)
         rows.append(
@@ -276,7 +272,7 @@ class SlotMatch:
                 + (f"(margin {s.confidence:.2f})" if s.confidence >= 0.01 else "(tied)")
                 for s in slots
             )
-            lines.append(f"{side} carries {layout_text(self.best(side))}: {parts}.")
+            lines.append(f"{side} carries {bracketed(self.best(side))}: {parts}.")
         names = list(self.sides)
         if len(names) >= 2:
             a, b = names[0], names[1]
@@ -531,14 +527,14 @@ def _verdict(
 ) -> list[str]:
     top = rows[0]
     lines = [
-        f"This draft performs best with {layout_text(top.layout)} "
+        f"This draft performs best with {bracketed(top.layout)} "
         f"({layout_words(top.layout, n)}): top-1 {top.top1:.1%}, simulated accept length "
         f"{top.sim_accept_length:.2f}."
     ]
     runner = next((r for r in rows[1:] if r.layout != top.layout), None)
     if runner is not None:
         lines.append(
-            f"Runner-up {layout_text(runner.layout)} ({runner.name.split(' / ')[0]}): "
+            f"Runner-up {bracketed(runner.layout)} ({runner.name.split(' / ')[0]}): "
             f"top-1 {runner.top1:.1%} ({100 * (runner.top1 - top.top1):+.1f} points), simulated "
             f"accept length {runner.sim_accept_length:.2f} "
             f"({runner.sim_accept_length - top.sim_accept_length:+.2f})."
@@ -548,7 +544,7 @@ def _verdict(
         d = diff(top.layout, serving)
         if d.kind == "identical":
             lines.append(
-                f"SGLang {version} feeds {layout_text(serving)}: the layout it performs best with."
+                f"SGLang {version} feeds {bracketed(serving)}: the layout it performs best with."
             )
         else:
             cost = (
@@ -557,13 +553,13 @@ def _verdict(
                 else ""
             )
             lines.append(
-                f"SGLang {version} feeds {layout_text(serving)}{cost}: "
+                f"SGLang {version} feeds {bracketed(serving)}{cost}: "
                 + (d.summary[0].lower() + d.summary[1:]).replace("training", "the best layout")
             )
             if fix_ids is not None:
                 lines.append(
                     f"Fix: set eagle_config.eagle_aux_hidden_state_layer_ids = {fix_ids} so "
-                    f"SGLang {version} feeds {layout_text(top.layout)}."
+                    f"SGLang {version} feeds {bracketed(top.layout)}."
                 )
     return lines
 
@@ -596,6 +592,8 @@ def detect(
 ) -> Detection:
     """Sweep, slot matching (when `sides` are given) and fingerprint for one draft.
 
+    The sweep runs on `capture`, else on every tap of `target` captured once over `prompts` and
+    the sides' sequences; with none of these it raises InputError.
     `draft`: the checkpoint at `draft_path` already built (`draft.load_draft`), to build it once.
     """
     from eagle3dash.draft import load_draft
@@ -610,9 +608,10 @@ def detect(
         for cap in (sides or {}).values():
             seqs += [s.input_ids.tolist() for s in cap.sequences]
         if not seqs:
-            from eagle3dash.demo import DEMO_PROMPTS
-
-            seqs = [list(p) for p in DEMO_PROMPTS]
+            raise InputError(
+                f"detect needs token sequences to capture {target} on: pass prompts (token ids) "
+                "or sides whose sequences to reuse, or a capture holding every tap"
+            )
         seqs = [list(s) for s in dict.fromkeys(tuple(s) for s in seqs)]
         progress(0.0, f"capturing every tap of {target} on {len(seqs)} sequences")
         start = time.perf_counter()
@@ -691,7 +690,7 @@ def sweep_table(rows: list[SweepRow]) -> list[dict[str, Any]]:
     return [
         {
             "rank": i + 1,
-            "layout": layout_text(r.layout),
+            "layout": bracketed(r.layout),
             "candidate": r.name,
             "top1": r.top1,
             "sim_accept_length": r.sim_accept_length,

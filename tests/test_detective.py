@@ -23,6 +23,7 @@ from eagle3dash.detective import (
     slot_matching,
     sweep,
 )
+from eagle3dash.errors import InputError
 from eagle3dash.layout import Tap
 
 A_TRAIN = (Tap(0), Tap(1), Tap(2))
@@ -199,6 +200,11 @@ def test_cli_detect_json_on_the_demo_target(tmp_path, capsys):
     assert out["num_sequences"] == 6 and out["capture_seconds"] > 0
     assert any(r["name"].startswith("user layout 0,1,3") for r in out["rows"])
     assert len(out["fingerprint"]) == 3
+
+
+def test_detect_needs_token_sequences_for_a_target(no_target):
+    with pytest.raises(InputError, match="needs token sequences"):
+        detect(FIXTURES / "draft-a", target=FIXTURES / "target")
 
 
 def test_cli_detect_needs_one_source(capsys):
