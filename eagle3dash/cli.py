@@ -157,15 +157,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_findings(findings: list) -> None:
+def _print_findings(findings: list[dict]) -> None:
     if not findings:
         print("no findings")
         return
     print(f"{len(findings)} finding(s):")
     for f in findings:
-        print(f"  [{f.severity}] {f.id}: {f.title}")
-        print(f"      evidence: {f.evidence}")
-        print(f"      fix: {f.fix}")
+        print(f"  [{f['severity']}] {f['id']}: {f['title']}")
+        print(f"      evidence: {f['evidence']}")
+        print(f"      fix: {f['fix']}")
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
@@ -202,7 +202,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
         rows.append(("speculative algorithm", None))
     print(server.url)
     print(_rows(rows))
-    _print_findings(findings)
+    _print_findings([f.to_dict() for f in findings])
     return 0
 
 
@@ -258,7 +258,14 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(diagnosis.to_dict())
         return 0
-    d = diagnosis.to_dict()
+    _print_diagnosis(diagnosis.to_dict())
+    return 0
+
+
+def _print_diagnosis(d: dict) -> None:
+    """The human report of a diagnosis: verdict, the two sides, findings, what was not checked."""
+    from eagle3dash.ui.words import not_checked_text, source_words, verdict_sentence
+
     train, serve, measured = d["training"], d["serving"], d["measured"] or {}
     speedup = d["speedup"] or {}
 
@@ -268,12 +275,12 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     def taps(side: dict) -> str:
         return "[" + ",".join(str(t["depth"]) for t in side["layout"]) + "]"
 
-    steps = diagnosis.server_steps or options.steps
+    print(f"verdict: {verdict_sentence(d)}")
     row("", "training", "serving")
     row("layout", taps(train), taps(serve))
-    row("top-1 (draft step 0)", _fmt(train["top1"], ".1%"), _fmt(serve["top1"], ".1%"))
+    row("top-1 (draft step 1)", _fmt(train["top1"], ".1%"), _fmt(serve["top1"], ".1%"))
     row(
-        f"simulated accept length S={steps}",
+        f"simulated accept length S={d['steps']}",
         _fmt(train["sim_accept_length"]),
         _fmt(serve["sim_accept_length"]),
     )
@@ -282,16 +289,17 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     if speedup:
         row("baseline tok/s", "", _fmt(speedup["baseline_output_tok_s"], ".1f"))
         row("speedup", "", _fmt(speedup["speedup"], ".2f") + "x")
-    if diagnosis.detection:
+    print(f"training layout: {source_words(train['source'])} ({train['detail']})")
+    print(f"serving layout: {source_words(serve['source'])} ({serve['detail']})")
+    if d["detective"]:
         print("layout detective:")
-        for line in diagnosis.detection["verdict"]:
+        for line in d["detective"]["verdict"]:
             print(f"  {line}")
-    _print_findings(diagnosis.findings)
-    for line in diagnosis.missing:
-        print(f"missing: {line}")
-    for line in diagnosis.warnings:
+    _print_findings(d["findings"])
+    for item in d["not_checked"]:
+        print(f"not checked: {not_checked_text(item, interface='cli')}")
+    for line in d["warnings"]:
         print(f"warning: {line}")
-    return 0
 
 
 def cmd_detect(args: argparse.Namespace) -> int:

@@ -31,13 +31,15 @@ def job_diagnose(params: dict, progress: Progress) -> dict:
     run_id = job["run_id"]
     db.update_run(store, run_id, status="running")
     try:
-        diagnosis = run_diagnosis(DiagnoseOptions(**params["options"]), progress)
+        options = DiagnoseOptions(**params["options"])
+        diagnosis = run_diagnosis(options, progress, digest_cache=store)
         record_diagnosis(store, run_id, diagnosis)
     except BaseException as e:  # also a cancel: the run must not stay "running"
         status = "cancelled" if isinstance(e, jobs.JobCancelled) else "failed"
         db.update_run(store, run_id, status=status, error=str(e) or type(e).__name__)
         raise
-    return diagnosis.to_dict()
+    # The diagnosis is stored once, on the run; the job's result only points at it.
+    return {"run_id": run_id, "findings": len(diagnosis.findings)}
 
 
 def job_inspect(params: dict, progress: Progress) -> dict:

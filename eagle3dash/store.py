@@ -64,6 +64,7 @@ RUN_COLUMNS = (
     "worst_severity",
     "worst_finding_title",
     "error",
+    "diagnosis_json",
 )
 _BOOL_COLUMNS = ("uploaded", "post_norm", "needs_gpu", "cancel_requested", "checkpoint_removed")
 
@@ -191,10 +192,25 @@ _V2 = (
     "ALTER TABLE jobs ADD COLUMN child_pid INTEGER",
 )
 
+_V3 = (
+    # One JSON form of the whole diagnosis (diagnosis.Diagnosis.to_dict()); the layouts, metrics
+    # and bench_results tables stay for runs stored before it.
+    "ALTER TABLE runs ADD COLUMN diagnosis_json TEXT",
+    # Weight-file digests by path, size and mtime (identity.py): a draft is hashed once.
+    """CREATE TABLE file_digests (
+        path TEXT PRIMARY KEY,
+        size INTEGER NOT NULL,
+        mtime_ns INTEGER NOT NULL,
+        sha256 TEXT NOT NULL,
+        hashed_at TEXT NOT NULL
+    )""",
+)
+
 # (version, name, statements) in order.
 MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
     (1, "initial schema", _V1),
     (2, "removed checkpoints, job cancel flag and worker host", _V2),
+    (3, "the diagnosis as one JSON form, weight-file digests", _V3),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
@@ -281,6 +297,24 @@ class Store:
                 db.conn.execute("ROLLBACK")
             raise
         db.conn.execute("COMMIT")
+
+    def get_digest(self, path: str, size: int, mtime_ns: int) -> str | None:
+        """A weight file's recorded SHA-256 at this size and mtime (identity.DigestCache)."""
+        row = self.db.execute(
+            "SELECT sha256 FROM file_digests WHERE path = ? AND size = ? AND mtime_ns = ?",
+            (path, size, mtime_ns),
+        ).fetchone()
+        return None if row is None else str(row[0])
+
+    def put_digest(self, path: str, size: int, mtime_ns: int, digest: str) -> None:
+        """Record a weight file's SHA-256 (identity.DigestCache)."""
+        self.db.execute(
+            "INSERT INTO file_digests (path, size, mtime_ns, sha256, hashed_at) "
+            "VALUES (?, ?, ?, ?, ?) ON CONFLICT(path) DO UPDATE SET size = excluded.size, "
+            "mtime_ns = excluded.mtime_ns, sha256 = excluded.sha256, "
+            "hashed_at = excluded.hashed_at",
+            (path, size, mtime_ns, digest, now_iso()),
+        )
 
     def close(self) -> None:
         """Close every connection this store opened (any thread)."""
@@ -642,10 +676,15 @@ def list_endpoints(store: Store) -> list[dict]:
 
 # --- runs --------------------------------------------------------------------------------------
 
-_RUN_SELECT = (
-    "SELECT runs.*, checkpoints.name AS checkpoint_name, checkpoints.path AS checkpoint_path, "
+_RUN_JOIN = (
+    ", checkpoints.name AS checkpoint_name, checkpoints.path AS checkpoint_path, "
     "(checkpoints.removed_at IS NOT NULL) AS checkpoint_removed "
     "FROM runs LEFT JOIN checkpoints ON checkpoints.id = runs.checkpoint_id"
+)
+_RUN_SELECT = "SELECT runs.*" + _RUN_JOIN
+# The Runs page lists summaries: everything but the diagnosis itself.
+_RUN_LIST_SELECT = (
+    "SELECT " + ", ".join(f"runs.{c}" for c in RUN_COLUMNS if c != "diagnosis_json") + _RUN_JOIN
 )
 
 
@@ -729,7 +768,7 @@ def list_runs(
 ) -> list[dict]:
     """One page of runs, newest first, optionally by status and a search text (or a run id)."""
     where, params = _run_filter(status, search)
-    sql = f"{_RUN_SELECT}{where} ORDER BY runs.created_at DESC, runs.id DESC LIMIT ? OFFSET ?"
+    sql = f"{_RUN_LIST_SELECT}{where} ORDER BY runs.created_at DESC, runs.id DESC LIMIT ? OFFSET ?"
     rows = store.db.query(sql, (*params, int(limit), int(offset)))
     return [decode_row(r) for r in rows]
 

@@ -254,6 +254,9 @@ def test_seeded_demo_meets_the_gaps(tmp_path):
     runs = {r.deployment: r.diagnosis for r in seed(tmp_path, num_prompts=2, max_new_tokens=32)}
     mis = runs["mismatched"]
     assert mis["findings"][0]["id"] == "layout-mismatch"
+    # No training layout was given: the detective measured it.
+    assert mis["training"]["source"] == "layout-detective"
+    assert mis["serving"]["source"] == "observed"
     assert mis["training"]["top1"] - mis["serving"]["top1"] >= 0.15
     assert mis["training"]["sim_accept_length"] - mis["serving"]["sim_accept_length"] >= 0.5
     measured = mis["measured"]["accept_length"]
@@ -288,10 +291,23 @@ def test_the_detective_catches_a_config_that_lies(tmp_path):
                 steps=4,
             )
         )
-    # As SpecForge would read them, the ids [0, 1, 2] mean the taps SGLang feeds: no mismatch...
-    assert diagnosis.layouts.diff.kind == "identical"
-    # ...but the draft performs best with [embedding, L1, L2], and the finding says so first.
-    assert diagnosis.detection["best"] == "0,1,2"
+    # As SpecForge would read them, the ids [0, 1, 2] mean the taps SGLang feeds: the config
+    # predicts no mismatch...
+    assert diagnosis.prediction.diff.kind == "identical"
+    # ...but the draft performs best with [embedding, L1, L2]: the training side IS that layout,
+    # measured, and the serving side is what the server was observed to feed.
+    assert diagnosis.detection.best == (Tap(0), Tap(1), Tap(2))
+    assert diagnosis.training.source == "layout-detective"
+    assert diagnosis.training.layout == (Tap(0), Tap(1), Tap(2))
+    assert diagnosis.serving.source == "observed"
+    assert diagnosis.serving.layout == (Tap(1), Tap(2), Tap(3))
+    assert diagnosis.layout_diff.kind != "identical"
     first = diagnosis.findings[0]
-    assert first.id == "detected-layout" and first.severity == "critical"
+    assert first.id == "layout-mismatch" and first.severity == "critical"
     assert "[-1, 0, 1]" in first.fix
+    ids = [f.id for f in diagnosis.findings]
+    # The config's lie is named, and the measured gap cites the layout as its explanation.
+    assert "detected-layout" in ids
+    gap = next(f for f in diagnosis.findings if f.id == "training-serving-gap")
+    assert gap.data["explained_by"][0] == "layout-mismatch"
+    assert diagnosis.training.top1 - diagnosis.serving.top1 >= 0.15

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from eagle3dash.checkpoint import InspectReport
-from eagle3dash.findings import RULES, SEVERITIES, Evidence, Finding, diagnose
+from eagle3dash.findings import RULES, SEVERITIES, SUMMARY_RULES, Evidence, Finding, diagnose
 from eagle3dash.layout import Tap
 from eagle3dash.prediction import predict_layouts
 from eagle3dash.sglang_rules import serving_layout
@@ -783,7 +783,7 @@ def test_findings_sorted_by_severity_then_rule_order() -> None:
 
 
 def test_every_rule_documents_its_source() -> None:
-    for rule in RULES:
+    for rule in (*RULES, *SUMMARY_RULES):
         assert rule.__doc__ and re.search(r"\w\.py\b|#\d+", rule.__doc__), rule
 
 
@@ -802,7 +802,7 @@ def test_finding_to_dict_and_severity_check() -> None:
         Finding("x", "fatal", "T.", "E", "F")
 
 
-def test_a_local_copy_with_the_same_files_is_the_same_draft(tmp_path) -> None:
+def test_a_local_copy_is_the_same_draft_and_another_epoch_is_not(tmp_path) -> None:
     # An upload is diagnosed from its copy under the home while the server serves the original.
     original, copy = tmp_path / "draft", tmp_path / "home" / "checkpoints" / ("ab" * 32)
     for folder in (original, copy):
@@ -813,7 +813,7 @@ def test_a_local_copy_with_the_same_files_is_the_same_draft(tmp_path) -> None:
     assert "draft-path-differs" not in ids_of(
         diagnose(Evidence(report=report(path=str(copy)), server=server))
     )
-    (copy / "model.safetensors").write_bytes(b"x" * 99)
-    assert "draft-path-differs" in ids_of(
-        diagnose(Evidence(report=report(path=str(copy)), server=server))
-    )
+    # Another epoch: the same config and the same file sizes, other weights.
+    (copy / "model.safetensors").write_bytes(b"y" * 100)
+    found = diagnose(Evidence(report=report(path=str(copy)), server=server))
+    assert only(found, "draft-differs").severity == "critical"

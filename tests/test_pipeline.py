@@ -64,12 +64,16 @@ def test_seed_like_mismatch_is_the_first_finding(models) -> None:
     assert result["layout_diff"]["kind"] == "off-by-one"
     assert result["layout_diff"]["embedding_only_in"] == "training"
     # Both evaluations ran on the same sequences and rows, and the bench measured the server.
-    assert diagnosis.training_eval.num_positions == diagnosis.serving_eval.num_positions > 0
+    assert diagnosis.training.eval.num_positions == diagnosis.serving.eval.num_positions > 0
     measured = result["measured"]["accept_length"]
     assert abs(measured - result["serving"]["sim_accept_length"]) < 0.15
-    assert result["missing"] == [
-        "speedup: pass --baseline URL (the same target served without speculation)"
-    ]
+    # Each side from its strongest evidence: declared training, observed serving slots.
+    assert result["training"]["source"] == "declared"
+    assert result["serving"]["source"] == "observed"
+    assert [t["depth"] for t in result["serving"]["prediction"]] == [1, 2, 3]
+    assert result["draft_identity"]["status"] == "same"
+    assert [n["check"] for n in result["not_checked"]] == ["speedup"]
+    assert result["not_checked"][0]["option"] == "baseline"
 
 
 def test_applying_the_fix_removes_the_layout_finding(models, tmp_path) -> None:
@@ -84,23 +88,31 @@ def test_applying_the_fix_removes_the_layout_finding(models, tmp_path) -> None:
         diagnosis = run_diagnosis(options(fixed_models, server.url, training_layout="0,1,2"))
     ids = [f.id for f in diagnosis.findings]
     assert "layout-mismatch" not in ids
-    assert diagnosis.layouts.diff.kind == "identical"
+    assert diagnosis.layout_diff.kind == "identical"
 
 
 def test_without_training_states_the_missing_comparison_is_named(models) -> None:
     with double(models) as server, double(models, speculative_algorithm=None) as baseline:
         opts = options(models, server.url, target=None, baseline=baseline.url)
         diagnosis = run_diagnosis(opts)
-    assert diagnosis.training_eval is None and diagnosis.serving_eval is not None
-    assert any("--target PATH" in m for m in diagnosis.missing)
+    assert diagnosis.training.eval is None and diagnosis.serving.eval is not None
+    # The training side is assumed from the config, and the page and CLI say how to measure it.
+    assert diagnosis.training.source == "config" and not diagnosis.training.measured
+    assert diagnosis.serving.source == "predicted"
+    missing = {n.check: n for n in diagnosis.not_checked}
+    assert missing["training-side"].option == "target"
+    assert missing["serving-taps"].option == "target"
+    assert "speedup" not in missing
     assert diagnosis.baseline is not None and diagnosis.baseline.accept_length is None
 
 
 def test_server_without_hidden_states_still_benchmarks(models) -> None:
     with double(models, enable_return_hidden_states=False) as server:
         diagnosis = run_diagnosis(options(models, server.url))
-    assert diagnosis.serving_eval is None and diagnosis.measured is not None
-    assert any("--enable-return-hidden-states" in m for m in diagnosis.missing)
+    assert diagnosis.serving.eval is None and diagnosis.measured is not None
+    missing = {n.check: n for n in diagnosis.not_checked}
+    assert "--enable-return-hidden-states" in missing["serving-states"].action
+    assert "hidden-states-off" in [f.id for f in diagnosis.findings]
 
 
 def test_cli_probe_and_diagnose_json_contract(models) -> None:
@@ -146,16 +158,16 @@ def test_a_diagnose_job_stores_the_run_for_its_page(models, tmp_path) -> None:
     job = jobs.list_jobs(home, run_id)[0]
     assert job["status"] == "succeeded", jobs.job_log(home, job["id"])
     assert run["status"] == "succeeded"
-    assert run["measured_accept_length"] == pytest.approx(
-        job["result"]["measured"]["accept_length"]
-    )
+    # The diagnosis is stored once, on the run; the summary columns are read off it.
+    stored = run["diagnosis"]
+    assert job["result"] == {"run_id": run_id, "findings": len(stored["findings"])}
+    assert run["measured_accept_length"] == pytest.approx(stored["measured"]["accept_length"])
+    assert run["sim_accept_serving"] == pytest.approx(stored["serving"]["sim_accept_length"])
     assert run["worst_severity"] == "critical"
     assert store.get_findings(home, run_id)[0]["rule_id"] == "layout-mismatch"
-    layouts = store.get_layouts(home, run_id)
-    assert [r["depth"] for r in layouts["training"]] == [0, 1, 2]
-    assert [r["depth"] for r in layouts["serving"]] == [1, 2, 3]
-    accuracy = store.get_metrics(home, run_id, source="serving", name="accuracy")
-    assert [m["step"] for m in accuracy] == [0, 1, 2, 3]
+    assert [t["depth"] for t in stored["training"]["layout"]] == [0, 1, 2]
+    assert [t["depth"] for t in stored["serving"]["layout"]] == [1, 2, 3]
+    assert len(stored["serving"]["eval"]["accuracy"]) == 4
     assert (Path(opts.capture_dir or run["options"]["capture_dir"]) / "capture.json").is_file()
 
 

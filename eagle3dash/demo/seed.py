@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eagle3dash.demo import FIXTURES, deployments
-from eagle3dash.layout import format_layout
 
 NUM_PROMPTS = 8
 MAX_NEW_TOKENS = 64
@@ -118,14 +117,15 @@ def seed(
                     num_prompts=num_prompts,
                     max_new_tokens=max_new_tokens,
                     concurrency=1,  # the double serves one request at a time
+                    # The training side comes from the tensors (the layout detective), as it
+                    # would for a user who knows nothing of how the draft was trained.
                     target=str(target),
-                    training_layout=format_layout(plan.training_layout),
                     steps=config.num_steps,
                 )
                 params = {**options.__dict__, "demo": name}
                 run_id = db.create_run(store, checkpoint_id, server.url, baseline.url, params)
                 progress(f"diagnosing the {name} deployment ({plan.description})")
-                diagnosis = run_diagnosis(options)
+                diagnosis = run_diagnosis(options, digest_cache=store)
             record_diagnosis(store, run_id, diagnosis)
             results.append(DemoRun(name, run_id, diagnosis.to_dict()))
     return results

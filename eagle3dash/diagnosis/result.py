@@ -1,13 +1,30 @@
-"""The result of one diagnosis: one typed object for the CLI, the store and the pages."""
+"""The result of one diagnosis: one typed object for the CLI, the store and the pages.
+
+Each side (training, serving) records its layout AND where that layout comes from, in this order
+of evidence, strongest first:
+
+- training: a training dump (`--train-states`) > a layout the user declares (`--training-layout`)
+  > the layout detective's best layout from the tensors (target at hand) > the config under a
+  trainer's convention (assumed);
+- serving: the states the server returned, each slot identified by slot matching against the
+  target's taps (target at hand), or matched to a training dump's slots by scale; else SGLang's
+  rules for the server's version and architecture (predicted). The prediction is kept beside the
+  observation, never instead of it.
+
+`Diagnosis.to_dict()` is the one JSON form: the CLI prints it, the store keeps it, pages read it.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from eagle3dash.checkpoint import InspectReport
 from eagle3dash.diagnosis.options import DiagnoseOptions
 from eagle3dash.findings import Finding
+from eagle3dash.identity import DraftIdentity
+from eagle3dash.layout import Layout, LayoutDiff, diff
 from eagle3dash.prediction import LayoutComparison
 from eagle3dash.servebench import BenchResult, compare_to_baseline
 from eagle3dash.sglang import ServerReport
@@ -15,68 +32,165 @@ from eagle3dash.sglang import ServerReport
 if TYPE_CHECKING:
     from eagle3dash.metrics import DraftEval
 
+# Where a side's layout comes from (values, not words: ui/ says them).
+TRAINING_DUMP = "training-dump"  # the training features themselves
+DECLARED = "declared"  # the user's --training-layout
+DETECTIVE = "layout-detective"  # the layout the draft performs best with, from the tensors
+CONFIG = "config"  # the config's ids under a trainer's convention: assumed
+OBSERVED = "observed"  # each served slot matched to the target's taps
+DUMP_MATCHED = "matched-to-dump"  # served slots matched to the training dump's slots by scale
+PREDICTED = "predicted"  # SGLang's rules for the server's version and architecture: assumed
+MEASURED_SOURCES = frozenset({TRAINING_DUMP, DECLARED, DETECTIVE, OBSERVED, DUMP_MATCHED})
+
+
+@dataclass
+class Side:
+    """One side of the comparison: the taps it fed the fc slots, where that comes from, and the
+    standalone draft's evaluation on its states."""
+
+    name: str  # "training" | "serving"
+    layout: Layout
+    source: str  # one of the source constants above
+    detail: str  # the rule, the dump, the margins: how the layout was found
+    prediction: Layout | None = None  # what the config (training) or SGLang's rules (serving) say
+    eval: DraftEval | None = None
+    steps: int | None = None  # draft steps the accept length is simulated at
+    slot_margins: list[float] | None = None  # slot matching: best minus second-best score per slot
+    capture_error: str | None = None  # why no states of this side could be evaluated
+
+    @property
+    def measured(self) -> bool:
+        """Whether the layout comes from tensors rather than from a config or a rule."""
+        return self.source in MEASURED_SOURCES
+
+    @property
+    def top1(self) -> float | None:
+        """Draft accuracy at step 1."""
+        return self.eval.accuracy[0] if self.eval is not None and self.eval.accuracy else None
+
+    @property
+    def sim_accept_length(self) -> float | None:
+        """The accept length serving rounds would get with these states, at `steps`."""
+        return None if self.eval is None else self.eval.simulated_accept_length(self.steps)
+
+    def to_dict(self) -> dict:
+        """JSON form."""
+        return {
+            "name": self.name,
+            "layout": [t.to_dict() for t in self.layout],
+            "source": self.source,
+            "measured": self.measured,
+            "detail": self.detail,
+            "prediction": None
+            if self.prediction is None
+            else [t.to_dict() for t in self.prediction],
+            "eval": None if self.eval is None else self.eval.to_dict(),
+            "steps": self.steps,
+            "top1": self.top1,
+            "sim_accept_length": self.sim_accept_length,
+            "slot_margins": self.slot_margins,
+            "capture_error": self.capture_error,
+        }
+
+
+@dataclass(frozen=True)
+class NotChecked:
+    """A check that could not run, and the one action that enables it."""
+
+    check: str  # short id: "training-side", "serving-states", "speedup", "draft-identity", ...
+    reason: str  # why it could not run
+    option: str | None = None  # the DiagnoseOptions field that enables it (the CLI names the flag,
+    #                            the app its form field)
+    action: str | None = None  # what to do when no option does it (a server flag, a path)
+
+    def to_dict(self) -> dict:
+        """JSON form."""
+        return {
+            "check": self.check,
+            "reason": self.reason,
+            "option": self.option,
+            "action": self.action,
+        }
+
 
 @dataclass
 class Diagnosis:
-    """Everything one diagnosis found, ready for the CLI, the store and the app."""
+    """Everything one diagnosis found."""
 
     options: DiagnoseOptions
     report: InspectReport
     server: ServerReport
     num_target_layers: int
     arch: str
-    layouts: LayoutComparison
-    server_steps: int | None = None
-    training_eval: DraftEval | None = None
-    serving_eval: DraftEval | None = None
+    steps: int  # draft steps per round the sides are simulated at (the server's, when it says)
+    prediction: LayoutComparison  # what the config and SGLang's rules predict
+    training: Side
+    serving: Side
     measured: BenchResult | None = None
     baseline: BenchResult | None = None
-    detection: dict | None = None  # the layout detective's case (with --target)
+    detection: Any = None  # detective.Detection (with the target at hand)
+    identity: DraftIdentity | None = None
     findings: list[Finding] = field(default_factory=list)
-    missing: list[str] = field(default_factory=list)  # comparisons not made, and how to supply them
+    not_checked: list[NotChecked] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
-    def side(self, name: str) -> dict:
-        """One side of the side-by-side table: layout, evaluation and simulated accept length."""
-        result = getattr(self.layouts, name)
-        ev = self.training_eval if name == "training" else self.serving_eval
-        out = {
-            "layout": [t.to_dict() for t in result.layout],
-            "rule": result.rule,
-            "eval": ev.to_dict() if ev else None,
-            "top1": ev.accuracy[0] if ev else None,
-            "sim_accept_length": self.sim_accept_length(ev),
-            "mean_accept_length": ev.accept_length_at(min(self.server_steps or ev.steps, ev.steps))
-            if ev
-            else None,
-        }
-        return out
+    @property
+    def layout_diff(self) -> LayoutDiff:
+        """The two sides' layouts, slot by slot."""
+        return diff(self.training.layout, self.serving.layout)
 
-    def sim_accept_length(self, ev: DraftEval | None) -> float | None:
-        """Simulated accept length at the server's chain length (or the evaluated steps)."""
-        if ev is None:
+    @property
+    def speedup(self) -> dict | None:
+        """Measured tok/s against the baseline's, when both were benchmarked."""
+        if self.measured is None or self.baseline is None:
             return None
-        return ev.simulated_accept_length(self.server_steps)
+        return compare_to_baseline(self.measured, self.baseline)
+
+    @property
+    def root_cause(self) -> Finding | None:
+        """The first critical finding: the verdict's one sentence."""
+        return next((f for f in self.findings if f.severity == "critical"), None)
+
+    def verdict(self) -> dict:
+        """The verdict banner's values: root cause (or none), the accept lengths, speedup, and
+        what was not checked."""
+        speedup = self.speedup or {}
+        root = self.root_cause
+        return {
+            "root_cause": None if root is None else root.to_dict(),
+            "problems_found": bool(self.findings),
+            "all_checked": not self.not_checked,
+            "measured_accept_length": None
+            if self.measured is None
+            else self.measured.accept_length,
+            "sim_accept_training": self.training.sim_accept_length,
+            "sim_accept_serving": self.serving.sim_accept_length,
+            "training_source": self.training.source,
+            "serving_source": self.serving.source,
+            "speedup": speedup.get("speedup"),
+            "not_checked": [n.check for n in self.not_checked],
+        }
 
     def to_dict(self) -> dict:
-        """The --json contract: findings, training, serving, measured, plus context."""
-        speedup = None
-        if self.measured and self.baseline:
-            speedup = compare_to_baseline(self.measured, self.baseline)
+        """The one JSON form: the --json contract, what the store keeps and the pages read."""
         return {
+            "verdict": self.verdict(),
             "findings": [f.to_dict() for f in self.findings],
-            "training": self.side("training"),
-            "serving": self.side("serving"),
+            "training": self.training.to_dict(),
+            "serving": self.serving.to_dict(),
+            "layout_diff": self.layout_diff.to_dict(),
+            "prediction": self.prediction.to_dict(),
             "measured": self.measured.to_dict() if self.measured else None,
             "baseline": self.baseline.to_dict() if self.baseline else None,
-            "speedup": speedup,
-            "layout_diff": self.layouts.diff.to_dict(),
-            "detective": self.detection,
+            "speedup": self.speedup,
+            "detective": None if self.detection is None else self.detection.to_dict(),
+            "draft_identity": None if self.identity is None else self.identity.to_dict(),
             "num_target_layers": self.num_target_layers,
             "arch": self.arch,
-            "server_steps": self.server_steps,
-            "missing": self.missing,
+            "steps": self.steps,
+            "not_checked": [n.to_dict() for n in self.not_checked],
             "warnings": self.warnings,
+            "options": dataclasses.asdict(self.options),
             "checkpoint": self.report.to_json(),
             "server": self.server.to_dict(),
         }

@@ -1,27 +1,52 @@
-"""The diagnosis, stage by stage: inspect, probe, capture, standalone evaluation, serve benchmark,
-findings. Torch is imported only inside the stages that need it.
+"""The diagnosis, stage by stage: each stage a short function, `run_diagnosis` the list of them.
 
-Both evaluations run on the same token sequences (the endpoint's own greedy completions), so they
-differ only in the taps: the serving side gets the concatenated aux states SGLang really feeds the
-draft; the training side gets the target's states at the training layout's taps, from a local
-target (`--target`) or a training dump (`--train-states`, other sequences).
+inspect the checkpoint -> probe the endpoint -> predict both layouts from the config and SGLang's
+rules -> capture what the server feeds the draft -> capture every tap of a local target on the same
+tokens (target at hand) -> read a training dump (given) -> the layout detective -> the training
+side and the serving side, each from its strongest evidence -> which draft the server runs ->
+benchmark the endpoint (and the baseline) -> findings.
+
+A stage that cannot run (no hidden states, no target, a server that refuses) records why and
+what enables it (`NotChecked`) and the run goes on: a misconfigured server is diagnosed, not
+refused. Torch is imported only inside the stages that need it.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from eagle3dash.checkpoint import inspect
+from eagle3dash.checkpoint import InspectReport, inspect
 from eagle3dash.diagnosis.options import DiagnoseOptions
-from eagle3dash.diagnosis.result import Diagnosis
+from eagle3dash.diagnosis.result import (
+    CONFIG,
+    DECLARED,
+    DETECTIVE,
+    DUMP_MATCHED,
+    OBSERVED,
+    PREDICTED,
+    TRAINING_DUMP,
+    Diagnosis,
+    NotChecked,
+    Side,
+)
 from eagle3dash.errors import InputError
 from eagle3dash.findings import Evidence, diagnose
-from eagle3dash.layout import format_layout, parse_layout
-from eagle3dash.prediction import predict_layouts
-from eagle3dash.servebench import Prompt, load_prompts, run_bench
-from eagle3dash.sglang import ServerReport, SGLangClient
+from eagle3dash.identity import DigestCache, DraftIdentity, compare_drafts, is_local_url
+from eagle3dash.layout import Layout, LayoutResult, Tap, bracketed, parse_layout
+from eagle3dash.prediction import LayoutComparison, predict_layouts
+from eagle3dash.servebench import BenchResult, Prompt, load_prompts, run_bench
+from eagle3dash.sglang import EndpointError, ServerReport, SGLangClient
 from eagle3dash.sglang_rules import DEFAULT_SGLANG_VERSION
+
+if TYPE_CHECKING:
+    from eagle3dash.capture import Capture
+    from eagle3dash.detective import Detection
+    from eagle3dash.draft import Draft
+    from eagle3dash.metrics import DraftEval
 
 Progress = Callable[[float, str], None]
 
@@ -88,162 +113,416 @@ def prompt_ids(prompts: list[Prompt], *tokenizer_paths: str | None) -> list[list
     return out
 
 
-def run_diagnosis(options: DiagnoseOptions, progress: Progress | None = None) -> Diagnosis:
-    """Run every stage against the endpoint and return the diagnosis with its findings."""
-    import torch
+def simulation_steps(server: ServerReport, options: DiagnoseOptions) -> tuple[int, int]:
+    """(steps simulated, steps evaluated): the server's draft steps per round when it says, and
+    enough evaluated steps to simulate them."""
+    served = server.speculative.num_steps if server.speculative else None
+    steps = served if isinstance(served, int) and served > 0 else options.steps
+    return steps, max(steps, options.steps)
 
-    from eagle3dash.capture import capture_from_sglang, read_capture, save_capture
-    from eagle3dash.detective import capture_all_taps, detect
-    from eagle3dash.draft import evaluate_capture, load_draft
 
-    progress = progress or _no_progress
+@dataclass
+class _Run:
+    """What the stages hand on to each other."""
+
+    options: DiagnoseOptions
+    progress: Progress
+    report: InspectReport
+    server: ServerReport
+    depth: int
+    arch: str
+    version: str
+    prediction: LayoutComparison
+    steps: int
+    eval_steps: int
+    tokens: list[list[int]] = field(default_factory=list)
+    serving_capture: Capture | None = None
+    capture_error: str | None = None
+    target_capture: Capture | None = None
+    dump: Capture | None = None
+    draft: Draft | None = None
+    embed: Any = None
+    detection: Detection | None = None
+    not_checked: list[NotChecked] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def declared(self) -> Layout | None:
+        """The training layout the user declared."""
+        text = self.options.training_layout
+        return parse_layout(text) if text else None
+
+
+def _start(options: DiagnoseOptions, progress: Progress) -> _Run:
+    """Inspect the checkpoint, probe the endpoint, predict both layouts."""
     progress(0.0, "inspecting the checkpoint")
     report = inspect(options.draft)
-    progress(0.05, f"probing {options.endpoint}")
-    client = SGLangClient(options.endpoint, timeout=options.timeout)
-    server = client.probe()
+    progress(0.03, f"probing {options.endpoint}")
+    server = SGLangClient(options.endpoint, timeout=options.timeout).probe()
     depth = target_depth(options, server)
     arch = options.arch or (server.architectures or [None])[0] or server.model_type or "llama"
-    override = parse_layout(options.training_layout) if options.training_layout else None
-    layouts = predict_layouts(
+    version = server.version or DEFAULT_SGLANG_VERSION
+    prediction = predict_layouts(
         report.spec,
         depth,
         trainer=options.trainer,
-        sglang_version=server.version or DEFAULT_SGLANG_VERSION,
+        sglang_version=version,
         arch=arch,
         cuda_graph=not server.disable_cuda_graph,
-        training_override=override,
     )
-    diagnosis = Diagnosis(
-        options=options,
-        report=report,
-        server=server,
-        num_target_layers=depth,
-        arch=arch,
-        layouts=layouts,
-        server_steps=server.speculative.num_steps if server.speculative else None,
+    steps, eval_steps = simulation_steps(server, options)
+    return _Run(
+        options, progress, report, server, depth, arch, version, prediction, steps, eval_steps
     )
-    training_layout = layouts.training.layout
-    serving_layout = layouts.serving.layout
 
-    prompts = load_prompts(options.prompts)[: options.num_prompts]
-    if server.speculative and server.enable_return_hidden_states and not layouts.serving.error:
-        progress(0.1, "capturing the aux states the server feeds the draft")
-        capture = capture_from_sglang(
-            client,
-            prompt_ids(prompts, options.target, server.model_path),
-            serving_layout,
-            max_new_tokens=options.max_new_tokens,
-            report=server,
-            progress=lambda done, total: progress(0.1 + 0.3 * done / total, "capturing"),
-            warn=diagnosis.warnings.append,
-        )
-        if options.capture_dir:
-            save_capture(capture, options.capture_dir)
-        embed = target_embedding(options, server)
-        draft = load_draft(options.draft, options.device, getattr(torch, options.dtype), embed)
-        layout_text = format_layout(serving_layout)
-        progress(0.4, f"evaluating the draft on the serving layout [{layout_text}]")
-        diagnosis.serving_eval = evaluate_capture(
-            draft, capture, serving_layout, steps=options.steps, embed_weight=embed
-        )
-        training_capture = None
-        if options.target:
-            # Every tap at once: the training layout's, and the layout detective's candidates.
-            progress(0.5, f"capturing every tap of the local target {options.target}")
-            tokens = [seq.input_ids.tolist() for seq in capture.sequences]
-            training_capture = capture_all_taps(options.target, tokens, device=options.device)
-            for mine, theirs in zip(training_capture.sequences, capture.sequences, strict=True):
-                mine.loss_mask = theirs.loss_mask  # score the same rows on both sides
-            training_capture.meta["served_tokens"] = capture.meta.get("served_tokens")
-        elif options.train_states:
-            progress(0.5, f"reading the training dump {options.train_states}")
-            training_capture = read_capture(
-                options.train_states, layout=training_layout, num_target_layers=depth
-            )
-            diagnosis.warnings.append(
-                "training-side states come from the training dump, so they cover other token "
-                "sequences than the serving capture"
-            )
-        else:
-            diagnosis.missing.append(
-                "training-side evaluation: no target states at the training taps "
-                f"[{format_layout(training_layout)}]; pass --target PATH (a local Hugging Face "
-                "checkpoint of the target) or --train-states DIR (SpecForge data_*.ckpt or "
-                "speculators hs_*.safetensors made with the training layout)"
-            )
-        if training_capture is not None:
-            layout_text = format_layout(training_layout)
-            progress(0.6, f"evaluating the draft on the training layout [{layout_text}]")
-            diagnosis.training_eval = evaluate_capture(
-                draft, training_capture, training_layout, steps=options.steps, embed_weight=embed
-            )
-        if options.target:
-            progress(0.62, "layout detective: which taps does the draft perform best with?")
-            diagnosis.detection = detect(
-                options.draft,
-                capture=training_capture,
-                steps=options.steps,
-                sides={"serving": capture},
-                num_layers=depth,
-                sglang_version=server.version or DEFAULT_SGLANG_VERSION,
-                arch=arch,
-                device=options.device,
-                draft=draft,
-            ).to_dict()
-    elif not server.speculative:
-        diagnosis.missing.append("standalone evaluation: the endpoint runs no speculative decoding")
+
+def capture_serving(run: _Run, prompts: list[Prompt]) -> None:
+    """The aux states the server feeds its draft, on its own greedy completions."""
+    from eagle3dash.capture import CaptureError, capture_from_sglang, save_capture
+
+    server, predicted = run.server, run.prediction.serving
+    run.tokens = prompt_ids(prompts, run.options.target, server.model_path)
+    if server.speculative is None:
+        run.capture_error = "the endpoint runs no speculative decoding, so it feeds no draft"
     elif not server.enable_return_hidden_states:
-        diagnosis.missing.append(
-            "standalone evaluation on the serving states: restart the server with "
-            "--enable-return-hidden-states so the states it feeds the draft can be captured"
+        run.capture_error = "the server was started without --enable-return-hidden-states"
+        run.not_checked.append(
+            NotChecked(
+                "serving-states",
+                "the states the server feeds the draft cannot be captured",
+                action="restart the server with --enable-return-hidden-states",
+            )
         )
-    else:
-        diagnosis.missing.append(f"serving capture: {layouts.serving.error}")
+    elif predicted.error:
+        run.capture_error = f"SGLang {run.version} would not capture these taps: {predicted.error}"
+    if run.capture_error:
+        return
+    run.progress(0.08, "capturing the aux states the server feeds the draft")
+    try:
+        capture = capture_from_sglang(
+            SGLangClient(run.options.endpoint, timeout=run.options.timeout),
+            run.tokens,
+            predicted.layout,
+            max_new_tokens=run.options.max_new_tokens,
+            report=server,
+            progress=lambda done, total: run.progress(0.08 + 0.27 * done / total, "capturing"),
+            warn=run.warnings.append,
+        )
+    except (CaptureError, EndpointError) as e:
+        run.capture_error = str(e)
+        return
+    if run.options.capture_dir:
+        save_capture(capture, run.options.capture_dir)
+    run.serving_capture = capture
+    run.tokens = [seq.input_ids.tolist() for seq in capture.sequences]
 
-    progress(0.7, f"benchmarking {options.endpoint}")
-    bench_prompts = prompts
+
+def load_standalone_draft(run: _Run) -> None:
+    """The draft built once, the way SGLang runs it (the target's embedding when at hand)."""
+    import torch
+
+    from eagle3dash.draft import load_draft
+
+    run.embed = target_embedding(run.options, run.server)
+    dtype = getattr(torch, run.options.dtype)
+    run.draft = load_draft(run.options.draft, run.options.device, dtype, run.embed)
+
+
+def capture_target(run: _Run) -> None:
+    """Every tap of the local target on the served tokens (or the prompts), in one forward."""
+    from eagle3dash.detective import capture_all_taps
+
+    if not run.options.target:
+        return
+    run.progress(0.4, f"capturing every tap of the local target {run.options.target}")
+    capture = capture_all_taps(run.options.target, run.tokens, device=run.options.device)
+    if run.serving_capture is not None:
+        for mine, theirs in zip(capture.sequences, run.serving_capture.sequences, strict=True):
+            mine.loss_mask = theirs.loss_mask  # score the same rows on both sides
+        capture.meta["served_tokens"] = run.serving_capture.meta.get("served_tokens")
+    run.target_capture = capture
+
+
+def read_dump(run: _Run) -> None:
+    """The training dump, read with the layout it was made with (declared, else the config's)."""
+    from eagle3dash.capture import read_capture
+
+    if not run.options.train_states:
+        return
+    run.progress(0.45, f"reading the training dump {run.options.train_states}")
+    layout = run.declared or run.prediction.training.layout
+    run.dump = read_capture(run.options.train_states, layout=layout, num_target_layers=run.depth)
+
+
+def run_detective(run: _Run) -> None:
+    """Which taps the draft performs best with, and which taps each served slot carries."""
+    from eagle3dash.detective import detect
+
+    if run.target_capture is None:
+        return
+    run.progress(0.5, "layout detective: which taps does the draft perform best with?")
+    sides = {"serving": run.serving_capture} if run.serving_capture is not None else None
+    run.detection = detect(
+        run.options.draft,
+        capture=run.target_capture,
+        steps=run.eval_steps,
+        sides=sides,
+        num_layers=run.depth,
+        sglang_version=run.version,
+        arch=run.arch,
+        device=run.options.device,
+        draft=run.draft,
+    )
+
+
+def _evaluate(run: _Run, capture: Capture | None, layout: Layout) -> DraftEval | None:
+    from eagle3dash.draft import evaluate_capture
+
+    if capture is None or run.draft is None or not set(layout) <= set(capture.taps):
+        return None
+    return evaluate_capture(
+        run.draft, capture, layout, steps=run.eval_steps, embed_weight=run.embed
+    )
+
+
+def training_side(run: _Run) -> Side:
+    """The training side from its strongest evidence: dump > declared > detective > config."""
+    config = run.prediction.training
+    declared, detection = run.declared, run.detection
+    if run.dump is not None:
+        layout = declared or config.layout
+        detail = f"the training features in {run.options.train_states}, taps {bracketed(layout)}"
+        side = Side("training", layout, TRAINING_DUMP, detail, config.layout)
+        side.eval = _evaluate(run, run.dump, layout)
+        run.warnings.append(
+            "training-side states come from the training dump, so they cover other token "
+            "sequences than the serving capture"
+        )
+    elif declared is not None:
+        side = Side("training", declared, DECLARED, "declared by the user", config.layout)
+        side.eval = _evaluate(run, run.target_capture, declared)
+    elif detection is not None:
+        best = detection.best
+        top = detection.rows[0]
+        detail = (
+            f"best of {len(detection.rows)} candidate layouts on one capture of every tap "
+            f"(top-1 {top.top1:.1%}, simulated accept length {top.sim_accept_length:.2f})"
+            + ("; the config implies the same" if best == config.layout else "")
+        )
+        side = Side("training", best, DETECTIVE, detail, config.layout)
+        side.eval = _evaluate(run, run.target_capture, best)
+    else:
+        side = Side("training", config.layout, CONFIG, config.rule, config.layout)
+    side.steps = run.steps
+    if side.eval is None:
+        side.capture_error = "no target states at these taps"
+        run.not_checked.append(
+            NotChecked(
+                "training-side",
+                "the training side is assumed from the config and not evaluated: no target "
+                "states at its taps",
+                option="target",
+                action="give a local copy of the target (or a training dump)",
+            )
+        )
+    return side
+
+
+def _dump_matched(run: _Run, training: Side) -> tuple[Layout, list[float]] | None:
+    """Served slots matched to the training dump's slots by scale (mean log-RMS per slot): the
+    embedding output is far smaller than any block's output, and depth grows the scale."""
+    serving, dump = run.serving_capture, run.dump
+    if serving is None or dump is None or len(training.layout) != len(serving.taps):
+        return None
+
+    def log_rms(capture: Capture, tap: Tap) -> float:
+        values = [float(s.states[tap].float().pow(2).mean().sqrt()) for s in capture.sequences]
+        return math.log10(max(sum(values) / len(values), 1e-12))
+
+    theirs = [log_rms(dump, t) for t in training.layout]
+    layout, margins = [], []
+    for tap in serving.taps:
+        mine = log_rms(serving, tap)
+        gaps = sorted((abs(mine - x), j) for j, x in enumerate(theirs))
+        layout.append(training.layout[gaps[0][1]])
+        margins.append(gaps[1][0] - gaps[0][0] if len(gaps) > 1 else 0.0)
+    return tuple(layout), margins
+
+
+def serving_side(run: _Run, training: Side) -> Side:
+    """The serving side from its strongest evidence: slot matching against the target's taps >
+    matching against the training dump's slots > SGLang's rules (predicted)."""
+    predicted = run.prediction.serving
+    capture = run.serving_capture
+    served_layout = tuple(capture.taps) if capture is not None else predicted.layout
+    match = run.detection.slot_match if run.detection is not None else None
+    matched = _dump_matched(run, training)
+    if match is not None and "serving" in match.sides:
+        scores = match.sides["serving"]
+        layout = match.best("serving")
+        margins = [s.confidence for s in scores]
+        detail = "each served slot matched to the target's taps by content and scale"
+        side = Side("serving", layout, OBSERVED, detail, predicted.layout, slot_margins=margins)
+    elif matched is not None:
+        detail = "each served slot matched to the training dump's slots by scale (RMS)"
+        side = Side("serving", matched[0], DUMP_MATCHED, detail, predicted.layout)
+        side.slot_margins = matched[1]
+    else:
+        side = Side("serving", predicted.layout, PREDICTED, predicted.rule, predicted.layout)
+        if capture is not None:
+            run.not_checked.append(
+                NotChecked(
+                    "serving-taps",
+                    f"which taps the server feeds is predicted from SGLang {run.version}'s "
+                    "rules, not observed",
+                    option="target",
+                    action="give a local copy of the target so each served slot can be matched",
+                )
+            )
+    side.eval = _evaluate(run, capture, served_layout)
+    side.steps = run.steps
+    side.capture_error = run.capture_error
+    return side
+
+
+def draft_identity(run: _Run, cache: DigestCache | None) -> DraftIdentity | None:
+    """Whether the server runs the checkpoint under diagnosis, by weight content."""
+    spec = run.server.speculative
+    if spec is None:
+        return None
+    identity = compare_drafts(
+        run.options.draft, spec.draft_model_path, is_local_url(run.server.url), cache
+    )
+    if identity.status == "unknown":
+        run.not_checked.append(
+            NotChecked(
+                "draft-identity",
+                f"whether the server runs this checkpoint: {identity.reason}",
+                action="run the diagnosis on the GPU box, where the server's draft path is "
+                "readable",
+            )
+        )
+    return identity
+
+
+def benchmark(run: _Run, prompts: list[Prompt]) -> tuple[BenchResult, BenchResult | None]:
+    """The endpoint's tok/s and accept length (and the baseline's, when given)."""
+    options = run.options
 
     def bench_progress(start: float, span: float) -> Callable[[int, int], None]:
-        return lambda done, total: progress(start + span * done / total, "benchmarking")
+        return lambda done, total: run.progress(start + span * done / total, "benchmarking")
 
-    diagnosis.measured = run_bench(
+    run.progress(0.7, f"benchmarking {options.endpoint}")
+    measured = run_bench(
         options.endpoint,
-        bench_prompts,
+        prompts,
         concurrency=options.concurrency,
         max_new_tokens=options.max_new_tokens,
         progress=bench_progress(0.7, 0.15 if options.baseline else 0.25),
     )
+    baseline = None
     if options.baseline:
-        progress(0.85, f"benchmarking the baseline {options.baseline}")
-        diagnosis.baseline = run_bench(
+        run.progress(0.85, f"benchmarking the baseline {options.baseline}")
+        baseline = run_bench(
             options.baseline,
-            bench_prompts,
+            prompts,
             concurrency=options.concurrency,
             max_new_tokens=options.max_new_tokens,
             progress=bench_progress(0.85, 0.1),
         )
     else:
-        diagnosis.missing.append(
-            "speedup: pass --baseline URL (the same target served without speculation)"
+        run.not_checked.append(
+            NotChecked(
+                "speedup",
+                "no baseline: the speedup against serving without speculation is unknown",
+                option="baseline",
+                action="serve the same target without speculation and give its URL",
+            )
         )
+    return measured, baseline
 
+
+def effective_layouts(run: _Run, training: Side, serving: Side) -> LayoutComparison:
+    """The sides as the layout rules read them: the strongest evidence on each side, with
+    SGLang's rule, notes and capture error kept on the serving side."""
+    from eagle3dash.layout import default_layout, diff
+    from eagle3dash.sglang_rules import nested_ids
+
+    predicted = run.prediction.serving
+    served = LayoutResult(
+        serving.layout,
+        predicted.rule,
+        list(predicted.notes),
+        decode_layout=predicted.decode_layout,
+        error=predicted.error,
+    )
+    trained = LayoutResult(training.layout, training.detail)
+    fell_back = nested_ids(run.report.spec) is None and serving.source == PREDICTED
+    default = default_layout(run.depth) if fell_back else None
+    decode = predicted.decode_layout
+    return LayoutComparison(
+        trained,
+        served,
+        diff(training.layout, serving.layout, default),
+        diff(training.layout, decode, default_layout(run.depth)) if decode is not None else None,
+    )
+
+
+def run_diagnosis(
+    options: DiagnoseOptions,
+    progress: Progress | None = None,
+    digest_cache: DigestCache | None = None,
+) -> Diagnosis:
+    """Run every stage against the endpoint and return the diagnosis with its findings."""
+    run = _start(options, progress or _no_progress)
+    prompts = load_prompts(options.prompts)[: options.num_prompts]
+    capture_serving(run, prompts)
+    if run.serving_capture is not None or options.target or options.train_states:
+        load_standalone_draft(run)
+    capture_target(run)
+    read_dump(run)
+    run_detective(run)
+    training = training_side(run)
+    serving = serving_side(run, training)
+    identity = draft_identity(run, digest_cache)
+    measured, baseline = benchmark(run, prompts)
+    diagnosis = Diagnosis(
+        options=options,
+        report=run.report,
+        server=run.server,
+        num_target_layers=run.depth,
+        arch=run.arch,
+        steps=run.steps,
+        prediction=run.prediction,
+        training=training,
+        serving=serving,
+        measured=measured,
+        baseline=baseline,
+        detection=run.detection,
+        identity=identity,
+        not_checked=run.not_checked,
+        warnings=run.warnings,
+    )
     diagnosis.findings = diagnose(
         Evidence(
-            report=report,
+            report=run.report,
             draft_path=options.draft,
-            num_target_layers=depth,
-            arch=arch,
-            server=server,
-            layouts=layouts,
-            sglang_version=server.version,
+            num_target_layers=run.depth,
+            arch=run.arch,
+            server=run.server,
+            layouts=effective_layouts(run, training, serving),
+            prediction=run.prediction,
+            training=training,
+            serving=serving,
+            sglang_version=run.server.version,
             trainer=options.trainer,
-            detection=diagnosis.detection,
-            training_eval=diagnosis.training_eval,
-            serving_eval=diagnosis.serving_eval,
-            measured=diagnosis.measured,
-            baseline=diagnosis.baseline,
+            detection=run.detection,
+            training_eval=training.eval,
+            serving_eval=serving.eval,
+            identity=identity,
+            measured=measured,
+            baseline=baseline,
         )
     )
-    progress(1.0, "done")
+    run.progress(1.0, "done")
     return diagnosis

@@ -24,16 +24,20 @@ from eagle3dash.findings.layout_rules import (
     rule_capture_rule_version,
     rule_detected_layout,
     rule_layout_mismatch,
+    rule_server_feeds_other_taps,
 )
 from eagle3dash.findings.measurement_rules import (
+    rule_measured_above_simulated,
     rule_measured_below_simulated,
     rule_slower_than_baseline,
+    rule_training_serving_gap,
 )
 from eagle3dash.findings.server_rules import (
     rule_algorithm_eagle,
-    rule_draft_path_differs,
+    rule_draft_differs,
     rule_draft_quantized,
     rule_draft_tokens_capped,
+    rule_hidden_states_off,
     rule_hidden_states_truncated,
     rule_no_speculation,
 )
@@ -43,9 +47,11 @@ __all__ = ["RULES", "SEVERITIES", "Evidence", "Finding", "diagnose"]
 # The order decides how findings of equal severity are listed.
 RULES: tuple[Callable[[Evidence], list[Finding]], ...] = (
     rule_layout_mismatch,
+    rule_server_feeds_other_taps,
     rule_detected_layout,
     rule_algorithm_eagle,
     rule_no_speculation,
+    rule_draft_differs,
     rule_aux_ids_not_read,
     rule_capture_rule_version,
     rule_lm_head_missing,
@@ -56,10 +62,18 @@ RULES: tuple[Callable[[Evidence], list[Finding]], ...] = (
     rule_eagle31_ignored,
     rule_draft_tokens_capped,
     rule_draft_quantized,
-    rule_draft_path_differs,
+    rule_measured_above_simulated,
     rule_measured_below_simulated,
+    rule_hidden_states_off,
     rule_checkpoint_problems,
     rule_hidden_states_truncated,
+)
+
+
+# Rules that read the other rules' findings (to cite what explains what they see); they run
+# after RULES and list after their findings of the same severity.
+SUMMARY_RULES: tuple[Callable[[Evidence, list[Finding]], list[Finding]], ...] = (
+    rule_training_serving_gap,
 )
 
 
@@ -68,5 +82,9 @@ def diagnose(evidence: Evidence) -> list[Finding]:
     found: list[tuple[int, int, int, Finding]] = []
     for r, rule in enumerate(RULES):
         for k, finding in enumerate(rule(evidence)):
+            found.append((SEVERITIES.index(finding.severity), r, k, finding))
+    first = [f for *_, f in found]
+    for r, summary in enumerate(SUMMARY_RULES, start=len(RULES)):
+        for k, finding in enumerate(summary(evidence, first)):
             found.append((SEVERITIES.index(finding.severity), r, k, finding))
     return [f for *_, f in sorted(found, key=lambda x: x[:3])]

@@ -10,10 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from eagle3dash.layout import Layout
 from eagle3dash.sglang_rules import try_parse_version
 
 if TYPE_CHECKING:
     from eagle3dash.checkpoint import InspectReport
+    from eagle3dash.detective import Detection
+    from eagle3dash.diagnosis.result import Side
+    from eagle3dash.identity import DraftIdentity
     from eagle3dash.metrics import DraftEval
     from eagle3dash.prediction import LayoutComparison
     from eagle3dash.servebench import BenchResult
@@ -59,7 +63,13 @@ class Evidence:
     num_target_layers: int | None = None  # N, the target's decoder blocks
     arch: str | None = None  # target architecture ("kimi", "DeepseekV3ForCausalLM", ...)
     server: ServerReport | None = None
-    layouts: LayoutComparison | None = None  # the config's prediction
+    # The layouts as the rules read them: in a diagnosis, each side's strongest evidence (see
+    # diagnosis.result); standalone, the config's prediction.
+    layouts: LayoutComparison | None = None
+    prediction: LayoutComparison | None = None  # the config's and SGLang's rules' prediction
+    training: Side | None = None  # the training side of a diagnosis, with its source
+    serving: Side | None = None  # the serving side, observed or predicted
+    identity: DraftIdentity | None = None  # is the served draft this checkpoint, by content
     training_eval: DraftEval | None = None  # draft over the training layout
     serving_eval: DraftEval | None = None  # draft over the serving layout
     measured: BenchResult | None = None  # the endpoint under diagnosis
@@ -68,7 +78,7 @@ class Evidence:
     sglang_version: str | None = None
     trainer: str | None = None  # a layout.TRAINERS key, when known
     training_sglang_version: str | None = None  # SpecForge SGLang backend: version used to train
-    detection: dict | None = None  # detective.Detection.to_dict(): what the tensors say
+    detection: Detection | None = None  # the layout detective's case: what the tensors say
 
     @property
     def spec(self) -> DraftSpec | None:
@@ -101,6 +111,16 @@ class Evidence:
             if self.server.model_type:
                 return str(self.server.model_type)
         return "llama"
+
+    def claimed_training(self) -> Layout | None:
+        """The training layout the config implies (the prediction's, else the layouts')."""
+        source = self.prediction or self.layouts
+        return None if source is None else tuple(source.training.layout)
+
+    def simulation_steps(self) -> int | None:
+        """Draft steps per round to simulate at: the server's, when it says."""
+        sp = self.speculative
+        return sp.num_steps if sp is not None and sp.num_steps else None
 
     def cuda_graph(self) -> bool:
         """Whether the server runs CUDA graphs (SGLang's default)."""

@@ -14,10 +14,10 @@ from eagle3dash.findings.core import Evidence, Finding, _fmt
 from eagle3dash.layout import (
     Layout,
     LayoutDiff,
+    Tap,
     default_layout,
     describe_tap,
     format_layout,
-    parse_layout,
 )
 from eagle3dash.sglang_rules import (
     DEFAULT_SGLANG_VERSION,
@@ -197,8 +197,8 @@ def rule_layout_mismatch(e: Evidence) -> list[Finding]:
             + "."
         )
     if e.detection is not None:
-        lines.append("Layout detective: " + " ".join(e.detection["verdict"][:3]))
-    fix, data = _layout_fix(e, d.training, d.serving)
+        lines.append("Layout detective: " + " ".join(e.detection.verdict[:3]))
+    fix, data = _server_fix(e, d.training, d.serving)
     data = {"kind": d.kind, **data}
     if d.kind == "identical":
         title = f"SGLang {v} cannot capture the taps this draft was trained on: {error}."
@@ -217,26 +217,27 @@ def rule_detected_layout(e: Evidence) -> list[Finding]:
     than the config says, conventions shifted by one). The layout detective's sweep over one
     all-taps capture (detective.py) says which taps the draft was really trained on.
     """
-    if e.detection is None or e.layouts is None:
+    det, claimed = e.detection, e.claimed_training()
+    if det is None or claimed is None or e.layouts is None:
         return []
-    det = e.detection
-    best = parse_layout(det["best"])
-    claimed = tuple(e.layouts.training.layout)
+    best = tuple(det.best)
     if best == claimed:
         return []
-    n = e.num_target_layers or det["num_target_layers"]
-    rows = {r["layout"]: r for r in det["rows"]}
-    top, mine = det["rows"][0], rows.get(format_layout(claimed))
+    n = e.num_target_layers or det.num_layers
+    mine = next((r for r in det.rows if r.layout == claimed), None)
+    top = det.rows[0]
     gap = (
-        f"; the claimed layout {format_layout(claimed)}: top-1 {mine['top1']:.1%}, simulated "
-        f"accept length {_fmt(mine['sim_accept_length'])}"
+        f"; the claimed layout {format_layout(claimed)}: top-1 {mine.top1:.1%}, simulated "
+        f"accept length {_fmt(mine.sim_accept_length)}"
         if mine is not None
         else ""
     )
-    serving = e.layouts.serving
-    fed = tuple(serving.layout)
-    severity = "critical" if fed is not None and fed != best else "warning"
-    fix_ids = det.get("fix_ids")
+    fed = tuple(e.layouts.serving.layout)
+    # In a diagnosis the training side already IS the detected layout, and the layout finding
+    # carries the mismatch; this one says why the config cannot be trusted.
+    training_is_best = e.training is not None and tuple(e.training.layout) == best
+    severity = "critical" if fed != best and not training_is_best else "warning"
+    fix_ids = det.fix_ids
     fix = (
         f'Set "eagle_config": {{"eagle_aux_hidden_state_layer_ids": {fix_ids}}} so SGLang feeds '
         f"{format_layout(best)}, and record that layout with the checkpoint."
@@ -250,11 +251,95 @@ def rule_detected_layout(e: Evidence) -> list[Finding]:
             severity,
             f"The draft performs best with {_taps_phrase(best, n)}, not with "
             f"{_taps_phrase(claimed, n)} as its config implies.",
-            f"Layout sweep over {det['num_sequences']} sequences: best {det['best']} top-1 "
-            f"{top['top1']:.1%}, simulated accept length {_fmt(top['sim_accept_length'])}{gap}. "
-            + " ".join(det["verdict"][1:3]),
+            f"Layout sweep over {det.num_sequences} sequences: best {format_layout(best)} top-1 "
+            f"{top.top1:.1%}, simulated accept length {_fmt(top.sim_accept_length)}{gap}. "
+            + " ".join(det.verdict[1:3]),
             fix,
-            {"best": det["best"], "claimed": format_layout(claimed), "fix_ids": fix_ids},
+            {"best": format_layout(best), "claimed": format_layout(claimed), "fix_ids": fix_ids},
+        )
+    ]
+
+
+def _server_shift(e: Evidence) -> int | None:
+    """The depth by which every served slot differs from SGLang's rule for this server, when
+    the served slots were observed and differ by one constant shift; else None."""
+    side = e.serving
+    if side is None or not side.measured or side.prediction is None:
+        return None
+    pairs = list(zip(side.layout, side.prediction, strict=False))
+    if len(side.layout) != len(side.prediction) or not pairs:
+        return None
+    deltas = {a.depth - b.depth for a, b in pairs}
+    return deltas.pop() if len(deltas) == 1 and 0 not in deltas else None
+
+
+def _server_fix(e: Evidence, target: Layout, serving: Layout | None) -> tuple[str, dict]:
+    """The fix for THIS server: stock SGLang's ids, shifted when the server was observed to feed
+    every slot a constant number of blocks away from SGLang's rule."""
+    shift = _server_shift(e)
+    if shift is None:
+        return _layout_fix(e, target, serving)
+    asked = tuple(Tap(t.depth - shift) for t in target)
+    if any(t.depth < 0 for t in asked):
+        return (
+            f"This server feeds every slot {abs(shift)} block(s) "
+            f"{'deeper' if shift > 0 else 'shallower'} than SGLang's rule, so no ids make it feed "
+            f"{_taps_phrase(target, e.num_target_layers)}: serve the draft with a released SGLang "
+            "build whose capture follows its rule, or retrain on the taps this server feeds.",
+            {"server_shift": shift},
+        )
+    text, data = _layout_fix(e, asked, serving)
+    return (
+        f"This server feeds every slot {abs(shift)} block(s) "
+        f"{'deeper' if shift > 0 else 'shallower'} than SGLang's rule for its version, so ask it "
+        f"for {_taps_phrase(asked, e.num_target_layers)} to get the training taps: {text}",
+        {**data, "server_shift": shift},
+    )
+
+
+def rule_server_feeds_other_taps(e: Evidence) -> list[Finding]:
+    """The server feeds other taps than SGLang's rules predict for its version and architecture
+    (a patched build, a fork, a release newer than the rules): what the server returned, matched
+    slot by slot, against set_eagle3_layers_to_capture's rule (models/llama.py)."""
+    side = e.serving
+    if side is None or not side.measured or side.prediction is None:
+        return []
+    observed, predicted = tuple(side.layout), tuple(side.prediction)
+    if observed == predicted:
+        return []
+    n = e.num_target_layers
+    v = e.version() or "(version unknown)"
+    margins = side.slot_margins or []
+    per_slot = "; ".join(
+        f"slot {i}: {describe_tap(o, n) if n else o} observed, "
+        f"{describe_tap(p, n) if n else p} predicted"
+        + (f" (match margin {margins[i]:.2f})" if i < len(margins) else "")
+        for i, (o, p) in enumerate(zip(observed, predicted, strict=False))
+    )
+    training = e.training.layout if e.training is not None else None
+    if training is not None and _server_shift(e) is not None:
+        fix, data = _server_fix(e, tuple(training), observed)
+    else:
+        fix = (
+            "Check which SGLang build the server runs (a fork or a patched "
+            "set_eagle3_layers_to_capture), serve with a released version whose rule is known, "
+            "and run the diagnosis again."
+        )
+        data = {}
+    return [
+        Finding(
+            "server-feeds-other-taps",
+            "critical",
+            f"This server feeds the draft {_taps_phrase(observed, n)}, where stock SGLang {v} "
+            f"feeds {_taps_phrase(predicted, n)}.",
+            f"{side.detail}: {per_slot}.",
+            fix,
+            {
+                "observed": format_layout(observed),
+                "predicted": format_layout(predicted),
+                "margins": margins,
+                **data,
+            },
         )
     ]
 

@@ -4,7 +4,28 @@ against the draft's simulated accept length.
 
 from __future__ import annotations
 
+import math
+
 from eagle3dash.findings.core import Evidence, Finding, _fmt
+
+# A gap between the sides that needs explaining (simulated accept length / step-1 accuracy).
+GAP_ACCEPT_LENGTH = 0.5
+GAP_TOP1 = 0.15
+# Measured above the serving simulation by at least this much (and beyond the bench's spread).
+ABOVE_MIN = 0.3
+# Findings that explain a training-serving gap: the sides were fed other states.
+EXPLAINS_GAP = (
+    "layout-mismatch",
+    "capture-error",
+    "server-feeds-other-taps",
+    "algorithm-eagle",
+    "detected-layout",
+    "aux-ids-not-read",
+    "capture-rule-version",
+    "norm-before-residual",
+    "eagle31-ignored",
+    "norm-output-clash",
+)
 
 
 def _speedup(e: Evidence) -> float | None:
@@ -78,7 +99,7 @@ def rule_measured_below_simulated(e: Evidence) -> list[Finding]:
     else:
         return []
     sp = e.speculative
-    steps = min(sp.num_steps, ev.steps) if sp is not None and sp.num_steps else ev.steps
+    steps = min(e.simulation_steps() or ev.steps, ev.steps)
     simulated = ev.simulated_accept_length(steps)
     gap = simulated - measured
     if gap <= 0.5 or gap <= 0.15 * simulated:
@@ -121,5 +142,93 @@ def rule_measured_below_simulated(e: Evidence) -> list[Finding]:
             f"steps over {getattr(ev, 'num_positions', '?')} positions.",
             "Check: " + "; ".join(checks) + ".",
             {"measured": measured, "simulated": simulated, "steps": steps},
+        )
+    ]
+
+
+def _bench_spread(e: Evidence) -> float:
+    """Two standard errors of the measured per-request accept lengths (0 with one request)."""
+    per_request = getattr(e.measured, "accept_length_per_request", None) or []
+    values = [v for v in per_request if v]
+    if len(values) < 2:
+        return 0.0
+    mean = sum(values) / len(values)
+    var = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
+    return 2 * math.sqrt(var / len(values))
+
+
+def rule_measured_above_simulated(e: Evidence) -> list[Finding]:
+    """Measured accept length well above what the captured states simulate: the endpoint runs
+    another draft, or feeds the draft other states than the capture returned (measured as
+    servebench.py does, Σcompletion_tokens / Σspec_verify_ct)."""
+    ev = e.serving_eval
+    if ev is None or e.measured is None or e.measured.accept_length is None:
+        return []
+    steps = min(e.simulation_steps() or ev.steps, ev.steps)
+    simulated = ev.simulated_accept_length(steps)
+    measured = e.measured.accept_length
+    spread = _bench_spread(e)
+    if measured - simulated < max(ABOVE_MIN, spread):
+        return []
+    return [
+        Finding(
+            "measured-above-simulated",
+            "critical",
+            f"The endpoint accepts {_fmt(measured)} tokens per round, more than the "
+            f"{_fmt(simulated)} the draft reaches on the states the server returned, so the "
+            "server runs another draft or feeds it other states than it returns.",
+            f"measured {_fmt(measured)} (Σcompletion_tokens / Σspec_verify_ct over "
+            f"the benchmark's requests, spread ±{_fmt(spread)}); "
+            f"simulated {_fmt(simulated)} at {steps} steps on the serving capture.",
+            "Check that the server's --speculative-draft-model-path holds this very checkpoint "
+            "(not another epoch behind the same path), and that it returns the states it feeds "
+            "(no patched capture); then run the diagnosis again.",
+            {"measured": measured, "simulated": simulated, "spread": spread},
+        )
+    ]
+
+
+def rule_training_serving_gap(e: Evidence, found: list[Finding]) -> list[Finding]:
+    """A gap between the sides is a finding, whatever explains it: the training side's simulated
+    accept length above the serving side's by GAP_ACCEPT_LENGTH, or its top-1 by GAP_TOP1.
+    Reads the other rules' findings to cite the ones that explain it (metrics.py, draft.py)."""
+    if e.training is None or e.serving is None:
+        return []
+    t, s = e.training, e.serving
+    if t.sim_accept_length is None or s.sim_accept_length is None:
+        return []
+    accept_gap = t.sim_accept_length - s.sim_accept_length
+    top1_gap = (t.top1 or 0.0) - (s.top1 or 0.0)
+    if accept_gap < GAP_ACCEPT_LENGTH and top1_gap < GAP_TOP1:
+        return []
+    explained = [f.id for f in found if f.id in EXPLAINS_GAP]
+    evidence = (
+        f"training side ({t.source}): simulated accept length {_fmt(t.sim_accept_length)}, top-1 "
+        f"{(t.top1 or 0):.1%}; serving side ({s.source}): {_fmt(s.sim_accept_length)}, top-1 "
+        f"{(s.top1 or 0):.1%}; gap {_fmt(accept_gap)} tokens per round, "
+        f"{100 * top1_gap:.1f} points."
+    )
+    if explained:
+        fix = "Apply the fix of " + ", ".join(explained) + " above, then run the diagnosis again."
+    else:
+        checked = (
+            "layouts (training vs serving taps), the server's capture against SGLang's rules, "
+            "the speculative algorithm, the draft's norm options and tensor names"
+        )
+        evidence += f" Checked without a cause: {checked}."
+        fix = (
+            "Collect the next evidence: a training dump (the features training really used) and "
+            "a local copy of the target, so both sides are measured on the same taps; compare "
+            "the prompt format and sampling of training and serving."
+        )
+    return [
+        Finding(
+            "training-serving-gap",
+            "critical",
+            f"The draft does far worse on what serving feeds it than on its training side: "
+            f"{_fmt(t.sim_accept_length)} vs {_fmt(s.sim_accept_length)} simulated accept length.",
+            evidence,
+            fix,
+            {"accept_gap": accept_gap, "top1_gap": top1_gap, "explained_by": explained},
         )
     ]

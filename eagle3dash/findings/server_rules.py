@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import os
 import re
-import socket
-from urllib.parse import urlsplit
 
 from eagle3dash.findings.core import Evidence, Finding, _fmt
+from eagle3dash.identity import compare_drafts, is_local_url
 from eagle3dash.sglang_rules import DRAFT_QUANT_FLAG_SINCE, HIDDEN_STATES_FIX
 
 
@@ -153,73 +152,79 @@ def _norm_path(p: str) -> str:
     return os.path.normpath(os.path.expanduser(p.strip())).rstrip("/") or "/"
 
 
-def _is_local(url: str) -> bool:
-    host = (urlsplit(url).hostname or "").lower()
-    return host in ("localhost", "127.0.0.1", "::1", "0.0.0.0", socket.gethostname().lower())
+def rule_draft_differs(e: Evidence) -> list[Finding]:
+    """The endpoint serves another draft than the checkpoint under diagnosis, by the content of
+    the weight files (server_args.py --speculative-draft-model-path, reported by /server_info).
 
-
-def _same_files(a: str, b: str) -> bool:
-    """Two local checkpoint folders with the same config.json and the same weight file sizes.
-
-    An upload is stored under the home (checkpoints/<sha256>/), so the server may serve the user's
-    original folder while the run diagnoses its copy: equal contents count as the same draft.
-    """
-
-    def listing(path: str) -> dict[str, object] | None:
-        folder = path if os.path.isdir(path) else os.path.dirname(path)
-        try:
-            names = sorted(os.listdir(folder))
-            with open(os.path.join(folder, "config.json"), "rb") as f:
-                config = f.read()
-        except OSError:
-            return None
-        weights = {
-            n: os.path.getsize(os.path.join(folder, n))
-            for n in names
-            if n.endswith((".safetensors", ".bin", ".index.json"))
-        }
-        return {"config": config, "weights": weights}
-
-    first, second = listing(a), listing(b)
-    return first is not None and first == second
-
-
-def rule_draft_path_differs(e: Evidence) -> list[Finding]:
-    """The endpoint's --speculative-draft-model-path is not the checkpoint under diagnosis.
-
-    server_args.py, --speculative-draft-model-path, reported by /server_info.
+    Same config and same file sizes prove nothing (another epoch of the same run has both), so
+    local drafts are compared by a digest of their weights (identity.py); a server elsewhere can
+    only be compared by the last path component.
     """
     sp = e.speculative
     mine = e.draft_path or (e.report.path if e.report is not None else None)
     if sp is None or not sp.draft_model_path or not mine:
         return []
+    identity = e.identity
+    if identity is None:
+        identity = compare_drafts(mine, sp.draft_model_path, is_local_url(e.server.url))
+    if identity.status == "same":
+        return []
+    if identity.status == "differs":
+        return [
+            Finding(
+                "draft-differs",
+                "critical",
+                "The endpoint serves another draft than the checkpoint under diagnosis: their "
+                "weights differ.",
+                f"server speculative_draft_model_path={sp.draft_model_path}; checkpoint={mine}; "
+                f"{identity.reason} (weights {identity.served_digest[:12]} vs "
+                f"{identity.checkpoint_digest[:12]}).",
+                f"Restart the server with --speculative-draft-model-path {mine} (or diagnose the "
+                f"checkpoint at {sp.draft_model_path}).",
+                {"server_path": sp.draft_model_path, "checkpoint_path": mine},
+            )
+        ]
     theirs_n, mine_n = _norm_path(sp.draft_model_path), _norm_path(mine)
     if theirs_n == mine_n:
         return []
-    local = _is_local(e.server.url) and os.path.isabs(theirs_n) and os.path.isabs(mine_n)
-    if local:
-        if os.path.realpath(theirs_n) == os.path.realpath(mine_n) or _same_files(theirs_n, mine_n):
-            return []
-        how = "both paths are on this machine and differ"
+    if is_local_url(e.server.url) and os.path.isabs(theirs_n) and os.path.isabs(mine_n):
+        how = f"both paths are on this machine and differ, and {identity.reason}"
     else:
         a, b = os.path.basename(theirs_n), os.path.basename(mine_n)
-        if re.fullmatch(r"[0-9a-f]{64}", b):
-            return []  # an upload, stored under its sha256: nothing to compare
-        if a == b:
+        if a == b or re.fullmatch(r"[0-9a-f]{64}", b):  # an upload is stored under its sha256
             return []
         how = (
-            "only the final path components can be compared (the server runs elsewhere or "
-            f"names a hub id): {a!r} vs {b!r}"
+            f"{identity.reason}, so only the final path components can be compared: {a!r} vs {b!r}"
         )
     return [
         Finding(
             "draft-path-differs",
             "warning",
-            "The endpoint serves another draft than the checkpoint under diagnosis.",
+            "The endpoint names another draft than the checkpoint under diagnosis.",
             f"server speculative_draft_model_path={sp.draft_model_path}; checkpoint={mine}; {how}.",
             f"Restart the server with --speculative-draft-model-path {mine} (or diagnose the "
             f"checkpoint at {sp.draft_model_path}).",
             {"server_path": sp.draft_model_path, "checkpoint_path": mine},
+        )
+    ]
+
+
+def rule_hidden_states_off(e: Evidence) -> list[Finding]:
+    """A speculative server started without --enable-return-hidden-states: the states it feeds
+    the draft cannot be captured, so the serving side is predicted, not measured
+    (tokenizer_manager.py refuses return_hidden_states)."""
+    server = e.server
+    if server is None or server.speculative is None or server.enable_return_hidden_states:
+        return []
+    return [
+        Finding(
+            "hidden-states-off",
+            "warning",
+            "The server does not return hidden states, so what it feeds the draft cannot be "
+            "captured and the serving side is only predicted.",
+            f"{server.url} /server_info: enable_return_hidden_states is false.",
+            "Restart the server with --enable-return-hidden-states (SGLang 0.5.20+: also "
+            "--return-hidden-states-mode full), then run the diagnosis again.",
         )
     ]
 

@@ -1,0 +1,78 @@
+"""Words for a diagnosis's values: sources, what was not checked, the verdict's sentence.
+
+Plain functions over `Diagnosis.to_dict()` (no Streamlit), shared by the pages and the CLI: the
+library returns values, the interfaces say them. The app names its form fields, the CLI its flags.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from eagle3dash.layout import Tap, describe_tap
+
+SOURCE_WORDS = {
+    "training-dump": "measured: the training dump's own features",
+    "declared": "declared by you (training layout option)",
+    "layout-detective": "measured: the layout detective, from the tensors",
+    "config": "assumed from the config",
+    "observed": "observed: each served slot matched to the target's taps",
+    "matched-to-dump": "observed: served slots matched to the training dump by scale",
+    "predicted": "assumed: SGLang's rules for this version",
+}
+# The New-run form field that sets each option (the CLI's flag is --name-with-dashes).
+FORM_FIELDS = {
+    "target": "Local target path",
+    "train_states": "Training states folder",
+    "baseline": "Baseline URL",
+    "training_layout": "Training layout override",
+}
+
+
+def source_words(source: str | None) -> str:
+    """Where a side's layout comes from, in words."""
+    return SOURCE_WORDS.get(source or "", source or "unknown")
+
+
+def taps_words(layout: list[Mapping[str, Any]] | None, num_layers: int | None) -> str:
+    """A stored layout ([{depth, post_norm}]) in words: 'embedding output, after block 1'."""
+    if not layout:
+        return "—"
+    taps = [Tap(int(t["depth"]), bool(t.get("post_norm"))) for t in layout]
+    if num_layers is None:
+        return ", ".join(f"depth {t.depth}" for t in taps)
+    return ", ".join(describe_tap(t, num_layers) for t in taps)
+
+
+def flag(option: str) -> str:
+    """A DiagnoseOptions field as its CLI flag."""
+    return "--" + option.replace("_", "-")
+
+
+def not_checked_text(item: Mapping[str, Any], interface: str = "app") -> str:
+    """One 'not checked' item with the one action that enables it, in the interface's terms."""
+    option = item.get("option")
+    if option:
+        how = (
+            f"fill in '{FORM_FIELDS.get(option, option)}' on New run"
+            if interface == "app"
+            else f"pass {flag(option)}"
+        )
+        action = f"{how} ({item['action']})" if item.get("action") else how
+    else:
+        action = item.get("action") or ""
+    return f"{item['reason']}: {action}" if action else str(item["reason"])
+
+
+def verdict_sentence(diagnosis: Mapping[str, Any]) -> str:
+    """The verdict in one sentence: the root cause, or what was found and what was not checked."""
+    verdict = diagnosis.get("verdict") or {}
+    root = verdict.get("root_cause")
+    if root:
+        return str(root["title"])
+    missing = verdict.get("not_checked") or []
+    if verdict.get("problems_found"):
+        head = "No critical problem found; see the warnings below"
+    else:
+        head = "No problems found" + (" in what was checked" if missing else "")
+    return head + (f"; not checked: {', '.join(missing)}." if missing else ".")
