@@ -15,6 +15,7 @@ import pandas as pd
 import streamlit as st
 
 from eagle3dash import jobs as jobq
+from eagle3dash.diagnosis.options import SCHEMA, Kind
 from eagle3dash.errors import InputError
 from eagle3dash.ui import charts, tables
 from eagle3dash.ui.fmt import md_escape, page_url, severity_color, status_label
@@ -299,6 +300,32 @@ def guard(fn, *args: Any, **kwargs: Any) -> Any:
     except InputError as e:
         show_error(e)
         return None
+
+
+def option_input(where: Any, name: str, key: str | None = None) -> Any:
+    """The widget of one diagnosis option (key opt_<name>), drawn from its schema entry."""
+    option = SCHEMA[name]
+    label, help_text, key = md_escape(option.label), md_escape(option.help), key or f"opt_{name}"
+    if option.kind is Kind.INT:
+        low, high = option.bounds or (None, None)
+        return where.number_input(label, low, high, option.default, step=1, help=help_text, key=key)
+    if option.kind in (Kind.CHOICE, Kind.SET_OR_FILE):  # a file comes by an upload instead
+        entries = list(option.choices) if option.default is not None else [None, *option.choices]
+        return where.selectbox(
+            label,
+            entries,
+            index=entries.index(option.default),
+            format_func=lambda entry: option.placeholder if entry is None else entry,
+            help=help_text,
+            key=key,
+        )
+    return where.text_input(label, placeholder=option.placeholder, help=help_text, key=key)
+
+
+def option_row(*names: str) -> dict[str, Any]:
+    """Diagnosis options side by side in one row; their values by option name."""
+    columns = st.columns(len(names))
+    return {name: option_input(col, name) for col, name in zip(columns, names, strict=True)}
 
 
 # --- checkpoints and endpoints -----------------------------------------------------------------
