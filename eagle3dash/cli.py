@@ -171,14 +171,13 @@ def _print_findings(findings: list) -> None:
 
 def cmd_probe(args: argparse.Namespace) -> int:
     """Report an SGLang endpoint and the findings that need only the server."""
-    from eagle3dash.findings import Evidence, diagnose
-    from eagle3dash.sglang import SGLangClient
+    from eagle3dash.probe import probe
 
-    server = SGLangClient(args.url, timeout=args.timeout).probe()
-    findings = diagnose(Evidence(server=server))
+    found = probe(args.url, timeout=args.timeout)
     if args.json:
-        _print_json({"server": server.to_dict(), "findings": [f.to_dict() for f in findings]})
+        _print_json(found.to_dict())
         return 0
+    server = found.server
     spec = server.speculative
     rows = [
         ("version", server.version),
@@ -203,7 +202,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
         rows.append(("speculative algorithm", None))
     print(server.url)
     print(_rows(rows))
-    _print_findings(findings)
+    _print_findings(found.findings)
     return 0
 
 
