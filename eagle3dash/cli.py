@@ -12,6 +12,7 @@ import os
 import sys
 from collections.abc import Callable
 
+from eagle3dash.diagnosis.options import EXCLUSIVE, SCHEMA, DiagnoseOptions
 from eagle3dash.errors import InputError
 from eagle3dash.layout import format_layout, parse_layout
 from eagle3dash.sglang_rules import DEFAULT_SGLANG_VERSION
@@ -170,14 +171,13 @@ def _print_findings(findings: list[dict]) -> None:
 
 def cmd_probe(args: argparse.Namespace) -> int:
     """Report an SGLang endpoint and the findings that need only the server."""
-    from eagle3dash.findings import Evidence, diagnose
-    from eagle3dash.sglang import SGLangClient
+    from eagle3dash.probe import probe
 
-    server = SGLangClient(args.url, timeout=args.timeout).probe()
-    findings = diagnose(Evidence(server=server))
+    found = probe(args.url, timeout=args.timeout)
     if args.json:
-        _print_json({"server": server.to_dict(), "findings": [f.to_dict() for f in findings]})
+        _print_json(found.to_dict())
         return 0
+    server = found.server
     spec = server.speculative
     rows = [
         ("version", server.version),
@@ -202,7 +202,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
         rows.append(("speculative algorithm", None))
     print(server.url)
     print(_rows(rows))
-    _print_findings([f.to_dict() for f in findings])
+    _print_findings([f.to_dict() for f in found.findings])
     return 0
 
 
@@ -232,28 +232,10 @@ def _fmt(value: object, spec: str = ".2f") -> str:
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
     """Run the whole diagnosis of a draft against an endpoint."""
-    from eagle3dash.diagnosis.options import DiagnoseOptions
     from eagle3dash.diagnosis.stages import run_diagnosis
 
-    options = DiagnoseOptions(
-        draft=args.draft,
-        endpoint=args.endpoint,
-        baseline=args.baseline,
-        prompts=args.prompts,
-        num_prompts=args.num_prompts,
-        max_new_tokens=args.max_new_tokens,
-        concurrency=args.concurrency,
-        train_states=args.train_states,
-        target=args.target,
-        target_layers=args.target_layers,
-        arch=args.arch,
-        trainer=args.trainer,
-        training_layout=args.training_layout,
-        steps=args.steps,
-        device=args.device,
-        dtype=args.dtype,
-        capture_dir=args.capture_dir,
-    )
+    values = {name: getattr(args, name) for name in SCHEMA}
+    options = DiagnoseOptions.parse(values, naming="flag")
     diagnosis = run_diagnosis(options, progress=None if args.json else _progress_bar)
     if args.json:
         _print_json(diagnosis.to_dict())
@@ -372,6 +354,17 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return seed_main(args.rest)
 
 
+def _add_diagnose_options(parser: argparse.ArgumentParser) -> None:
+    """One flag per option of the diagnosis schema; values stay text until parse reads them."""
+    groups = {}
+    for pair in EXCLUSIVE:
+        group = parser.add_mutually_exclusive_group()
+        groups.update(dict.fromkeys(pair, group))
+    for name, option in SCHEMA.items():
+        where = groups.get(name, parser)
+        where.add_argument(option.flag, required=option.required, help=option.describe())
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse tree of every command."""
     parser = argparse.ArgumentParser(
@@ -421,24 +414,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_probe)
 
     p = sub.add_parser("diagnose", help="the whole diagnosis of a draft against an endpoint")
-    p.add_argument("--draft", required=True, help="draft checkpoint path")
-    p.add_argument("--endpoint", required=True, help="the SGLang endpoint serving the draft")
-    p.add_argument("--baseline", help="the same target served without speculation")
-    p.add_argument("--prompts", default="chat", help="built-in set (chat, code) or a JSONL file")
-    p.add_argument("--num-prompts", type=int, default=16, help="prompts to capture and send")
-    p.add_argument("--max-new-tokens", type=int, default=64, help="tokens generated per prompt")
-    p.add_argument("--concurrency", type=int, default=4, help="requests in flight in the bench")
-    source = p.add_mutually_exclusive_group()
-    source.add_argument("--train-states", help="training dump made with the training layout")
-    source.add_argument("--target", help="local Hugging Face target for training-side states")
-    p.add_argument("--target-layers", type=int, help="target depth N (else from its config)")
-    p.add_argument("--arch", help="target architecture (else from the server)")
-    p.add_argument("--trainer", help="specforge, specforge-sglang, speculators, eagle, hf-index")
-    p.add_argument("--training-layout", help="taps the training data really used, e.g. 0,3,31")
-    p.add_argument("--steps", type=int, default=5, help="draft steps evaluated")
-    p.add_argument("--device", default="cpu", help="cpu or cuda")
-    p.add_argument("--dtype", default="float32", help="float32 or bfloat16")
-    p.add_argument("--capture-dir", help="keep the serving capture in this folder")
+    _add_diagnose_options(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_diagnose)
 

@@ -12,8 +12,8 @@ from eagle3dash.checkpoint import inspect
 from eagle3dash.diagnosis.options import DiagnoseOptions
 from eagle3dash.diagnosis.record import record_diagnosis
 from eagle3dash.diagnosis.stages import prompt_ids, run_diagnosis
-from eagle3dash.findings import Evidence, diagnose
 from eagle3dash.layout import parse_layout
+from eagle3dash.probe import probe
 from eagle3dash.servebench import load_prompts, run_bench
 from eagle3dash.sglang import SGLangClient
 from eagle3dash.sglang_rules import DEFAULT_SGLANG_VERSION
@@ -49,11 +49,7 @@ def job_inspect(params: dict, progress: Progress) -> dict:
 
 def job_probe(params: dict, progress: Progress) -> dict:
     """Job kind 'probe': an endpoint's report and its server-side findings."""
-    server = SGLangClient(params["url"]).probe()
-    return {
-        "server": server.to_dict(),
-        "findings": [f.to_dict() for f in diagnose(Evidence(server=server))],
-    }
+    return probe(params["url"]).to_dict()
 
 
 def job_serve_bench(params: dict, progress: Progress) -> dict:

@@ -527,7 +527,7 @@ def test_new_run_refuses_a_bad_training_layout(world, home) -> None:
     at.text_input(key="opt_training_layout").set_value("zero,1").run()
     at.button(key="submit").click().run()
     no_exception(at)
-    assert "training layout" in texts(at, "error")
+    assert "Training layout override (taps the training data used): not a tap" in texts(at, "error")
     assert db.count_runs(home) == 0
 
 
@@ -695,27 +695,3 @@ def test_get_store_keeps_no_connection_of_finished_threads(home) -> None:
     assert db.count_runs(get_store()) == 0  # this call closes the dead threads' stores
     assert open_stores() <= 2
     assert get_store() is get_store()  # one store per thread
-
-
-def test_build_options_checks_every_input(tmp_path) -> None:
-    from eagle3dash.errors import InputError
-    from eagle3dash.ui.forms import RunForm, build_options
-
-    ok = RunForm(draft="/d", endpoint="gpubox:30000", target_layers=61, training_layout="0,3,31")
-    options = build_options(ok)
-    assert options.endpoint == "http://gpubox:30000" and options.target_layers == 61
-    assert options.training_layout == "0,3,31" and options.baseline is None
-    bad = [
-        (RunForm(draft=None, endpoint="x:1"), "choose a draft"),
-        (RunForm(draft="/d", endpoint=" "), "endpoint URL"),
-        (RunForm(draft="/d", endpoint="x:1", baseline="http://x:1/"), "another server"),
-        (RunForm(draft="/d", endpoint="x:1", training_layout="a,b"), "training layout"),
-        (RunForm(draft="/d", endpoint="x:1", target=str(tmp_path / "no")), "does not exist"),
-        (RunForm(draft="/d", endpoint="x:1", prompts="/no/such.jsonl"), "not a built-in"),
-        (RunForm(draft="/d", endpoint="x:1", num_prompts=0), "between 1 and"),
-        (RunForm(draft="/d", endpoint="x:1", trainer="nope"), "unknown trainer"),
-        (RunForm(draft="/d", endpoint="ftp://x"), "not a valid endpoint"),
-    ]
-    for form, says in bad:
-        with pytest.raises(InputError, match=says):
-            build_options(form)

@@ -143,3 +143,23 @@ def test_eval_on_a_capture(tmp_path: Path) -> None:
     out = run_cli(*args, "--layout", "1,2,3")
     assert out.returncode == 1
     assert "Tap(1)" in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize(
+    "flag, value, line",
+    [
+        ("--target-layers", "0", "error: --target-layers: must be between 1 and 10000, got 0\n"),
+        ("--target-layers", "-3", "error: --target-layers: must be between 1 and 10000, got -3\n"),
+        ("--num-prompts", "many", "error: --num-prompts: must be a whole number, got 'many'\n"),
+        ("--device", "tpu", "error: --device: must be one of cpu, cuda, got 'tpu'\n"),
+        ("--training-layout", "a,b", "error: --training-layout: not a tap: 'a'"),
+    ],
+)
+def test_diagnose_refuses_a_bad_flag_value_in_one_line(
+    tmp_path: Path, flag: str, value: str, line: str
+) -> None:
+    # Checked before any request: the endpoint is never reached.
+    draft = str(tmp_path)
+    out = run_cli("diagnose", "--draft", draft, "--endpoint", "127.0.0.1:9", flag, value)
+    assert out.returncode == 1
+    assert out.stderr.startswith(line) and out.stderr.count("\n") == 1

@@ -4,11 +4,10 @@ import streamlit as st
 
 from eagle3dash import store as db
 from eagle3dash.checkpoint import inspect
+from eagle3dash.diagnosis.options import DiagnoseOptions
 from eagle3dash.errors import InputError
-from eagle3dash.servebench import BUILTIN_PROMPT_SETS
 from eagle3dash.submit import submit_diagnosis
-from eagle3dash.trainers import TRAINERS
-from eagle3dash.ui import forms, tables, widgets
+from eagle3dash.ui import tables, widgets
 from eagle3dash.ui.fmt import md_escape
 from eagle3dash.ui.home import get_store
 from eagle3dash.uploads import PROMPT_TYPES, register_path, save_prompt_file
@@ -75,17 +74,9 @@ else:
 
 # 2. The endpoint (probed on entry) and an optional baseline.
 st.header("2. SGLang endpoint")
-endpoint = st.text_input(
-    "Endpoint URL (the server running the target with this draft)",
-    placeholder="http://gpubox:30000",
-    key="endpoint",
-)
+endpoint = widgets.option_input(st, "endpoint", key="endpoint")
 probe = widgets.probe_panel(endpoint, key="endpoint")
-baseline = st.text_input(
-    "Baseline URL (optional: the same target served without speculation, for the speedup)",
-    placeholder="http://gpubox:30001",
-    key="baseline",
-)
+baseline = widgets.option_input(st, "baseline", key="baseline")
 if baseline.strip():
     with st.expander("Baseline server", expanded=False):
         widgets.probe_panel(baseline, key="baseline", findings_title="Baseline findings")
@@ -97,7 +88,7 @@ prompt_source = st.radio(
 )
 prompts: str | None = None
 if prompt_source == "Built-in set":
-    prompts = st.selectbox("Prompt set", list(BUILTIN_PROMPT_SETS), key="prompt_set")
+    prompts = widgets.option_input(st, "prompts", key="prompt_set")
 else:
     upload = st.file_uploader(
         'One JSON object a line: {"prompt": ...}, {"messages": [...]} or {"input_ids": [...]}',
@@ -112,45 +103,12 @@ else:
 
 # 4. Options.
 st.header("4. Options")
+values = {"draft": draft_path, "endpoint": endpoint, "baseline": baseline, "prompts": prompts}
 with st.expander("Options", expanded=False):
-    a, b, c, d = st.columns(4)
-    num_prompts = a.number_input("Number of prompts", 1, 100_000, 16, key="opt_num_prompts")
-    max_new_tokens = b.number_input("Max new tokens", 1, 65_536, 64, key="opt_max_new_tokens")
-    steps = c.number_input("Draft steps evaluated", 1, 64, 5, key="opt_steps")
-    concurrency = d.number_input("Concurrency", 1, 1024, 4, key="opt_concurrency")
-    a, b, c, d = st.columns(4)
-    device = a.selectbox("Device for the standalone draft", list(forms.DEVICES), key="opt_device")
-    dtype = b.selectbox("dtype", list(forms.DTYPES), key="opt_dtype")
-    target_layers = c.number_input(
-        "Target layers N",
-        min_value=1,
-        step=1,
-        value=None,
-        key="opt_target_layers",
-        help="The target's decoder blocks; read from the served model's config when local.",
-    )
-    arch = d.text_input("Target architecture", placeholder="from the server", key="opt_arch")
-    a, b = st.columns(2)
-    training_layout = a.text_input(
-        "Training layout override (taps the training data used)",
-        placeholder="e.g. 0,3,31 (0 = embedding output)",
-        key="opt_training_layout",
-    )
-    trainer = b.selectbox(
-        "Trainer (id convention)",
-        [None, *TRAINERS],
-        format_func=lambda t: "from the checkpoint format" if t is None else t,
-        key="opt_trainer",
-    )
-    target = a.text_input(
-        "Local target path (for training-side states)",
-        placeholder="/data/models/target (Hugging Face checkpoint)",
-        key="opt_target",
-    )
-    train_states = b.text_input(
-        "Training states folder (SpecForge data\\_\\*.ckpt or speculators hs\\_\\*.safetensors)",
-        key="opt_train_states",
-    )
+    values |= widgets.option_row("num_prompts", "max_new_tokens", "steps", "concurrency")
+    values |= widgets.option_row("device", "dtype", "target_layers", "arch")
+    values |= widgets.option_row("training_layout", "trainer")
+    values |= widgets.option_row("target", "train_states")
 
 # Submit.
 submit = st.button("Run the diagnosis", type="primary", key="submit")
@@ -160,25 +118,7 @@ if submit:
             raise InputError("the endpoint did not answer a probe; fix the URL or the server first")
         if prompts is None:
             raise InputError("upload a valid JSONL prompt file, or choose a built-in prompt set")
-        form = forms.RunForm(
-            draft=draft_path,
-            endpoint=endpoint,
-            baseline=baseline,
-            prompts=prompts or "",
-            num_prompts=num_prompts,
-            max_new_tokens=max_new_tokens,
-            steps=steps,
-            concurrency=concurrency,
-            device=device,
-            dtype=dtype,
-            training_layout=training_layout,
-            trainer=trainer,
-            target=target,
-            train_states=train_states,
-            target_layers=target_layers,
-            arch=arch,
-        )
-        options = forms.build_options(form)
+        options = DiagnoseOptions.parse(values)
         if source == PATH:  # registered once everything else checks out
             checkpoint_id, _ = register_path(store, options.draft)
         run_id = submit_diagnosis(store, checkpoint_id, options)

@@ -5,8 +5,7 @@
 - `tables`: DataFrames for every table (runs, training vs serving, layout diff, reports, compare).
 - `charts`: altair charts (acceptance per step, accept length and tok/s per request, layouts).
 - `progress`: what a run's page shows while its jobs run (`progress_view`), and `cancel_run`.
-- `forms`: the New run form's checks (`build_options`) and the endpoint probe.
 - `widgets`: the Streamlit drawing of all of the above.
 
-`tables`, `charts`, `progress` and `forms` import no Streamlit and are tested directly.
+`tables`, `charts` and `progress` import no Streamlit and are tested directly.
 """

@@ -15,7 +15,9 @@ import pandas as pd
 import streamlit as st
 
 from eagle3dash import jobs as jobq
+from eagle3dash.diagnosis.options import SCHEMA, Kind
 from eagle3dash.errors import InputError
+from eagle3dash.probe import Probe, probe
 from eagle3dash.ui import charts, tables
 from eagle3dash.ui.fmt import md_escape, page_url, severity_color, status_label
 from eagle3dash.ui.home import get_store
@@ -26,6 +28,7 @@ COMPARE_PAGE = "views/compare.py"
 NEW_RUN_PAGE = "views/new_run.py"
 RUNS_PAGE = "views/runs.py"
 CHECKPOINTS_PAGE = "views/checkpoints.py"
+PROBE_TIMEOUT_S = 5.0  # the page waits on a probe: ask briefly, once
 
 
 # --- links -------------------------------------------------------------------------------------
@@ -301,6 +304,32 @@ def guard(fn, *args: Any, **kwargs: Any) -> Any:
         return None
 
 
+def option_input(where: Any, name: str, key: str | None = None) -> Any:
+    """The widget of one diagnosis option (key opt_<name>), drawn from its schema entry."""
+    option = SCHEMA[name]
+    label, help_text, key = md_escape(option.label), md_escape(option.help), key or f"opt_{name}"
+    if option.kind is Kind.INT:
+        low, high = option.bounds or (None, None)
+        return where.number_input(label, low, high, option.default, step=1, help=help_text, key=key)
+    if option.kind in (Kind.CHOICE, Kind.SET_OR_FILE):  # a file comes by an upload instead
+        entries = list(option.choices) if option.default is not None else [None, *option.choices]
+        return where.selectbox(
+            label,
+            entries,
+            index=entries.index(option.default),
+            format_func=lambda entry: option.placeholder if entry is None else entry,
+            help=help_text,
+            key=key,
+        )
+    return where.text_input(label, placeholder=option.placeholder, help=help_text, key=key)
+
+
+def option_row(*names: str) -> dict[str, Any]:
+    """Diagnosis options side by side in one row; their values by option name."""
+    columns = st.columns(len(names))
+    return {name: option_input(col, name) for col, name in zip(columns, names, strict=True)}
+
+
 # --- checkpoints and endpoints -----------------------------------------------------------------
 
 
@@ -357,10 +386,10 @@ def upload_checkpoint(key: str = "upload") -> int | None:
     return int(row["id"])
 
 
-def probe_panel(url: str, key: str, findings_title: str = "Server-side findings") -> Any:
+def probe_panel(url: str, key: str, findings_title: str = "Server-side findings") -> Probe | None:
     """Probe an endpoint once per URL and session; show version, model, speculative settings and
-    the findings a probe alone can make. Returns the forms.Probe, or None (error shown)."""
-    from eagle3dash.ui.forms import probe_endpoint
+    the findings a probe alone can make. Returns the Probe, or None (error shown)."""
+    from eagle3dash import store as db
 
     url = (url or "").strip()
     if not url:
@@ -371,29 +400,31 @@ def probe_panel(url: str, key: str, findings_title: str = "Server-side findings"
     if url not in probes:
         with st.spinner(f"Probing {url} ..."):
             try:
-                probes[url] = ("ok", probe_endpoint(get_store(), url))
+                found = probe(url, timeout=PROBE_TIMEOUT_S, retries=1)
             except InputError as e:
                 probes[url] = ("error", str(e))
+            else:
+                db.record_probe(get_store(), found.server.url, found.server.to_dict())
+                probes[url] = ("ok", found)
     status, value = probes[url]
     if status == "error":
         show_error(InputError(value))
         return None
-    probe = value
-    server = probe.server
-    spec = server.get("speculative") or {}
+    server = value.server
+    spec = server.speculative
     cols = st.columns(4)
-    cols[0].metric("SGLang version", server.get("version") or "unknown")
-    cols[1].metric("Speculative", spec.get("algorithm") or "none")
-    cols[2].metric("Draft steps", "—" if not spec else str(spec.get("num_steps")))
-    cols[3].metric("Hidden states", "on" if server.get("enable_return_hidden_states") else "off")
-    st.caption("Model: " + md_escape(server.get("model_path") or "unknown"))
+    cols[0].metric("SGLang version", server.version or "unknown")
+    cols[1].metric("Speculative", spec.algorithm if spec else "none")
+    cols[2].metric("Draft steps", str(spec.num_steps) if spec else "—")
+    cols[3].metric("Hidden states", "on" if server.enable_return_hidden_states else "off")
+    st.caption("Model: " + md_escape(server.model_path or "unknown"))
     if spec:
-        st.caption("Draft on the server: " + md_escape(spec.get("draft_model_path") or "unknown"))
+        st.caption("Draft on the server: " + md_escape(spec.draft_model_path or "unknown"))
     st.markdown(f"**{md_escape(findings_title)}**")
-    findings_list(probe.findings)
+    findings_list([f.to_dict() for f in value.findings])
     with st.expander("Server settings"):
-        server_settings(server)
-    return probe
+        server_settings(server.to_dict())
+    return value
 
 
 # --- layout detective --------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from eagle3dash.diagnosis.options import SCHEMA
 from eagle3dash.layout import Tap, describe_tap
 
 SOURCE_WORDS = {
@@ -19,13 +20,6 @@ SOURCE_WORDS = {
     "observed": "observed: each served slot matched to the target's taps",
     "matched-to-dump": "observed: served slots matched to the training dump by scale",
     "predicted": "assumed: SGLang's rules for this version",
-}
-# The New-run form field that sets each option (the CLI's flag is --name-with-dashes).
-FORM_FIELDS = {
-    "target": "Local target path",
-    "train_states": "Training states folder",
-    "baseline": "Baseline URL",
-    "training_layout": "Training layout override",
 }
 
 
@@ -44,19 +38,12 @@ def taps_words(layout: list[Mapping[str, Any]] | None, num_layers: int | None) -
     return ", ".join(describe_tap(t, num_layers) for t in taps)
 
 
-def flag(option: str) -> str:
-    """A DiagnoseOptions field as its CLI flag."""
-    return "--" + option.replace("_", "-")
-
-
 def not_checked_text(item: Mapping[str, Any], interface: str = "app") -> str:
     """One 'not checked' item with the one action that enables it, in the interface's terms."""
-    option = item.get("option")
-    if option:
+    option = SCHEMA.get(item.get("option") or "")
+    if option is not None:
         how = (
-            f"fill in '{FORM_FIELDS.get(option, option)}' on New run"
-            if interface == "app"
-            else f"pass {flag(option)}"
+            f"fill in '{option.label}' on New run" if interface == "app" else f"pass {option.flag}"
         )
         action = f"{how} ({item['action']})" if item.get("action") else how
     else:
