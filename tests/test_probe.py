@@ -24,13 +24,17 @@ def test_a_server_without_speculation_is_the_one_finding() -> None:
     assert [f["id"] for f in as_json["findings"]] == ["no-speculation"]
 
 
-def test_an_eagle3_server_with_nothing_wrong_has_no_findings() -> None:
+def test_an_eagle3_server_without_hidden_states_gets_only_the_restart_warning() -> None:
     info = spec_server_info(load_fixture("get_server_info.json"))
     with serve(replay_app(info)) as served:
         found = probe(served.url)
     assert found.server.speculative is not None
     assert found.server.speculative.num_steps == 3
-    assert found.findings == []
+    assert [(f.id, f.severity) for f in found.findings] == [("hidden-states-off", "warning")]
+    assert "--enable-return-hidden-states" in found.findings[0].fix
+    info["enable_return_hidden_states"] = True
+    with serve(replay_app(info)) as served:
+        assert probe(served.url).findings == []
 
 
 def test_tries_are_the_callers_choice() -> None:
