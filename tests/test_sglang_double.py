@@ -18,20 +18,21 @@ from transformers import LlamaForCausalLM
 from eagle3dash import checkpoint
 from eagle3dash.layout import Tap
 from eagle3dash.sglang import SGLangClient
-from eagle3dash.sglang_double import (
+from eagle3dash.sglang_rules import serving_layout
+from eagle3dash.spec import DraftSpec
+from eagle3dash.testing.sglang_double import (
     HIDDEN_STATES_DISABLED,
+    TEMPLATE_PATH,
     TOPK1_WARNING,
     DoubleConfig,
     DoubleStartError,
     main,
-    make_tiny_target,
     start_double,
 )
-from eagle3dash.sglang_rules import serving_layout
-from eagle3dash.spec import DraftSpec
+from eagle3dash.testing.tensors import random_tensors
+from eagle3dash.testing.tiny import make_tiny_target
 
 FIXTURE = Path(__file__).resolve().parents[2] / "shared/fixtures/sglang-0.5.23/get_server_info.json"
-TEMPLATE = Path(__file__).resolve().parents[1] / "eagle3dash/double_data/server_info_0.5.23.json"
 PROMPTS = [[5, 6, 7, 8], [40, 41, 42, 43, 44, 45, 46], [200, 3]]
 
 
@@ -62,9 +63,7 @@ def models(tmp_path_factory) -> dict:
     target = make_tiny_target(root / "target")
     # nested SpecForge ids [-1, 0, 1]: output-of +1 -> capture before layers 0, 1, 2 (0.5.22+)
     spec = draft_spec()
-    draft = checkpoint.save(
-        spec, checkpoint.random_tensors(spec, seed=1), root / "draft", "specforge"
-    )
+    draft = checkpoint.save(spec, random_tensors(spec, seed=1), root / "draft", "specforge")
     hf = LlamaForCausalLM.from_pretrained(str(target), dtype=torch.float32).eval()
     return {"root": root, "target": target, "draft": draft, "spec": spec, "hf": hf}
 
@@ -114,11 +113,11 @@ def check_spec_accounting(meta: dict, num_steps: int) -> None:
 
 def test_template_is_the_real_fixture():
     if FIXTURE.is_file():
-        assert json.loads(TEMPLATE.read_text()) == json.loads(FIXTURE.read_text())
+        assert json.loads(TEMPLATE_PATH.read_text()) == json.loads(FIXTURE.read_text())
 
 
 def test_server_info_and_model_info_have_the_real_shape(models):
-    real = json.loads(TEMPLATE.read_text())
+    real = json.loads(TEMPLATE_PATH.read_text())
     cfg = DoubleConfig(
         models["target"], models["draft"], "EAGLE3", enable_return_hidden_states=True
     )
@@ -217,7 +216,7 @@ def test_plain_greedy_without_speculation_and_stop_tokens(models):
 def constant_draft(models, token: int) -> Path:
     """A draft with a zero lm_head: it always proposes draft id 0, which d2t maps to `token`."""
     spec = draft_spec(has_d2t=True, has_t2d=True)
-    tensors = checkpoint.random_tensors(spec, seed=2, with_d2t=True)
+    tensors = random_tensors(spec, seed=2, with_d2t=True)
     tensors["lm_head.weight"] = torch.zeros_like(tensors["lm_head.weight"])
     d2t = torch.zeros(256, dtype=torch.int64)
     d2t[0] = token
@@ -340,7 +339,7 @@ def test_default_ids_follow_serving_layout(models):
     """No eagle_config ids: SGLang's defaults [2, N//2, N-3] = [2, 1, 0], in layer order."""
     spec = draft_spec(ids=None)
     path = checkpoint.save(
-        spec, checkpoint.random_tensors(spec, seed=3), models["root"] / "noids", "specforge"
+        spec, random_tensors(spec, seed=3), models["root"] / "noids", "specforge"
     )
     taps = serving_layout(spec, 3, "0.5.23", "LlamaForCausalLM").layout
     cfg = DoubleConfig(models["target"], path, "EAGLE3", enable_return_hidden_states=True)
@@ -362,9 +361,7 @@ def test_cuda_graph_emulation_uses_default_taps_for_verify(tmp_path):
     target = make_tiny_target(tmp_path / "t7", num_layers=7, hidden_size=32, seed=1)
     hf = LlamaForCausalLM.from_pretrained(str(target), dtype=torch.float32).eval()
     spec = draft_spec(hidden=32, ids=(0, 2, 4))
-    draft = checkpoint.save(
-        spec, checkpoint.random_tensors(spec, seed=4), tmp_path / "d", "specforge"
-    )
+    draft = checkpoint.save(spec, random_tensors(spec, seed=4), tmp_path / "d", "specforge")
     result = serving_layout(spec, 7, "0.5.10", "LlamaForCausalLM", cuda_graph=True)
     assert result.layout == (Tap(1), Tap(3), Tap(5))
     assert result.decode_layout == (Tap(2), Tap(3), Tap(4))
