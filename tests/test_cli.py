@@ -157,7 +157,7 @@ def test_double_command_runs_the_sglang_api_double(tmp_path: Path) -> None:
     out = run_cli("double", "--help")
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("usage: python -m eagle3dash double")
-    assert "--target" in out.stdout
+    assert all(f in out.stdout for f in ("--target", "--capture-taps", "--reported-draft-path"))
     # a start failure comes back as the double's exit code 2 and one line, never a traceback
     out = run_cli("double", "--target", str(tmp_path), "--port", "0")
     assert out.returncode == 2
