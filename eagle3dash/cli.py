@@ -365,6 +365,13 @@ def _add_diagnose_options(parser: argparse.ArgumentParser) -> None:
         where.add_argument(option.flag, required=option.required, help=option.describe())
 
 
+def cmd_double(args: argparse.Namespace) -> int:
+    """Serve the SGLang API double (tests and the demo) until stopped."""
+    from eagle3dash.testing.sglang_double import main as double_main
+
+    return double_main(args.rest, prog="python -m eagle3dash double")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse tree of every command."""
     parser = argparse.ArgumentParser(
@@ -454,6 +461,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=["seed", "build"])
     p.add_argument("rest", nargs=argparse.REMAINDER, help="options of the action (see --help)")
     p.set_defaults(func=cmd_demo)
+
+    # prefix_chars="+": every option after `double` (--help too) is the double's, not this parser's
+    p = sub.add_parser(
+        "double",
+        help="the SGLang API double for tests and the demo (answers like SGLang 0.5.23 on "
+        "127.0.0.1 with tiny models), not a serving engine; `double --help` for its options",
+        add_help=False,
+        prefix_chars="+",
+    )
+    p.add_argument("rest", nargs=argparse.REMAINDER, help="the double's options")
+    p.set_defaults(func=cmd_double)
     return parser
 
 

@@ -46,8 +46,9 @@ def served_draft_spec(ids: tuple[int, ...] = (0, 1, 2)) -> DraftSpec:
 
 def tiny_models(root: Path, ids: tuple[int, ...] = (0, 1, 2)) -> dict[str, Path]:
     """A 4-layer tiny target and a random draft for it, saved under `root`."""
-    from eagle3dash.checkpoint import random_tensors, save
-    from eagle3dash.sglang_double import make_tiny_target
+    from eagle3dash.checkpoint import save
+    from eagle3dash.testing.tensors import random_tensors
+    from eagle3dash.testing.tiny import make_tiny_target
 
     target = make_tiny_target(root / "target", num_layers=4, hidden_size=64)
     spec = served_draft_spec(ids)

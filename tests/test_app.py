@@ -22,9 +22,10 @@ from streamlit.testing.v1 import AppTest
 
 from eagle3dash import jobs as jobq
 from eagle3dash import store as db
-from eagle3dash.checkpoint import random_tensors, save
-from eagle3dash.sglang_double import DoubleConfig, start_double
+from eagle3dash.checkpoint import save
 from eagle3dash.submit import submit_diagnosis
+from eagle3dash.testing.sglang_double import DoubleConfig, start_double
+from eagle3dash.testing.tensors import random_tensors
 from eagle3dash.ui import charts, data, tables
 from eagle3dash.ui.fmt import md_escape
 from eagle3dash.ui.progress import cancel_run, progress_view

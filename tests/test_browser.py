@@ -34,10 +34,12 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright  # noqa: 
 
 from eagle3dash import jobs as jobq  # noqa: E402
 from eagle3dash import store as db  # noqa: E402
-from eagle3dash.checkpoint import random_tensors, save  # noqa: E402
+from eagle3dash.checkpoint import save  # noqa: E402
 from eagle3dash.diagnosis.options import DiagnoseOptions  # noqa: E402
-from eagle3dash.sglang_double import DoubleConfig, make_tiny_target, start_double  # noqa: E402
 from eagle3dash.submit import submit_diagnosis  # noqa: E402
+from eagle3dash.testing.sglang_double import DoubleConfig, start_double  # noqa: E402
+from eagle3dash.testing.tensors import random_tensors  # noqa: E402
+from eagle3dash.testing.tiny import make_tiny_target  # noqa: E402
 from tests.specs import served_draft_spec  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

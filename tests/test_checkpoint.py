@@ -24,10 +24,10 @@ from eagle3dash.checkpoint import (
     find_checkpoint,
     inspect,
     load,
-    random_tensors,
     save,
 )
 from eagle3dash.spec import DraftSpec, expected_shapes
+from eagle3dash.testing.tensors import random_tensors
 
 ARCH = {
     "speculators": "Eagle3DraftModel",

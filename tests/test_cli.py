@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from eagle3dash.capture import Capture, Sequence, save_capture
-from eagle3dash.checkpoint import random_tensors, save
+from eagle3dash.checkpoint import save
 from eagle3dash.layout import Tap
 from eagle3dash.spec import FORMATS, DraftSpec
-from tests.specs import run_cli, tiny_spec
+from eagle3dash.testing.tensors import random_tensors
+from tests.specs import ROOT, run_cli, tiny_spec
 
 JSON_KEYS = {
     "format",
@@ -163,3 +166,29 @@ def test_diagnose_refuses_a_bad_flag_value_in_one_line(
     out = run_cli("diagnose", "--draft", draft, "--endpoint", "127.0.0.1:9", flag, value)
     assert out.returncode == 1
     assert out.stderr.startswith(line) and out.stderr.count("\n") == 1
+
+
+def test_double_command_runs_the_sglang_api_double(tmp_path: Path) -> None:
+    out = run_cli("--help")
+    assert out.returncode == 0, out.stderr
+    listed = " ".join(out.stdout.split())  # argparse wraps the help text
+    assert "double" in listed and "not a serving engine" in listed
+    # every option after `double` is the double's own, --help included
+    out = run_cli("double", "--help")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("usage: python -m eagle3dash double")
+    assert all(f in out.stdout for f in ("--target", "--capture-taps", "--reported-draft-path"))
+    # a start failure comes back as the double's exit code 2 and one line, never a traceback
+    out = run_cli("double", "--target", str(tmp_path), "--port", "0")
+    assert out.returncode == 2
+    assert "no config.json" in out.stderr and "Traceback" not in out.stderr
+    # the module stays runnable on its own
+    module = subprocess.run(
+        [sys.executable, "-m", "eagle3dash.testing.sglang_double", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert module.returncode == 0, module.stderr
+    assert module.stdout.startswith("usage: python -m eagle3dash.testing.sglang_double")

@@ -274,7 +274,7 @@ def test_the_detective_catches_a_config_that_lies(tmp_path):
     """Draft A's config implies the layout SGLang feeds; only the tensors tell the truth."""
     from eagle3dash.diagnosis.options import DiagnoseOptions
     from eagle3dash.diagnosis.stages import run_diagnosis
-    from eagle3dash.sglang_double import start_double
+    from eagle3dash.testing.sglang_double import start_double
 
     plan = deployments()["mismatched"]
     config = plan.double_config(enable_return_hidden_states=True)

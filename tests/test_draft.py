@@ -331,8 +331,9 @@ def test_served_rounds_stop_at_the_budget_like_the_server() -> None:
 
 
 def test_load_draft_takes_the_targets_embedding_as_sglang_does(tmp_path) -> None:
-    from eagle3dash.checkpoint import random_tensors, save
+    from eagle3dash.checkpoint import save
     from eagle3dash.draft import load_draft
+    from eagle3dash.testing.tensors import random_tensors
 
     spec = make_spec()
     path = save(spec, random_tensors(spec, seed=0, with_embed=True), tmp_path / "d", "specforge")

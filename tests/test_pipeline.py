@@ -10,7 +10,7 @@ import pytest
 
 from eagle3dash.diagnosis.options import DiagnoseOptions
 from eagle3dash.diagnosis.stages import run_diagnosis
-from eagle3dash.sglang_double import DoubleConfig, start_double
+from eagle3dash.testing.sglang_double import DoubleConfig, start_double
 from tests.specs import run_cli, tiny_models
 
 

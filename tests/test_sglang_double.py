@@ -1,12 +1,15 @@
 """The SGLang API double over real HTTP: 0.5.23 shapes, honest speculative decoding, capture rules.
 
-A tiny random Llama target (3 blocks, hidden 64) and random EAGLE-3 drafts saved in SpecForge
-format. Greedy references come from transformers' `generate`; the taps from `serving_layout`.
+A tiny random Llama target (3 blocks, hidden 64; 4 for the demo-like world) and random EAGLE-3
+drafts saved in SpecForge format. Greedy references come from transformers' `generate`; the taps
+are literals worked out by hand from SGLang's rules (or the knobs that override them), compared
+with transformers' `output_hidden_states`.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from pathlib import Path
 
@@ -18,20 +21,22 @@ from transformers import LlamaForCausalLM
 from eagle3dash import checkpoint
 from eagle3dash.layout import Tap
 from eagle3dash.sglang import SGLangClient
-from eagle3dash.sglang_double import (
+from eagle3dash.sglang_rules import serving_layout
+from eagle3dash.spec import DraftSpec
+from eagle3dash.testing.sglang_double import (
     HIDDEN_STATES_DISABLED,
+    TEMPLATE_PATH,
     TOPK1_WARNING,
     DoubleConfig,
     DoubleStartError,
     main,
-    make_tiny_target,
     start_double,
 )
-from eagle3dash.sglang_rules import serving_layout
-from eagle3dash.spec import DraftSpec
+from eagle3dash.testing.tensors import random_tensors
+from eagle3dash.testing.tiny import make_tiny_target
+from tests.specs import tiny_models
 
 FIXTURE = Path(__file__).resolve().parents[2] / "shared/fixtures/sglang-0.5.23/get_server_info.json"
-TEMPLATE = Path(__file__).resolve().parents[1] / "eagle3dash/double_data/server_info_0.5.23.json"
 PROMPTS = [[5, 6, 7, 8], [40, 41, 42, 43, 44, 45, 46], [200, 3]]
 
 
@@ -62,9 +67,7 @@ def models(tmp_path_factory) -> dict:
     target = make_tiny_target(root / "target")
     # nested SpecForge ids [-1, 0, 1]: output-of +1 -> capture before layers 0, 1, 2 (0.5.22+)
     spec = draft_spec()
-    draft = checkpoint.save(
-        spec, checkpoint.random_tensors(spec, seed=1), root / "draft", "specforge"
-    )
+    draft = checkpoint.save(spec, random_tensors(spec, seed=1), root / "draft", "specforge")
     hf = LlamaForCausalLM.from_pretrained(str(target), dtype=torch.float32).eval()
     return {"root": root, "target": target, "draft": draft, "spec": spec, "hf": hf}
 
@@ -114,11 +117,11 @@ def check_spec_accounting(meta: dict, num_steps: int) -> None:
 
 def test_template_is_the_real_fixture():
     if FIXTURE.is_file():
-        assert json.loads(TEMPLATE.read_text()) == json.loads(FIXTURE.read_text())
+        assert json.loads(TEMPLATE_PATH.read_text()) == json.loads(FIXTURE.read_text())
 
 
 def test_server_info_and_model_info_have_the_real_shape(models):
-    real = json.loads(TEMPLATE.read_text())
+    real = json.loads(TEMPLATE_PATH.read_text())
     cfg = DoubleConfig(
         models["target"], models["draft"], "EAGLE3", enable_return_hidden_states=True
     )
@@ -217,7 +220,7 @@ def test_plain_greedy_without_speculation_and_stop_tokens(models):
 def constant_draft(models, token: int) -> Path:
     """A draft with a zero lm_head: it always proposes draft id 0, which d2t maps to `token`."""
     spec = draft_spec(has_d2t=True, has_t2d=True)
-    tensors = checkpoint.random_tensors(spec, seed=2, with_d2t=True)
+    tensors = random_tensors(spec, seed=2, with_d2t=True)
     tensors["lm_head.weight"] = torch.zeros_like(tensors["lm_head.weight"])
     d2t = torch.zeros(256, dtype=torch.int64)
     d2t[0] = token
@@ -336,13 +339,14 @@ def test_hidden_states_are_the_predicted_taps(models):
     torch.testing.assert_close(rows, full[len(prompt) : len(prompt) + n - 1], atol=1e-5, rtol=1e-4)
 
 
-def test_default_ids_follow_serving_layout(models):
-    """No eagle_config ids: SGLang's defaults [2, N//2, N-3] = [2, 1, 0], in layer order."""
+def test_default_ids_are_sglangs_defaults_in_layer_order(models):
+    """No eagle_config ids on the 3-block target: SGLang captures before layers
+    [2, N//2, N-3] = [2, 1, 0], concatenated in layer order: Tap(0), Tap(1), Tap(2)."""
     spec = draft_spec(ids=None)
     path = checkpoint.save(
-        spec, checkpoint.random_tensors(spec, seed=3), models["root"] / "noids", "specforge"
+        spec, random_tensors(spec, seed=3), models["root"] / "noids", "specforge"
     )
-    taps = serving_layout(spec, 3, "0.5.23", "LlamaForCausalLM").layout
+    taps = (Tap(0), Tap(1), Tap(2))
     cfg = DoubleConfig(models["target"], path, "EAGLE3", enable_return_hidden_states=True)
     with start_double(cfg) as d:
         body = generate(
@@ -352,6 +356,7 @@ def test_default_ids_follow_serving_layout(models):
             sampling_params={"max_new_tokens": 2, "ignore_eos": True},
         ).json()
     block = torch.tensor(body["meta_info"]["hidden_states"][0])
+    assert block.shape == (len(PROMPTS[0]), 3 * 64)
     torch.testing.assert_close(
         block, expected_rows(models["hf"], PROMPTS[0], taps), atol=1e-5, rtol=1e-4
     )
@@ -362,9 +367,7 @@ def test_cuda_graph_emulation_uses_default_taps_for_verify(tmp_path):
     target = make_tiny_target(tmp_path / "t7", num_layers=7, hidden_size=32, seed=1)
     hf = LlamaForCausalLM.from_pretrained(str(target), dtype=torch.float32).eval()
     spec = draft_spec(hidden=32, ids=(0, 2, 4))
-    draft = checkpoint.save(
-        spec, checkpoint.random_tensors(spec, seed=4), tmp_path / "d", "specforge"
-    )
+    draft = checkpoint.save(spec, random_tensors(spec, seed=4), tmp_path / "d", "specforge")
     result = serving_layout(spec, 7, "0.5.10", "LlamaForCausalLM", cuda_graph=True)
     assert result.layout == (Tap(1), Tap(3), Tap(5))
     assert result.decode_layout == (Tap(2), Tap(3), Tap(4))
@@ -408,8 +411,6 @@ def test_cuda_graph_emulation_uses_default_taps_for_verify(tmp_path):
 def test_invalid_capture_refuses_to_start(models, version, override, needle):
     spec = models["spec"]
     if override is not None:
-        import dataclasses
-
         spec = dataclasses.replace(spec, aux_layer_ids=tuple(override))
     error = serving_layout(spec, 3, version, "LlamaForCausalLM").error
     assert error and needle in error
@@ -440,6 +441,112 @@ def test_override_applies_the_fix(models):
     capture = info["eagle3dash_double_capture"]
     assert capture["prefill_layout"] == "0,1,2"  # ascending layer order whatever the list order
     assert any("not ascending" in note for note in capture["notes"])
+
+
+# -- a world that disagrees with eagle3dash's model of SGLang -----------------------------------
+
+
+@pytest.fixture(scope="module")
+def demo_like(tmp_path_factory) -> dict:
+    """The demo's shape: a 4-block target, hidden 64, and a draft with nested ids [0, 1, 2]."""
+    models = tiny_models(tmp_path_factory.mktemp("demo_like"))
+    hf = LlamaForCausalLM.from_pretrained(str(models["target"]), dtype=torch.float32).eval()
+    return {**models, "hf": hf}
+
+
+def stock_view(info: dict) -> dict:
+    """server_info without the double's own keys and what differs between any two starts."""
+    view = {k: v for k, v in copy.deepcopy(info).items() if not k.startswith("eagle3dash_double")}
+    view["launch_command"] = view["launch_command"].replace(f"--port {info['port']}", "--port P")
+    for where in (view, view["internal_states"][0]):
+        where.pop("startup_time")
+        where["port"] = "P"
+    return view
+
+
+def served(url: str, prompt: list[int], n: int) -> dict:
+    return generate(
+        url,
+        input_ids=prompt,
+        return_hidden_states=True,
+        sampling_params={"max_new_tokens": n, "ignore_eos": True},
+    ).json()
+
+
+def assert_slots(rows: torch.Tensor, hs: list[torch.Tensor], depths: list[int], lo: int) -> None:
+    """Slot k of every row is transformers' hidden_states[depths[k]] at positions lo, lo+1, ..."""
+    for k, depth in enumerate(depths):
+        expected = hs[depth][lo : lo + len(rows)]
+        torch.testing.assert_close(rows[:, 64 * k : 64 * (k + 1)], expected, atol=1e-5, rtol=1e-4)
+
+
+def test_capture_taps_feed_what_the_server_chooses_and_server_info_stays_stock(demo_like):
+    hf, prompt, n = demo_like["hf"], PROMPTS[1], 8
+    stock = DoubleConfig(
+        demo_like["target"], demo_like["draft"], "EAGLE3", enable_return_hidden_states=True
+    )
+    patched = dataclasses.replace(stock, capture_taps=[0, 1, 2])
+    bodies, infos = {}, {}
+    for name, cfg in (("stock", stock), ("patched", patched)):
+        with start_double(cfg) as d:
+            bodies[name] = served(d.url, prompt, n)
+            infos[name] = httpx.get(d.url + "/server_info").json()
+    for name, depths in (("stock", [1, 2, 3]), ("patched", [0, 1, 2])):
+        # stock SGLang 0.5.23 reads ids [0, 1, 2] as outputs of layers 0..2: +1 -> Tap(1..3)
+        out, hidden = bodies[name]["output_ids"], bodies[name]["meta_info"]["hidden_states"]
+        assert out == greedy(hf, prompt, n)  # the target verifies: output is plain greedy
+        block, rows = torch.tensor(hidden[0]), torch.tensor(hidden[1:])
+        assert block.shape == (len(prompt), 3 * 64) and rows.shape == (n - 1, 3 * 64)
+        assert_slots(block, states(hf, prompt), depths, 0)
+        assert_slots(rows, states(hf, prompt + out), depths, len(prompt))
+    assert stock_view(infos["patched"]) == stock_view(infos["stock"])
+    assert infos["patched"]["eagle3dash_double_capture"]["capture_taps_override"] is True
+    assert infos["patched"]["eagle3dash_double_capture"]["prefill_layout"] == "0,1,2"
+    assert infos["stock"]["eagle3dash_double_capture"]["capture_taps_override"] is False
+
+
+def test_reported_draft_path_is_what_server_info_names(models, tmp_path):
+    elsewhere = str(tmp_path / "epoch-2")  # never loaded: it does not even exist
+    stock = DoubleConfig(models["target"], models["draft"], "EAGLE3")
+    restarted = dataclasses.replace(stock, reported_draft_path=elsewhere)
+    metas, infos, reports = {}, {}, {}
+    for name, cfg in (("stock", stock), ("restarted", restarted)):
+        with start_double(cfg) as d, SGLangClient(d.url, timeout=30) as client:
+            infos[name] = httpx.get(d.url + "/server_info").json()
+            reports[name] = client.probe()
+            metas[name] = client.generate(input_ids=PROMPTS[0], max_new_tokens=16)
+    info = infos["restarted"]
+    assert info["speculative_draft_model_path"] == elsewhere
+    assert info["internal_states"][0]["speculative_draft_model_path"] == elsewhere
+    assert f"--speculative-draft-model-path {elsewhere} " in info["launch_command"]
+    assert reports["restarted"].speculative.draft_model_path == elsewhere
+    assert info["eagle3dash_double_draft_path"] == str(models["draft"])
+    assert infos["stock"]["speculative_draft_model_path"] == str(models["draft"])
+    # the same draft really runs behind the other name: the same tokens in the same rounds
+    assert metas["restarted"].output_ids == metas["stock"].output_ids
+    assert metas["restarted"].spec_verify_ct == metas["stock"].spec_verify_ct
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "knobs", "needle"),
+    [
+        (None, {"capture_taps": [0, 1, 2]}, "need a speculative algorithm"),
+        (None, {"reported_draft_path": "/elsewhere"}, "need a speculative algorithm"),
+        ("EAGLE", {"capture_taps": [0, 1, 2]}, "capture_taps need EAGLE3"),
+        ("EAGLE3", {"capture_taps": [0, 1, 4]}, "give depths 0..3"),
+        ("EAGLE3", {"capture_taps": [0, 1]}, "fc reads 192"),  # 2 taps are 128 wide
+    ],
+)
+def test_world_knobs_that_cannot_serve_refuse_to_start(models, algorithm, knobs, needle):
+    draft = models["draft"] if algorithm else None
+    with pytest.raises(DoubleStartError, match=needle):
+        start_double(DoubleConfig(models["target"], draft, algorithm, **knobs))
+
+
+def test_the_command_line_passes_the_knobs_on(models, capsys):
+    args = ["--target", str(models["target"]), "--draft", str(models["draft"]), "--port", "0"]
+    assert main([*args, "--capture-taps", "0,1,4", "--reported-draft-path", "/x"]) == 2
+    assert "capture_taps [0, 1, 4]: give depths 0..3" in capsys.readouterr().err
 
 
 def test_eagle_algorithm_with_an_eagle3_draft_skips_capture(models):

@@ -10,10 +10,11 @@ import zipfile
 import pytest
 
 from eagle3dash import store as db
-from eagle3dash.checkpoint import random_tensors, save
+from eagle3dash.checkpoint import save
 from eagle3dash.errors import InputError
 from eagle3dash.servebench import PromptFileError, load_prompts
 from eagle3dash.spec import DraftSpec
+from eagle3dash.testing.tensors import random_tensors
 from eagle3dash.uploads import (
     CHUNK,
     UploadError,

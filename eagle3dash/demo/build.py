@@ -200,7 +200,7 @@ def build(
     """
     from transformers import LlamaForCausalLM
 
-    from ..sglang_double import save_byte_tokenizer
+    from ..testing.tiny import save_byte_tokenizer
     from .train import (
         DRAFT,
         TARGET,

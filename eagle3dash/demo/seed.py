@@ -25,7 +25,7 @@ from eagle3dash.demo import FIXTURES, deployments
 NUM_PROMPTS = 8
 MAX_NEW_TOKENS = 64
 # Per forward, so tok/s and speedup look like serving: a target forward costs DELAY_S and a draft
-# step a tenth of it (sglang_double.DoubleConfig.delay_s); the tiny models' own compute is noise.
+# step a tenth of it (the double's DoubleConfig.delay_s); the tiny models' own compute is noise.
 DELAY_S = 0.01
 
 
@@ -71,7 +71,7 @@ def seed(
     from eagle3dash.diagnosis.options import DiagnoseOptions
     from eagle3dash.diagnosis.record import record_diagnosis
     from eagle3dash.diagnosis.stages import run_diagnosis
-    from eagle3dash.sglang_double import start_double
+    from eagle3dash.testing.sglang_double import start_double
 
     store = db.open_store(home)
     if demo_runs(store) and not force:

@@ -51,6 +51,19 @@ What it models
   forward costs far more than a draft step: every target forward (prefill, decode, verify) sleeps
   `delay_s`, every draft step sleeps `delay_s / 10`.
 
+Knobs that make the world disagree with eagle3dash's model of SGLang
+By default the taps come from `serving_layout`, the function the diagnosis uses, so the double
+agrees with the project by construction. These knobs make it a server the diagnosis must measure:
+- `capture_taps`: the target feeds the draft exactly these taps (slot order as given; Tap(d) is the
+  residual stream after d blocks, 0 the embedding output, N the raw last-block output), for prefill
+  and verify alike, whatever the draft's config, the version or `use_aux_hidden_state` say: a
+  patched SGLang build or a release whose rules eagle3dash has not read.
+- `reported_draft_path`: server_info names this path as `speculative_draft_model_path` (and in
+  `launch_command`) while the double serves `draft_path`: a server restarted with another
+  checkpoint behind the same path, or another epoch.
+With either knob the stock SGLang fields look as they would without it; only the
+`eagle3dash_double_*` details (`eagle3dash_double_capture`, `eagle3dash_double_draft_path`) tell.
+
 What it does not model
 - Sampling: temperature, top_p, top_k are accepted and ignored; decoding is always greedy (as SGLang
   verification is on CPU). `stop` strings, logprobs, streaming, LoRA, multimodal input: not served
@@ -85,12 +98,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from . import checkpoint
-from .draft import Draft, build_draft
-from .errors import InputError
-from .layout import Layout, format_layout
-from .sglang_rules import DEFAULT_SGLANG_VERSION, USE_AUX_FLAG_SINCE, parse_version, serving_layout
-from .spec import DraftSpec
+from .. import checkpoint
+from ..draft import Draft, build_draft
+from ..errors import InputError
+from ..layout import Layout, Tap, format_layout
+from ..sglang_rules import DEFAULT_SGLANG_VERSION, USE_AUX_FLAG_SINCE, parse_version, serving_layout
+from ..spec import DraftSpec
 
 __all__ = [
     "DoubleConfig",
@@ -98,7 +111,6 @@ __all__ = [
     "HIDDEN_STATES_DISABLED",
     "RunningDouble",
     "main",
-    "make_tiny_target",
     "start_double",
 ]
 
@@ -123,6 +135,7 @@ FLUSH_CACHE_TEXT = (
 DEFAULT_MAX_NEW_TOKENS = 128  # SGLang's SamplingParams default
 MAX_TOTAL_TOKENS = 8192  # the template's max_total_num_tokens, for the `token usage` log field
 ALGORITHMS = ("EAGLE3", "EAGLE")
+WORLD_KNOBS = ("capture_taps", "reported_draft_path")  # DoubleConfig fields SGLang has no twin of
 NOTE = "eagle3dash SGLang API double for tests and demos: not a serving engine"
 
 
@@ -138,7 +151,8 @@ class DoubleConfig:
     `eagle_config.eagle_aux_hidden_state_layer_ids` (to apply a fix without rewriting the
     checkpoint); None reads the draft's own config. `delay_s`: each target forward sleeps delay_s,
     each draft step delay_s / 10 (see the module docstring). `arch` defaults to the target config's
-    first architecture.
+    first architecture. `capture_taps` and `reported_draft_path` make the server disagree with
+    eagle3dash's model of SGLang (the module docstring): None keeps SGLang's rules and the truth.
     """
 
     target_path: str | Path
@@ -155,6 +169,8 @@ class DoubleConfig:
     quantization: str | None = None
     draft_quantization: str | None = None
     aux_layer_ids_override: list[int] | None = None
+    capture_taps: list[int] | None = None  # tap depths fed to the draft, bypassing SGLang's rules
+    reported_draft_path: str | Path | None = None  # what server_info says is served
     decode_log_interval: int = 40
     delay_s: float = 0.0
     dtype: str = "float32"  # the compute dtype of target and draft
@@ -259,6 +275,9 @@ class _Engine:
         self.embed_weight: Tensor | None = None
         self.num_steps = config.num_steps
         self.num_draft_tokens = config.num_draft_tokens
+        knobs = [k for k in WORLD_KNOBS if getattr(config, k) is not None]
+        if knobs and self.algorithm is None:
+            raise DoubleStartError(f"{TAG} {', '.join(knobs)} need a speculative algorithm")
         if self.algorithm is not None:
             self._setup_speculation()
         self.load_seconds = time.perf_counter() - t0
@@ -346,7 +365,14 @@ class _Engine:
             )
         version = parse_version(cfg.sglang_version)
         capture_off = not spec.use_aux_hidden_state and version >= USE_AUX_FLAG_SINCE
-        if self.algorithm == "EAGLE3" and not capture_off:
+        if cfg.capture_taps is not None:
+            self.prefill_layout = self.decode_layout = self._explicit_taps(cfg.capture_taps)
+            self.feed = "aux"
+            self.layout_rule = (
+                "eagle3dash double capture_taps: these taps, whatever SGLang's rules say"
+            )
+            width = len(self.prefill_layout) * Ht
+        elif self.algorithm == "EAGLE3" and not capture_off:
             result = serving_layout(spec, N, cfg.sglang_version, self.arch, cfg.cuda_graph)
             if result.error:
                 raise DoubleStartError(
@@ -419,6 +445,17 @@ class _Engine:
             format_layout(self.decode_layout),
             self.layout_rule,
         )
+
+    def _explicit_taps(self, depths: list[int]) -> Layout:
+        """capture_taps as a Layout, in the order given; only EAGLE3 feeds aux states at all."""
+        if self.algorithm != "EAGLE3":
+            raise DoubleStartError(f"{TAG} capture_taps need EAGLE3 (EAGLE feeds no aux states)")
+        N = self.num_layers
+        if not depths or any(not 0 <= int(d) <= N for d in depths):
+            raise DoubleStartError(
+                f"{TAG} capture_taps {list(depths)}: give depths 0..{N} (Tap(d) = after d blocks)"
+            )
+        return tuple(Tap(int(d)) for d in depths)
 
     def _grab_last(self, _module, _args, output) -> None:
         self._raw_last = (output[0] if isinstance(output, tuple) else output)[0]
@@ -651,6 +688,7 @@ class _Engine:
         cfg = self.config
         spec_on = self.algorithm is not None
         draft_q = cfg.draft_quantization if cfg.draft_quantization is not None else cfg.quantization
+        reported = cfg.draft_path if cfg.reported_draft_path is None else cfg.reported_draft_path
         launch = [
             f"--model-path {self.model_path}",
             f"--device cpu --port {self.port} --host {self.host}",
@@ -658,7 +696,7 @@ class _Engine:
         if spec_on:
             launch.append(
                 f"--speculative-algorithm {self.algorithm} --speculative-draft-model-path "
-                f"{cfg.draft_path} --speculative-num-steps {self.num_steps} "
+                f"{reported} --speculative-num-steps {self.num_steps} "
                 f"--speculative-eagle-topk {cfg.eagle_topk} --speculative-num-draft-tokens "
                 f"{cfg.num_draft_tokens}"
             )
@@ -686,7 +724,7 @@ class _Engine:
             "enable_return_hidden_states": cfg.enable_return_hidden_states,
             "decode_log_interval": cfg.decode_log_interval,
             "speculative_algorithm": self.algorithm,
-            "speculative_draft_model_path": str(cfg.draft_path) if spec_on else None,
+            "speculative_draft_model_path": str(reported) if spec_on else None,
             "speculative_num_steps": self.num_steps if spec_on else None,
             "speculative_eagle_topk": cfg.eagle_topk if spec_on else None,
             "speculative_num_draft_tokens": self.num_draft_tokens if spec_on else None,
@@ -720,7 +758,11 @@ class _Engine:
             "rule": self.layout_rule,
             "notes": list(self.layout_notes),
             "num_layers": self.num_layers,
+            "capture_taps_override": self.config.capture_taps is not None,
         }
+        info["eagle3dash_double_draft_path"] = (
+            str(self.config.draft_path) if self.algorithm is not None else None
+        )
         return info
 
     def model_info(self) -> dict:
@@ -1018,65 +1060,7 @@ def start_double(config: DoubleConfig, host: str = "127.0.0.1", port: int = 0) -
 
 
 # ---------------------------------------------------------------------------------------------
-# Tiny targets and the command line
-
-
-def make_tiny_target(
-    path: str | Path,
-    num_layers: int = 3,
-    hidden_size: int = 64,
-    num_heads: int = 4,
-    vocab_size: int = 256,
-    seed: int = 0,
-) -> Path:
-    """A random-init LlamaForCausalLM saved with save_pretrained into `path` (tests, demos)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    config = LlamaConfig(
-        vocab_size=vocab_size,
-        hidden_size=hidden_size,
-        intermediate_size=2 * hidden_size,
-        num_hidden_layers=num_layers,
-        num_attention_heads=num_heads,
-        num_key_value_heads=num_heads,
-        max_position_embeddings=2048,
-        tie_word_embeddings=False,
-        bos_token_id=1,
-        eos_token_id=2,
-    )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = LlamaForCausalLM(config).eval()
-    out = Path(path)
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(out))
-    if vocab_size >= 256:
-        save_byte_tokenizer(out)
-    return out
-
-
-def save_byte_tokenizer(path: str | Path) -> None:
-    """Save a byte-level tokenizer (token id = UTF-8 byte value) that AutoTokenizer loads.
-
-    Tiny targets have no trained tokenizer; this one lets every client tokenise text prompts the
-    way the double does, through the ordinary `AutoTokenizer.from_pretrained(path)`.
-    """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    # GPT-2's printable stand-ins for the 256 byte values, which ByteLevel pre-tokenisation emits.
-    printable = [*range(33, 127), *range(161, 173), *range(174, 256)]
-    stand_in = {b: chr(b) if b in printable else None for b in range(256)}
-    extra = 0
-    for b in range(256):
-        if stand_in[b] is None:
-            stand_in[b] = chr(256 + extra)
-            extra += 1
-    vocab = {stand_in[b]: b for b in range(256)}
-    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    PreTrainedTokenizerFast(tokenizer_object=tokenizer).save_pretrained(str(path))
+# The command line
 
 
 def _parse_ids(text: str) -> list[int]:
@@ -1086,10 +1070,12 @@ def _parse_ids(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"not a list of ints: {text!r} (e.g. 1,2,3)") from None
 
 
-def main(argv: list[str] | None = None) -> int:
-    """`python -m eagle3dash.sglang_double --target DIR [--draft DIR] --port N`: serve to ^C."""
+def main(
+    argv: list[str] | None = None, prog: str = "python -m eagle3dash.testing.sglang_double"
+) -> int:
+    """`PROG --target DIR [--draft DIR] --port N`: serve the double until ^C or SIGTERM."""
     p = argparse.ArgumentParser(
-        prog="python -m eagle3dash.sglang_double",
+        prog=prog,
         description=f"{NOTE}. Answers like SGLang 0.5.23 for the endpoints eagle3dash uses.",
     )
     p.add_argument("--target", required=True, help="a transformers save_pretrained directory")
@@ -1106,6 +1092,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--arch", help="target architecture for the rules (default: from its config)")
     p.add_argument("--aux-layer-ids", type=_parse_ids, help="pretend eagle_config ids, e.g. 1,2,3")
+    p.add_argument(
+        "--capture-taps",
+        type=_parse_ids,
+        help="feed the draft these taps (depths: 0 = embedding, d = after d blocks), e.g. 0,1,2, "
+        "bypassing SGLang's capture rules (a patched or newer server)",
+    )
+    p.add_argument(
+        "--reported-draft-path",
+        help="the draft path server_info reports, while --draft is what is served",
+    )
     p.add_argument("--num-steps", type=int, default=3)
     p.add_argument("--eagle-topk", type=int, default=1)
     p.add_argument("--num-draft-tokens", type=int, default=4)
@@ -1137,6 +1133,8 @@ def main(argv: list[str] | None = None) -> int:
         quantization=args.quantization,
         draft_quantization=args.draft_quantization,
         aux_layer_ids_override=args.aux_layer_ids,
+        capture_taps=args.capture_taps,
+        reported_draft_path=args.reported_draft_path,
         decode_log_interval=args.decode_log_interval,
         delay_s=args.delay,
         dtype=args.dtype,

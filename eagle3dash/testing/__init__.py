@@ -1,0 +1,6 @@
+"""Test and demo helpers, never product features: the SGLang API double and tiny-model builders.
+
+- `sglang_double`: an HTTP server that answers like SGLang 0.5.23 (`python -m eagle3dash double`).
+- `tiny`: a random tiny Llama target and the byte-level tokenizer tiny targets use.
+- `tensors`: random-weight drafts whose forward stays numerically sane.
+"""
