@@ -163,13 +163,22 @@ def _layout_fix(e: Evidence, target: Layout, serving: Layout | None) -> tuple[st
     return text, data
 
 
+def _eagle3_capture(e: Evidence) -> bool:
+    """Whether the server captures aux states for its draft at all (EAGLE3, or no server known):
+    with EAGLE or without speculation no layout is fed, and other rules say so."""
+    sp = e.speculative
+    if e.server is not None and sp is None:
+        return False
+    return sp is None or str(sp.algorithm or "").upper() == "EAGLE3"
+
+
 def rule_layout_mismatch(e: Evidence) -> list[Finding]:
     """Training and serving feed different taps to the fc slots.
 
     SGLang's id rules by version and architecture (set_eagle3_layers_to_capture in models/llama.py
     and models/deepseek_v2.py, PR #25454) against the trainer's convention.
     """
-    if e.layouts is None:
+    if e.layouts is None or not _eagle3_capture(e):
         return []
     d: LayoutDiff = e.layouts.diff
     serving = e.layouts.serving

@@ -1,0 +1,164 @@
+"""The verdict follows the evidence when the world disagrees with the project's model of SGLang.
+
+Each test serves a trained demo draft through the SGLang API double with a knob that makes the
+server behave otherwise than eagle3dash's rules predict (other taps fed, another draft behind
+the same path, the wrong algorithm, no hidden states), then runs the real diagnosis. The layouts
+and numbers asserted are the demo's by construction (eagle3dash/demo/__init__.py): draft A was
+trained on [embedding, L1, L2], draft B on [L1, L2, L3]; both configs say ids [0, 1, 2], which
+stock SGLang (Llama, +1 rule) reads as [L1, L2, L3].
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from eagle3dash.demo import FIXTURES, deployments
+from eagle3dash.diagnosis.options import DiagnoseOptions
+from eagle3dash.diagnosis.stages import run_diagnosis
+from eagle3dash.layout import Tap
+from eagle3dash.testing.sglang_double import start_double
+from tests.specs import run_cli
+
+L0_L1_L2 = (Tap(0), Tap(1), Tap(2))
+L1_L2_L3 = (Tap(1), Tap(2), Tap(3))
+
+
+def options(draft: Path, url: str, **overrides) -> DiagnoseOptions:
+    """Small demo diagnoses: 2 prompts of the demo language, 32 new tokens, the target at hand."""
+    fields = dict(
+        draft=str(draft),
+        endpoint=url,
+        target=str(FIXTURES / "target"),
+        prompts=str(FIXTURES / "prompts.jsonl"),
+        num_prompts=2,
+        max_new_tokens=32,
+        concurrency=1,
+        steps=4,
+    )
+    fields.update(overrides)
+    return DiagnoseOptions(**fields)
+
+
+def ids(diagnosis) -> list[str]:
+    return [f.id for f in diagnosis.findings]
+
+
+def another_epoch(source: Path, out: Path) -> Path:
+    """A copy of a draft with the same config.json and the same file sizes, other weights (as
+    another epoch of the same run would have): every float tensor gets noise of its own scale."""
+    shutil.copytree(source, out)
+    for path in out.glob("*.safetensors"):
+        with safe_open(str(path), framework="pt") as f:
+            metadata = f.metadata()
+            tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
+        gen = torch.Generator().manual_seed(7)
+        for name, t in tensors.items():
+            if t.is_floating_point():
+                noise = torch.randn(t.shape, generator=gen) * t.float().std().clamp_min(1e-3)
+                tensors[name] = (t.float() + 2 * noise).to(t.dtype)
+        save_file(tensors, str(path), metadata=metadata)
+    return out
+
+
+def test_a_server_feeding_other_taps_than_predicted_is_observed_and_reported() -> None:
+    # Draft B is served [emb, L1, L2] by a patched server; stock SGLang would feed [L1, L2, L3],
+    # exactly what B was trained on, so the config-based prediction sees nothing wrong.
+    plan = deployments()["correct"]
+    config = plan.double_config(enable_return_hidden_states=True, capture_taps=[0, 1, 2])
+    with start_double(config) as server:
+        diagnosis = run_diagnosis(options(plan.draft_path, server.url))
+    assert diagnosis.prediction.diff.kind == "identical"
+    assert diagnosis.serving.source == "observed"
+    assert diagnosis.serving.layout == L0_L1_L2
+    assert diagnosis.serving.prediction == L1_L2_L3
+    assert diagnosis.training.layout == L1_L2_L3  # the detective confirms the config
+    other = next(f for f in diagnosis.findings if f.id == "server-feeds-other-taps")
+    assert other.severity == "critical"
+    assert other.data["observed"] == "0,1,2" and other.data["predicted"] == "1,2,3"
+    assert all(m > 0 for m in other.data["margins"])
+    assert "layout-mismatch" in ids(diagnosis)
+    gap = next(f for f in diagnosis.findings if f.id == "training-serving-gap")
+    assert diagnosis.training.top1 - diagnosis.serving.top1 >= 0.15
+    assert set(gap.data["explained_by"]) >= {"layout-mismatch", "server-feeds-other-taps"}
+
+
+def test_another_epoch_with_the_same_config_and_sizes_is_another_draft(tmp_path) -> None:
+    plan = deployments()["correct"]
+    epoch = another_epoch(plan.draft_path, tmp_path / "draft-b-epoch2")
+    for name in ("config.json", "model.safetensors"):
+        assert (epoch / name).stat().st_size == (plan.draft_path / name).stat().st_size
+    assert (epoch / "config.json").read_bytes() == (plan.draft_path / "config.json").read_bytes()
+    config = plan.double_config(enable_return_hidden_states=True)
+    with start_double(config) as server:
+        diagnosis = run_diagnosis(options(epoch, server.url))
+    assert diagnosis.identity.status == "differs"
+    differs = next(f for f in diagnosis.findings if f.id == "draft-differs")
+    assert differs.severity == "critical"
+    assert "draft-path-differs" not in ids(diagnosis)
+
+
+def test_another_draft_behind_the_same_path_shows_as_measured_above_simulated(tmp_path) -> None:
+    # The server names the diagnosed checkpoint's path but runs the trained draft B: the path
+    # and the content behind it agree, so only the measurements can tell.
+    plan = deployments()["correct"]
+    epoch = another_epoch(plan.draft_path, tmp_path / "draft-b-epoch2")
+    config = plan.double_config(enable_return_hidden_states=True, reported_draft_path=str(epoch))
+    with start_double(config) as server:
+        # Enough requests for the benchmark's own spread to be smaller than the gap.
+        diagnosis = run_diagnosis(options(epoch, server.url, num_prompts=8))
+    assert diagnosis.identity.status == "same"
+    above = next(f for f in diagnosis.findings if f.id == "measured-above-simulated")
+    assert above.severity == "critical"
+    assert above.data["measured"] - above.data["simulated"] >= 0.3
+    assert diagnosis.root_cause is not None
+
+
+def test_algorithm_eagle_is_diagnosed_not_refused() -> None:
+    plan = deployments()["mismatched"]
+    config = plan.double_config(enable_return_hidden_states=True, speculative_algorithm="EAGLE")
+    with start_double(config) as server:
+        out = run_cli(
+            *("diagnose", "--draft", str(plan.draft_path), "--endpoint", server.url),
+            *("--target", str(plan.target_path), "--prompts", str(FIXTURES / "prompts.jsonl")),
+            *("--num-prompts", "2", "--max-new-tokens", "32", "--concurrency", "1", "--json"),
+        )
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["findings"][0]["id"] == "algorithm-eagle"
+    assert result["verdict"]["root_cause"]["id"] == "algorithm-eagle"
+    # The capture is marked impossible, with the reason; the benchmark still measured.
+    assert "one hidden size" in result["serving"]["capture_error"]
+    assert result["serving"]["eval"] is None
+    assert result["measured"]["accept_length"] is not None
+    # The training side was still measured on the target's taps.
+    assert result["training"]["source"] == "layout-detective"
+    assert result["training"]["top1"] > 0.5
+
+
+def test_hidden_states_off_is_a_warning_with_the_restart_flag_and_not_checked() -> None:
+    plan = deployments()["mismatched"]
+    with start_double(plan.double_config(enable_return_hidden_states=False)) as server:
+        diagnosis = run_diagnosis(options(plan.draft_path, server.url))
+    off = next(f for f in diagnosis.findings if f.id == "hidden-states-off")
+    assert off.severity == "warning" and "--enable-return-hidden-states" in off.fix
+    assert diagnosis.serving.source == "predicted" and diagnosis.serving.eval is None
+    assert "serving-states" in [n.check for n in diagnosis.not_checked]
+    verdict = diagnosis.verdict()
+    assert verdict["all_checked"] is False and "serving-states" in verdict["not_checked"]
+
+
+def test_without_a_target_the_training_side_says_it_is_assumed() -> None:
+    plan = deployments()["mismatched"]
+    with start_double(plan.double_config(enable_return_hidden_states=True)) as server:
+        diagnosis = run_diagnosis(options(plan.draft_path, server.url, target=None))
+    d = diagnosis.to_dict()
+    assert d["training"]["source"] == "config" and d["training"]["measured"] is False
+    assert d["serving"]["source"] == "predicted"
+    item = next(n for n in d["not_checked"] if n["check"] == "training-side")
+    assert item["option"] == "target"
