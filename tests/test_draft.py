@@ -339,3 +339,63 @@ def test_load_draft_takes_the_targets_embedding_as_sglang_does(tmp_path) -> None
     assert load_draft(path).embed_tokens is not None  # nothing better at hand: its own
     target_embedding = torch.randn(spec.vocab_size, spec.hidden_size)
     assert load_draft(path, target_embedding=target_embedding).embed_tokens is None
+
+
+# Rows with a correct step after a wrong one: only the leading run counts. Row by row, the
+# leading correct steps are A 1, B 0, C 2, D 3, E 0, F 0 (a plain count of matches would give
+# 2, 2, 2, 3, 0, 1).
+SKIPPY = torch.tensor(
+    [
+        [1, 0, 1],  # A
+        [0, 1, 1],  # B
+        [1, 1, 0],  # C
+        [1, 1, 1],  # D
+        [0, 0, 0],  # E
+        [0, 0, 1],  # F
+    ],
+    dtype=torch.bool,
+)
+
+
+def test_leading_correct_stops_at_the_first_wrong_step() -> None:
+    from eagle3dash.metrics import leading_correct
+
+    assert leading_correct(SKIPPY).tolist() == [1, 0, 2, 3, 0, 0]
+    assert leading_correct(torch.zeros(0, 3, dtype=torch.bool)).tolist() == []
+
+
+def test_summarize_counts_only_the_leading_run_for_acceptance() -> None:
+    s = summarize(SKIPPY)
+    assert s["num_positions"] == 6
+    # step 0 right in A C D; step 1 in B C D; step 2 in A B D F
+    assert s["accuracy"] == pytest.approx([3 / 6, 3 / 6, 4 / 6])
+    # steps 0..k all right: k=0 A C D; k=1 C D; k=2 D
+    assert s["acceptance"] == pytest.approx([3 / 6, 2 / 6, 1 / 6])
+    assert s["accept_length"] == pytest.approx(2.0)  # 1 + (1+0+2+3+0+0)/6
+    assert accept_length(s["acceptance"], 1) == pytest.approx(1.5)
+    assert accept_length(s["acceptance"], 2) == pytest.approx(11 / 6)
+
+
+def test_served_rounds_of_rows_right_after_a_wrong_step() -> None:
+    from eagle3dash.metrics import leading_correct, served_rounds
+
+    leading = leading_correct(SKIPPY)
+    rows = torch.arange(6)
+    # Row 0 (A) emits 1+1, the next round drafts at row 2 (C): 1+2, then row 5 (F): 1+0; row 6
+    # is past the end. 1 prefill token + 2 + 3 + 1 over 3 rounds.
+    assert served_rounds(leading, rows, steps=3) == (7, 3)
+    # One draft token a round: rows 0 (2 tokens), 2 (2), 4 (1), 5 (1).
+    assert served_rounds(leading, rows, steps=1) == (7, 4)
+    # Budget 5: row 0 gives 2 (3 tokens), row 2 would give 3 but only 2 fit.
+    assert served_rounds(leading, rows, steps=3, budget=5) == (5, 2)
+    assert served_rounds(leading, rows, steps=3, budget=6) == (6, 2)
+
+
+def test_build_eval_of_rows_right_after_a_wrong_step() -> None:
+    ev = build_eval([Tap(1)], [SKIPPY], steps=3, rows_per_sequence=[torch.arange(6)])
+    assert ev.accept_length_per_sequence == pytest.approx([2.0])
+    assert ev.accept_length == pytest.approx(2.0)
+    assert ev.served_accept_length == pytest.approx(7 / 3)
+    assert ev.served_accept_length_at(1) == pytest.approx(7 / 4)
+    capped = build_eval([Tap(1)], [SKIPPY], 3, rows_per_sequence=[torch.arange(6)], budget=5)
+    assert capped.served_accept_length == pytest.approx(5 / 2)
