@@ -7,6 +7,7 @@ and whose prefill block holds known numbers, so the split into taps can be check
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from collections.abc import Iterator
@@ -202,6 +203,11 @@ REFUSAL = (
     "The server is not configured to return the hidden states. "
     "Please set `--enable-return-hidden-states` to enable this feature."
 )
+REFUSAL_0_5_20 = (  # 0.5.20+ tokenizer_manager.py, without --return-hidden-states-mode
+    "The server is not configured to return hidden states. "
+    "Please set `--return-hidden-states-mode last`, `--return-hidden-states-mode full`, "
+    "or the legacy `--enable-return-hidden-states` flag."
+)
 HT, K = 8, 3
 
 
@@ -219,6 +225,7 @@ class FakeSGLang:
     version: str = "0.5.23"
     algorithm: str | None = "EAGLE3"
     hidden_states: bool = True
+    refusal: str = REFUSAL  # what /generate answers (400) when hidden states are off
     aux_only: bool = False
     aux_ids: list[int] | None = None
     flush_works: bool = True
@@ -246,7 +253,7 @@ class FakeSGLang:
         ids = [int(t) for t in body["input_ids"]]
         params = body.get("sampling_params", {})
         if body.get("return_hidden_states") and not self.hidden_states:
-            return 400, {"error": {"message": REFUSAL}}
+            return 400, {"error": {"message": self.refusal}}
         cached = 0
         for seq in self.cache:
             common = 0
@@ -419,6 +426,35 @@ def test_server_without_return_hidden_states_names_the_flag():
     ):
         capture_from_sglang(client, [[1, 2]], (Tap(1), Tap(2), Tap(3)), 2, warn=[])
     assert not any(e.startswith("POST /generate") for e in fake.log)  # checked up front
+
+
+@pytest.mark.parametrize(
+    "refusal",
+    [
+        pytest.param(REFUSAL, id="0.5.16"),
+        pytest.param(
+            REFUSAL_0_5_20,
+            id="0.5.20",
+            marks=pytest.mark.xfail(
+                strict=True, reason="0.5.20+ refusal wording not matched yet (issue 10 item 1)"
+            ),
+        ),
+    ],
+)
+def test_a_refusal_at_generate_is_no_hidden_states_not_a_capture(refusal):
+    """A stale report (the server restarted without the flag since the probe): the refusal comes
+    from /generate itself and must end the capture as NO_HIDDEN_STATES."""
+    fake = FakeSGLang(hidden_states=False, refusal=refusal)
+    with running(fake) as client:
+        stale = dataclasses.replace(client.probe(), enable_return_hidden_states=True)
+        with pytest.raises(EndpointError) as info:
+            capture_from_sglang(
+                client, [[1, 2]], (Tap(1), Tap(2), Tap(3)), 2, warn=[], report=stale
+            )
+    assert fake.log[-1] == "POST /generate +hs"  # refused by the server, not up front
+    assert info.value.kind == EndpointError.NO_HIDDEN_STATES
+    assert info.value.status == 400
+    assert "--enable-return-hidden-states" in str(info.value)
 
 
 @pytest.mark.parametrize(

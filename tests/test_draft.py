@@ -252,34 +252,97 @@ def test_build_draft_errors_and_missing_embedding():
     )
 
 
+def _leading(row: list[bool]) -> int:
+    """Leading correct steps of one chain, counted one step at a time."""
+    n = 0
+    for ok in row:
+        if not ok:
+            break
+        n += 1
+    return n
+
+
 def test_evaluate_capture_pools_sequences():
+    """Pooled and served numbers of hand-made matches, through the real draft and evaluation.
+
+    With lm_head all zeros every logit ties and argmax takes the first: the draft predicts token
+    0 at every step, whatever it is fed. Row t step k then matches iff ref[t+1+k] == 0, and with
+    no target_ids ref[j] = ids[j+1], so row t reads (ids[t+2] == 0, ids[t+3] == 0, ids[t+4] == 0).
+    """
+    spec = make_spec(has_embed=False, num_aux=2)
+    tensors = random_tensors(spec)
+    tensors["lm_head.weight"] = torch.zeros_like(tensors["lm_head.weight"])
+    draft = build_draft(spec, tensors)
+    embed = torch.randn(spec.vocab_size, spec.hidden_size)
+    taps = (Tap(0), Tap(1), Tap(2))
+    layout = (Tap(1), Tap(2))
+
+    def seq(ids: list[int], loss_mask: list[int] | None = None) -> Sequence:
+        gen = torch.Generator().manual_seed(len(ids))
+        states = {tap: torch.randn(len(ids), 32, generator=gen) for tap in taps}
+        mask = None if loss_mask is None else torch.tensor(loss_mask)
+        return Sequence(input_ids=torch.tensor(ids), states=states, loss_mask=mask)
+
+    seqs = [
+        # L=8, rows 0..3: [1,0,1] [0,1,1] [1,1,1] [1,1,0], leading 1 0 3 2
+        seq([5, 7, 0, 3, 0, 0, 0, 9]),
+        # L=7, rows 0..2: [1,1,0] [1,0,1] [0,1,1]; loss_mask[3] = 0 drops row 1: leading 2 _ 0
+        seq([4, 6, 0, 0, 8, 0, 0], loss_mask=[1, 1, 1, 0, 1, 1, 1]),
+        # L=4: no row has 3 references
+        seq([1, 2, 0, 0]),
+    ]
+    cap = Capture(taps=taps, sequences=seqs, hidden_size=32, embed_weight=embed)
+    ev = evaluate_capture(draft, cap, layout, steps=3)
+    assert ev.num_positions == 4 + 2
+    # pooled rows: [1,0,1] [0,1,1] [1,1,1] [1,1,0] [1,1,0] [0,1,1]
+    assert ev.accuracy == pytest.approx([4 / 6, 5 / 6, 4 / 6])
+    assert ev.acceptance == pytest.approx([4 / 6, 3 / 6, 1 / 6])
+    assert ev.accept_length == pytest.approx(1 + (1 + 0 + 3 + 2 + 2 + 0) / 6)
+    assert ev.accept_length_per_sequence[:2] == pytest.approx([1 + 6 / 4, 1 + 2 / 2])
+    assert math.isnan(ev.accept_length_per_sequence[2])
+    # Served rounds. Sequence 0: row 0 emits 2, row 2 emits 4, row 6 is past the end -> 1+6
+    # tokens in 2 rounds. Sequence 1: row 0 emits 3, row 3 is not counted -> 1+3 in 1 round.
+    assert ev.served_accept_length == pytest.approx((7 + 4) / (2 + 1))
+    # One draft token a round: rows 0, 2 (2 + 2) and rows 0, 2 (2 + 1).
+    assert ev.served_accept_length_at(1) == pytest.approx((5 + 4) / (2 + 2))
+    assert ev.layout == [{"depth": 1, "post_norm": False}, {"depth": 2, "post_norm": False}]
+    assert ev.to_dict()["accept_length_per_sequence"][2] is None
+    # The requests' budget (5 tokens) cuts sequence 0's second round to 2 tokens.
+    cap.meta["served_tokens"] = 5
+    assert evaluate_capture(draft, cap, layout, steps=3).served_accept_length == pytest.approx(
+        (5 + 4) / (2 + 1)
+    )
+    with pytest.raises(ValueError, match="3 taps but the draft's fc has 2"):
+        evaluate_capture(draft, cap, taps)
+
+
+def test_evaluate_capture_feeds_the_layouts_taps_in_layout_order():
+    """A random draft against the naive per-position reference fed by hand with Tap(2), Tap(1)."""
     spec = make_spec(has_embed=False, num_aux=2)
     draft = build_draft(spec, random_tensors(spec))
     embed = torch.randn(spec.vocab_size, spec.hidden_size)
-    layout = (Tap(1), Tap(2))
-    seqs = []
-    for i, n in enumerate((20, 15, 4)):
+    layout = (Tap(2), Tap(1))  # not sorted: the fc reads the taps in the layout's order
+    seqs, refs = [], []
+    for i, n in enumerate((20, 15)):
         gen = torch.Generator().manual_seed(i)
         states = {tap: torch.randn(n, 32, generator=gen) for tap in (Tap(0), Tap(1), Tap(2))}
         ids = torch.randint(0, 40, (n,), generator=gen)
-        seqs.append(Sequence(input_ids=ids, states=states))
+        aux = torch.cat([states[Tap(2)], states[Tap(1)]], -1)
+        # references = the reference draft's own step-0 tokens: step 0 always right
+        _, logits = naive_matches(draft, aux, ids, 3, embed, ids, return_logits=True)
+        target = ids.clone()
+        target[1 : 1 + logits.shape[0]] = logits[:, 0].argmax(-1)
+        refs.append(naive_matches(draft, aux, ids, 3, embed, target))
+        seqs.append(Sequence(input_ids=ids, states=states, target_ids=target))
     cap = Capture(taps=(Tap(0), Tap(1), Tap(2)), sequences=seqs, hidden_size=32, embed_weight=embed)
     ev = evaluate_capture(draft, cap, layout, steps=3)
-    per = [
-        evaluate(draft, torch.cat([s.states[Tap(1)], s.states[Tap(2)]], -1), s.input_ids, 3, embed)
-        for s in seqs
-    ]
-    expected = build_eval(layout, per, 3).to_dict()
-    got = ev.to_dict()
-    assert 1.0 <= got.pop("served_accept_length") <= 4.0  # rounds replayed over the rows
-    expected.pop("served_accept_length")
-    assert got == expected
-    assert ev.num_positions == 16 + 11
-    assert ev.layout == [{"depth": 1, "post_norm": False}, {"depth": 2, "post_norm": False}]
-    assert math.isnan(ev.accept_length_per_sequence[2])
-    assert ev.to_dict()["accept_length_per_sequence"][2] is None
-    with pytest.raises(ValueError, match="3 taps but the draft's fc has 2"):
-        evaluate_capture(draft, cap, (Tap(0), Tap(1), Tap(2)))
+    assert ev.num_positions == (20 - 3) + (15 - 3)
+    assert ev.accuracy[0] == ev.acceptance[0] == 1.0
+    rows = [[bool(x) for x in row] for ref in refs for row in ref.tolist()]
+    assert ev.accuracy == pytest.approx([sum(r[k] for r in rows) / len(rows) for k in range(3)])
+    per_seq = [1 + sum(_leading(r) for r in ref.tolist()) / ref.shape[0] for ref in refs]
+    assert ev.accept_length_per_sequence == pytest.approx(per_seq)
+    assert ev.layout == [{"depth": 2, "post_norm": False}, {"depth": 1, "post_norm": False}]
 
 
 def test_summarize_by_hand():
@@ -340,3 +403,63 @@ def test_load_draft_takes_the_targets_embedding_as_sglang_does(tmp_path) -> None
     assert load_draft(path).embed_tokens is not None  # nothing better at hand: its own
     target_embedding = torch.randn(spec.vocab_size, spec.hidden_size)
     assert load_draft(path, target_embedding=target_embedding).embed_tokens is None
+
+
+# Rows with a correct step after a wrong one: only the leading run counts. Row by row, the
+# leading correct steps are A 1, B 0, C 2, D 3, E 0, F 0 (a plain count of matches would give
+# 2, 2, 2, 3, 0, 1).
+SKIPPY = torch.tensor(
+    [
+        [1, 0, 1],  # A
+        [0, 1, 1],  # B
+        [1, 1, 0],  # C
+        [1, 1, 1],  # D
+        [0, 0, 0],  # E
+        [0, 0, 1],  # F
+    ],
+    dtype=torch.bool,
+)
+
+
+def test_leading_correct_stops_at_the_first_wrong_step() -> None:
+    from eagle3dash.metrics import leading_correct
+
+    assert leading_correct(SKIPPY).tolist() == [1, 0, 2, 3, 0, 0]
+    assert leading_correct(torch.zeros(0, 3, dtype=torch.bool)).tolist() == []
+
+
+def test_summarize_counts_only_the_leading_run_for_acceptance() -> None:
+    s = summarize(SKIPPY)
+    assert s["num_positions"] == 6
+    # step 0 right in A C D; step 1 in B C D; step 2 in A B D F
+    assert s["accuracy"] == pytest.approx([3 / 6, 3 / 6, 4 / 6])
+    # steps 0..k all right: k=0 A C D; k=1 C D; k=2 D
+    assert s["acceptance"] == pytest.approx([3 / 6, 2 / 6, 1 / 6])
+    assert s["accept_length"] == pytest.approx(2.0)  # 1 + (1+0+2+3+0+0)/6
+    assert accept_length(s["acceptance"], 1) == pytest.approx(1.5)
+    assert accept_length(s["acceptance"], 2) == pytest.approx(11 / 6)
+
+
+def test_served_rounds_of_rows_right_after_a_wrong_step() -> None:
+    from eagle3dash.metrics import leading_correct, served_rounds
+
+    leading = leading_correct(SKIPPY)
+    rows = torch.arange(6)
+    # Row 0 (A) emits 1+1, the next round drafts at row 2 (C): 1+2, then row 5 (F): 1+0; row 6
+    # is past the end. 1 prefill token + 2 + 3 + 1 over 3 rounds.
+    assert served_rounds(leading, rows, steps=3) == (7, 3)
+    # One draft token a round: rows 0 (2 tokens), 2 (2), 4 (1), 5 (1).
+    assert served_rounds(leading, rows, steps=1) == (7, 4)
+    # Budget 5: row 0 gives 2 (3 tokens), row 2 would give 3 but only 2 fit.
+    assert served_rounds(leading, rows, steps=3, budget=5) == (5, 2)
+    assert served_rounds(leading, rows, steps=3, budget=6) == (6, 2)
+
+
+def test_build_eval_of_rows_right_after_a_wrong_step() -> None:
+    ev = build_eval([Tap(1)], [SKIPPY], steps=3, rows_per_sequence=[torch.arange(6)])
+    assert ev.accept_length_per_sequence == pytest.approx([2.0])
+    assert ev.accept_length == pytest.approx(2.0)
+    assert ev.served_accept_length == pytest.approx(7 / 3)
+    assert ev.served_accept_length_at(1) == pytest.approx(7 / 4)
+    capped = build_eval([Tap(1)], [SKIPPY], 3, rows_per_sequence=[torch.arange(6)], budget=5)
+    assert capped.served_accept_length == pytest.approx(5 / 2)

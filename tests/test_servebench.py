@@ -13,6 +13,8 @@ from eagle3dash.servebench import (
     BUILTIN_PROMPT_SETS,
     Prompt,
     PromptFileError,
+    RequestStat,
+    _summarize,
     compare_to_baseline,
     load_prompts,
     percentile,
@@ -23,12 +25,24 @@ from tests.httpserver import Reply, Request, closed_port_url, serve
 
 WARMUP_VERIFY_CT = 1  # what the fake reports for warm-up requests: would skew Σ/Σ if counted
 
+# What the fake answers for each prompt: (completion_tokens, spec_verify_ct). Σ = 110 / 44.
+ANSWERS = {
+    "p0": (16, 8),  # 2.0
+    "p1": (16, 4),  # 4.0
+    "p2": (12, 6),  # 2.0
+    "p3": (16, 5),  # 3.2
+    "p4": (8, 4),  # 2.0
+    "p5": (16, 8),  # 2.0
+    "p6": (10, 4),  # 2.5
+    "p7": (16, 5),  # 3.2
+}
+
 
 class FakeGenerate:
-    """Answers /generate with fixed-length outputs and a spec_verify_ct chosen per prompt.
+    """Answers /generate with the fixed ANSWERS of each prompt (at most max_new_tokens=16).
 
-    Prompt "p{i}" is verified in i + 2 steps; the first `warmup` requests report
-    WARMUP_VERIFY_CT instead. Counts requests in flight to check the client's concurrency.
+    The first `warmup` requests report WARMUP_VERIFY_CT instead. Counts requests in flight to
+    check the client's concurrency.
     """
 
     def __init__(self, warmup: int, delay: float = 0.02, spec: bool = True, fail: str = "") -> None:
@@ -64,15 +78,19 @@ class FakeGenerate:
                 self.in_flight -= 1
         if text == self.fail:
             return Reply(500, {"error": {"message": "boom"}})
+        completion, verify_ct = ANSWERS[text]
+        assert completion <= n
         meta = {
             "prompt_tokens": 3,
-            "completion_tokens": n,
-            "finish_reason": {"type": "length", "length": n},
+            "completion_tokens": completion,
+            "finish_reason": {"type": "length", "length": completion},
             "e2e_latency": self.delay,
         }
         if self.spec:
-            meta["spec_verify_ct"] = WARMUP_VERIFY_CT if warm else int(text[1:]) + 2
-        return Reply(body={"text": "y" * n, "output_ids": [7] * n, "meta_info": meta})
+            meta["spec_verify_ct"] = WARMUP_VERIFY_CT if warm else verify_ct
+        return Reply(
+            body={"text": "y" * completion, "output_ids": [7] * completion, "meta_info": meta}
+        )
 
 
 PROMPTS = [Prompt(f"p{i}") for i in range(8)]
@@ -96,15 +114,21 @@ def test_bench_accept_length_concurrency_progress_warmup() -> None:
     assert fake.max_in_flight == 3  # concurrency honoured, never exceeded
     assert calls == [(i, 8) for i in range(1, 9)]
     assert result.errors == 0 and result.error_messages == []
-    assert result.completion_tokens == 8 * 16
-    # Σ completion / Σ spec_verify_ct over measured requests only, exactly.
-    assert result.accept_length == pytest.approx(128 / sum(i + 2 for i in range(8)), abs=1e-12)
-    assert sorted(result.accept_length_per_request) == sorted(16 / (i + 2) for i in range(8))
-    assert result.output_tok_s_aggregate == pytest.approx(128 / result.wall_s)
-    assert len(result.output_tok_s_per_request) == 8
-    assert result.output_tok_s_per_request_mean == pytest.approx(
-        sum(result.output_tok_s_per_request) / 8
+    assert result.completion_tokens == 110
+    # Σ completion / Σ spec_verify_ct over measured requests only (not the mean of the
+    # per-request ratios, 20.9 / 8 = 2.6125; not with the warm-up's 142 / 46).
+    assert result.accept_length == 2.5  # 110 / 44
+    assert [r.accept_length for r in result.requests] == [2.0, 4.0, 2.0, 3.2, 2.0, 2.0, 2.5, 3.2]
+    assert [r.completion_tokens for r in result.requests] == [16, 16, 12, 16, 8, 16, 10, 16]
+    assert [r.spec_verify_ct for r in result.requests] == [8, 4, 6, 5, 4, 8, 4, 5]
+    # Timing is the client's own; 8 requests held 0.05 s each, 3 at a time, need 3 waves.
+    assert result.wall_s >= 0.15
+    assert result.output_tok_s_aggregate * result.wall_s == pytest.approx(110)
+    assert all(r.latency_s >= 0.05 for r in result.requests)
+    assert [r.output_tok_s * r.latency_s for r in result.requests] == pytest.approx(
+        [16, 16, 12, 16, 8, 16, 10, 16]
     )
+    assert len(result.output_tok_s_per_request) == 8
     assert 0.05 <= result.latency_p50 <= result.latency_p90 <= result.latency_p99
     assert result.server_latency_p50 == pytest.approx(0.05)
     assert [r.index for r in result.requests] == list(range(8))
@@ -113,19 +137,19 @@ def test_bench_accept_length_concurrency_progress_warmup() -> None:
 
 def test_bench_without_speculation_has_no_accept_length() -> None:
     with serve(FakeGenerate(warmup=0, spec=False)) as s:
-        result = run_bench(s.url, PROMPTS[:4], concurrency=2, max_new_tokens=4, warmup=0)
+        result = run_bench(s.url, PROMPTS[:4], concurrency=2, max_new_tokens=16, warmup=0)
     assert result.accept_length is None
     assert result.accept_length_per_request == [None] * 4
-    assert result.completion_tokens == 16
+    assert result.completion_tokens == 16 + 16 + 12 + 16
 
 
 def test_bench_counts_failed_requests() -> None:
-    with serve(FakeGenerate(warmup=1, fail="p3")) as s:
-        result = run_bench(s.url, PROMPTS, concurrency=4, max_new_tokens=8, warmup=1)
+    with serve(FakeGenerate(warmup=1, fail="p4")) as s:
+        result = run_bench(s.url, PROMPTS, concurrency=4, max_new_tokens=16, warmup=1)
     assert result.num_requests == 8 and result.errors == 1
     assert "HTTP 500" in result.error_messages[0] and "boom" in result.error_messages[0]
-    assert result.completion_tokens == 7 * 8
-    assert result.accept_length == pytest.approx(56 / sum(i + 2 for i in range(8) if i != 3))
+    assert result.completion_tokens == 110 - 8
+    assert result.accept_length == pytest.approx(102 / 40)  # p4's (8, 4) left out: 2.55
 
 
 def test_bench_all_failed_is_one_error() -> None:
@@ -149,6 +173,38 @@ def test_bench_rejects_bad_settings() -> None:
         run_bench("http://127.0.0.1:1", PROMPTS, concurrency=0)
 
 
+def test_summarize_aggregates_by_hand() -> None:
+    """The aggregates of fixed request rows: client latencies and wall time chosen by hand."""
+    stats = [
+        RequestStat(
+            0, completion_tokens=16, spec_verify_ct=8, latency_s=0.5, server_e2e_latency=0.4
+        ),
+        RequestStat(
+            1, completion_tokens=12, spec_verify_ct=4, latency_s=0.25, server_e2e_latency=0.2
+        ),
+        # 0.5.23 leaves spec_verify_ct out when it is 0: not in the accept length
+        RequestStat(2, completion_tokens=10, latency_s=1.0, server_e2e_latency=0.9),
+        RequestStat(3, error="HTTP 500: boom"),
+        RequestStat(
+            4, completion_tokens=20, spec_verify_ct=4, latency_s=0.4, server_e2e_latency=0.3
+        ),
+        RequestStat(5, error="HTTP 500: boom"),
+    ]
+    r = _summarize("http://x", stats, concurrency=2, max_new_tokens=32, warmup=0, wall_s=2.0)
+    assert (r.num_requests, r.errors, r.error_messages) == (6, 2, ["HTTP 500: boom"])
+    assert r.completion_tokens == 58  # 16 + 12 + 10 + 20
+    assert r.output_tok_s_aggregate == pytest.approx(29.0)  # 58 tokens / 2 s
+    assert r.output_tok_s_per_request == pytest.approx([32.0, 48.0, 10.0, 50.0])
+    assert r.output_tok_s_per_request_mean == pytest.approx(35.0)
+    assert r.accept_length == pytest.approx(3.0)  # (16 + 12 + 20) / (8 + 4 + 4)
+    assert r.accept_length_per_request == [2.0, 3.0, None, 5.0]
+    # client latencies sorted 0.25 0.4 0.5 1.0; server 0.2 0.3 0.4 0.9
+    assert [r.latency_p50, r.latency_p90, r.latency_p99] == pytest.approx([0.45, 0.85, 0.985])
+    assert [r.server_latency_p50, r.server_latency_p90, r.server_latency_p99] == pytest.approx(
+        [0.35, 0.75, 0.885]
+    )
+
+
 def test_percentile_interpolates_like_numpy() -> None:
     xs = [float(x) for x in range(1, 11)]
     assert percentile(xs, 50) == pytest.approx(5.5)
@@ -160,7 +216,7 @@ def test_percentile_interpolates_like_numpy() -> None:
 
 def test_compare_to_baseline() -> None:
     with serve(FakeGenerate(warmup=0)) as s:
-        spec = run_bench(s.url, PROMPTS[:2], concurrency=2, max_new_tokens=4, warmup=0)
+        spec = run_bench(s.url, PROMPTS[:2], concurrency=2, max_new_tokens=16, warmup=0)
     spec = dataclasses.replace(spec, output_tok_s_aggregate=300.0, latency_p50=1.0)
     base = dataclasses.replace(
         spec, output_tok_s_aggregate=120.0, latency_p50=2.5, accept_length=None

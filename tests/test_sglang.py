@@ -27,6 +27,23 @@ HIDDEN_STATES_MESSAGE = (
     "The server is not configured to return the hidden states. "
     "Please set `--enable-return-hidden-states` to enable this feature."
 )
+# The same refusal in 0.5.20+ tokenizer_manager.py (_validate_one_request), when the server has no
+# --return-hidden-states-mode: "hidden states" without "the", and the new flags named.
+HIDDEN_STATES_MESSAGE_0_5_20 = (
+    "The server is not configured to return hidden states. "
+    "Please set `--return-hidden-states-mode last`, `--return-hidden-states-mode full`, "
+    "or the legacy `--enable-return-hidden-states` flag."
+)
+REFUSALS = [
+    pytest.param(HIDDEN_STATES_MESSAGE, id="0.5.16"),
+    pytest.param(
+        HIDDEN_STATES_MESSAGE_0_5_20,
+        id="0.5.20",
+        marks=pytest.mark.xfail(
+            strict=True, reason="0.5.20+ refusal wording not matched yet (issue 10 item 1)"
+        ),
+    ),
+]
 
 
 # --- the 0.5.23 replay server ---------------------------------------------------------------------
@@ -280,6 +297,25 @@ def test_hidden_states_refused_names_the_flag(replay: Served) -> None:
     assert info.value.kind == EndpointError.NO_HIDDEN_STATES
     assert info.value.status == 400
     assert_one_line(info.value, replay.url, "restart it with --enable-return-hidden-states")
+
+
+@pytest.mark.parametrize("refusal", REFUSALS)
+def test_sglangs_refusal_text_is_no_hidden_states_not_success(refusal: str) -> None:
+    """A bare /generate that refuses hidden states with SGLang's 400 body, in either wording."""
+
+    def app(req: Request) -> Reply:
+        if req.method == "POST" and req.path == "/generate":
+            return Reply(400, {"error": {"message": refusal}})
+        return Reply(404, {"detail": "Not Found"})
+
+    with serve(app) as served, pytest.raises(EndpointError) as info:
+        SGLangClient(served.url, retries=1).generate(
+            input_ids=[1, 2], max_new_tokens=4, return_hidden_states=True
+        )
+    assert served.hits("POST", "/generate") == 1
+    assert info.value.kind == EndpointError.NO_HIDDEN_STATES
+    assert info.value.status == 400
+    assert_one_line(info.value, served.url, "--enable-return-hidden-states", refusal)
 
 
 def test_agenerate_on_a_shared_session(replay: Served) -> None:
