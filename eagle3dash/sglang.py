@@ -29,8 +29,9 @@ __all__ = [
 ]
 
 # SGLang's own wording when a request asks for hidden states the server was not started to return
-# (tokenizer_manager.py, every 0.5.x); matched case-insensitively anywhere in the error body.
-HIDDEN_STATES_REFUSED = "not configured to return the hidden states"
+# (tokenizer_manager.py): "... not configured to return the hidden states ..." up to 0.5.16, "...
+# not configured to return hidden states ..." from 0.5.20; matched case-insensitively.
+HIDDEN_STATES_REFUSED = "not configured to return"
 _SNIPPET = 200
 
 

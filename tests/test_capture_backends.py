@@ -432,13 +432,7 @@ def test_server_without_return_hidden_states_names_the_flag():
     "refusal",
     [
         pytest.param(REFUSAL, id="0.5.16"),
-        pytest.param(
-            REFUSAL_0_5_20,
-            id="0.5.20",
-            marks=pytest.mark.xfail(
-                strict=True, reason="0.5.20+ refusal wording not matched yet (issue 10 item 1)"
-            ),
-        ),
+        pytest.param(REFUSAL_0_5_20, id="0.5.20"),
     ],
 )
 def test_a_refusal_at_generate_is_no_hidden_states_not_a_capture(refusal):

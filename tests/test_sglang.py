@@ -36,13 +36,7 @@ HIDDEN_STATES_MESSAGE_0_5_20 = (
 )
 REFUSALS = [
     pytest.param(HIDDEN_STATES_MESSAGE, id="0.5.16"),
-    pytest.param(
-        HIDDEN_STATES_MESSAGE_0_5_20,
-        id="0.5.20",
-        marks=pytest.mark.xfail(
-            strict=True, reason="0.5.20+ refusal wording not matched yet (issue 10 item 1)"
-        ),
-    ),
+    pytest.param(HIDDEN_STATES_MESSAGE_0_5_20, id="0.5.20"),
 ]
 
 
