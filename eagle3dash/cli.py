@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from eagle3dash.diagnosis.options import EXCLUSIVE, SCHEMA, DiagnoseOptions
 from eagle3dash.errors import InputError
-from eagle3dash.layout import format_layout, parse_layout
+from eagle3dash.layout import Tap, bracketed, format_layout, parse_layout
 from eagle3dash.sglang_rules import DEFAULT_SGLANG_VERSION
 
 
@@ -255,7 +255,7 @@ def _print_diagnosis(d: dict) -> None:
         print(f"{label:30}{training:>14}{serving:>14}")
 
     def taps(side: dict) -> str:
-        return "[" + ",".join(str(t["depth"]) for t in side["layout"]) + "]"
+        return bracketed(tuple(Tap(t["depth"], t["post_norm"]) for t in side["layout"]))
 
     print(f"verdict: {verdict_sentence(d)}")
     row("", "training", "serving")

@@ -30,6 +30,7 @@ from eagle3dash.layout import (
     bracketed,
     convert,
     default_layout,
+    describe_layout,
     describe_tap,
     diff,
     format_layout,
@@ -64,11 +65,6 @@ FINGERPRINT_RATIO = 4.0  # demo: 5.6x on draft A's embedding slot, 2.3x on draft
 
 def _no_progress(fraction: float, message: str) -> None:
     pass
-
-
-def layout_words(layout: Layout, num_layers: int) -> str:
-    """'embedding output, after block 1, after block 2'."""
-    return ", ".join(describe_tap(t, num_layers) for t in layout)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -496,7 +492,7 @@ class Detection:
             "draft": self.draft,
             "num_target_layers": self.num_layers,
             "best": format_layout(self.best),
-            "best_words": layout_words(self.best, self.num_layers),
+            "best_words": describe_layout(self.best, self.num_layers),
             "serving": format_layout(self.serving) if self.serving is not None else None,
             "sglang_version": self.sglang_version,
             "fix_ids": self.fix_ids,
@@ -528,7 +524,7 @@ def _verdict(
     top = rows[0]
     lines = [
         f"This draft performs best with {bracketed(top.layout)} "
-        f"({layout_words(top.layout, n)}): top-1 {top.top1:.1%}, simulated accept length "
+        f"({describe_layout(top.layout, n)}): top-1 {top.top1:.1%}, simulated accept length "
         f"{top.sim_accept_length:.2f}."
     ]
     runner = next((r for r in rows[1:] if r.layout != top.layout), None)

@@ -156,6 +156,7 @@ def ids_text(ids: tuple[int, ...] | list[int]) -> str:
 
 
 def bracketed(layout: Layout) -> str:
+    """format_layout in brackets: '[0,3,31]'."""
     return "[" + format_layout(layout) + "]" if layout else "[]"
 
 
@@ -184,6 +185,40 @@ def describe_tap(tap: Tap, num_layers: int) -> str:
     if not 0 < tap.depth < num_layers:
         return f"depth {tap.depth} (outside the target's {num_layers} blocks)"
     return f"after block {tap.depth}"
+
+
+def describe_layout(layout: Layout, num_layers: int) -> str:
+    """Each slot's tap in words: 'embedding output, after block 1, after block 2'."""
+    return ", ".join(describe_tap(t, num_layers) for t in layout)
+
+
+def join_words(words: list[str]) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    if len(words) <= 1:
+        return "".join(words)
+    return ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def taps_phrase(layout: Layout, num_layers: int | None) -> str:
+    """'the embedding output and the layers after 3 and 31 blocks'."""
+    if not layout:
+        return "nothing"
+    parts, middle = [], []
+    tail = []
+    for tap in layout:
+        if tap.post_norm:
+            tail.append("the final-normed output")
+        elif tap.depth == 0:
+            parts.append("the embedding output")
+        elif num_layers is not None and tap.depth == num_layers:
+            tail.append("the last block's output")
+        else:
+            middle.append(tap.depth)
+    if middle:
+        noun = "layer" if len(middle) == 1 else "layers"
+        blocks = "block" if middle == [1] else "blocks"
+        parts.append(f"the {noun} after {join_words([str(d) for d in middle])} {blocks}")
+    return join_words(parts + tail)
 
 
 Slot = tuple[int, Tap | None, Tap | None, bool]  # slot index, training tap, serving tap, same

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch import Tensor
 
-from .layout import Tap
+from .layout import Layout, Tap
 
 __all__ = [
     "DraftEval",
@@ -101,7 +101,7 @@ def summarize(matches: Tensor) -> dict:
 class DraftEval:
     """The standalone draft forward over a capture under one layout."""
 
-    layout: list[dict]  # the taps fed to the fc slots, as Tap.to_dict()
+    layout: Layout  # the taps fed to the fc slots
     steps: int  # S, draft tokens per chain
     num_positions: int  # chains counted, all sequences together
     accuracy: list[float]  # per step
@@ -138,6 +138,7 @@ class DraftEval:
         """JSON-ready dict (NaN per-sequence values become None)."""
         d = asdict(self)
         del d["chains"], d["budget"]
+        d["layout"] = [t.to_dict() for t in self.layout]
         d["accept_length_per_sequence"] = [
             None if math.isnan(x) else x for x in self.accept_length_per_sequence
         ]
@@ -147,6 +148,7 @@ class DraftEval:
     def from_dict(cls, d: dict) -> DraftEval:
         """Inverse of to_dict (without the per-row chains)."""
         d = dict(d)
+        d["layout"] = tuple(Tap(int(t["depth"]), bool(t["post_norm"])) for t in d["layout"])
         d["accept_length_per_sequence"] = [
             float("nan") if x is None else x for x in d.get("accept_length_per_sequence", [])
         ]
@@ -154,7 +156,7 @@ class DraftEval:
 
 
 def build_eval(
-    layout: Iterable[Tap | dict],
+    layout: Iterable[Tap],
     per_sequence: list[Tensor],
     steps: int,
     rows_per_sequence: list[Tensor] | None = None,
@@ -165,7 +167,7 @@ def build_eval(
     With the counted row indices of each sequence, serving rounds are replayed too (up to
     `budget` tokens per sequence when given).
     """
-    taps = [t.to_dict() if isinstance(t, Tap) else dict(t) for t in layout]
+    taps = tuple(layout)
     pooled = (
         torch.cat([m.to(torch.bool) for m in per_sequence], dim=0)
         if per_sequence

@@ -305,7 +305,7 @@ def test_evaluate_capture_pools_sequences():
     assert ev.served_accept_length == pytest.approx((7 + 4) / (2 + 1))
     # One draft token a round: rows 0, 2 (2 + 2) and rows 0, 2 (2 + 1).
     assert ev.served_accept_length_at(1) == pytest.approx((5 + 4) / (2 + 2))
-    assert ev.layout == [{"depth": 1, "post_norm": False}, {"depth": 2, "post_norm": False}]
+    assert ev.layout == (Tap(1), Tap(2))
     assert ev.to_dict()["accept_length_per_sequence"][2] is None
     # The requests' budget (5 tokens) cuts sequence 0's second round to 2 tokens.
     cap.meta["served_tokens"] = 5
@@ -342,7 +342,7 @@ def test_evaluate_capture_feeds_the_layouts_taps_in_layout_order():
     assert ev.accuracy == pytest.approx([sum(r[k] for r in rows) / len(rows) for k in range(3)])
     per_seq = [1 + sum(_leading(r) for r in ref.tolist()) / ref.shape[0] for ref in refs]
     assert ev.accept_length_per_sequence == pytest.approx(per_seq)
-    assert ev.layout == [{"depth": 2, "post_norm": False}, {"depth": 1, "post_norm": False}]
+    assert ev.layout == (Tap(2), Tap(1))
 
 
 def test_summarize_by_hand():

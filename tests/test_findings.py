@@ -185,14 +185,13 @@ def only(findings: list[Finding], rule_id: str) -> Finding:
 def test_seed_on_0_5_12_kimi_layout_mismatch_first_and_says_to_upgrade() -> None:
     e = seed(
         "0.5.12",
-        server=Server(version="0.5.12", speculative=Spec(algorithm="EAGLE")),
+        server=Server(version="0.5.12", speculative=Spec()),
         training_eval=GOOD,
         serving_eval=POOR,
     )
     found = diagnose(e)
     first = found[0]
     assert first.id == "layout-mismatch" and first.severity == "critical"
-    assert "algorithm-eagle" in ids_of(found)  # another critical, ranked after
     assert first.title == (
         "Serving feeds the draft the layers after 3, 31 and 59 blocks, but training fed the "
         "embedding output and the layers after 3 and 31 blocks: every slot is shifted by one."
@@ -773,12 +772,10 @@ def test_findings_sorted_by_severity_then_rule_order() -> None:
     found = diagnose(e)
     ranks = [SEVERITIES.index(f.severity) for f in found]
     assert ranks == sorted(ranks)
-    assert ids_of(found)[:4] == [
-        "layout-mismatch",
-        "algorithm-eagle",
-        "d2t-missing",
-        "slower-than-baseline",
-    ]
+    # With --speculative-algorithm EAGLE no aux states are captured at all: the layout is moot
+    # until the algorithm is fixed, so the algorithm comes first and no layout finding is made.
+    assert ids_of(found)[:3] == ["algorithm-eagle", "d2t-missing", "slower-than-baseline"]
+    assert "layout-mismatch" not in ids_of(found)
     assert ids_of(found)[-1] == "hidden-states-truncated"
 
 

@@ -18,6 +18,8 @@ from eagle3dash.layout import (
     default_layout,
     describe_tap,
     format_layout,
+    join_words,
+    taps_phrase,
 )
 from eagle3dash.sglang_rules import (
     DEFAULT_SGLANG_VERSION,
@@ -36,35 +38,6 @@ def _ids_json(ids: list[int] | tuple[int, ...]) -> str:
 
 def _eagle_config_json(ids: list[int] | tuple[int, ...]) -> str:
     return '"eagle_config": {"eagle_aux_hidden_state_layer_ids": ' + _ids_json(ids) + "}"
-
-
-def _join(words: list[str]) -> str:
-    """'a', 'a and b', 'a, b and c'."""
-    if len(words) <= 1:
-        return "".join(words)
-    return ", ".join(words[:-1]) + " and " + words[-1]
-
-
-def _taps_phrase(layout: Layout, num_layers: int | None) -> str:
-    """'the embedding output and the layers after 3 and 31 blocks'."""
-    if not layout:
-        return "nothing"
-    parts, middle = [], []
-    tail = []
-    for tap in layout:
-        if tap.post_norm:
-            tail.append("the final-normed output")
-        elif tap.depth == 0:
-            parts.append("the embedding output")
-        elif num_layers is not None and tap.depth == num_layers:
-            tail.append("the last block's output")
-        else:
-            middle.append(tap.depth)
-    if middle:
-        noun = "layer" if len(middle) == 1 else "layers"
-        blocks = "block" if middle == [1] else "blocks"
-        parts.append(f"the {noun} after {_join([str(d) for d in middle])} {blocks}")
-    return _join(parts + tail)
 
 
 def _slots_text(layout: Layout, num_layers: int | None) -> str:
@@ -90,7 +63,7 @@ def _kind_phrase(d: LayoutDiff) -> str:
     if d.kind == "post-norm":
         return "the depths match but the final norm differs"
     differing = [str(i) for i, _, _, same in d.slots if not same]
-    return f"slot{'s' if len(differing) > 1 else ''} {_join(differing)} differ"
+    return f"slot{'s' if len(differing) > 1 else ''} {join_words(differing)} differ"
 
 
 def _eval_text(ev: Any, label: str, steps: int | None = None) -> str:
@@ -123,7 +96,7 @@ def _layout_fix(e: Evidence, target: Layout, serving: Layout | None) -> tuple[st
     assumed = " (assumed: the server's version is unknown)" if fix.version_assumed else ""
     aux_on = "" if spec.use_aux_hidden_state else ', "use_aux_hidden_state": true'
     v = version_text(fix.version)
-    phrase = _taps_phrase(target, n)
+    phrase = taps_phrase(target, n)
     if fix.ids is not None:
         cfg = _eagle_config_json(fix.ids)[:-1] + aux_on + "}"
         return (
@@ -132,10 +105,10 @@ def _layout_fix(e: Evidence, target: Layout, serving: Layout | None) -> tuple[st
             {"config_ids": fix.ids, "sglang_version": v},
         )
     retrain = (
-        f"retrain the draft on the layers serving can feed ({_taps_phrase(serving, n)})"
+        f"retrain the draft on the layers serving can feed ({taps_phrase(serving, n)})"
         if serving
         else "retrain the draft on layers SGLang captures, e.g. its defaults "
-        f"({_taps_phrase(default_layout(n), n)}; SpecForge ids {_ids_json(_default_ids(n))})"
+        f"({taps_phrase(default_layout(n), n)}; SpecForge ids {_ids_json(_default_ids(n))})"
     )
     options = []
     data: dict = {}
@@ -213,8 +186,8 @@ def rule_layout_mismatch(e: Evidence) -> list[Finding]:
         title = f"SGLang {v} cannot capture the taps this draft was trained on: {error}."
         return [Finding("capture-error", "critical", title, " ".join(lines), fix, data)]
     title = (
-        f"Serving feeds the draft {_taps_phrase(d.serving, n)}, but training fed "
-        f"{_taps_phrase(d.training, n)}: {_kind_phrase(d)}."
+        f"Serving feeds the draft {taps_phrase(d.serving, n)}, but training fed "
+        f"{taps_phrase(d.training, n)}: {_kind_phrase(d)}."
     )
     return [Finding("layout-mismatch", "critical", title, " ".join(lines), fix, data)]
 
@@ -258,8 +231,8 @@ def rule_detected_layout(e: Evidence) -> list[Finding]:
         Finding(
             "detected-layout",
             severity,
-            f"The draft performs best with {_taps_phrase(best, n)}, not with "
-            f"{_taps_phrase(claimed, n)} as its config implies.",
+            f"The draft performs best with {taps_phrase(best, n)}, not with "
+            f"{taps_phrase(claimed, n)} as its config implies.",
             f"Layout sweep over {det.num_sequences} sequences: best {format_layout(best)} top-1 "
             f"{top.top1:.1%}, simulated accept length {_fmt(top.sim_accept_length)}{gap}. "
             + " ".join(det.verdict[1:3]),
@@ -293,7 +266,7 @@ def _server_fix(e: Evidence, target: Layout, serving: Layout | None) -> tuple[st
         return (
             f"This server feeds every slot {abs(shift)} block(s) "
             f"{'deeper' if shift > 0 else 'shallower'} than SGLang's rule, so no ids make it feed "
-            f"{_taps_phrase(target, e.num_target_layers)}: serve the draft with a released SGLang "
+            f"{taps_phrase(target, e.num_target_layers)}: serve the draft with a released SGLang "
             "build whose capture follows its rule, or retrain on the taps this server feeds.",
             {"server_shift": shift},
         )
@@ -301,7 +274,7 @@ def _server_fix(e: Evidence, target: Layout, serving: Layout | None) -> tuple[st
     return (
         f"This server feeds every slot {abs(shift)} block(s) "
         f"{'deeper' if shift > 0 else 'shallower'} than SGLang's rule for its version, so ask it "
-        f"for {_taps_phrase(asked, e.num_target_layers)} to get the training taps: {text}",
+        f"for {taps_phrase(asked, e.num_target_layers)} to get the training taps: {text}",
         {**data, "server_shift": shift},
     )
 
@@ -339,8 +312,8 @@ def rule_server_feeds_other_taps(e: Evidence) -> list[Finding]:
         Finding(
             "server-feeds-other-taps",
             "critical",
-            f"This server feeds the draft {_taps_phrase(observed, n)}, where stock SGLang {v} "
-            f"feeds {_taps_phrase(predicted, n)}.",
+            f"This server feeds the draft {taps_phrase(observed, n)}, where stock SGLang {v} "
+            f"feeds {taps_phrase(predicted, n)}.",
             f"{side.detail}: {per_slot}.",
             fix,
             {
@@ -379,7 +352,7 @@ def rule_aux_ids_not_read(e: Evidence) -> list[Finding]:
         where = "The draft's config.json has no eagle_config.eagle_aux_hidden_state_layer_ids"
     defaults = default_layout(n) if n is not None else None
     default_text = (
-        f"the layers after {_join([str(t.depth) for t in defaults])} blocks"
+        f"the layers after {join_words([str(t.depth) for t in defaults])} blocks"
         if defaults
         else "its default layers [2, N//2, N-3]"
     )
@@ -388,7 +361,7 @@ def rule_aux_ids_not_read(e: Evidence) -> list[Finding]:
         tail = "; whether that matches training is unknown (give the target's layer count)"
     elif training != defaults:
         severity = "critical"
-        tail = f", while training fed {_taps_phrase(training, n)}"
+        tail = f", while training fed {taps_phrase(training, n)}"
     else:
         severity = "info"
         tail = ", which are the taps training used, so nothing is lost today"
@@ -438,7 +411,7 @@ def rule_capture_rule_version(e: Evidence) -> list[Finding]:
                 "capture-rule-version",
                 "critical",
                 f"On SGLang {v} the CUDA-graph decode and verify steps feed the draft the default "
-                f"layers ({_taps_phrase(dd.serving, n)}), not the configured ones.",
+                f"layers ({taps_phrase(dd.serving, n)}), not the configured ones.",
                 f"Prefill (eager): {_slots_text(prefill, n)}. Decode (CUDA graph): "
                 f"{_slots_text(dd.serving, n)}. Training: {_slots_text(dd.training, n)}. "
                 "cuda_graph_runner.py called set_eagle3_layers_to_capture() with no ids, "

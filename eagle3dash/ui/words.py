@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from eagle3dash.diagnosis.options import SCHEMA
-from eagle3dash.layout import Tap, describe_tap
+from eagle3dash.layout import Tap, describe_layout
 
 SOURCE_WORDS = {
     "training-dump": "measured: the training dump's own features",
@@ -32,10 +32,10 @@ def taps_words(layout: list[Mapping[str, Any]] | None, num_layers: int | None) -
     """A stored layout ([{depth, post_norm}]) in words: 'embedding output, after block 1'."""
     if not layout:
         return "—"
-    taps = [Tap(int(t["depth"]), bool(t.get("post_norm"))) for t in layout]
+    taps = tuple(Tap(int(t["depth"]), bool(t.get("post_norm"))) for t in layout)
     if num_layers is None:
         return ", ".join(f"depth {t.depth}" for t in taps)
-    return ", ".join(describe_tap(t, num_layers) for t in taps)
+    return describe_layout(taps, num_layers)
 
 
 def not_checked_text(item: Mapping[str, Any], interface: str = "app") -> str:
