@@ -8,7 +8,7 @@ client, and stand-ins with the same attribute names work.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from eagle3dash.layout import Layout
 from eagle3dash.sglang_rules import try_parse_version
@@ -16,7 +16,6 @@ from eagle3dash.sglang_rules import try_parse_version
 if TYPE_CHECKING:
     from eagle3dash.checkpoint import InspectReport
     from eagle3dash.detective import Detection
-    from eagle3dash.diagnosis.result import Side
     from eagle3dash.identity import DraftIdentity
     from eagle3dash.metrics import DraftEval
     from eagle3dash.prediction import LayoutComparison
@@ -25,6 +24,28 @@ if TYPE_CHECKING:
     from eagle3dash.spec import DraftSpec
 
 SEVERITIES = ("critical", "warning", "info")
+
+
+class SideView(Protocol):
+    """What the rules read of one side of a diagnosis (diagnosis.result.Side)."""
+
+    layout: Layout
+    source: str
+    detail: str
+    prediction: Layout | None
+    slot_margins: list[float] | None
+
+    @property
+    def measured(self) -> bool:
+        """Whether the layout comes from tensors rather than from a config or a rule."""
+
+    @property
+    def top1(self) -> float | None:
+        """Draft accuracy at step 1."""
+
+    @property
+    def sim_accept_length(self) -> float | None:
+        """The simulated accept length at the server's steps."""
 
 
 @dataclass(frozen=True)
@@ -67,8 +88,8 @@ class Evidence:
     # diagnosis.result); standalone, the config's prediction.
     layouts: LayoutComparison | None = None
     prediction: LayoutComparison | None = None  # the config's and SGLang's rules' prediction
-    training: Side | None = None  # the training side of a diagnosis, with its source
-    serving: Side | None = None  # the serving side, observed or predicted
+    training: SideView | None = None  # the training side of a diagnosis, with its source
+    serving: SideView | None = None  # the serving side, observed or predicted
     identity: DraftIdentity | None = None  # is the served draft this checkpoint, by content
     training_eval: DraftEval | None = None  # draft over the training layout
     serving_eval: DraftEval | None = None  # draft over the serving layout
