@@ -1,7 +1,8 @@
 """The job kinds the worker runs: each a function (params, progress) -> result dict.
 
-The worker receives JOB_KINDS explicitly (`python -m eagle3dash worker`); a kind's function is
-imported only in the job's own process.
+A plain table: `python -m eagle3dash worker` passes JOB_KINDS to the worker, which hands each job's
+child process the name of its kind's function. Heavy imports (torch) stay inside the functions, so
+the worker that only reads the table stays light.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from eagle3dash.diagnosis.options import DiagnoseOptions
 from eagle3dash.diagnosis.record import record_diagnosis
 from eagle3dash.diagnosis.stages import prompt_ids, run_diagnosis
 from eagle3dash.findings import Evidence, diagnose
+from eagle3dash.jobs import JobFn
 from eagle3dash.layout import parse_layout
 from eagle3dash.servebench import load_prompts, run_bench
 from eagle3dash.sglang import SGLangClient
@@ -125,7 +127,7 @@ def job_detect(params: dict, progress: Progress) -> dict:
     return detection.to_dict()
 
 
-JOB_KINDS = {
+JOB_KINDS: dict[str, JobFn] = {
     "diagnose": job_diagnose,
     "inspect": job_inspect,
     "probe": job_probe,
@@ -134,14 +136,3 @@ JOB_KINDS = {
     "draft-eval": job_draft_eval,
     "detect": job_detect,
 }
-
-
-def register_job_kinds() -> None:
-    """Make these kinds runnable by the local worker."""
-    from eagle3dash.jobs import register_job_kind
-
-    for name, fn in JOB_KINDS.items():
-        register_job_kind(name, fn)
-
-
-register_job_kinds()
