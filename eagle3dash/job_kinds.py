@@ -32,13 +32,9 @@ def job_diagnose(params: dict, progress: Progress) -> dict:
     store = db.open_store(job["home"])
     run_id = job["run_id"]
     db.update_run(store, run_id, status="running")
-    try:
-        diagnosis = run_diagnosis(DiagnoseOptions(**params["options"]), progress)
-        record_diagnosis(store, run_id, diagnosis)
-    except BaseException as e:  # also a cancel: the run must not stay "running"
-        status = "cancelled" if isinstance(e, jobs.JobCancelled) else "failed"
-        db.update_run(store, run_id, status=status, error=str(e) or type(e).__name__)
-        raise
+    # A failure or cancel needs no handling here: the worker ends the run with the job.
+    diagnosis = run_diagnosis(DiagnoseOptions(**params["options"]), progress)
+    record_diagnosis(store, run_id, diagnosis)
     return diagnosis.to_dict()
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -25,7 +26,7 @@ from eagle3dash.jobs import (
     wait_for_job,
 )
 from eagle3dash.jobs.worker import _pid_alive, claim_job, recover_stale_jobs, run_worker
-from eagle3dash.store import Store, create_run, now_iso, open_store
+from eagle3dash.store import Store, create_run, get_run, list_runs, now_iso, open_store, update_run
 from tests.job_kinds_for_tests import JOB_KINDS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -110,7 +111,8 @@ def test_job_succeeds_with_result_progress_and_log(store: Store) -> None:
 
 
 def test_raising_job_fails_with_traceback(store: Store) -> None:
-    job_id = submit_job(store, "test-fail", {})
+    run_id = create_run(store, None, None)
+    job_id = submit_job(store, "test-fail", {}, run_id=run_id)
     run_worker(store.home, JOB_KINDS, poll_interval=POLL, once=True)
     job = job_status(store, job_id)
     assert job["status"] == "failed"
@@ -119,6 +121,17 @@ def test_raising_job_fails_with_traceback(store: Store) -> None:
     assert job["message"].startswith("ValueError")
     assert job_result(store, job_id) is None
     assert "ValueError: boom from a test job" in job_log(store, job_id)
+    run = get_run(store, run_id)
+    assert (run["status"], run["error"]) == ("failed", "ValueError: boom from a test job")
+
+
+def test_a_finished_run_keeps_its_status_when_a_later_job_fails(store: Store) -> None:
+    run_id = create_run(store, None, None)
+    update_run(store, run_id, status="succeeded")
+    submit_job(store, "test-fail", {}, run_id=run_id)
+    run_worker(store.home, JOB_KINDS, poll_interval=POLL, once=True)
+    run = get_run(store, run_id)
+    assert (run["status"], run["error"]) == ("succeeded", None)
 
 
 def test_killed_child_fails_and_the_worker_goes_on(store: Store) -> None:
@@ -168,7 +181,8 @@ def test_cancel_queued_job(store: Store) -> None:
 
 
 def test_cancel_running_job(store: Store) -> None:
-    job_id = submit_job(store, "test-sleepy", {"steps": 500, "dt": 0.02})
+    run_id = create_run(store, None, None)
+    job_id = submit_job(store, "test-sleepy", {"steps": 500, "dt": 0.02}, run_id=run_id)
     with worker_thread(store):
         job = wait_until(
             lambda: (j := job_status(store, job_id))["progress"] > 0 and j,
@@ -183,6 +197,7 @@ def test_cancel_running_job(store: Store) -> None:
     assert job["status"] == "cancelled"
     assert job["progress"] < 1.0
     assert not _pid_alive(job["child_pid"])
+    assert get_run(store, run_id)["status"] == "cancelled"
 
 
 def test_cancel_kills_a_job_that_ignores_sigterm(store: Store) -> None:
@@ -247,7 +262,8 @@ def test_recover_fails_jobs_of_dead_workers(store: Store) -> None:
 
 
 def test_child_fails_its_job_when_the_worker_is_killed(store: Store) -> None:
-    job_id = submit_job(store, "test-sleepy", {"steps": 1000, "dt": 0.02})
+    run_id = create_run(store, None, None)
+    job_id = submit_job(store, "test-sleepy", {"steps": 1000, "dt": 0.02}, run_id=run_id)
     worker = start_worker_process(store)
     try:
         job = wait_until(
@@ -265,6 +281,62 @@ def test_child_fails_its_job_when_the_worker_is_killed(store: Store) -> None:
     assert job["status"] == "failed"
     assert "the worker exited" in job["error"]
     wait_until(lambda: not _pid_alive(job["child_pid"]), what="the orphaned child to exit")
+    run = get_run(store, run_id)
+    assert (run["status"], run["error"]) == ("failed", "abandoned: the worker exited")
+
+
+def _running_job(store: Store, run_id: int) -> dict:
+    """Queue a long job of the run; once its child reports progress, mark the run running (as
+    the diagnose kind does) and return the job's row."""
+    job_id = submit_job(store, "test-sleepy", {"steps": 1000, "dt": 0.02}, run_id=run_id)
+    job = wait_until(
+        lambda: (j := job_status(store, job_id))["progress"] > 0 and j,
+        what="the job to start",
+    )
+    update_run(store, run_id, status="running")
+    return job
+
+
+def test_kill_9_of_the_child_fails_its_run(store: Store) -> None:
+    run_id = create_run(store, None, "http://127.0.0.1:1")
+    with worker_thread(store):
+        job = _running_job(store, run_id)
+        os.kill(job["child_pid"], signal.SIGKILL)
+        job = wait_for_job(store, job["id"], timeout=10)
+    reason = (
+        "the job process was killed by SIGKILL "
+        "(out of memory? the kernel's OOM killer sends SIGKILL)"
+    )
+    assert job["status"] == "failed" and job["error"].startswith(reason)
+    run = get_run(store, run_id)
+    assert (run["status"], run["error"]) == ("failed", reason)
+    assert [(r["id"], r["status"]) for r in list_runs(store)] == [(run_id, "failed")]
+
+
+def test_kill_9_of_worker_and_child_fails_the_run_at_recovery(store: Store) -> None:
+    run_id = create_run(store, None, "http://127.0.0.1:1")
+    worker = start_worker_process(store)
+    try:
+        job = _running_job(store, run_id)
+        # Stopped first so that it cannot reap the child: both die without a word, as in a
+        # `kill -9` of the whole worker, and only recovery can tell.
+        os.kill(worker.pid, signal.SIGSTOP)
+        os.killpg(job["child_pid"], signal.SIGKILL)
+        wait_until(lambda: not _pid_alive(job["child_pid"]), what="the child to die")
+        worker.kill()
+        worker.wait()
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    assert job_status(store, job["id"])["status"] == "running"  # nobody recorded it
+    assert get_run(store, run_id)["status"] == "running"
+    assert run_worker(store.home, JOB_KINDS, poll_interval=POLL, once=True) == 0  # recovers
+    error = f"abandoned: its worker (pid {worker.pid}) is gone; the job did not finish"
+    assert job_status(store, job["id"])["error"] == error
+    run = get_run(store, run_id)
+    assert (run["status"], run["error"]) == ("failed", error)
+    assert [(r["id"], r["status"]) for r in list_runs(store)] == [(run_id, "failed")]
 
 
 def test_claim_runs_one_gpu_job_at_a_time(store: Store) -> None:

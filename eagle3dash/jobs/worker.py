@@ -230,6 +230,12 @@ def _start_child(store: Store, job: dict, refs: Mapping[str, str]) -> _Child | N
     return _Child(job=job, proc=proc, log=logf)
 
 
+_SETTLE_RUN = """
+UPDATE runs SET status = ?, error = ?
+WHERE id = (SELECT run_id FROM jobs WHERE id = ?) AND status IN ('queued', 'running')
+"""
+
+
 def _finish(
     store: Store,
     job_id: int,
@@ -237,8 +243,13 @@ def _finish(
     error: str | None = None,
     result: Any = None,
     message: str | None = None,
+    reason: str | None = None,
 ) -> bool:
-    """Move a running job to a final status (no-op if it already has one); True if it did."""
+    """Move a running job to a final status (no-op if it already has one); True if it did.
+
+    A job that fails or is cancelled takes its unfinished run with it (same status, `reason` or
+    else `error` or `message` as the run's error), so no page shows a dead run as running.
+    """
     fields = {"status": status, "finished_at": now_iso(), "error": error}
     if message is not None:
         fields["message"] = message
@@ -246,11 +257,15 @@ def _finish(
         fields["result_json"] = to_json(result if result is not None else {})
         fields["progress"] = 1.0
     sets = ", ".join(f"{k} = ?" for k in fields)
-    cur = store.db.execute(
-        f"UPDATE jobs SET {sets} WHERE id = ? AND status IN ('running', 'queued')",
-        (*fields.values(), job_id),
-    )
-    return cur.rowcount > 0
+    with store.transaction() as db:
+        cur = db.execute(
+            f"UPDATE jobs SET {sets} WHERE id = ? AND status IN ('running', 'queued')",
+            (*fields.values(), job_id),
+        )
+        done = cur.rowcount > 0
+        if done and status != "succeeded":
+            db.execute(_SETTLE_RUN, (status, reason or error or message, job_id))
+    return done
 
 
 def _exit_reason(rc: int) -> str:
@@ -279,7 +294,7 @@ def _reap(store: Store, child: _Child, rc: int) -> str:
             end = tail(store.path(child.job.get("log_path") or log_rel(job_id)), 2000).strip()
             error = reason + (f"\n--- end of the job log ---\n{end}" if end else "")
             status, message = "failed", reason
-        _finish(store, job_id, status, error=error, message=message)
+        _finish(store, job_id, status, error=error, message=message, reason=message)
     with contextlib.suppress(OSError, ValueError):
         child.log.write(
             f"[worker {os.getpid()}] {now_iso()} job {job_id} {status} ({rc})\n".encode()
@@ -514,7 +529,8 @@ def run_one(
     except BaseException as e:
         tb = traceback.format_exc()
         sys.stderr.write(tb)
-        _finish(store, job_id, "failed", error=tb, message=f"{type(e).__name__}: {e}"[:500])
+        summary = f"{type(e).__name__}: {e}"[:500]
+        _finish(store, job_id, "failed", error=tb, message=summary, reason=summary)
         return 1
     else:
         _finish(store, job_id, "succeeded", result=result, message="done")
