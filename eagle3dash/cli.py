@@ -179,7 +179,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
         _print_json({"server": server.to_dict(), "findings": [f.to_dict() for f in findings]})
         return 0
     spec = server.speculative
-    rows = [
+    rows: list[tuple[str, object]] = [
         ("version", server.version),
         ("model", f"{server.model_path} ({', '.join(server.architectures or []) or '?'})"),
         ("tp / dtype / quantization", f"{server.tp_size} / {server.dtype} / {server.quantization}"),

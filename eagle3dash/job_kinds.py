@@ -29,6 +29,8 @@ def job_diagnose(params: dict, progress: Progress) -> dict:
     from eagle3dash import store as db
 
     job = jobs.current_job()
+    if job is None:
+        raise RuntimeError("the diagnose job kind runs in a job's process (it needs the run)")
     store = db.open_store(job["home"])
     run_id = job["run_id"]
     db.update_run(store, run_id, status="running")

@@ -24,11 +24,11 @@ def diagnosis_metrics(diagnosis: Diagnosis) -> list[dict]:
             continue
         rows.append({"source": source, "name": "tok_s", "value": bench.output_tok_s_aggregate})
         rows.append({"source": source, "name": "accept_length", "value": bench.accept_length})
-        for i, (tok_s, accept) in enumerate(
+        for i, (tok_s, length) in enumerate(
             zip(bench.output_tok_s_per_request, bench.accept_length_per_request, strict=False)
         ):
             rows.append({"source": source, "name": "tok_s", "request": i, "value": tok_s})
-            rows.append({"source": source, "name": "accept_length", "request": i, "value": accept})
+            rows.append({"source": source, "name": "accept_length", "request": i, "value": length})
     return rows
 
 

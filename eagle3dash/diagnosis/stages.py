@@ -103,7 +103,8 @@ def run_diagnosis(options: DiagnoseOptions, progress: Progress | None = None) ->
     client = SGLangClient(options.endpoint, timeout=options.timeout)
     server = client.probe()
     depth = target_depth(options, server)
-    arch = options.arch or (server.architectures or [None])[0] or server.model_type or "llama"
+    served_arch = server.architectures[0] if server.architectures else None
+    arch = options.arch or served_arch or server.model_type or "llama"
     override = parse_layout(options.training_layout) if options.training_layout else None
     layouts = predict_layouts(
         report.spec,

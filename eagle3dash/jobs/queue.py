@@ -13,9 +13,10 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from eagle3dash.errors import InputError
-from eagle3dash.store import Store, decode_row, now_iso, to_json
+from eagle3dash.store import Store, decode_row, insert_row, now_iso, to_json
 
 ProgressFn = Callable[[float, str], None]  # progress(fraction 0..1, message)
 JobFn = Callable[[dict, ProgressFn], dict | None]  # a job kind: fn(params, progress) -> result
@@ -47,7 +48,9 @@ def submit_job(
 ) -> int:
     """Queue a job; return its id. A `needs_gpu` job waits while another GPU job runs."""
     with store.transaction() as db:
-        table = db["jobs"].insert(
+        job_id = insert_row(
+            db,
+            "jobs",
             {
                 "run_id": run_id,
                 "kind": kind,
@@ -57,9 +60,8 @@ def submit_job(
                 "message": "queued",
                 "created_at": now_iso(),
                 "needs_gpu": int(bool(needs_gpu)),
-            }
+            },
         )
-        job_id = int(table.last_pk)
         db.execute("UPDATE jobs SET log_path = ? WHERE id = ?", (log_rel(job_id), job_id))
     return job_id
 
@@ -78,7 +80,8 @@ def job_result(store: Store, job_id: int) -> dict | None:
 
 def list_jobs(store: Store, run_id: int | None = None, status: str | None = None) -> list[dict]:
     """Jobs (of one run, and/or in one status), oldest first."""
-    clauses, params = [], []
+    clauses: list[str] = []
+    params: list[Any] = []
     if run_id is not None:
         clauses.append("run_id = ?")
         params.append(run_id)

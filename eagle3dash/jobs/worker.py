@@ -250,7 +250,7 @@ def _finish(
     A job that fails or is cancelled takes its unfinished run with it (same status, `reason` or
     else `error` or `message` as the run's error), so no page shows a dead run as running.
     """
-    fields = {"status": status, "finished_at": now_iso(), "error": error}
+    fields: dict[str, Any] = {"status": status, "finished_at": now_iso(), "error": error}
     if message is not None:
         fields["message"] = message
     if status == "succeeded":
@@ -376,11 +376,11 @@ def run_worker(
                 job = claim_job(store)
                 if job is None:
                     break
-                child = _start_child(store, job, refs)
-                if child is None:
+                new = _start_child(store, job, refs)
+                if new is None:
                     finished += 1
                     continue
-                children[job["id"]] = child
+                children[job["id"]] = new
                 started = True
             if once and not children and not started:
                 break
