@@ -8,8 +8,9 @@ operation runs in a fresh subprocess: time of the operation alone, time of its i
 the loads), and peak RSS (VmHWM) of the process. The full-read baseline is safetensors' `load_file`
 with `backend="pread"`: the default mmap backend is lazy and would read nothing. eagle3dash `load()`
 memory-maps the file and touches every byte in its NaN/Inf check, so its peak RSS counts the
-file's page-cache pages.
-Usage: python bench/bench_inspect.py [--json]
+file's page-cache pages. The operations run in turn, `--repeats` rounds (default 5) so that machine
+load hits them alike; the figures and the ratios are medians over the rounds.
+Usage: python bench/bench_inspect.py [--repeats N] [--json]
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import struct
 import subprocess
 import sys
@@ -122,23 +124,35 @@ def measure(directory: Path, imports: str, op: str) -> dict:
     }
 
 
+def medians(samples: list[dict]) -> dict:
+    """Each measured figure's median over the rounds."""
+    return {key: statistics.median(s[key] for s in samples) for key in samples[0]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5, help="rounds of every operation")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
+    samples: dict[str, list[dict]] = {name: [] for name in OPERATIONS}
     with tempfile.TemporaryDirectory(prefix="bench_inspect_") as tmp:
         directory = Path(tmp)
         size = write_sparse_draft(directory, KIMI_DRAFT)
         disk = sum(f.stat().st_blocks * 512 for f in directory.iterdir())
         warm_page_cache(directory / SAFETENSORS)
-        rows = {name: measure(directory, *snippet) for name, snippet in OPERATIONS.items()}
+        for _ in range(args.repeats):  # interleaved: each round runs every operation once
+            for name, snippet in OPERATIONS.items():
+                samples[name].append(measure(directory, *snippet))
+    rows = {name: medians(runs) for name, runs in samples.items()}
     base = rows["eagle3dash inspect()"]
     result = {
         "draft": "Kimi-K2.5-sized EAGLE-3 draft, SpecForge format, bf16, with embed_tokens",
         "file_bytes": size,
         "disk_bytes": disk,
-        "operations": rows,
-        "ratios_vs_inspect": {
+        "repeats": args.repeats,
+        "operations": rows,  # medians over the rounds
+        "samples": samples,
+        "ratios_vs_inspect": {  # ratios of the medians
             name: {
                 "time": row["op_s"] / base["op_s"],
                 "peak_rss": row["peak_rss_mb"] / base["peak_rss_mb"],
@@ -153,6 +167,7 @@ def main() -> None:
         return
     print(f"{result['draft']}")
     print(f"model.safetensors: {size / 1e9:.2f} GB apparent, {disk / 1e6:.2f} MB on disk (sparse)")
+    print(f"median of {args.repeats} rounds, the operations in turn; ratios of the medians")
     print(f"{'operation':<26}{'op time':>11}{'imports':>10}{'RSS imports':>13}{'peak RSS':>11}")
     for name, r in rows.items():
         print(

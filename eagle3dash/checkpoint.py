@@ -14,6 +14,7 @@ conversions). Every name on disk is mapped onto the canonical names of `spec.exp
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -537,6 +538,7 @@ def _build_spec(
     extra = {"config_dtype": config_dtype, "dropped_tensors": dropped}
     if shadowed is not None:
         extra["top_level_aux_layer_ids"] = shadowed
+    default_dtype = config_dtype or "float32"
     proposals = (cfg.get("speculators_config") or {}).get("proposal_methods") or [{}]
     if "speculative_tokens" in proposals[0]:
         extra["speculative_tokens"] = proposals[0]["speculative_tokens"]
@@ -567,7 +569,7 @@ def _build_spec(
         has_t2d="t2d" in tensors,
         has_embed="embed_tokens.weight" in tensors,
         has_lm_head="lm_head.weight" in tensors,
-        dtype=max(float_sizes, key=float_sizes.get) if float_sizes else config_dtype or "float32",
+        dtype=max(float_sizes, key=float_sizes.__getitem__) if float_sizes else default_dtype,
         architectures=tuple(cfg.get("architectures") or ()),
         verifier=((cfg.get("speculators_config") or {}).get("verifier") or {}).get("name_or_path"),
         extra=extra,
@@ -837,7 +839,7 @@ def _write_safetensors(disk: dict[str, torch.Tensor], out: Path, shards: int) ->
     weight_map = {}
     for i, group in enumerate(groups, 1):
         fname = f"model-{i:05d}-of-{shards:05d}.safetensors"
-        _write_atomically(out / fname, lambda tmp, g=group: save_file(g, tmp, metadata=meta))
+        _write_atomically(out / fname, functools.partial(save_file, group, metadata=meta))
         weight_map.update(dict.fromkeys(group, fname))
     index = {"metadata": {"total_size": sum(sizes)}, "weight_map": dict(sorted(weight_map.items()))}
     (out / INDEX).write_text(json.dumps(index, indent=2) + "\n")

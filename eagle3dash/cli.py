@@ -179,7 +179,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
         return 0
     server = found.server
     spec = server.speculative
-    rows = [
+    rows: list[tuple[str, object]] = [
         ("version", server.version),
         ("model", f"{server.model_path} ({', '.join(server.architectures or []) or '?'})"),
         ("tp / dtype / quantization", f"{server.tp_size} / {server.dtype} / {server.quantization}"),
@@ -335,10 +335,10 @@ def cmd_detect(args: argparse.Namespace) -> int:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     """Run queued jobs (each in a child process) until stopped."""
-    import eagle3dash.job_kinds  # noqa: F401  (registers the job kinds)
-    from eagle3dash.jobs import run_worker
+    from eagle3dash.job_kinds import JOB_KINDS
+    from eagle3dash.jobs.worker import run_worker
 
-    done = run_worker(args.home, once=args.once, slots=args.slots)
+    done = run_worker(args.home, JOB_KINDS, once=args.once, slots=args.slots)
     print(f"worker stopped after {done} job(s)", file=sys.stderr)
     return 0
 

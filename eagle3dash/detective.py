@@ -379,7 +379,7 @@ def slot_matching(
             )
             x_rms = float(x.pow(2).mean().sqrt())
             x_prof = _profile([xs[:, k * ht : (k + 1) * ht].float() for xs, _ in used], plen)
-            scores = []
+            scores: list[dict[str, Any]] = []
             for t in taps:
                 y = tap_rows[t]
                 cos = float(torch.nn.functional.cosine_similarity(x, y, dim=-1).mean())
@@ -433,7 +433,7 @@ def fc_fingerprint(spec: DraftSpec, fc_weight: Tensor) -> list[dict]:
 
     w = fc_weight.detach().float().cpu()
     ht = spec.target_hidden_size
-    rows = []
+    rows: list[dict[str, Any]] = []
     for k in range(spec.num_aux):
         block = w[:, k * ht : (k + 1) * ht]
         sv = torch.linalg.svdvals(block)[:3]

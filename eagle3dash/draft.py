@@ -115,10 +115,8 @@ def rope_parameters(spec: DraftSpec) -> tuple[Tensor, float]:
         return torch.where(medium, smoothed, scaled), 1.0
     if rope_type == "yarn":
         orig = scaling.get("original_max_position_embeddings") or spec.max_position_embeddings
-        factor = scaling.get("factor")
-        if factor is None:
-            factor = spec.max_position_embeddings / orig
-        factor = float(factor)
+        given = scaling.get("factor")
+        factor = float(given) if given is not None else spec.max_position_embeddings / orig
 
         def mscale_of(scale: float, m: float = 1.0) -> float:
             return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
@@ -438,7 +436,7 @@ class Draft(nn.Module):
         positions = torch.arange(R, device=self.device)
         kvs = [LayerKV() for _ in self.layers]
         preds = torch.empty(R, steps, dtype=torch.int64, device=self.device)
-        all_logits = [] if return_logits else None
+        all_logits: list[Tensor] | None = [] if return_logits else None
         h_in, tok = g, tokens
         for k in range(steps):
             cos, sin = self.rotary(positions + k, self.dtype)  # [R, hd]
@@ -640,7 +638,8 @@ def evaluate_capture(
         embed_weight = capture.embed_weight
     if embed_weight is not None and embed_weight.device.type != "cpu":
         embed_weight = embed_weight.to(draft.device)
-    per_sequence, rows_per_sequence = [], []
+    per_sequence: list[Tensor] = []
+    rows_per_sequence = []
     n = len(capture.sequences)
     for i, seq in enumerate(capture.sequences):
         _, rows = counted_rows(len(seq.input_ids), steps, seq.target_ids is not None, seq.loss_mask)
@@ -655,6 +654,7 @@ def evaluate_capture(
             loss_mask=seq.loss_mask,
             chunk=chunk,
         )
+        assert isinstance(m, Tensor)  # without return_logits: the matches alone
         per_sequence.append(m)
         if progress is not None:
             progress(i + 1, n)

@@ -1,7 +1,8 @@
 """The job kinds the worker runs: each a function (params, progress) -> result dict.
 
-The worker receives JOB_KINDS explicitly (`python -m eagle3dash worker`); a kind's function is
-imported only in the job's own process.
+A plain table: `python -m eagle3dash worker` passes JOB_KINDS to the worker, which hands each job's
+child process the name of its kind's function. Heavy imports (torch) stay inside the functions, so
+the worker that only reads the table stays light.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from eagle3dash.checkpoint import inspect
 from eagle3dash.diagnosis.options import DiagnoseOptions
 from eagle3dash.diagnosis.record import record_diagnosis
 from eagle3dash.diagnosis.stages import prompt_ids, run_diagnosis
+from eagle3dash.jobs import JobFn
 from eagle3dash.layout import parse_layout
 from eagle3dash.probe import probe
 from eagle3dash.servebench import load_prompts, run_bench
@@ -27,17 +29,15 @@ def job_diagnose(params: dict, progress: Progress) -> dict:
     from eagle3dash import store as db
 
     job = jobs.current_job()
+    if job is None:
+        raise RuntimeError("the diagnose job kind runs in a job's process (it needs the run)")
     store = db.open_store(job["home"])
     run_id = job["run_id"]
     db.update_run(store, run_id, status="running")
-    try:
-        options = DiagnoseOptions(**params["options"])
-        diagnosis = run_diagnosis(options, progress, digest_cache=store)
-        record_diagnosis(store, run_id, diagnosis)
-    except BaseException as e:  # also a cancel: the run must not stay "running"
-        status = "cancelled" if isinstance(e, jobs.JobCancelled) else "failed"
-        db.update_run(store, run_id, status=status, error=str(e) or type(e).__name__)
-        raise
+    # A failure or cancel needs no handling here: the worker ends the run with the job.
+    options = DiagnoseOptions(**params["options"])
+    diagnosis = run_diagnosis(options, progress, digest_cache=store)
+    record_diagnosis(store, run_id, diagnosis)
     # The diagnosis is stored once, on the run; the job's result only points at it.
     return {"run_id": run_id, "findings": len(diagnosis.findings)}
 
@@ -123,7 +123,7 @@ def job_detect(params: dict, progress: Progress) -> dict:
     return detection.to_dict()
 
 
-JOB_KINDS = {
+JOB_KINDS: dict[str, JobFn] = {
     "diagnose": job_diagnose,
     "inspect": job_inspect,
     "probe": job_probe,
@@ -132,14 +132,3 @@ JOB_KINDS = {
     "draft-eval": job_draft_eval,
     "detect": job_detect,
 }
-
-
-def register_job_kinds() -> None:
-    """Make these kinds runnable by the local worker."""
-    from eagle3dash.jobs import register_job_kind
-
-    for name, fn in JOB_KINDS.items():
-        register_job_kind(name, fn)
-
-
-register_job_kinds()

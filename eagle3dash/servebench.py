@@ -98,7 +98,7 @@ def _parse_line(obj: object, where: str) -> Prompt:
         return Prompt(text=render_messages(pairs), messages=tuple(pairs))
     if "input_ids" in obj:
         ids = obj["input_ids"]
-        ok = isinstance(ids, list) and ids and all(isinstance(i, int) and i >= 0 for i in ids)
+        ok = isinstance(ids, list) and bool(ids) and all(isinstance(i, int) and i >= 0 for i in ids)
         if not ok:
             raise PromptFileError(f'{where}: "input_ids" must be a non-empty list of token ids')
         return Prompt(text="", input_ids=tuple(ids))

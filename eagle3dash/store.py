@@ -29,7 +29,7 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, overload
 
 from sqlite_utils import Database
 
@@ -451,11 +451,11 @@ def content_address(path_or_fileobj: str | os.PathLike[str] | IO[bytes]) -> str:
             return _dir_digest(path)
         with open(path, "rb") as f:
             return _stream_digest(f)
-    f = path_or_fileobj
-    start = f.tell() if f.seekable() else None
-    digest = _stream_digest(f)
+    stream = path_or_fileobj
+    start = stream.tell() if stream.seekable() else None
+    digest = _stream_digest(stream)
     if start is not None:
-        f.seek(start)
+        stream.seek(start)
     return digest
 
 
@@ -507,6 +507,10 @@ def save_upload(store: Store, files: Mapping[str, bytes | IO[bytes]]) -> tuple[s
 # --- rows --------------------------------------------------------------------------------------
 
 
+@overload
+def decode_row(row: Mapping[str, Any]) -> dict: ...
+@overload
+def decode_row(row: None) -> None: ...
 def decode_row(row: Mapping[str, Any] | None) -> dict | None:
     """A result row with booleans as bool and *_json columns also parsed (without the suffix)."""
     if row is None:
@@ -519,6 +523,14 @@ def decode_row(row: Mapping[str, Any] | None) -> dict | None:
         if key.endswith("_json"):
             out[key[: -len("_json")]] = _from_json(out[key])
     return out
+
+
+def insert_row(db: Database, table: str, row: Mapping[str, Any]) -> int:
+    """Insert one row; return its id (every table here has an INTEGER PRIMARY KEY)."""
+    rowid = db.table(table).insert(dict(row)).last_rowid
+    if rowid is None:  # sqlite-utils leaves it unset only when nothing was inserted
+        raise sqlite3.DatabaseError(f"no row was inserted into {table}")
+    return rowid
 
 
 def _one(store: Store, sql: str, params: Iterable[Any] = ()) -> dict | None:
@@ -563,15 +575,17 @@ def add_checkpoint(
         ).fetchone()
         if same is not None:
             given = {"name": name, "format": format, "sha256": sha256}
-            changes = {k: v for k, v in given.items() if v is not None}
+            changes: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
             if report is not None:
                 changes["report_json"] = to_json(report)
             if uploaded:
                 changes["uploaded"] = 1
             if changes:
-                db["checkpoints"].update(same[0], changes)
+                db.table("checkpoints").update(same[0], changes)
             return int(same[0])
-        table = db["checkpoints"].insert(
+        return insert_row(
+            db,
+            "checkpoints",
             {
                 "path": text,
                 "sha256": sha256,
@@ -580,9 +594,8 @@ def add_checkpoint(
                 "report_json": None if report is None else to_json(report),
                 "created_at": now_iso(),
                 "uploaded": int(uploaded),
-            }
+            },
         )
-        return int(table.last_pk)
 
 
 def get_checkpoint(store: Store, checkpoint_id: int) -> dict | None:
@@ -697,7 +710,9 @@ def create_run(
 ) -> int:
     """Create a run (status 'queued'); return its id."""
     with store.transaction() as db:
-        table = db["runs"].insert(
+        return insert_row(
+            db,
+            "runs",
             {
                 "created_at": now_iso(),
                 "status": "queued",
@@ -705,9 +720,8 @@ def create_run(
                 "endpoint_url": endpoint_url,
                 "baseline_url": baseline_url,
                 "options_json": to_json(dict(options or {})),
-            }
+            },
         )
-        return int(table.last_pk)
 
 
 def get_run(store: Store, run_id: int) -> dict | None:
@@ -807,7 +821,7 @@ def save_layouts(store: Store, run_id: int, side: str, layout: Iterable[Any]) ->
     with store.transaction() as db:
         db.execute("DELETE FROM layouts WHERE run_id = ? AND side = ?", (run_id, side))
         if rows:
-            db["layouts"].insert_all(rows)
+            db.table("layouts").insert_all(rows)
 
 
 def get_layouts(store: Store, run_id: int) -> dict[str, list[dict]]:
@@ -848,7 +862,7 @@ def save_metrics(store: Store, run_id: int, rows: Iterable[Mapping[str, Any]]) -
                 (run_id, source, name),
             )
         if records:
-            db["metrics"].insert_all(records, batch_size=500)
+            db.table("metrics").insert_all(records, batch_size=500)
     return len(records)
 
 
@@ -875,7 +889,7 @@ def save_findings(
 
     With `update_headline` the run's worst_severity / worst_finding_title follow them.
     """
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "run_id": run_id,
             "rule_id": _finding_id(f),
@@ -895,7 +909,7 @@ def save_findings(
     with store.transaction() as db:
         db.execute("DELETE FROM findings WHERE run_id = ?", (run_id,))
         if rows:
-            db["findings"].insert_all(rows)
+            db.table("findings").insert_all(rows)
         if update_headline:
             db.execute(
                 "UPDATE runs SET worst_severity = ?, worst_finding_title = ? WHERE id = ?",

@@ -107,8 +107,9 @@ def training_layout(
             notes.append(f"no eagle_config ids: SpecForge's default {ids_text(ids)} applies.")
         # resolve_eagle_capture_layers (algorithms/model_providers.py:187-210): 3 ints >= 0
         if len(ids) != 3 or min(ids) < 0:
-            error = f"SpecForge requires exactly 3 non-negative ids, got {ids_text(ids)}"
-            return LayoutResult(convert(ids, "output-of", num_layers), t.source, notes, error=error)
+            problem = f"SpecForge requires exactly 3 non-negative ids, got {ids_text(ids)}"
+            taps = convert(ids, "output-of", num_layers)
+            return LayoutResult(taps, t.source, notes, error=problem)
     if t.convention == "sglang":
         result = capture_layout(num_layers, ids, sglang_version, arch)
         result.rule = f"SpecForge SGLang backend follows {result.rule}"

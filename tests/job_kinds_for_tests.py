@@ -1,7 +1,7 @@
-"""Job kinds for the job tests, registered on import.
+"""Job kinds for the job tests: JOB_KINDS is the table a test passes to `run_worker`.
 
-The worker's child process imports this module through EAGLE3DASH_JOB_MODULES, the way it imports
-eagle3dash.pipeline for the real kinds.
+The worker's child process imports each kind's function by name, as it does for
+eagle3dash.job_kinds.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import signal
 import sys
 import time
 
-from eagle3dash.jobs import ProgressFn, register_job_kind
+from eagle3dash.jobs import JobFn, ProgressFn
 
 log = logging.getLogger("tests.job_kinds")
 
@@ -73,11 +73,13 @@ def stages(params: dict, progress: ProgressFn) -> dict:
     return {"stages": names}
 
 
-register_job_kind("test-echo", echo)
-register_job_kind("test-fail", fail)
-register_job_kind("test-suicide", suicide)
-register_job_kind("test-sleepy", sleepy)
-register_job_kind("test-stubborn", stubborn)
-register_job_kind("test-interval", interval)
-register_job_kind("test-gpu-interval", interval, needs_gpu=True)
-register_job_kind("test-stages", stages)
+JOB_KINDS: dict[str, JobFn] = {
+    "test-echo": echo,
+    "test-fail": fail,
+    "test-suicide": suicide,
+    "test-sleepy": sleepy,
+    "test-stubborn": stubborn,
+    "test-interval": interval,
+    "test-gpu-interval": interval,  # submitted with needs_gpu=True
+    "test-stages": stages,
+}

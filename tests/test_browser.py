@@ -26,7 +26,8 @@ import pytest
 CHROMIUM = "/usr/bin/chromium"
 if not Path(CHROMIUM).exists() and not os.environ.get("CI"):
     pytest.skip(
-        f"{CHROMIUM} is missing (Debian's chromium: `make browser` installs it)",
+        f"{CHROMIUM} is missing: the browser tests need Debian's chromium "
+        "(`make browser` as root, or `apt-get install chromium`)",
         allow_module_level=True,
     )
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -15,30 +16,25 @@ from pathlib import Path
 
 import pytest
 
-import tests.job_kinds_for_tests  # noqa: F401 - registers the test kinds here too
 from eagle3dash.jobs import (
-    JOB_MODULES_ENV,
-    _pid_alive,
     cancel_job,
-    claim_job,
     job_log,
     job_result,
     job_status,
     list_jobs,
-    recover_stale_jobs,
-    run_worker,
     submit_job,
     wait_for_job,
 )
-from eagle3dash.store import Store, create_run, now_iso, open_store
+from eagle3dash.jobs.worker import _pid_alive, claim_job, recover_stale_jobs, run_worker
+from eagle3dash.store import Store, create_run, get_run, list_runs, now_iso, open_store, update_run
+from tests.job_kinds_for_tests import JOB_KINDS
 
 ROOT = Path(__file__).resolve().parent.parent
 POLL = 0.02
 
 
 @pytest.fixture
-def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Store]:
-    monkeypatch.setenv(JOB_MODULES_ENV, "tests.job_kinds_for_tests")
+def store(tmp_path: Path) -> Iterator[Store]:
     s = open_store(tmp_path / "home")
     yield s
     s.close()
@@ -49,7 +45,7 @@ def worker_thread(store: Store, **kwargs) -> Iterator[threading.Thread]:
     """A worker looping in a thread of this process until the block ends."""
     stop = threading.Event()
     kw = {"poll_interval": POLL, "stop_event": stop, **kwargs}
-    t = threading.Thread(target=run_worker, args=(store.home,), kwargs=kw, daemon=True)
+    t = threading.Thread(target=run_worker, args=(store.home, JOB_KINDS), kwargs=kw, daemon=True)
     t.start()
     try:
         yield t
@@ -57,6 +53,25 @@ def worker_thread(store: Store, **kwargs) -> Iterator[threading.Thread]:
         stop.set()
         t.join(15)
         assert not t.is_alive()
+
+
+_WORKER_SCRIPT = """
+import sys
+from eagle3dash.jobs.worker import run_worker
+from tests.job_kinds_for_tests import JOB_KINDS
+run_worker(sys.argv[1], JOB_KINDS, poll_interval=0.05)
+"""
+
+
+def start_worker_process(store: Store) -> subprocess.Popen:
+    """A worker over the test kinds in its own process (so that it can be killed)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(
+        [sys.executable, "-c", _WORKER_SCRIPT, str(store.home)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def wait_until(predicate, timeout: float = 10.0, what: str = "condition"):
@@ -77,7 +92,7 @@ def test_job_succeeds_with_result_progress_and_log(store: Store) -> None:
     assert queued["status"] == "queued"
     assert queued["params"] == {"x": 1} and queued["needs_gpu"] is False
 
-    assert run_worker(store.home, poll_interval=POLL, once=True) == 1
+    assert run_worker(store.home, JOB_KINDS, poll_interval=POLL, once=True) == 1
 
     job = job_status(store, job_id)
     assert job["status"] == "succeeded", job["error"]
@@ -96,8 +111,9 @@ def test_job_succeeds_with_result_progress_and_log(store: Store) -> None:
 
 
 def test_raising_job_fails_with_traceback(store: Store) -> None:
-    job_id = submit_job(store, "test-fail", {})
-    run_worker(store.home, poll_interval=POLL, once=True)
+    run_id = create_run(store, None, None)
+    job_id = submit_job(store, "test-fail", {}, run_id=run_id)
+    run_worker(store.home, JOB_KINDS, poll_interval=POLL, once=True)
     job = job_status(store, job_id)
     assert job["status"] == "failed"
     assert "Traceback (most recent call last)" in job["error"]
@@ -105,13 +121,24 @@ def test_raising_job_fails_with_traceback(store: Store) -> None:
     assert job["message"].startswith("ValueError")
     assert job_result(store, job_id) is None
     assert "ValueError: boom from a test job" in job_log(store, job_id)
+    run = get_run(store, run_id)
+    assert (run["status"], run["error"]) == ("failed", "ValueError: boom from a test job")
+
+
+def test_a_finished_run_keeps_its_status_when_a_later_job_fails(store: Store) -> None:
+    run_id = create_run(store, None, None)
+    update_run(store, run_id, status="succeeded")
+    submit_job(store, "test-fail", {}, run_id=run_id)
+    run_worker(store.home, JOB_KINDS, poll_interval=POLL, once=True)
+    run = get_run(store, run_id)
+    assert (run["status"], run["error"]) == ("succeeded", None)
 
 
 def test_killed_child_fails_and_the_worker_goes_on(store: Store) -> None:
     killed = submit_job(store, "test-suicide", {})
     raising = submit_job(store, "test-fail", {})
     fine = submit_job(store, "test-echo", {"after": "failures"})
-    assert run_worker(store.home, poll_interval=POLL, once=True) == 3
+    assert run_worker(store.home, JOB_KINDS, poll_interval=POLL, once=True) == 3
 
     job = job_status(store, killed)
     assert job["status"] == "failed"
@@ -124,16 +151,19 @@ def test_killed_child_fails_and_the_worker_goes_on(store: Store) -> None:
 
 def test_unknown_kind_fails_with_a_clear_message(store: Store) -> None:
     job_id = submit_job(store, "no-such-kind", {})
-    run_worker(store.home, poll_interval=POLL, once=True)
+    run_worker(store.home, JOB_KINDS, poll_interval=POLL, once=True)
     job = job_status(store, job_id)
     assert job["status"] == "failed"
-    assert "unknown job kind 'no-such-kind'" in job["error"]
-    assert JOB_MODULES_ENV in job["error"]
+    assert job["error"] == (
+        "unknown job kind 'no-such-kind'; this worker runs: test-echo, test-fail, "
+        "test-gpu-interval, test-interval, test-sleepy, test-stages, test-stubborn, test-suicide"
+    )
+    assert job["child_pid"] is None  # no process was started for it
 
 
 def test_pipeline_stages_report_progress_messages(store: Store) -> None:
     job_id = submit_job(store, "test-stages", {})
-    run_worker(store.home, poll_interval=POLL, once=True)
+    run_worker(store.home, JOB_KINDS, poll_interval=POLL, once=True)
     assert job_status(store, job_id)["result"]["stages"][-1] == "draft-eval"
     text = job_log(store, job_id)
     for n, name in enumerate(["inspect", "probe", "capture", "draft-eval"], 1):
@@ -143,7 +173,7 @@ def test_pipeline_stages_report_progress_messages(store: Store) -> None:
 def test_cancel_queued_job(store: Store) -> None:
     job_id = submit_job(store, "test-echo", {})
     assert cancel_job(store, job_id) == "cancelled"
-    assert run_worker(store.home, poll_interval=POLL, once=True) == 0
+    assert run_worker(store.home, JOB_KINDS, poll_interval=POLL, once=True) == 0
     job = job_status(store, job_id)
     assert job["status"] == "cancelled" and job["started_at"] is None
     assert cancel_job(store, job_id) == "cancelled"  # idempotent
@@ -151,7 +181,8 @@ def test_cancel_queued_job(store: Store) -> None:
 
 
 def test_cancel_running_job(store: Store) -> None:
-    job_id = submit_job(store, "test-sleepy", {"steps": 500, "dt": 0.02})
+    run_id = create_run(store, None, None)
+    job_id = submit_job(store, "test-sleepy", {"steps": 500, "dt": 0.02}, run_id=run_id)
     with worker_thread(store):
         job = wait_until(
             lambda: (j := job_status(store, job_id))["progress"] > 0 and j,
@@ -166,6 +197,7 @@ def test_cancel_running_job(store: Store) -> None:
     assert job["status"] == "cancelled"
     assert job["progress"] < 1.0
     assert not _pid_alive(job["child_pid"])
+    assert get_run(store, run_id)["status"] == "cancelled"
 
 
 def test_cancel_kills_a_job_that_ignores_sigterm(store: Store) -> None:
@@ -224,18 +256,15 @@ def test_recover_fails_jobs_of_dead_workers(store: Store) -> None:
         alive.wait()
     # a worker starting up recovers too, then runs the queue
     queued = submit_job(store, "test-echo", {})
-    run_worker(store.home, poll_interval=POLL, once=True)
+    run_worker(store.home, JOB_KINDS, poll_interval=POLL, once=True)
     assert job_status(store, live_here)["status"] == "failed"
     assert job_status(store, queued)["status"] == "succeeded"
 
 
 def test_child_fails_its_job_when_the_worker_is_killed(store: Store) -> None:
-    job_id = submit_job(store, "test-sleepy", {"steps": 1000, "dt": 0.02})
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "eagle3dash.jobs", "worker", "--home", str(store.home)]
-    worker = subprocess.Popen(
-        [*cmd, "--poll", "0.05"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
+    run_id = create_run(store, None, None)
+    job_id = submit_job(store, "test-sleepy", {"steps": 1000, "dt": 0.02}, run_id=run_id)
+    worker = start_worker_process(store)
     try:
         job = wait_until(
             lambda: (j := job_status(store, job_id))["progress"] > 0 and j,
@@ -252,13 +281,69 @@ def test_child_fails_its_job_when_the_worker_is_killed(store: Store) -> None:
     assert job["status"] == "failed"
     assert "the worker exited" in job["error"]
     wait_until(lambda: not _pid_alive(job["child_pid"]), what="the orphaned child to exit")
+    run = get_run(store, run_id)
+    assert (run["status"], run["error"]) == ("failed", "abandoned: the worker exited")
+
+
+def _running_job(store: Store, run_id: int) -> dict:
+    """Queue a long job of the run; once its child reports progress, mark the run running (as
+    the diagnose kind does) and return the job's row."""
+    job_id = submit_job(store, "test-sleepy", {"steps": 1000, "dt": 0.02}, run_id=run_id)
+    job = wait_until(
+        lambda: (j := job_status(store, job_id))["progress"] > 0 and j,
+        what="the job to start",
+    )
+    update_run(store, run_id, status="running")
+    return job
+
+
+def test_kill_9_of_the_child_fails_its_run(store: Store) -> None:
+    run_id = create_run(store, None, "http://127.0.0.1:1")
+    with worker_thread(store):
+        job = _running_job(store, run_id)
+        os.kill(job["child_pid"], signal.SIGKILL)
+        job = wait_for_job(store, job["id"], timeout=10)
+    reason = (
+        "the job process was killed by SIGKILL "
+        "(out of memory? the kernel's OOM killer sends SIGKILL)"
+    )
+    assert job["status"] == "failed" and job["error"].startswith(reason)
+    run = get_run(store, run_id)
+    assert (run["status"], run["error"]) == ("failed", reason)
+    assert [(r["id"], r["status"]) for r in list_runs(store)] == [(run_id, "failed")]
+
+
+def test_kill_9_of_worker_and_child_fails_the_run_at_recovery(store: Store) -> None:
+    run_id = create_run(store, None, "http://127.0.0.1:1")
+    worker = start_worker_process(store)
+    try:
+        job = _running_job(store, run_id)
+        # Stopped first so that it cannot reap the child: both die without a word, as in a
+        # `kill -9` of the whole worker, and only recovery can tell.
+        os.kill(worker.pid, signal.SIGSTOP)
+        os.killpg(job["child_pid"], signal.SIGKILL)
+        wait_until(lambda: not _pid_alive(job["child_pid"]), what="the child to die")
+        worker.kill()
+        worker.wait()
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    assert job_status(store, job["id"])["status"] == "running"  # nobody recorded it
+    assert get_run(store, run_id)["status"] == "running"
+    assert run_worker(store.home, JOB_KINDS, poll_interval=POLL, once=True) == 0  # recovers
+    error = f"abandoned: its worker (pid {worker.pid}) is gone; the job did not finish"
+    assert job_status(store, job["id"])["error"] == error
+    run = get_run(store, run_id)
+    assert (run["status"], run["error"]) == ("failed", error)
+    assert [(r["id"], r["status"]) for r in list_runs(store)] == [(run_id, "failed")]
 
 
 def test_claim_runs_one_gpu_job_at_a_time(store: Store) -> None:
-    gpu1 = submit_job(store, "test-gpu-interval", {})
-    gpu2 = submit_job(store, "test-gpu-interval", {})
+    gpu1 = submit_job(store, "test-gpu-interval", {}, needs_gpu=True)
+    gpu2 = submit_job(store, "test-gpu-interval", {}, needs_gpu=True)
     cpu = submit_job(store, "test-interval", {})
-    assert job_status(store, gpu1)["needs_gpu"] is True  # the kind's default
+    assert job_status(store, gpu1)["needs_gpu"] is True
     assert job_status(store, cpu)["needs_gpu"] is False
     assert claim_job(store)["id"] == gpu1
     assert claim_job(store)["id"] == cpu  # the second GPU job waits, CPU jobs go past it
@@ -269,10 +354,11 @@ def test_claim_runs_one_gpu_job_at_a_time(store: Store) -> None:
 
 def test_two_gpu_jobs_never_overlap_with_two_slots(store: Store) -> None:
     gpu = [
-        submit_job(store, "test-gpu-interval", {"seconds": 0.6, "name": f"g{i}"}) for i in (1, 2)
+        submit_job(store, "test-gpu-interval", {"seconds": 0.6, "name": f"g{i}"}, needs_gpu=True)
+        for i in (1, 2)
     ]
     cpu = submit_job(store, "test-interval", {"seconds": 0.6, "name": "c"})
-    assert run_worker(store.home, poll_interval=POLL, once=True, slots=2) == 3
+    assert run_worker(store.home, JOB_KINDS, poll_interval=POLL, once=True, slots=2) == 3
     g1, g2, c = (job_status(store, i)["result"] for i in (*gpu, cpu))
     assert g1["end"] <= g2["start"]  # the second GPU job started after the first ended
     assert c["start"] < g1["end"] and g1["start"] < c["end"]  # the CPU job ran alongside
@@ -287,3 +373,14 @@ def test_submit_and_status_need_no_worker(store: Store) -> None:
     assert submit_job(store, "test-echo", {}, needs_gpu=True) > ids[-1]
     now = now_iso()
     assert now.endswith("Z")
+
+
+def noop(params: dict, progress) -> dict:
+    """A module-level function: a child process can import it by name."""
+    return {}
+
+
+def test_a_kind_must_be_importable_by_name(store: Store) -> None:
+    with pytest.raises(ValueError, match="importable by name"):
+        run_worker(store.home, {"inline": lambda params, progress: {}}, once=True)
+    assert run_worker(store.home, {"noop": noop}, once=True) == 0  # nothing queued

@@ -145,6 +145,8 @@ def test_cli_diagnose_against_a_down_endpoint_is_one_line(models) -> None:
 def test_a_diagnose_job_stores_the_run_for_its_page(models, tmp_path) -> None:
     """The app's path: submit_diagnosis queues a job, a worker runs it in a child process."""
     from eagle3dash import jobs, store
+    from eagle3dash.job_kinds import JOB_KINDS
+    from eagle3dash.jobs.worker import run_worker
     from eagle3dash.submit import submit_diagnosis
 
     home = store.open_store(tmp_path / "home")
@@ -153,7 +155,7 @@ def test_a_diagnose_job_stores_the_run_for_its_page(models, tmp_path) -> None:
         opts = options(models, server.url, training_layout="0,1,2")
         run_id = submit_diagnosis(home, checkpoint_id, opts)
         assert store.get_run(home, run_id)["status"] == "queued"
-        assert jobs.run_worker(home.home, poll_interval=0.05, once=True) == 1
+        assert run_worker(home.home, JOB_KINDS, poll_interval=0.05, once=True) == 1
     run = store.get_run(home, run_id)
     job = jobs.list_jobs(home, run_id)[0]
     assert job["status"] == "succeeded", jobs.job_log(home, job["id"])
@@ -172,13 +174,15 @@ def test_a_diagnose_job_stores_the_run_for_its_page(models, tmp_path) -> None:
 
 
 def test_a_failing_diagnose_job_fails_its_run(models, tmp_path) -> None:
-    from eagle3dash import jobs, store
+    from eagle3dash import store
+    from eagle3dash.job_kinds import JOB_KINDS
+    from eagle3dash.jobs.worker import run_worker
     from eagle3dash.submit import submit_diagnosis
 
     home = store.open_store(tmp_path / "home")
     opts = options(models, "http://127.0.0.1:9")
     run_id = submit_diagnosis(home, None, opts)
-    jobs.run_worker(home.home, poll_interval=0.05, once=True)
+    run_worker(home.home, JOB_KINDS, poll_interval=0.05, once=True)
     run = store.get_run(home, run_id)
     assert run["status"] == "failed" and "cannot connect" in run["error"]
 

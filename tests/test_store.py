@@ -271,6 +271,56 @@ def test_processes_and_threads_write_at_once_without_lock_errors(store: Store) -
     assert store.db.execute("SELECT COUNT(*) FROM metrics").fetchone()[0] == 2 * n * 5
 
 
+READER = """
+import json, sys
+from eagle3dash.store import list_runs, open_store
+s = open_store(sys.argv[1])
+runs = [r["id"] for r in list_runs(s)]
+metrics = s.db.execute("SELECT COUNT(*) FROM metrics").fetchone()[0]
+print(json.dumps({"runs": runs, "metrics": metrics}))
+"""
+
+
+def test_readers_are_not_blocked_by_a_long_write_transaction(store: Store) -> None:
+    """WAL: processes read the last committed state while a big write transaction is open.
+
+    The writer's page cache is made small so that its transaction spills pages to the database
+    file, as a large one does: without WAL that takes the exclusive lock and every reader waits
+    for the commit (the busy timeout, then "database is locked").
+    """
+    first, second, third = (create_run(store, None, f"http://r{i}") for i in range(3))
+    rows = [{"source": "serving", "name": "accuracy", "step": k, "value": 0.5} for k in range(4)]
+    save_metrics(store, first, rows)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with store.transaction() as db:
+        db.execute("PRAGMA cache_size = 8")
+        create_run(store, None, "http://uncommitted")
+        many = [
+            {"run_id": second, "source": "measured", "name": "tok_s", "request": i, "value": i}
+            for i in range(5000)
+        ]
+        db.table("metrics").insert_all(many)
+        readers = [
+            subprocess.Popen(
+                [sys.executable, "-c", READER, str(store.home)],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(4)
+        ]
+        seen = []
+        for p in readers:
+            out, err = p.communicate(timeout=120)
+            assert p.returncode == 0, err
+            seen.append(json.loads(out))
+        assert db.execute("SELECT COUNT(*) FROM metrics").fetchone()[0] == 5004  # still open
+    assert seen == [{"runs": [third, second, first], "metrics": 4}] * 4
+    assert count_runs(store) == 4
+    assert store.db.execute("SELECT COUNT(*) FROM metrics").fetchone()[0] == 5004
+
+
 def test_each_thread_gets_its_own_connection(store: Store) -> None:
     here = store.db
     there: list = []

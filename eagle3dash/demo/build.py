@@ -60,6 +60,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -150,9 +151,11 @@ def evaluate_build(out: str | Path, count: int = EVAL_SEQUENCES, steps: int = 4)
     _, copy = gen_batch(np.random.default_rng(STREAMS["eval"]), count, LENGTH)
     taps = tuple(Tap(d) for d in range(4))
     cap = capture_with_transformers(out / "target", seqs, taps)
-    hits = torch.stack(
-        [(s.target_ids[:-1] == s.input_ids[1:]) for s in cap.sequences]
-    ).numpy()  # [count, L-1]
+    rows: list[torch.Tensor] = []
+    for s in cap.sequences:
+        assert s.target_ids is not None  # a transformers capture records the target's tokens
+        rows.append(s.target_ids[:-1] == s.input_ids[1:])
+    hits = torch.stack(rows).numpy()  # [count, L-1]
     cp = copy[:, 1:]
     result: dict = {
         "sequences": count,
@@ -253,7 +256,7 @@ def build(
     files = sorted(str(p.relative_to(out)) for p in out.rglob("*.safetensors") if p.parent != out)
     import transformers
 
-    record = {
+    record: dict[str, Any] = {
         "recipe": "research/demo-recipe.md",
         "streams": STREAMS,
         "target": {

@@ -78,7 +78,9 @@ def seed(
         progress("the demo runs are already there (use --force to make them again)")
         return []
     plans = deployments()
-    fixed_path = fixed_draft(store.home, plans["fixed"].aux_layer_ids_override)
+    fix_ids = plans["fixed"].aux_layer_ids_override
+    assert fix_ids is not None  # the fixed deployment names the ids the fix writes
+    fixed_path = fixed_draft(store.home, fix_ids)
     drafts = {
         "mismatched": plans["mismatched"].draft_path,
         "correct": plans["correct"].draft_path,

@@ -20,13 +20,14 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..draft import Draft, rotate_half
+from ..draft import DecoderLayer, Draft, rotate_half
 from ..spec import DraftSpec
 from .language import LENGTH, VOCAB, Stream, gen_batch
 
@@ -45,7 +46,7 @@ __all__ = [
 ]
 
 # Hyperparameters of research/demo-recipe.md
-TARGET = {
+TARGET: dict[str, Any] = {
     "num_layers": 3,
     "hidden_size": 128,
     "num_heads": 4,
@@ -65,7 +66,7 @@ TARGET = {
     "monitor_every": 100,
     "monitor_batch": 64,
 }
-DRAFT = {
+DRAFT: dict[str, Any] = {
     "intermediate_size": 512,
     "init_seed": 1,
     "ttt_steps": 4,
@@ -351,6 +352,7 @@ def ttt_forward(draft: Draft, aux: Tensor, tokens: Tensor, embed_weight: Tensor)
         emb = draft.embed(tokens[:, :, k], embed_weight)  # [B, R, H]
         h = h_in
         for layer, cache in zip(draft.layers, caches, strict=True):
+            assert isinstance(layer, DecoderLayer)  # a ModuleList yields plain Modules to mypy
             z, residual = layer.attn_input(h, emb if layer.index == 0 else None)
             attn = layer.self_attn
             q = _rope(attn.q_proj(z).view(B, R, attn.num_heads, attn.head_dim), cos, sin)

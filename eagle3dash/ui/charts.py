@@ -46,7 +46,7 @@ def acceptance_chart(metrics: pd.DataFrame) -> alt.Chart | None:
     )
 
 
-def accept_length_chart(metrics: pd.DataFrame) -> alt.Chart | None:
+def accept_length_chart(metrics: pd.DataFrame) -> alt.LayerChart | alt.FacetChart | None:
     """Measured accept length per request (bars), with the simulated ones as horizontal rules."""
     per_request = metrics[
         metrics["source"].isin(["measured", "baseline"])
@@ -121,7 +121,9 @@ def tok_s_chart(metrics: pd.DataFrame) -> alt.Chart | None:
     )
 
 
-def layout_chart(points: pd.DataFrame, num_layers: int | None = None) -> alt.Chart | None:
+def layout_chart(
+    points: pd.DataFrame, num_layers: int | None = None
+) -> alt.LayerChart | alt.FacetChart | None:
     """Slots to taps: each fc slot's training and serving depth, joined red where they differ."""
     if points.empty:
         return None

@@ -8,13 +8,14 @@ links, no emphasis, no LaTeX, no emoji shortcodes.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlencode
 
 from eagle3dash.store import SEVERITY_RANK
 
 DASH = "—"
-SEVERITY_COLORS = {
+BadgeColor = Literal["red", "orange", "blue", "green", "gray"]  # those st.badge takes, in use
+SEVERITY_COLORS: dict[str, BadgeColor] = {
     "critical": "red",
     "error": "red",
     "high": "red",
@@ -99,7 +100,7 @@ def severity_rank(severity: str | None) -> int:
     return SEVERITY_RANK.get((severity or "").lower(), -1)
 
 
-def severity_color(severity: str | None) -> str:
+def severity_color(severity: str | None) -> BadgeColor:
     """The st.badge color of a severity."""
     return SEVERITY_COLORS.get((severity or "").lower(), "gray")
 

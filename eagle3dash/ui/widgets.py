@@ -375,7 +375,8 @@ def upload_checkpoint(key: str = "upload") -> int | None:
     if outcome[0] == "error":
         st.error("Upload rejected, nothing registered: " + md_escape(outcome[1]), icon="🚫")
         return None
-    row = db.get_checkpoint(store, outcome[1])
+    row = db.get_checkpoint(store, int(outcome[1]))
+    assert row is not None  # registered just now, or found live above
     st.success(
         f"Registered checkpoint #{row['id']} {md_escape(row['name'])} "
         f"({md_escape(row['format'])}), stored as {md_escape(row['sha256'][:12])}",

@@ -1,15 +1,11 @@
-"""Jobs: rows in the store, run by a worker, each in its own child process.
+"""The local worker: runs queued jobs, each in its own child process.
 
-The interface the app uses is small and backend-neutral (DESIGN §6): `submit_job`, `job_status`
-(progress, message, result), `cancel_job`, `list_jobs`, `job_log`. The store is the single source of
-truth; the local worker below is one backend that consumes the queue, and another (a Ray job
-submitter, say) could claim the same rows and write the same columns.
-
-Local worker (`run_worker`, `python -m eagle3dash worker`):
+`run_worker(home, kinds)` (what `python -m eagle3dash worker` runs with `eagle3dash.job_kinds`):
 - claims one queued job at a time in a single atomic UPDATE ... RETURNING; a GPU job (`needs_gpu`)
   is not claimed while another GPU job runs, anywhere; CPU jobs go past it;
-- starts `python -m eagle3dash.jobs run-one JOB` in a new session with stdout and stderr appended to
-  `logs/<job>.log`; the child imports the job kinds, runs the kind's function with a
+- starts `python -m eagle3dash.jobs.worker JOB --fn MODULE:FUNCTION` in a new session with stdout
+  and stderr appended to `logs/<job>.log`; the kind's function is named by the table the worker
+  was given, so the child imports that one function and nothing else, runs it with a
   `progress(fraction, message)` callback that writes to the job row, and writes the result or the
   traceback itself;
 - heartbeats the job while the child lives, kills the child's process group on cancel, and marks
@@ -17,10 +13,6 @@ Local worker (`run_worker`, `python -m eagle3dash worker`):
   nonzero exit);
 - at start (and now and then) fails jobs left running by a dead worker: a stale heartbeat, or a
   worker pid on this host that no longer lives.
-
-Job kinds are a registry, `JOB_KINDS`, filled by `register_job_kind`. The child process fills it by
-importing `eagle3dash.pipeline` (if present) and every module named in `EAGLE3DASH_JOB_MODULES`
-(comma-separated), so a kind must be registered at import time of one of those modules.
 """
 
 from __future__ import annotations
@@ -28,7 +20,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
-import importlib.util
 import logging
 import os
 import signal
@@ -38,203 +29,45 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from eagle3dash.errors import InputError
+from eagle3dash.jobs import queue
+from eagle3dash.jobs.queue import JobCancelled, JobFn, job_status, list_jobs, log_rel, tail
 from eagle3dash.store import Store, decode_row, now_iso, open_store, parse_time, to_json
 
 log = logging.getLogger(__name__)
 
-ProgressFn = Callable[[float, str], None]  # progress(fraction 0..1, message)
-JobFn = Callable[[dict, ProgressFn], dict | None]
-
-JOB_KINDS: dict[str, JobFn] = {}
-JOB_KIND_NEEDS_GPU: dict[str, bool] = {}
-JOB_MODULES_ENV = "EAGLE3DASH_JOB_MODULES"
-PIPELINE_MODULE = "eagle3dash.job_kinds"
-
-STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
-FINISHED = frozenset({"succeeded", "failed", "cancelled"})
-
 STALE_AFTER_S = 60.0  # a running job whose heartbeat is older than this has lost its worker
 HEARTBEAT_S = 2.0
 CANCEL_GRACE_S = 3.0  # SIGTERM, then SIGKILL after this long
-LOG_TAIL_BYTES = 64 * 1024
-_PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
+_PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
+_CHILD_MODULE = "eagle3dash.jobs.worker"
 
 
-class JobCancelled(BaseException):
-    """Raised inside a job (by `progress` or SIGTERM) when the job is to stop."""
+# --- job kinds by name -------------------------------------------------------------------------
 
 
-class UnknownJobKind(InputError):
-    """A job names a kind no imported module registered."""
-
-
-# --- registry ----------------------------------------------------------------------------------
-
-
-def register_job_kind(name: str, fn: JobFn, needs_gpu: bool = False) -> None:
-    """Register `fn(params, progress) -> result dict` as job kind `name`."""
-    JOB_KINDS[name] = fn
-    JOB_KIND_NEEDS_GPU[name] = needs_gpu
-
-
-def job_modules() -> list[str]:
-    """Job-kind modules: those in $EAGLE3DASH_JOB_MODULES, then eagle3dash.pipeline if present."""
-    extra = os.environ.get(JOB_MODULES_ENV, "")
-    names = list(dict.fromkeys(m.strip() for m in extra.split(",") if m.strip()))
-    if PIPELINE_MODULE not in names and importlib.util.find_spec(PIPELINE_MODULE) is not None:
-        names.append(PIPELINE_MODULE)
-    return names
-
-
-def load_job_kinds() -> dict[str, JobFn]:
-    """Import every job module (see `job_modules`) and return the registry."""
-    for name in job_modules():
-        importlib.import_module(name)
-    return JOB_KINDS
-
-
-def resolve_job_kind(kind: str) -> JobFn:
-    """The function of a job kind, importing job modules in order until one registers it.
-
-    Stops at the first module that registers the kind, so a job of a light kind does not pay
-    for importing a heavy module after it (eagle3dash.pipeline imports torch).
-    """
-    modules = job_modules()
-    for name in [None, *modules]:
-        if name is not None:
-            importlib.import_module(name)
-        if kind in JOB_KINDS:
-            return JOB_KINDS[kind]
-    raise UnknownJobKind(
-        f"unknown job kind {kind!r}; registered: {sorted(JOB_KINDS) or 'none'} "
-        f"(modules: {modules or 'none'}; add yours to ${JOB_MODULES_ENV})"
-    )
-
-
-# --- the interface the app uses ----------------------------------------------------------------
-
-
-def submit_job(
-    store: Store,
-    kind: str,
-    params: dict | None = None,
-    run_id: int | None = None,
-    needs_gpu: bool | None = None,
-) -> int:
-    """Queue a job; return its id. needs_gpu=None takes the kind's registered default."""
-    if needs_gpu is None:
-        needs_gpu = JOB_KIND_NEEDS_GPU.get(kind, False)
-    with store.transaction() as db:
-        table = db["jobs"].insert(
-            {
-                "run_id": run_id,
-                "kind": kind,
-                "status": "queued",
-                "params_json": to_json(params or {}),
-                "progress": 0.0,
-                "message": "queued",
-                "created_at": now_iso(),
-                "needs_gpu": int(bool(needs_gpu)),
-            }
+def function_ref(fn: Callable[..., Any]) -> str:
+    """`module:qualname` of a module-level function, the name a child process imports it by."""
+    module = getattr(fn, "__module__", None)
+    qualname = getattr(fn, "__qualname__", None)
+    if not module or not qualname or module == "__main__" or "<" in qualname:
+        raise ValueError(
+            f"a job kind must be a function importable by name from a module, not {fn!r}"
         )
-        job_id = int(table.last_pk)
-        db.execute("UPDATE jobs SET log_path = ? WHERE id = ?", (_log_rel(job_id), job_id))
-    return job_id
+    return f"{module}:{qualname}"
 
 
-def job_status(store: Store, job_id: int) -> dict | None:
-    """A job row: status, progress 0..1, message, `params`, `result`, error, times (or None)."""
-    rows = list(store.db.query("SELECT * FROM jobs WHERE id = ?", (job_id,)))
-    return decode_row(rows[0]) if rows else None
-
-
-def job_result(store: Store, job_id: int) -> dict | None:
-    """The result dict of a succeeded job, else None."""
-    job = job_status(store, job_id)
-    return job["result"] if job and job["status"] == "succeeded" else None
-
-
-def list_jobs(store: Store, run_id: int | None = None, status: str | None = None) -> list[dict]:
-    """Jobs (of one run, and/or in one status), oldest first."""
-    clauses, params = [], []
-    if run_id is not None:
-        clauses.append("run_id = ?")
-        params.append(run_id)
-    if status is not None:
-        clauses.append("status = ?")
-        params.append(status)
-    where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
-    return [decode_row(r) for r in store.db.query(f"SELECT * FROM jobs{where} ORDER BY id", params)]
-
-
-def cancel_job(store: Store, job_id: int) -> str | None:
-    """Cancel a job: a queued one at once, a running one via its worker; return the new status."""
-    with store.transaction() as db:
-        row = db.execute("SELECT status FROM jobs WHERE id = ?", (job_id,)).fetchone()
-        if row is None:
-            return None
-        status = row[0]
-        if status == "queued":
-            db.execute(
-                "UPDATE jobs SET status = 'cancelled', cancel_requested = 1, finished_at = ?, "
-                "message = 'cancelled before it started' WHERE id = ?",
-                (now_iso(), job_id),
-            )
-            return "cancelled"
-        if status == "running":
-            db.execute(
-                "UPDATE jobs SET cancel_requested = 1, message = 'cancelling' WHERE id = ?",
-                (job_id,),
-            )
-        return status
-
-
-def job_log(store: Store, job_id: int, tail_bytes: int = LOG_TAIL_BYTES) -> str:
-    """The last `tail_bytes` of a job's log ('' when there is none yet)."""
-    job = job_status(store, job_id)
-    if job is None or not job.get("log_path"):
-        return ""
-    path = store.path(job["log_path"])
-    return _tail(path, tail_bytes)
-
-
-def wait_for_job(store: Store, job_id: int, timeout: float = 60.0, poll: float = 0.05) -> dict:
-    """Poll until the job is finished; its row. Raises TimeoutError after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        job = job_status(store, job_id)
-        if job is None:
-            raise InputError(f"no job {job_id}")
-        if job["status"] in FINISHED:
-            return job
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"job {job_id} still {job['status']} after {timeout:.0f} s")
-        time.sleep(poll)
-
-
-def _log_rel(job_id: int) -> str:
-    return f"logs/{int(job_id)}.log"
-
-
-def _tail(path: Path, tail_bytes: int) -> str:
-    try:
-        with open(path, "rb") as f:
-            size = f.seek(0, os.SEEK_END)
-            start = max(0, size - tail_bytes)
-            f.seek(start)
-            data = f.read()
-    except FileNotFoundError:
-        return ""
-    if start > 0:  # drop the cut first line
-        cut = data.find(b"\n")
-        data = data[cut + 1 :] if cut >= 0 else data
-    return data.decode("utf-8", errors="replace")
+def import_function(ref: str) -> JobFn:
+    """The function named `module:qualname` (see `function_ref`)."""
+    module, _, qualname = ref.partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
 
 
 # --- claiming and recovering -------------------------------------------------------------------
@@ -279,12 +112,12 @@ def _pid_alive(pid: int) -> bool:
 
 
 def _is_our_child(pid: int, job_id: int) -> bool:
-    """Whether `pid` is still `python -m eagle3dash.jobs run-one JOB` (not a reused pid)."""
+    """Whether `pid` is still `python -m eagle3dash.jobs.worker JOB ...` (not a reused pid)."""
     try:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
-    return b"eagle3dash.jobs" in argv and b"run-one" in argv and str(job_id).encode() in argv
+    return argv[1:4] == [b"-m", _CHILD_MODULE.encode(), str(job_id).encode()]
 
 
 def recover_stale_jobs(store: Store, stale_after: float = STALE_AFTER_S) -> list[int]:
@@ -305,12 +138,7 @@ def recover_stale_jobs(store: Store, stale_after: float = STALE_AFTER_S) -> list
         else:
             continue
         error = f"abandoned: {reason}; the job did not finish"
-        cur = store.db.execute(
-            "UPDATE jobs SET status = 'failed', error = ?, message = 'worker lost', "
-            "finished_at = ? WHERE id = ? AND status = 'running'",
-            (error, now_iso(), job["id"]),
-        )
-        if cur.rowcount:
+        if _finish(store, job["id"], "failed", error=error, message="worker lost"):
             failed.append(job["id"])
             _append_log(store, job, f"[recover] job {job['id']} marked failed: {error}\n")
             child = job.get("child_pid")
@@ -321,7 +149,7 @@ def recover_stale_jobs(store: Store, stale_after: float = STALE_AFTER_S) -> list
 
 
 def _append_log(store: Store, job: dict, text: str) -> None:
-    path = store.path(job.get("log_path") or _log_rel(job["id"]))
+    path = store.path(job.get("log_path") or log_rel(job["id"]))
     with contextlib.suppress(OSError), open(path, "a") as f:
         f.write(text)
 
@@ -339,10 +167,21 @@ class _Child:
     stop_reason: str | None = None
 
 
-def _start_child(store: Store, job: dict) -> _Child | None:
+def _start_child(store: Store, job: dict, refs: Mapping[str, str]) -> _Child | None:
     """Start the child process of a claimed job; on failure mark the job failed."""
     job_id = job["id"]
-    rel = job.get("log_path") or _log_rel(job_id)
+    ref = refs.get(job["kind"])
+    if ref is None:
+        known = ", ".join(sorted(refs)) or "none"
+        _finish(
+            store,
+            job_id,
+            "failed",
+            error=f"unknown job kind {job['kind']!r}; this worker runs: {known}",
+            message="unknown job kind",
+        )
+        return None
+    rel = job.get("log_path") or log_rel(job_id)
     try:
         logf = open(store.path(rel), "ab")  # noqa: SIM115 - closed when the child is reaped
     except OSError as e:
@@ -361,9 +200,10 @@ def _start_child(store: Store, job: dict) -> _Child | None:
     cmd = [
         sys.executable,
         "-m",
-        "eagle3dash.jobs",
-        "run-one",
+        _CHILD_MODULE,
         str(job_id),
+        "--fn",
+        ref,
         "--home",
         str(store.home),
         "--parent-pid",
@@ -390,6 +230,12 @@ def _start_child(store: Store, job: dict) -> _Child | None:
     return _Child(job=job, proc=proc, log=logf)
 
 
+_SETTLE_RUN = """
+UPDATE runs SET status = ?, error = ?
+WHERE id = (SELECT run_id FROM jobs WHERE id = ?) AND status IN ('queued', 'running')
+"""
+
+
 def _finish(
     store: Store,
     job_id: int,
@@ -397,20 +243,29 @@ def _finish(
     error: str | None = None,
     result: Any = None,
     message: str | None = None,
+    reason: str | None = None,
 ) -> bool:
-    """Move a running job to a final status (no-op if it already has one); True if it did."""
-    fields = {"status": status, "finished_at": now_iso(), "error": error}
+    """Move a running job to a final status (no-op if it already has one); True if it did.
+
+    A job that fails or is cancelled takes its unfinished run with it (same status, `reason` or
+    else `error` or `message` as the run's error), so no page shows a dead run as running.
+    """
+    fields: dict[str, Any] = {"status": status, "finished_at": now_iso(), "error": error}
     if message is not None:
         fields["message"] = message
     if status == "succeeded":
         fields["result_json"] = to_json(result if result is not None else {})
         fields["progress"] = 1.0
     sets = ", ".join(f"{k} = ?" for k in fields)
-    cur = store.db.execute(
-        f"UPDATE jobs SET {sets} WHERE id = ? AND status IN ('running', 'queued')",
-        (*fields.values(), job_id),
-    )
-    return cur.rowcount > 0
+    with store.transaction() as db:
+        cur = db.execute(
+            f"UPDATE jobs SET {sets} WHERE id = ? AND status IN ('running', 'queued')",
+            (*fields.values(), job_id),
+        )
+        done = cur.rowcount > 0
+        if done and status != "succeeded":
+            db.execute(_SETTLE_RUN, (status, reason or error or message, job_id))
+    return done
 
 
 def _exit_reason(rc: int) -> str:
@@ -436,10 +291,10 @@ def _reap(store: Store, child: _Child, rc: int) -> str:
             status, error, message = "cancelled", None, "cancelled"
         else:
             reason = child.stop_reason or _exit_reason(rc)
-            tail = _tail(store.path(child.job.get("log_path") or _log_rel(job_id)), 2000).strip()
-            error = reason + (f"\n--- end of the job log ---\n{tail}" if tail else "")
+            end = tail(store.path(child.job.get("log_path") or log_rel(job_id)), 2000).strip()
+            error = reason + (f"\n--- end of the job log ---\n{end}" if end else "")
             status, message = "failed", reason
-        _finish(store, job_id, status, error=error, message=message)
+        _finish(store, job_id, status, error=error, message=message, reason=message)
     with contextlib.suppress(OSError, ValueError):
         child.log.write(
             f"[worker {os.getpid()}] {now_iso()} job {job_id} {status} ({rc})\n".encode()
@@ -473,7 +328,8 @@ def _stop_children(
 
 
 def run_worker(
-    store_home: str | os.PathLike[str] | None = None,
+    store_home: str | os.PathLike[str] | None,
+    kinds: Mapping[str, JobFn],
     poll_interval: float = 0.5,
     once: bool = False,
     stop_event: threading.Event | None = None,
@@ -484,10 +340,13 @@ def run_worker(
 ) -> int:
     """Run queued jobs, `slots` at a time, each in a child process; return how many finished.
 
+    `kinds` maps each job kind this worker runs to its function (module-level, so that the child
+    imports it by name); a job of another kind fails at once with the kinds it could have been.
     `once`: return when no job is running and none can be claimed (drain the queue); otherwise
     run until `stop_event` is set, SIGTERM (in the main thread) or KeyboardInterrupt. Running
     children of a stopping worker are terminated and their jobs failed.
     """
+    refs = {kind: function_ref(fn) for kind, fn in kinds.items()}
     store = open_store(store_home)
     stop = stop_event if stop_event is not None else threading.Event()
     in_main = threading.current_thread() is threading.main_thread()
@@ -517,11 +376,11 @@ def run_worker(
                 job = claim_job(store)
                 if job is None:
                     break
-                child = _start_child(store, job)
-                if child is None:
+                new = _start_child(store, job, refs)
+                if new is None:
                     finished += 1
                     continue
-                children[job["id"]] = child
+                children[job["id"]] = new
                 started = True
             if once and not children and not started:
                 break
@@ -572,13 +431,6 @@ def _watch_children(
 
 # --- the child process -------------------------------------------------------------------------
 
-_current_job: dict | None = None
-
-
-def current_job() -> dict | None:
-    """Inside a job's child process: {'id', 'run_id', 'kind', 'home'} of the job; else None."""
-    return _current_job
-
 
 class _Progress:
     """The progress callback of a child: writes fraction and message to the job row."""
@@ -625,9 +477,10 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     raise JobCancelled("terminated (SIGTERM)")
 
 
-def run_one(home: str | os.PathLike[str], job_id: int, parent_pid: int | None = None) -> int:
-    """Run one claimed job in this process (the child side); return the exit code."""
-    global _current_job
+def run_one(
+    home: str | os.PathLike[str] | None, job_id: int, fn_ref: str, parent_pid: int | None = None
+) -> int:
+    """Run one claimed job in this process (the child side) with `fn_ref`'s function."""
     import faulthandler
 
     faulthandler.enable()
@@ -642,14 +495,19 @@ def run_one(home: str | os.PathLike[str], job_id: int, parent_pid: int | None = 
     if job is None or job["status"] != "running":
         print(f"job {job_id} is not running ({job and job['status']}); nothing to do")
         return 2
-    _current_job = {"id": job_id, "run_id": job["run_id"], "kind": job["kind"], "home": store.home}
+    queue._current_job = {
+        "id": job_id,
+        "run_id": job["run_id"],
+        "kind": job["kind"],
+        "home": store.home,
+    }
     if parent_pid:
         threading.Thread(
             target=_watch_parent, args=(store, job_id, parent_pid), daemon=True
         ).start()
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-        fn = resolve_job_kind(job["kind"])
+        fn = import_function(fn_ref)
         progress = _Progress(store, job_id)
         result = fn(job["params"] or {}, progress)
     except JobCancelled as e:
@@ -671,7 +529,8 @@ def run_one(home: str | os.PathLike[str], job_id: int, parent_pid: int | None = 
     except BaseException as e:
         tb = traceback.format_exc()
         sys.stderr.write(tb)
-        _finish(store, job_id, "failed", error=tb, message=f"{type(e).__name__}: {e}"[:500])
+        summary = f"{type(e).__name__}: {e}"[:500]
+        _finish(store, job_id, "failed", error=tb, message=summary, reason=summary)
         return 1
     else:
         _finish(store, job_id, "succeeded", result=result, message="done")
@@ -683,33 +542,15 @@ def run_one(home: str | os.PathLike[str], job_id: int, parent_pid: int | None = 
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m eagle3dash.jobs run-one JOB --home H` (the child) or `... worker` (a worker)."""
-    parser = argparse.ArgumentParser(prog="python -m eagle3dash.jobs")
-    sub = parser.add_subparsers(dest="command", required=True)
-    one = sub.add_parser("run-one", help="run one claimed job (started by the worker)")
-    one.add_argument("job_id", type=int)
-    one.add_argument("--home", default=None)
-    one.add_argument("--parent-pid", type=int, default=None)
-    work = sub.add_parser("worker", help="run queued jobs until interrupted")
-    work.add_argument("--home", default=None)
-    work.add_argument("--once", action="store_true", help="drain the queue, then exit")
-    work.add_argument("--slots", type=int, default=1)
-    work.add_argument("--poll", type=float, default=0.5)
+    """`python -m eagle3dash.jobs.worker JOB --fn MODULE:FUNCTION`: the child the worker starts."""
+    parser = argparse.ArgumentParser(prog=f"python -m {_CHILD_MODULE}")
+    parser.add_argument("job_id", type=int, help="a job this worker claimed")
+    parser.add_argument("--fn", required=True, help="the job kind's function, module:qualname")
+    parser.add_argument("--home", default=None)
+    parser.add_argument("--parent-pid", type=int, default=None)
     args = parser.parse_args(argv)
-    if args.command == "run-one":
-        home = args.home or os.environ.get("EAGLE3DASH_HOME")
-        return run_one(home, args.job_id, args.parent_pid)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    try:
-        run_worker(args.home, poll_interval=args.poll, once=args.once, slots=args.slots)
-    except KeyboardInterrupt:
-        return 130
-    return 0
+    return run_one(args.home, args.job_id, args.fn, args.parent_pid)
 
 
 if __name__ == "__main__":
-    # Run the imported module's main, not this __main__ copy: job modules register their kinds
-    # into `eagle3dash.jobs.JOB_KINDS`, which must be the registry run_one reads.
-    from eagle3dash.jobs import main as _main
-
-    sys.exit(_main())
+    sys.exit(main())

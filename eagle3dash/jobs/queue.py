@@ -1,0 +1,157 @@
+"""The job queue: what pages and the CLI use to queue work and follow it.
+
+The interface is small and backend-neutral (DESIGN §6): `submit_job`, `job_status` (progress,
+message, result), `cancel_job`, `list_jobs`, `job_log`. The store is the single source of truth;
+the local worker (`eagle3dash.jobs.worker`) is one backend that consumes these rows, and another
+(a Ray job submitter, say) could claim the same rows and write the same columns. Nothing here
+imports the worker or any job kind, so pages stay light.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from eagle3dash.errors import InputError
+from eagle3dash.store import Store, decode_row, insert_row, now_iso, to_json
+
+ProgressFn = Callable[[float, str], None]  # progress(fraction 0..1, message)
+JobFn = Callable[[dict, ProgressFn], dict | None]  # a job kind: fn(params, progress) -> result
+
+STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
+FINISHED = frozenset({"succeeded", "failed", "cancelled"})
+
+LOG_TAIL_BYTES = 64 * 1024
+
+
+class JobCancelled(BaseException):
+    """Raised inside a job (by `progress` or SIGTERM) when the job is to stop."""
+
+
+_current_job: dict | None = None  # set by the worker's child process before the kind runs
+
+
+def current_job() -> dict | None:
+    """Inside a job's child process: {'id', 'run_id', 'kind', 'home'} of the job; else None."""
+    return _current_job
+
+
+def submit_job(
+    store: Store,
+    kind: str,
+    params: dict | None = None,
+    run_id: int | None = None,
+    needs_gpu: bool = False,
+) -> int:
+    """Queue a job; return its id. A `needs_gpu` job waits while another GPU job runs."""
+    with store.transaction() as db:
+        job_id = insert_row(
+            db,
+            "jobs",
+            {
+                "run_id": run_id,
+                "kind": kind,
+                "status": "queued",
+                "params_json": to_json(params or {}),
+                "progress": 0.0,
+                "message": "queued",
+                "created_at": now_iso(),
+                "needs_gpu": int(bool(needs_gpu)),
+            },
+        )
+        db.execute("UPDATE jobs SET log_path = ? WHERE id = ?", (log_rel(job_id), job_id))
+    return job_id
+
+
+def job_status(store: Store, job_id: int) -> dict | None:
+    """A job row: status, progress 0..1, message, `params`, `result`, error, times (or None)."""
+    rows = list(store.db.query("SELECT * FROM jobs WHERE id = ?", (job_id,)))
+    return decode_row(rows[0]) if rows else None
+
+
+def job_result(store: Store, job_id: int) -> dict | None:
+    """The result dict of a succeeded job, else None."""
+    job = job_status(store, job_id)
+    return job["result"] if job and job["status"] == "succeeded" else None
+
+
+def list_jobs(store: Store, run_id: int | None = None, status: str | None = None) -> list[dict]:
+    """Jobs (of one run, and/or in one status), oldest first."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    if run_id is not None:
+        clauses.append("run_id = ?")
+        params.append(run_id)
+    if status is not None:
+        clauses.append("status = ?")
+        params.append(status)
+    where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
+    return [decode_row(r) for r in store.db.query(f"SELECT * FROM jobs{where} ORDER BY id", params)]
+
+
+def cancel_job(store: Store, job_id: int) -> str | None:
+    """Cancel a job: a queued one at once, a running one via its worker; return the new status."""
+    with store.transaction() as db:
+        row = db.execute("SELECT status FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        if row is None:
+            return None
+        status = row[0]
+        if status == "queued":
+            db.execute(
+                "UPDATE jobs SET status = 'cancelled', cancel_requested = 1, finished_at = ?, "
+                "message = 'cancelled before it started' WHERE id = ?",
+                (now_iso(), job_id),
+            )
+            return "cancelled"
+        if status == "running":
+            db.execute(
+                "UPDATE jobs SET cancel_requested = 1, message = 'cancelling' WHERE id = ?",
+                (job_id,),
+            )
+        return status
+
+
+def job_log(store: Store, job_id: int, tail_bytes: int = LOG_TAIL_BYTES) -> str:
+    """The last `tail_bytes` of a job's log ('' when there is none yet)."""
+    job = job_status(store, job_id)
+    if job is None or not job.get("log_path"):
+        return ""
+    return tail(store.path(job["log_path"]), tail_bytes)
+
+
+def wait_for_job(store: Store, job_id: int, timeout: float = 60.0, poll: float = 0.05) -> dict:
+    """Poll until the job is finished; its row. Raises TimeoutError after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        job = job_status(store, job_id)
+        if job is None:
+            raise InputError(f"no job {job_id}")
+        if job["status"] in FINISHED:
+            return job
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"job {job_id} still {job['status']} after {timeout:.0f} s")
+        time.sleep(poll)
+
+
+def log_rel(job_id: int) -> str:
+    """A job's log path, relative to the home folder."""
+    return f"logs/{int(job_id)}.log"
+
+
+def tail(path: Path, tail_bytes: int) -> str:
+    """The last `tail_bytes` of a text file from a whole line on ('' when it is missing)."""
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            start = max(0, size - tail_bytes)
+            f.seek(start)
+            data = f.read()
+    except FileNotFoundError:
+        return ""
+    if start > 0:  # drop the cut first line
+        cut = data.find(b"\n")
+        data = data[cut + 1 :] if cut >= 0 else data
+    return data.decode("utf-8", errors="replace")
