@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors import safe_open
@@ -196,7 +197,10 @@ def capture_with_transformers(
 
     hf_logging.disable_progress_bar()  # no "Loading weights" bars in CLI output and job logs
     try:
-        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, local_files_only=True)
+        # Any: transformers' typing of the loaded model's .to and outputs is narrower than its use
+        model: Any = AutoModelForCausalLM.from_pretrained(
+            str(path), dtype=dtype, local_files_only=True
+        )
     except Exception as e:
         raise CaptureError(
             f"{path}: cannot load the target with transformers "
@@ -221,7 +225,9 @@ def capture_with_transformers(
     grabbed: list[Tensor] = []
 
     def grab(_module: torch.nn.Module, _args: object, output: object) -> None:
-        grabbed.append(output[0] if isinstance(output, tuple | list) else output)
+        hidden = output[0] if isinstance(output, tuple | list) else output
+        assert isinstance(hidden, Tensor)  # a decoder block returns its hidden states first
+        grabbed.append(hidden)
 
     hook = layers[-1].register_forward_hook(grab) if Tap(N) in taps else None
     results: dict[int, Sequence] = {}

@@ -160,7 +160,8 @@ def _start(options: DiagnoseOptions, progress: Progress) -> _Run:
     progress(0.03, f"probing {options.endpoint}")
     server = SGLangClient(options.endpoint, timeout=options.timeout).probe()
     depth = target_depth(options, server)
-    arch = options.arch or (server.architectures or [None])[0] or server.model_type or "llama"
+    served_arch = server.architectures[0] if server.architectures else None
+    arch = options.arch or served_arch or server.model_type or "llama"
     version = server.version or DEFAULT_SGLANG_VERSION
     prediction = predict_layouts(
         report.spec,

@@ -151,7 +151,8 @@ def rule_eagle31_ignored(e: Evidence) -> list[Finding]:
     version = e.version_tuple()
     v = e.version() or "(version unknown)"
     raw = _raw_config(e.report)
-    nested = raw.get("eagle_config") if isinstance(raw.get("eagle_config"), dict) else {}
+    nested = raw.get("eagle_config")
+    nested = nested if isinstance(nested, dict) else {}
     nested_nbf = bool(nested.get("norm_before_fc"))
     ignored, fixes = [], []
     if version is not None and version < EAGLE31_SINCE:

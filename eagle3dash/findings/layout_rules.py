@@ -396,9 +396,10 @@ def rule_capture_rule_version(e: Evidence) -> list[Finding]:
     out: list[Finding] = []
     n = e.num_target_layers
     v = e.version() or "(version unknown)"
-    dd = e.layouts.decode_diff if e.layouts else None
-    if dd is not None and dd.kind != "identical" and e.cuda_graph():
-        prefill = e.layouts.serving.layout
+    layouts = e.layouts
+    dd = layouts.decode_diff if layouts is not None else None
+    if layouts is not None and dd is not None and dd.kind != "identical" and e.cuda_graph():
+        prefill = layouts.serving.layout
         fix = "Upgrade SGLang to 0.5.11 or later (PR #22836 sets the ids before graph capture)"
         fix += "; or restart with --disable-cuda-graph (slow)"
         if n is not None:
@@ -421,10 +422,12 @@ def rule_capture_rule_version(e: Evidence) -> list[Finding]:
             )
         )
     spec, version = e.spec, e.version_tuple()
-    tv_text = e.training_sglang_version
-    tv = try_parse_version(tv_text) if tv_text else None
+    tv_text, v_text = e.training_sglang_version, e.version()
+    tv = try_parse_version(tv_text)
     if (
         spec is not None
+        and tv_text is not None
+        and v_text is not None
         and n is not None
         and version is not None
         and tv is not None
@@ -433,7 +436,7 @@ def rule_capture_rule_version(e: Evidence) -> list[Finding]:
         and arch_family(e.arch_name()) == "deepseek"
     ):
         at_train = serving_layout(spec, n, tv_text, e.arch_name(), cuda_graph=False)
-        at_serve = serving_layout(spec, n, e.version(), e.arch_name(), cuda_graph=False)
+        at_serve = serving_layout(spec, n, v_text, e.arch_name(), cuda_graph=False)
         if at_train.layout != at_serve.layout:
             fix, data = _layout_fix(e, at_train.layout, at_serve.layout)
             out.append(

@@ -40,9 +40,9 @@ def _speedup(e: Evidence) -> float | None:
 def rule_slower_than_baseline(e: Evidence) -> list[Finding]:
     """Measured tok/s against a baseline without speculation, both from servebench.py."""
     speedup = _speedup(e)
-    if speedup is None or speedup >= 1.2:
-        return []
     m, b = e.measured, e.baseline
+    if speedup is None or speedup >= 1.2 or m is None or b is None:
+        return []
     evidence = (
         f"with the draft {m.output_tok_s_aggregate:.1f} tok/s, baseline "
         f"{b.output_tok_s_aggregate:.1f} tok/s: speedup {speedup:.2f}x"

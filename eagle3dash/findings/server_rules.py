@@ -160,13 +160,12 @@ def rule_draft_differs(e: Evidence) -> list[Finding]:
     local drafts are compared by a digest of their weights (identity.py); a server elsewhere can
     only be compared by the last path component.
     """
-    sp = e.speculative
+    sp, server = e.speculative, e.server
     mine = e.draft_path or (e.report.path if e.report is not None else None)
-    if sp is None or not sp.draft_model_path or not mine:
+    if sp is None or server is None or not sp.draft_model_path or not mine:
         return []
-    identity = e.identity
-    if identity is None:
-        identity = compare_drafts(mine, sp.draft_model_path, is_local_url(e.server.url))
+    local = is_local_url(server.url)
+    identity = e.identity or compare_drafts(mine, sp.draft_model_path, local)
     if identity.status == "same":
         return []
     if identity.status == "differs":
@@ -177,8 +176,8 @@ def rule_draft_differs(e: Evidence) -> list[Finding]:
                 "The endpoint serves another draft than the checkpoint under diagnosis: their "
                 "weights differ.",
                 f"server speculative_draft_model_path={sp.draft_model_path}; checkpoint={mine}; "
-                f"{identity.reason} (weights {identity.served_digest[:12]} vs "
-                f"{identity.checkpoint_digest[:12]}).",
+                f"{identity.reason} (weights {(identity.served_digest or '')[:12]} vs "
+                f"{(identity.checkpoint_digest or '')[:12]}).",
                 f"Restart the server with --speculative-draft-model-path {mine} (or diagnose the "
                 f"checkpoint at {sp.draft_model_path}).",
                 {"server_path": sp.draft_model_path, "checkpoint_path": mine},
@@ -187,7 +186,7 @@ def rule_draft_differs(e: Evidence) -> list[Finding]:
     theirs_n, mine_n = _norm_path(sp.draft_model_path), _norm_path(mine)
     if theirs_n == mine_n:
         return []
-    if is_local_url(e.server.url) and os.path.isabs(theirs_n) and os.path.isabs(mine_n):
+    if local and os.path.isabs(theirs_n) and os.path.isabs(mine_n):
         how = f"both paths are on this machine and differ, and {identity.reason}"
     else:
         a, b = os.path.basename(theirs_n), os.path.basename(mine_n)

@@ -209,12 +209,12 @@ class _HFTokenizer:
         return list(self.tok(text)["input_ids"])
 
     def decode(self, ids: list[int]) -> str:
-        return self.tok.decode(ids, skip_special_tokens=True)
+        return str(self.tok.decode(ids, skip_special_tokens=True))
 
     def chat_prompt(self, messages: list[dict]) -> str:
         if getattr(self.tok, "chat_template", None):
-            return self.tok.apply_chat_template(
-                messages, tokenize=False, add_generation_prompt=True
+            return str(
+                self.tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
             )
         return _ByteTokenizer(0).chat_prompt(messages)
 
@@ -258,9 +258,10 @@ class _Engine:
             parse_version(config.sglang_version)
         except ValueError as e:
             raise DoubleStartError(f"{TAG} {e}") from None
-        self.dtype = getattr(torch, config.dtype, None)
-        if not isinstance(self.dtype, torch.dtype) or not self.dtype.is_floating_point:
+        dtype = getattr(torch, config.dtype, None)
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
             raise DoubleStartError(f"{TAG} unknown dtype {config.dtype!r} (use e.g. float32)")
+        self.dtype: torch.dtype = dtype
         t0 = time.perf_counter()
         self._load_target(Path(config.target_path))
         algorithm = config.speculative_algorithm
@@ -283,7 +284,12 @@ class _Engine:
         self.load_seconds = time.perf_counter() - t0
         # counters (scheduler_metrics_mixin / internal_state.py semantics)
         self._decode_forward_ct = 0
-        self._interval = {"forward_ct": 0, "accepted": 0, "tokens": 0, "seconds": 0.0}
+        self._interval: dict[str, float] = {
+            "forward_ct": 0,
+            "accepted": 0,
+            "tokens": 0,
+            "seconds": 0.0,
+        }
         self._total_accepted = 0
         self._total_forward_ct = 0
         self._last_gen_throughput = 0.0
@@ -590,8 +596,8 @@ class _Engine:
         result.finish_reason = finish
         result.latency = time.perf_counter() - t0
         if want_hidden and prefill_block is not None:
-            rows = [r.float().tolist() for block in hidden_rows for r in block]
-            result.hidden_states = [prefill_block.float().tolist(), *rows]
+            decode_rows = [r.float().tolist() for block in hidden_rows for r in block]
+            result.hidden_states = [prefill_block.float().tolist(), *decode_rows]
         return result
 
     # -- counters and the decode log line ---------------------------------------------------
@@ -613,8 +619,8 @@ class _Engine:
             usage = seq_len / MAX_TOTAL_TOKENS
             graph = self.config.cuda_graph
             if self.feed is not None:
-                self._total_accepted += iv["accepted"]
-                self._total_forward_ct += iv["forward_ct"]
+                self._total_accepted += int(iv["accepted"])
+                self._total_forward_ct += int(iv["forward_ct"])
                 accept_len = iv["accepted"] / iv["forward_ct"]
                 if parse_version(self.config.sglang_version) >= (0, 5, 11):
                     correct = iv["accepted"] - iv["forward_ct"]
@@ -643,7 +649,12 @@ class _Engine:
                     graph,
                     throughput,
                 )
-            self._interval = {"forward_ct": 0, "accepted": 0, "tokens": 0, "seconds": 0.0}
+            self._interval = {
+                "forward_ct": 0,
+                "accepted": 0,
+                "tokens": 0,
+                "seconds": 0.0,
+            }
 
     # -- responses --------------------------------------------------------------------------
 

@@ -58,7 +58,7 @@ def save_byte_tokenizer(path: str | Path) -> None:
         if stand_in[b] is None:
             stand_in[b] = chr(256 + extra)
             extra += 1
-    vocab = {stand_in[b]: b for b in range(256)}
+    vocab = {char: b for b, char in stand_in.items() if char is not None}  # every byte has one
     tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tokenizer.decoder = decoders.ByteLevel()
