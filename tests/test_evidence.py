@@ -162,3 +162,44 @@ def test_without_a_target_the_training_side_says_it_is_assumed() -> None:
     assert d["serving"]["source"] == "predicted"
     item = next(n for n in d["not_checked"] if n["check"] == "training-side")
     assert item["option"] == "target"
+
+
+def specforge_dump(out: Path, taps: tuple[Tap, ...], prompts: list[list[int]]) -> Path:
+    """A SpecForge offline-feature dump (data_<i>.ckpt: input_ids, loss_mask, aux_hidden_state
+    [1, L, A*Ht]) of the demo target at `taps`, as SpecForge's data generation writes it."""
+    from eagle3dash.capture import capture_with_transformers
+
+    capture = capture_with_transformers(FIXTURES / "target", prompts, taps)
+    out.mkdir()
+    for i, seq in enumerate(capture.sequences):
+        aux = torch.cat([seq.states[t] for t in taps], dim=-1)[None]
+        item = {
+            "input_ids": seq.input_ids,
+            "loss_mask": torch.ones_like(seq.input_ids),
+            "aux_hidden_state": aux,
+        }
+        torch.save(item, out / f"data_{i}.ckpt")
+    return out
+
+
+def test_a_training_dump_measures_training_and_matches_the_served_slots_by_scale(tmp_path) -> None:
+    # Draft A's real training features ([emb, L1, L2]) in a dump that records no layer ids; no
+    # target at hand. The dump's slots are labelled with the config's taps ([L1, L2, L3] under
+    # SpecForge's reading), but the features are what training used, and the served slots, matched
+    # to them by scale, show that serving slot i carries what training slot i+1 carried.
+    from eagle3dash.demo import DEMO_PROMPTS
+
+    plan = deployments()["mismatched"]
+    dump = specforge_dump(tmp_path / "dump", L0_L1_L2, [list(p) for p in DEMO_PROMPTS[:4]])
+    with start_double(plan.double_config(enable_return_hidden_states=True)) as server:
+        diagnosis = run_diagnosis(
+            options(plan.draft_path, server.url, target=None, train_states=str(dump))
+        )
+    training, serving = diagnosis.training, diagnosis.serving
+    assert training.source == "training-dump" and training.measured
+    assert serving.source == "matched-to-dump" and serving.measured
+    assert serving.layout[:2] == training.layout[1:]
+    assert training.top1 - serving.top1 >= 0.15
+    assert {"layout-mismatch", "training-serving-gap"} <= set(ids(diagnosis))
+    # The dump's labels are the config's guess, so they say nothing against SGLang's rules.
+    assert "server-feeds-other-taps" not in ids(diagnosis)

@@ -34,7 +34,7 @@ from eagle3dash.diagnosis.result import (
     Side,
 )
 from eagle3dash.errors import InputError
-from eagle3dash.findings import Evidence, diagnose
+from eagle3dash.findings import Evidence, Finding, diagnose
 from eagle3dash.identity import DigestCache, DraftIdentity, compare_drafts, is_local_url
 from eagle3dash.layout import Layout, LayoutResult, Tap, bracketed, parse_layout
 from eagle3dash.prediction import LayoutComparison, predict_layouts
@@ -469,6 +469,31 @@ def effective_layouts(run: _Run, training: Side, serving: Side) -> LayoutCompari
     )
 
 
+def find(run: _Run, diagnosis: Diagnosis) -> list[Finding]:
+    """Every rule over what the stages measured."""
+    return diagnose(
+        Evidence(
+            report=run.report,
+            draft_path=run.options.draft,
+            num_target_layers=run.depth,
+            arch=run.arch,
+            server=run.server,
+            layouts=effective_layouts(run, diagnosis.training, diagnosis.serving),
+            prediction=run.prediction,
+            training=diagnosis.training,
+            serving=diagnosis.serving,
+            sglang_version=run.server.version,
+            trainer=run.options.trainer,
+            detection=run.detection,
+            training_eval=diagnosis.training.eval,
+            serving_eval=diagnosis.serving.eval,
+            identity=diagnosis.identity,
+            measured=diagnosis.measured,
+            baseline=diagnosis.baseline,
+        )
+    )
+
+
 def run_diagnosis(
     options: DiagnoseOptions,
     progress: Progress | None = None,
@@ -504,26 +529,6 @@ def run_diagnosis(
         not_checked=run.not_checked,
         warnings=run.warnings,
     )
-    diagnosis.findings = diagnose(
-        Evidence(
-            report=run.report,
-            draft_path=options.draft,
-            num_target_layers=run.depth,
-            arch=run.arch,
-            server=run.server,
-            layouts=effective_layouts(run, training, serving),
-            prediction=run.prediction,
-            training=training,
-            serving=serving,
-            sglang_version=run.server.version,
-            trainer=options.trainer,
-            detection=run.detection,
-            training_eval=training.eval,
-            serving_eval=serving.eval,
-            identity=identity,
-            measured=measured,
-            baseline=baseline,
-        )
-    )
+    diagnosis.findings = find(run, diagnosis)
     run.progress(1.0, "done")
     return diagnosis

@@ -242,11 +242,16 @@ def rule_detected_layout(e: Evidence) -> list[Finding]:
     ]
 
 
+# Served slots matched to the target's taps (diagnosis.result.OBSERVED): the only serving source
+# in absolute taps. Slots matched to a training dump are in the dump's labels, which may be wrong.
+OBSERVED = "observed"
+
+
 def _server_shift(e: Evidence) -> int | None:
     """The depth by which every served slot differs from SGLang's rule for this server, when
     the served slots were observed and differ by one constant shift; else None."""
     side = e.serving
-    if side is None or not side.measured or side.prediction is None:
+    if side is None or side.source != OBSERVED or side.prediction is None:
         return None
     pairs = list(zip(side.layout, side.prediction, strict=False))
     if len(side.layout) != len(side.prediction) or not pairs:
@@ -284,7 +289,7 @@ def rule_server_feeds_other_taps(e: Evidence) -> list[Finding]:
     (a patched build, a fork, a release newer than the rules): what the server returned, matched
     slot by slot, against set_eagle3_layers_to_capture's rule (models/llama.py)."""
     side = e.serving
-    if side is None or not side.measured or side.prediction is None:
+    if side is None or side.source != OBSERVED or side.prediction is None:
         return []
     observed, predicted = tuple(side.layout), tuple(side.prediction)
     if observed == predicted:
