@@ -1,9 +1,9 @@
 """The dashboard's pages under Streamlit's AppTest, on real runs made by the real pipeline.
 
 A module fixture builds a tiny target and a random draft, serves them with the SGLang API double,
-and lets `submit_diagnosis` + `jobs.run_worker(once=True)` produce two finished runs (the seed-like
-layout mismatch, and the same draft with the training layout that matches serving). Each test
-points EAGLE3DASH_HOME at that home or at a fresh one; AppTest paths are absolute.
+and lets `submit_diagnosis` + `run_worker(home, JOB_KINDS, once=True)` produce two finished runs
+(the seed-like layout mismatch, and the same draft with the training layout that matches serving).
+Each test points EAGLE3DASH_HOME at that home or at a fresh one; AppTest paths are absolute.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from streamlit.testing.v1 import AppTest
 from eagle3dash import jobs as jobq
 from eagle3dash import store as db
 from eagle3dash.checkpoint import save
+from eagle3dash.job_kinds import JOB_KINDS
+from eagle3dash.jobs.worker import run_worker
 from eagle3dash.submit import submit_diagnosis
 from eagle3dash.testing.sglang_double import DoubleConfig, start_double
 from eagle3dash.testing.tensors import random_tensors
@@ -78,7 +80,7 @@ def world(tmp_path_factory):
 
         mismatch = submit_diagnosis(home, checkpoint_id, opts("0,1,2"))
         matching = submit_diagnosis(home, checkpoint_id, opts("1,2,3"))
-        jobq.run_worker(home.home, poll_interval=0.05, once=True, slots=2)
+        run_worker(home.home, JOB_KINDS, poll_interval=0.05, once=True, slots=2)
         for run_id in (mismatch, matching):
             job = jobq.list_jobs(home, run_id)[0]
             assert job["status"] == "succeeded", jobq.job_log(home, job["id"])
@@ -613,7 +615,7 @@ def test_finding_text_is_escaped_never_html(home) -> None:
 def test_no_page_allows_unsafe_html() -> None:
     sources = [
         ROOT / "app.py",
-        *(ROOT / "pages").glob("*.py"),
+        *(ROOT / "views").glob("*.py"),
         *(ROOT / "eagle3dash/ui").glob("*.py"),
     ]
     for path in sources:
