@@ -697,7 +697,10 @@ def test_a_broken_upload_shows_the_problem_and_registers_nothing(home, tmp_path,
 def test_new_run_probes_the_endpoint_and_submits_to_the_run_page(world, home) -> None:
     checkpoint_id = db.add_checkpoint(home, world["draft"], name="draft")
     at = app("new_run")
-    at.text_input(key="endpoint").set_value(world["url"]).run()
+    # Labels as written (Streamlit makes them the inputs' aria-labels too: no Markdown escapes).
+    endpoint = at.text_input(key="endpoint")
+    assert endpoint.label == "Endpoint URL (the server running the target with this draft)"
+    endpoint.set_value(world["url"]).run()
     no_exception(at)
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["SGLang version"] == "0.5.23" and metrics["Speculative"] == "EAGLE3"

@@ -350,9 +350,12 @@ def guard(fn, *args: Any, **kwargs: Any) -> Any:
 
 
 def option_input(where: Any, name: str, key: str | None = None) -> Any:
-    """The widget of one diagnosis option (key opt_<name>), drawn from its schema entry."""
+    """The widget of one diagnosis option (key opt_<name>), drawn from its schema entry.
+
+    The label is the schema's own constant text, passed as is: Streamlit also makes it the
+    input's aria-label, where Markdown escapes would be read out as backslashes."""
     option = SCHEMA[name]
-    label, help_text, key = md_escape(option.label), md_escape(option.help), key or f"opt_{name}"
+    label, help_text, key = option.label, md_escape(option.help), key or f"opt_{name}"
     if option.kind is Kind.INT:
         low, high = option.bounds or (None, None)
         return where.number_input(label, low, high, option.default, step=1, help=help_text, key=key)
