@@ -252,14 +252,14 @@ def test_the_verdict_banner_opens_the_run_page(world_home) -> None:
     assert drawn[6] == ("header", "Findings")
     metrics = {m.label: m.value for m in at.metric}
     assert metrics == {
-        "Accept length, measured": "1.07",
-        "Accept length, simulated: training layout": "1.07",
-        "Accept length, simulated: serving layout": "1.07",
+        "Measured accept length": "1.07",
+        "Simulated, training layout": "1.07",
+        "Simulated, serving layout": "1.07",
         "Speedup vs baseline": "—",
     }
     helps = {m.label: plain(m.proto.help) for m in at.metric}
-    assert DECLARED_WORDS in helps["Accept length, simulated: training layout"]
-    assert OBSERVED_WORDS in helps["Accept length, simulated: serving layout"]
+    assert DECLARED_WORDS in helps["Simulated, training layout"]
+    assert OBSERVED_WORDS in helps["Simulated, serving layout"]
 
 
 def test_a_finished_run_shows_findings_first_then_table_layout_charts_export(world_home) -> None:

@@ -38,7 +38,9 @@ if unknown:
     st.stop()
 
 widgets.share_link("compare", a=a, b=b)
-st.dataframe(tables.compare_frame(runs["A"], runs["B"]), hide_index=True, width="stretch")
+st.dataframe(
+    tables.compare_frame(runs["A"], runs["B"]), hide_index=True, width="stretch", height="content"
+)
 
 chart = charts.compare_acceptance_chart(
     {f"{k} #{r['id']}": tables.diagnosis_metrics(r.get("diagnosis")) for k, r in runs.items()}

@@ -137,17 +137,17 @@ def verdict_banner(diagnosis: Mapping[str, Any]) -> None:
     steps = diagnosis.get("steps") or "?"
     columns = st.columns(4)
     columns[0].metric(
-        "Accept length, measured",
+        "Measured accept length",
         num(verdict.get("measured_accept_length")),
         help="Completion tokens per verify round, from the endpoint's benchmark.",
     )
     for column, side in zip(columns[1:3], ("training", "serving"), strict=True):
         column.metric(
-            f"Accept length, simulated: {side} layout",
+            f"Simulated, {side} layout",
             num(verdict.get(f"sim_accept_{side}")),
             help=md_escape(
-                f"The standalone draft on the {side} side's states at {steps} draft steps; "
-                f"its layout is {words.source_words(verdict.get(f'{side}_source'))}."
+                f"Accept length of the standalone draft on the {side} side's states at {steps} "
+                f"draft steps; its layout is {words.source_words(verdict.get(f'{side}_source'))}."
             ),
         )
     columns[3].metric(
@@ -161,7 +161,7 @@ def verdict_banner(diagnosis: Mapping[str, Any]) -> None:
 
 def sides_table(diagnosis: Mapping[str, Any]) -> None:
     """The training vs serving table, and whether the endpoint serves this checkpoint's draft."""
-    st.dataframe(tables.sides_frame(diagnosis), hide_index=True, width="stretch")
+    st.dataframe(tables.sides_frame(diagnosis), hide_index=True, width="stretch", height="content")
     identity = words.identity_words(diagnosis.get("draft_identity"))
     if identity:
         st.caption("Draft on the endpoint: " + md_escape(identity))
