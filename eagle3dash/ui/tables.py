@@ -130,7 +130,7 @@ def sides_frame(diagnosis: Mapping[str, Any]) -> pd.DataFrame:
     n = diagnosis.get("num_target_layers")
     sides = [_side(diagnosis, side) for side in SIDES]
     prediction = diagnosis.get("prediction") or {}
-    rows: list[tuple[str, str, str]] = [
+    rows: list[tuple[str, ...]] = [  # (quantity, training, serving)
         ("taps fed to the fc slots", *(taps_words(s.get("layout"), n) for s in sides)),
         ("where that layout comes from", *(source_words(s.get("source")) for s in sides)),
         ("how it was found", *((s.get("detail") or DASH) for s in sides)),
