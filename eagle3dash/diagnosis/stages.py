@@ -302,7 +302,9 @@ def training_side(run: _Run) -> Side:
     elif declared is not None:
         side = Side("training", declared, DECLARED, "declared by the user", config.layout)
         side.eval = _evaluate(run, run.target_capture, declared)
-    elif detection is not None:
+    elif detection is not None and (
+        detection.best == config.layout or detection.outperforms(config.layout)
+    ):
         best = detection.best
         top = detection.rows[0]
         detail = (
@@ -313,7 +315,11 @@ def training_side(run: _Run) -> Side:
         side = Side("training", best, DETECTIVE, detail, config.layout)
         side.eval = _evaluate(run, run.target_capture, best)
     else:
-        side = Side("training", config.layout, CONFIG, config.rule, config.layout)
+        detail = config.rule
+        if detection is not None:  # every layout scores alike: the tensors decide nothing
+            detail += "; the layout detective found no clearly better layout"
+        side = Side("training", config.layout, CONFIG, detail, config.layout)
+        side.eval = _evaluate(run, run.target_capture, config.layout)
     side.steps = run.steps
     if side.eval is None:
         side.capture_error = "no target states at these taps"
