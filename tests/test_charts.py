@@ -1,8 +1,8 @@
 """The run page's Altair charts, read back from their Vega-Lite dicts on hand-written metrics.
 
-Each chart is built from a small long-format frame (the shape store.get_metrics gives, through
-tables.diagnosis_metrics) with rows the chart must leave out; the tests check the rows it plots, which
-field drives x, y, color and strokeDash, and the fixed source colors of the sources present.
+Each chart is built from a small long-format frame (the shape tables.diagnosis_metrics gives) with
+rows the chart must leave out; the tests check the rows it plots, which field drives x, y, color
+and strokeDash, and the fixed source colors of the sources present.
 """
 
 from __future__ import annotations
