@@ -478,8 +478,20 @@ def test_an_old_run_without_a_diagnosis_shows_its_findings(home) -> None:
         run_id,
         [{"rule_id": "old-rule", "severity": "warning", "title": "An old finding.", "fix": "x"}],
     )
-    db.save_layouts(home, run_id, "training", [{"depth": 0}, {"depth": 1}])
-    db.save_metrics(home, run_id, [{"source": "training", "name": "accuracy", "value": 0.5}])
+    home.db.execute(
+        "INSERT INTO layouts (run_id, side, slot, depth) VALUES (?, 'training', 0, 0), "
+        "(?, 'training', 1, 1)",
+        (run_id, run_id),
+    )
+    home.db.execute(
+        "INSERT INTO metrics (run_id, source, name, value) VALUES (?, 'training', 'accuracy', 0.5)",
+        (run_id,),
+    )
+    home.db.execute(
+        "INSERT INTO bench_results (run_id, role, result_json, created_at) "
+        "VALUES (?, 'spec', '{\"tok_s\": 41.0}', '2026-01-02T00:00:00Z')",
+        (run_id,),
+    )
     db.update_run(home, run_id, status="succeeded", measured_accept_length=2.0)
     at = app("run", run=str(run_id))
     no_exception(at)
