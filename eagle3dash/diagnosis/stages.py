@@ -266,7 +266,7 @@ def run_detective(run: _Run) -> None:
     run.detection = detect(
         run.options.draft,
         capture=run.target_capture,
-        steps=run.eval_steps,
+        steps=run.steps,  # the sweep's accept lengths at the server's steps, like the sides
         sides=sides,
         num_layers=run.depth,
         sglang_version=run.version,
@@ -463,7 +463,7 @@ def effective_layouts(run: _Run, training: Side, serving: Side) -> LayoutCompari
         decode_layout=predicted.decode_layout,
         error=predicted.error,
     )
-    trained = LayoutResult(training.layout, training.detail)
+    trained = LayoutResult(training.layout, training.detail.rstrip(".") + ".")
     fell_back = nested_ids(run.report.spec) is None and serving.source == PREDICTED
     default = default_layout(run.depth) if fell_back else None
     decode = predicted.decode_layout
