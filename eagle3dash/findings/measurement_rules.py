@@ -89,8 +89,9 @@ def _slowdown_fix(e: Evidence, found: list[Finding]) -> str:
     )
     critical = [f.id for f in found if f.severity == "critical"]
     if critical:
+        caps = "they cap" if len(critical) > 1 else "it caps"
         return (
-            f"Fix {', '.join(critical)} first (they cap the accept length); if accept length is "
+            f"Fix {', '.join(critical)} first ({caps} the accept length); if accept length is "
             f"already good, {cost}."
         )
     accept, steps = e.measured.accept_length if e.measured else None, e.simulation_steps()
