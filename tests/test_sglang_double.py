@@ -110,6 +110,7 @@ def check_spec_accounting(meta: dict, num_steps: int) -> None:
         sum(hist) == ct
         and sum(i * c for i, c in enumerate(hist)) == meta["spec_num_correct_drafts"]
     )
+    assert hist[-1] > 0 and len(hist) <= num_steps + 1  # grown only to the largest k seen
 
 
 # -- shapes ------------------------------------------------------------------------------------
@@ -588,7 +589,13 @@ def test_the_client_reads_the_double_like_a_real_server(models):
         assert result.completion_tokens == 12 and result.spec_verify_ct >= 3
         assert result.spec_accept_length == pytest.approx(12 / result.spec_verify_ct)
         client.flush_cache()
-        block = client.generate(
-            input_ids=PROMPTS[0], max_new_tokens=1, return_hidden_states=True
-        ).hidden_states[0]
-        assert len(block) == len(PROMPTS[0]) and len(block[0]) == 3 * 64
+        # SGLang's histogram: entry k counts the rounds that accepted exactly k drafts, grown
+        # only to the largest k seen; each round emits its k drafts and one bonus token, after
+        # the first token (sampled at prefill)
+        hist = result.spec_correct_drafts_histogram
+        assert hist is not None and 1 <= len(hist) <= 3 + 1 and hist[-1] > 0
+        assert sum(hist) == result.spec_verify_ct
+        assert sum(k * c for k, c in enumerate(hist)) == 12 - 1 - result.spec_verify_ct
+        result = client.generate(input_ids=PROMPTS[0], max_new_tokens=1, return_hidden_states=True)
+        assert result.prefill_shape == (len(PROMPTS[0]), 3 * 64)
+        assert result.spec_correct_drafts_histogram is None  # no verify round: no spec fields
