@@ -271,6 +271,7 @@ def _print_diagnosis(d: dict) -> None:
     if speedup:
         row("baseline tok/s", "", _fmt(speedup["baseline_output_tok_s"], ".1f"))
         row("speedup", "", _fmt(speedup["speedup"], ".2f") + "x")
+    _print_per_position(d)
     print(f"training layout: {source_words(train['source'])} ({train['detail']})")
     print(f"serving layout: {source_words(serve['source'])} ({serve['detail']})")
     if d["detective"]:
@@ -282,6 +283,24 @@ def _print_diagnosis(d: dict) -> None:
         print(f"not checked: {not_checked_text(item, interface='cli')}")
     for line in d["warnings"]:
         print(f"warning: {line}")
+
+
+def _print_per_position(d: dict) -> None:
+    """Acceptance per draft position, k = 1 .. steps: the share of rounds (measured) and of
+    chains (each side's simulation) that accepted at least k drafts."""
+    sims = [(d[side]["eval"] or {}).get("acceptance") or [] for side in ("training", "serving")]
+    measured = d["measured"] or {}
+    shares = measured.get("per_position")
+    if not any(sims) and shares is None:
+        return
+    print(f"{'accepted >= k drafts':30}{'training':>14}{'serving':>14}{'measured':>14}")
+    for k in range(1, d["steps"] + 1):
+        cells = [_fmt(sim[k - 1], ".1%") if k <= len(sim) else "" for sim in sims]
+        # SGLang's histogram stops at the largest k any round accepted: past it, no round did
+        got = "" if shares is None else _fmt(shares[k - 1] if k <= len(shares) else 0.0, ".1%")
+        print(f"{f'  k = {k}':30}{cells[0]:>14}{cells[1]:>14}{got:>14}")
+    if shares is None and measured.get("accept_length") is not None:
+        print("  measured: not reported (the server predates spec_correct_drafts_histogram)")
 
 
 def cmd_detect(args: argparse.Namespace) -> int:

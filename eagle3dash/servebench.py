@@ -5,6 +5,16 @@ answer's meta_info, the way SGLang's own MT-Bench script computes it (research/s
 The server's `avg_spec_accept_length` is not used: it is cumulative since startup, includes warm-up
 and only moves every decode_log_interval steps.
 
+Acceptance per draft position is measured from SGLang's `spec_correct_drafts_histogram` (meta_info,
+per finished request): entry k counts the verify rounds that accepted exactly k drafts, the list
+grown only to the largest k seen. The histograms of the measured requests are summed, and
+per_position[k - 1] = sum(h[j] for j >= k) / sum(h), for k = 1 .. len(h) - 1, is the share of
+rounds that accepted at least k drafts: comparable to a simulation's cumulative per-step
+acceptance. Positions past the list accepted in no round (share 0). A server that predates the
+field (or a request without it) leaves both None, never zeros. With adaptive speculation
+(speculative_adaptive) rounds draft different numbers of steps, and a round that drafted fewer
+than k never counts as accepting k.
+
 Prompts are sent to /generate as text (as token ids for `{"input_ids": [...]}` lines), greedy, with
 a fixed number of new tokens (`ignore_eos`), so runs against a speculative and a baseline server
 generate the same lengths. Chat prompts (`{"messages": [...]}`) are rendered as plain "role:
@@ -38,6 +48,8 @@ __all__ = [
     "parse_prompt_lines",
     "percentile",
     "run_bench",
+    "shares_at_least",
+    "sum_histograms",
 ]
 
 BUILTIN_PROMPT_SETS = ("chat", "code")
@@ -157,6 +169,28 @@ def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+def sum_histograms(histograms: Sequence[Sequence[int]]) -> list[int]:
+    """Entry-wise sum of histograms of different lengths (the missing entries count 0)."""
+    total = [0] * max((len(h) for h in histograms), default=0)
+    for h in histograms:
+        for k, count in enumerate(h):
+            total[k] += count
+    return total
+
+
+def shares_at_least(histogram: Sequence[int]) -> list[float]:
+    """The share of rounds that accepted at least k drafts, k = 1 .. len(histogram) - 1, from a
+    histogram of rounds by accepted drafts; [] when it counts no round."""
+    rounds = sum(histogram)
+    if not rounds:
+        return []
+    shares, at_least = [], rounds
+    for count in histogram[:-1]:
+        at_least -= count  # rounds that accepted more than k - 1, i.e. at least k
+        shares.append(at_least / rounds)
+    return shares
+
+
 @dataclass
 class RequestStat:
     """One measured request: what the server reported and what the client timed."""
@@ -165,6 +199,8 @@ class RequestStat:
     completion_tokens: int | None = None
     prompt_tokens: int | None = None
     spec_verify_ct: int | None = None
+    # verify rounds by accepted drafts (SGLang's spec_correct_drafts_histogram); None when absent
+    correct_drafts_histogram: list[int] | None = None
     latency_s: float | None = None  # client-side, request sent to answer parsed
     server_e2e_latency: float | None = None
     error: str | None = None
@@ -200,6 +236,10 @@ class BenchResult:
     output_tok_s_per_request_mean: float | None
     accept_length: float | None
     accept_length_per_request: list[float | None]
+    # The measured requests' spec_correct_drafts_histogram summed, and per_position[k - 1]: the
+    # share of rounds that accepted at least k drafts (module docstring). None: no speculation,
+    # or a server that predates the field.
+    correct_drafts_histogram: list[int] | None
     latency_p50: float | None
     latency_p90: float | None
     latency_p99: float | None
@@ -210,9 +250,15 @@ class BenchResult:
     error_messages: list[str] = field(default_factory=list)
     requests: list[RequestStat] = field(default_factory=list, repr=False)
 
+    @property
+    def per_position(self) -> list[float] | None:
+        """Measured acceptance per draft position, from the summed histogram (None without)."""
+        h = self.correct_drafts_histogram
+        return None if h is None else shares_at_least(h)
+
     def to_dict(self) -> dict:
-        """A JSON-ready dict of every field, per-request rows included."""
-        return asdict(self)
+        """A JSON-ready dict of every field, per-request rows and per_position included."""
+        return {**asdict(self), "per_position": self.per_position}
 
 
 def _summarize(
@@ -232,6 +278,12 @@ def _summarize(
         if spec
         else None
     )
+    hists = [s.correct_drafts_histogram for s in spec]
+    histogram = (
+        sum_histograms([h for h in hists if h is not None])
+        if spec and all(h is not None for h in hists)
+        else None
+    )
     per_req = [r for r in (s.output_tok_s for s in ok) if r is not None]
     lat = [s.latency_s for s in ok if s.latency_s is not None]
     server_lat = [s.server_e2e_latency for s in ok if s.server_e2e_latency is not None]
@@ -249,6 +301,7 @@ def _summarize(
         output_tok_s_per_request_mean=_mean(per_req),
         accept_length=accept,
         accept_length_per_request=[s.accept_length for s in ok],
+        correct_drafts_histogram=histogram,
         latency_p50=percentile(lat, 50),
         latency_p90=percentile(lat, 90),
         latency_p99=percentile(lat, 99),
@@ -267,6 +320,7 @@ def _stat(index: int, r: GenerateResult) -> RequestStat:
         completion_tokens=r.completion_tokens,
         prompt_tokens=r.prompt_tokens,
         spec_verify_ct=r.spec_verify_ct,
+        correct_drafts_histogram=r.spec_correct_drafts_histogram,
         latency_s=r.client_latency_s,
         server_e2e_latency=r.e2e_latency,
     )

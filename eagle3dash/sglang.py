@@ -3,7 +3,8 @@
 The app never imports `sglang`; everything it knows about a server comes through here. Field names
 and endpoints follow research/sglang-eagle3.md §3-§4 and the recorded 0.5.23 responses in
 fixtures/sglang-0.5.23/. Every failure is an `EndpointError` with one line that names the URL and
-what to do, so interfaces can show it without a traceback.
+what to do, so interfaces can show it without a traceback. Replies are parsed with orjson; a reply
+with hidden states is read as it arrives (`states_json.StatesReader`), never whole.
 """
 
 from __future__ import annotations
@@ -14,8 +15,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import httpx
+import numpy as np
+import orjson
+from numpy.typing import NDArray
 
 from eagle3dash.errors import InputError
+from eagle3dash.states_json import MAX_STATES_WIDTH, ReplyError, StatesReader, reply_bound
 
 __all__ = [
     "EndpointError",
@@ -47,6 +52,7 @@ class EndpointError(InputError):
     NO_SPECULATION = "no_speculation"
     NO_HIDDEN_STATES = "no_hidden_states"
     BAD_URL = "bad_url"
+    TOO_LARGE = "too_large"
 
     def __init__(self, message: str, *, url: str, kind: str, status: int | None = None) -> None:
         super().__init__(message)
@@ -267,20 +273,55 @@ class GenerateResult:
     spec_accept_length: float | None
     e2e_latency: float | None
     finish_reason: str | None
-    hidden_states: list | None
     spec_num_correct_drafts: int | None
     spec_num_proposed_drafts: int | None
     spec_accept_rate: float | None
-    meta_info: dict = field(repr=False)
+    # Entry k: the verify rounds that accepted exactly k drafts; SGLang grows the list only to the
+    # largest k seen. None: a server that predates the field, or a request without speculation.
+    spec_correct_drafts_histogram: list[int] | None
+    meta_info: dict = field(repr=False)  # without hidden_states
     client_latency_s: float = 0.0
+    # meta_info.hidden_states[0] (the prefill block, [tokens, width]) cut into `parts` equal column
+    # blocks: float32 [parts, tokens, width / parts] (generate(return_hidden_states=True) only).
+    prefill_states: NDArray[np.float32] | None = field(default=None, repr=False)
+
+    @property
+    def prefill_shape(self) -> tuple[int, int] | None:
+        """(tokens, width) of the prefill block, None without hidden states."""
+        if self.prefill_states is None:
+            return None
+        parts, rows, cols = self.prefill_states.shape
+        return rows, parts * cols
 
     def to_dict(self) -> dict:
-        """A JSON-ready dict of every field."""
-        return asdict(self)
+        """A JSON-ready dict of every field; the prefill block by its shape."""
+        d = {k: v for k, v in vars(self).items() if k != "prefill_states"}
+        d["prefill_shape"] = self.prefill_shape
+        return d
 
 
-def parse_generate(body: Any, url: str = "") -> GenerateResult:
-    """Build a GenerateResult from a /generate JSON body; EndpointError when it is not one."""
+def _histogram(value: Any, url: str) -> list[int] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(
+        isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in value
+    ):
+        raise EndpointError(
+            f"POST {url}/generate: meta_info.spec_correct_drafts_histogram is not a list of "
+            f"counts ({_one_line(repr(value), 80)}): is this an SGLang server?",
+            url=url,
+            kind=EndpointError.BAD_RESPONSE,
+        )
+    return value
+
+
+def parse_generate(
+    body: Any, url: str = "", prefill_states: NDArray[np.float32] | None = None
+) -> GenerateResult:
+    """Build a GenerateResult from a /generate JSON body; EndpointError when it is not one.
+
+    meta_info.hidden_states is left out: `generate` reads it as the reply arrives and passes
+    hidden_states[0] as `prefill_states`."""
     if not isinstance(body, dict) or not isinstance(body.get("meta_info"), dict):
         raise EndpointError(
             f"POST {url}/generate returned JSON without meta_info "
@@ -288,7 +329,7 @@ def parse_generate(body: Any, url: str = "") -> GenerateResult:
             url=url,
             kind=EndpointError.BAD_RESPONSE,
         )
-    meta = body["meta_info"]
+    meta = {k: v for k, v in body["meta_info"].items() if k != "hidden_states"}
     reason = meta.get("finish_reason")
     # finish_reason is {"type": "length", "length": 8} (or "stop", "abort" with a message).
     reason_type = reason.get("type") if isinstance(reason, dict) else reason
@@ -309,11 +350,12 @@ def parse_generate(body: Any, url: str = "") -> GenerateResult:
         spec_accept_length=meta.get("spec_accept_length"),
         e2e_latency=meta.get("e2e_latency"),
         finish_reason=None if reason_type is None else str(reason_type),
-        hidden_states=meta.get("hidden_states"),
         spec_num_correct_drafts=meta.get("spec_num_correct_drafts"),
         spec_num_proposed_drafts=meta.get("spec_num_proposed_drafts"),
         spec_accept_rate=meta.get("spec_accept_rate"),
+        spec_correct_drafts_histogram=_histogram(meta.get("spec_correct_drafts_histogram"), url),
         meta_info=meta,
+        prefill_states=prefill_states,
     )
 
 
@@ -449,8 +491,8 @@ class SGLangClient:
 
     def _json(self, resp: httpx.Response, method: str, path: str) -> Any:
         try:
-            return resp.json()
-        except ValueError:
+            return orjson.loads(resp.content)
+        except orjson.JSONDecodeError:
             raise self._err(
                 f"{method} {self.url}{path} returned a body that is not JSON "
                 f"({_describe_body(resp)}): does the URL point at an SGLang server?",
@@ -461,11 +503,16 @@ class SGLangClient:
     # transport: retries on connection errors only; an HTTP error or a timeout is final, since a
     # generate that timed out may still be running on the server.
 
-    def _request(self, method: str, path: str, json: Any = None) -> httpx.Response:
+    def _request(
+        self, method: str, path: str, json: Any = None, *, stream: bool = False
+    ) -> httpx.Response:
+        """The response (its body unread with `stream`: the caller closes it)."""
         last: Exception | None = None
         for attempt in range(self.retries):
             try:
-                return self._client().request(method, self.url + path, json=json)
+                client = self._client()
+                request = client.build_request(method, self.url + path, json=json)
+                return client.send(request, stream=stream)
             except httpx.ConnectError as exc:
                 last = exc
                 if attempt + 1 < self.retries:
@@ -583,16 +630,79 @@ class SGLangClient:
         temperature: float = 0.0,
         return_hidden_states: bool = False,
         ignore_eos: bool = True,
+        *,
+        states_parts: int = 1,
+        states_width: int | None = None,
     ) -> GenerateResult:
-        """POST /generate once (greedy by default) and parse the answer."""
+        """POST /generate once (greedy by default) and parse the answer.
+
+        With `return_hidden_states` (token ids only) the reply is read as it arrives:
+        meta_info.hidden_states[0] becomes `prefill_states`, cut into `states_parts` column
+        blocks, and a reply larger than `reply_bound(len(input_ids) + max_new_tokens,
+        states_width)` is refused. `states_width` is the widest row this request can return
+        (`states_json.states_width`); None allows MAX_STATES_WIDTH.
+        """
         payload = self._payload(
             input_ids, text, max_new_tokens, temperature, return_hidden_states, ignore_eos
         )
         start = time.perf_counter()
-        resp = self._check(self._request("POST", "/generate", json=payload), "POST", "/generate")
-        result = parse_generate(self._json(resp, "POST", "/generate"), self.url)
+        if return_hidden_states:
+            if input_ids is None:
+                raise ValueError("return_hidden_states needs input_ids: rows follow tokens")
+            width = MAX_STATES_WIDTH if states_width is None else states_width
+            result = self._generate_states(
+                payload, len(input_ids), len(input_ids) + max_new_tokens, width, states_parts
+            )
+        else:
+            resp = self._check(
+                self._request("POST", "/generate", json=payload), "POST", "/generate"
+            )
+            result = parse_generate(self._json(resp, "POST", "/generate"), self.url)
         result.client_latency_s = time.perf_counter() - start
         return result
+
+    def _generate_states(
+        self, payload: dict, tokens: int, rows: int, width: int, parts: int
+    ) -> GenerateResult:
+        """POST /generate with return_hidden_states, the reply parsed by a StatesReader."""
+        where, limit = f"POST {self.url}/generate", reply_bound(rows, width)
+        too_large = (
+            f"{where}: the reply is larger than {limit / 1e6:,.1f} MB, the most {rows} rows of "
+            f"{width} hidden-state numbers can take: refused (is this the server and the "
+            "layout the capture expects?)"
+        )
+        resp = self._request("POST", "/generate", json=payload, stream=True)
+        try:
+            if resp.status_code >= 300:
+                resp.read()
+                self._check(resp, "POST", "/generate")
+            length = resp.headers.get("content-length", "")
+            if length.isdigit() and int(length) > limit:
+                raise self._err(too_large, EndpointError.TOO_LARGE, resp.status_code)
+            reader, received = StatesReader(tokens, width, parts), 0
+            try:
+                for chunk in resp.iter_bytes():
+                    received += len(chunk)
+                    if received > limit:
+                        raise self._err(too_large, EndpointError.TOO_LARGE, resp.status_code)
+                    reader.feed(chunk)
+                rest, block = reader.close()
+            except ReplyError as e:
+                raise self._err(f"{where}: {e}", EndpointError.BAD_RESPONSE) from None
+            except httpx.HTTPError as exc:
+                raise self._http_error("POST", "/generate", exc) from None
+        finally:
+            resp.close()
+        try:
+            body = orjson.loads(rest)
+        except orjson.JSONDecodeError:
+            text = _one_line(rest[:80].decode(errors="replace"), 80)
+            raise self._err(
+                f"{where} returned a body that is not JSON ({text!r}): does the URL point at an "
+                "SGLang server?",
+                EndpointError.BAD_RESPONSE,
+            ) from None
+        return parse_generate(body, self.url, block)
 
     async def agenerate(
         self,
@@ -600,15 +710,13 @@ class SGLangClient:
         text: str | None = None,
         max_new_tokens: int = 64,
         temperature: float = 0.0,
-        return_hidden_states: bool = False,
         ignore_eos: bool = True,
         *,
         session: httpx.AsyncClient | None = None,
     ) -> GenerateResult:
-        """`generate` on an AsyncClient; a `session` from `async_client` shares connections."""
-        payload = self._payload(
-            input_ids, text, max_new_tokens, temperature, return_hidden_states, ignore_eos
-        )
+        """`generate` (without hidden states) on an AsyncClient; a `session` from
+        `async_client` shares connections."""
+        payload = self._payload(input_ids, text, max_new_tokens, temperature, False, ignore_eos)
         own = session is None
         client = self.async_client() if session is None else session
         try:

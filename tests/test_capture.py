@@ -89,6 +89,25 @@ def test_bf16_round_trip(tmp_path):
     assert back.embed_weight is None
 
 
+def test_views_of_one_buffer_are_saved_without_copies_and_overlaps_with_one(tmp_path):
+    block = torch.arange(3 * 2 * 4, dtype=torch.float32).reshape(3, 2, 4)  # [taps, L, Ht]
+    ids = torch.tensor([4, 9])
+    views = Sequence(input_ids=ids, states={Tap(1): block[0], Tap(2): block[1], Tap(3): block[2]})
+    # the same tensor at two taps overlaps itself: saved from a copy
+    same = Sequence(input_ids=ids, states={Tap(1): block[0], Tap(2): block[0], Tap(3): block[2]})
+    cap = Capture(taps=(Tap(1), Tap(2), Tap(3)), sequences=[views, same], hidden_size=4)
+    back = load_capture(save_capture(cap, tmp_path / "c"))
+    assert back.sequences[0].states[Tap(2)].tolist() == [
+        [8.0, 9.0, 10.0, 11.0],
+        [12.0, 13.0, 14.0, 15.0],
+    ]
+    assert back.sequences[1].states[Tap(2)].tolist() == [[0.0, 1.0, 2.0, 3.0], [4.0, 5.0, 6.0, 7.0]]
+    assert back.sequences[1].states[Tap(3)].tolist() == [
+        [16.0, 17.0, 18.0, 19.0],
+        [20.0, 21.0, 22.0, 23.0],
+    ]
+
+
 def test_aux_order_and_missing_tap():
     cap = make_capture()
     aux = cap.aux(1, parse_layout("3,0,4n"))

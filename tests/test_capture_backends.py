@@ -350,6 +350,9 @@ def test_capture_from_sglang_splits_taps_and_keeps_tokens(tmp_path):
         for k, tap in enumerate(cap.taps):
             expected = torch.tensor([[cell(r, k * HT + c) for c in range(HT)] for r in range(L)])
             assert torch.equal(seq.states[tap], expected)
+        # the taps are views of the one float32 buffer the reply was read into: no copies
+        storages = {seq.states[t].untyped_storage().data_ptr() for t in cap.taps}
+        assert len(storages) == 1 and seq.states[cap.taps[0]].dtype == torch.float32
         # the target's greedy token after every position, the last from the 1-token call
         assert seq.target_ids.tolist() == tokens[1:] + [greedy_next(tokens)]
         assert seq.loss_mask.tolist() == [0] * (P + 1) + [1] * (L - P - 1)
@@ -416,6 +419,17 @@ def test_width_checks():
             capture_from_sglang(
                 client, [[1, 2]], (Tap(1), Tap(2), Tap(3)), 2, warn=[], hidden_size=K * HT
             )
+
+
+def test_a_reply_larger_than_the_taps_can_be_is_refused():
+    # 3 + 2 + 8 tokens, + 1 new: 14 rows of at most 2 x 3 x 8 numbers, 32 bytes each, + 1 MiB
+    fake = FakeSGLang(width=12000)  # 13 rows of 12,000 numbers like "12034.0, ": ~1.5 MB
+    with running(fake) as client, pytest.raises(EndpointError) as err:
+        capture_from_sglang(
+            client, [[1, 2, 3]], (Tap(1), Tap(2), Tap(3)), 2, warn=[], hidden_size=HT
+        )
+    assert err.value.kind == EndpointError.TOO_LARGE
+    assert "larger than 1.1 MB, the most 14 rows of 48 hidden-state numbers" in str(err.value)
 
 
 def test_server_without_return_hidden_states_names_the_flag():

@@ -19,6 +19,8 @@ from eagle3dash.servebench import (
     load_prompts,
     percentile,
     run_bench,
+    shares_at_least,
+    sum_histograms,
 )
 from eagle3dash.sglang import EndpointError
 from tests.httpserver import Reply, Request, closed_port_url, serve
@@ -36,6 +38,12 @@ ANSWERS = {
     "p6": (10, 4),  # 2.5
     "p7": (16, 5),  # 3.2
 }
+# spec_correct_drafts_histogram of p0 and p1 (rounds by accepted drafts, grown to the largest k):
+# sum = spec_verify_ct and sum(k * h[k]) = completion_tokens - 1 - spec_verify_ct.
+HISTOGRAMS = {
+    "p0": [3, 3, 2],  # 8 rounds, 3 + 4 = 7 = 16 - 1 - 8 drafts accepted
+    "p1": [0, 0, 1, 3],  # 4 rounds, 2 + 9 = 11 = 16 - 1 - 4
+}
 
 
 class FakeGenerate:
@@ -45,8 +53,16 @@ class FakeGenerate:
     check the client's concurrency.
     """
 
-    def __init__(self, warmup: int, delay: float = 0.02, spec: bool = True, fail: str = "") -> None:
+    def __init__(
+        self,
+        warmup: int,
+        delay: float = 0.02,
+        spec: bool = True,
+        fail: str = "",
+        histograms: bool = False,
+    ) -> None:
         self.warmup = warmup
+        self.histograms = histograms  # send HISTOGRAMS (and [1] for warm-up requests)
         self.delay = delay
         self.spec = spec
         self.fail = fail
@@ -88,6 +104,8 @@ class FakeGenerate:
         }
         if self.spec:
             meta["spec_verify_ct"] = WARMUP_VERIFY_CT if warm else verify_ct
+        if self.spec and self.histograms:
+            meta["spec_correct_drafts_histogram"] = [1] if warm else HISTOGRAMS[text]
         return Reply(
             body={"text": "y" * completion, "output_ids": [7] * completion, "meta_info": meta}
         )
@@ -140,7 +158,53 @@ def test_bench_without_speculation_has_no_accept_length() -> None:
         result = run_bench(s.url, PROMPTS[:4], concurrency=2, max_new_tokens=16, warmup=0)
     assert result.accept_length is None
     assert result.accept_length_per_request == [None] * 4
+    assert result.correct_drafts_histogram is None and result.per_position is None
     assert result.completion_tokens == 16 + 16 + 12 + 16
+
+
+def test_bench_sums_the_histograms_into_acceptance_per_position() -> None:
+    with serve(FakeGenerate(warmup=1, histograms=True)) as s:
+        result = run_bench(s.url, PROMPTS[:2], concurrency=2, max_new_tokens=16, warmup=1)
+    assert [r.correct_drafts_histogram for r in result.requests] == [[3, 3, 2], [0, 0, 1, 3]]
+    # [3, 3, 2] + [0, 0, 1, 3], the warm-up's [1] left out; 12 rounds: >= 1 draft accepted in
+    # 9, >= 2 in 6, >= 3 in 3
+    assert result.correct_drafts_histogram == [3, 3, 3, 3]
+    assert result.per_position == [0.75, 0.5, 0.25]
+    d = result.to_dict()
+    assert d["per_position"] == [0.75, 0.5, 0.25]
+    assert d["correct_drafts_histogram"] == [3, 3, 3, 3]
+    json.dumps(d)
+
+
+def test_a_server_without_the_histogram_has_no_per_position() -> None:
+    """A server that predates spec_correct_drafts_histogram: None, not zeros."""
+    with serve(FakeGenerate(warmup=0)) as s:
+        result = run_bench(s.url, PROMPTS[:2], concurrency=2, max_new_tokens=16, warmup=0)
+    assert result.accept_length == 32 / 12  # speculation is measured...
+    assert result.correct_drafts_histogram is None  # ...per position it is not
+    assert result.per_position is None and result.to_dict()["per_position"] is None
+
+
+def test_summed_histograms_by_hand() -> None:
+    assert sum_histograms([[3, 1, 2], [0, 4]]) == [3, 5, 2]
+    assert shares_at_least([3, 5, 2]) == [7 / 10, 2 / 10]
+    assert shares_at_least([4]) == []  # no round accepted a draft: no position reached
+    assert shares_at_least([]) == []
+    assert sum_histograms([]) == []
+    stats = [
+        # 6 rounds, 1 + 4 = 5 drafts: 1 + 6 + 5 tokens; 4 rounds, 4 drafts: 1 + 4 + 4
+        RequestStat(0, completion_tokens=12, spec_verify_ct=6, correct_drafts_histogram=[3, 1, 2]),
+        RequestStat(1, completion_tokens=9, spec_verify_ct=4, correct_drafts_histogram=[0, 4]),
+        RequestStat(2, completion_tokens=7),  # no verify round: no spec fields, not counted
+        RequestStat(3, error="HTTP 500: boom"),
+    ]
+    r = _summarize("http://x", stats, concurrency=1, max_new_tokens=16, warmup=0, wall_s=1.0)
+    assert r.correct_drafts_histogram == [3, 5, 2]
+    assert r.per_position == [0.7, 0.2]
+    # one speculative request without the field: the sum would undercount, so there is none
+    stats[1] = RequestStat(1, completion_tokens=9, spec_verify_ct=4)
+    r = _summarize("http://x", stats, concurrency=1, max_new_tokens=16, warmup=0, wall_s=1.0)
+    assert r.correct_drafts_histogram is None and r.per_position is None
 
 
 def test_bench_counts_failed_requests() -> None:

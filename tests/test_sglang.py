@@ -13,6 +13,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from eagle3dash import sglang
@@ -210,7 +211,8 @@ def test_generate_parses_real_meta_info(replay: Served) -> None:
     assert result.spec_num_correct_drafts is None
     assert result.spec_num_proposed_drafts is None
     assert result.spec_accept_rate is None
-    assert result.hidden_states is None
+    assert result.spec_correct_drafts_histogram is None  # no speculation: no histogram
+    assert result.prefill_states is None and result.prefill_shape is None
     assert result.meta_info["cached_tokens"] == 1
     assert result.client_latency_s > 0
     # The request SGLang saw: greedy, fixed length, token ids.
@@ -269,6 +271,7 @@ def test_speculative_server_info(server_info: dict) -> None:
     assert result.spec_num_correct_drafts == 22
     assert result.spec_num_proposed_drafts == 30
     assert result.spec_accept_rate == pytest.approx(0.7333)
+    assert result.spec_correct_drafts_histogram == [1, 2, 3, 4]
 
 
 def test_hidden_states_come_back_when_enabled(server_info: dict) -> None:
@@ -280,7 +283,13 @@ def test_hidden_states_come_back_when_enabled(server_info: dict) -> None:
         )
         sent = [r for r in served.requests if r.path == "/generate"][-1].json()
     assert sent["return_hidden_states"] is True
-    assert result.hidden_states == rows
+    # hidden_states[0] as float32, in one part; the decode row after it is not kept
+    assert result.prefill_shape == (2, 2)
+    assert result.prefill_states is not None and result.prefill_states.dtype == np.float32
+    assert result.prefill_states.tolist() == [
+        [[0.10000000149011612, 0.20000000298023224], [0.30000001192092896, 0.4000000059604645]]
+    ]
+    assert "hidden_states" not in result.meta_info
 
 
 def test_hidden_states_refused_names_the_flag(replay: Served) -> None:
@@ -518,3 +527,56 @@ def test_connection_closed_without_answer() -> None:
         SGLangClient(s.url).generate(text="x")
     assert info.value.kind == EndpointError.DOWN
     assert_one_line(info.value, s.url, "closed the connection without answering")
+
+
+# --- hidden states read as they arrive ----------------------------------------------------------
+
+
+def states_reply(rows: int, width: int) -> bytes:
+    """A /generate reply whose prefill block is [rows][width] of 0.25."""
+    block = [[0.25] * width for _ in range(rows)]
+    meta = {"prompt_tokens": rows, "completion_tokens": 1, "hidden_states": [block]}
+    return json.dumps({"text": "", "output_ids": [5], "meta_info": meta}).encode()
+
+
+def test_a_reply_larger_than_the_request_can_be_is_refused() -> None:
+    # 2 tokens + 1 new of at most 4 numbers: 3 x 4 x 32 bytes + 1 MiB for the rest = 1,048,960
+    big = states_reply(2, 200_000)  # 400,000 x "0.25, ": 2.4 MB
+    assert len(big) == 2_400_115
+    with serve(lambda req: Reply(200, big, "application/json")) as s:
+        with pytest.raises(EndpointError) as info:
+            SGLangClient(s.url).generate(
+                input_ids=[1, 2], max_new_tokens=1, return_hidden_states=True, states_width=4
+            )
+        # the same reply fits a request that may return rows this wide
+        result = SGLangClient(s.url).generate(
+            input_ids=[1, 2], max_new_tokens=1, return_hidden_states=True, states_width=200_000
+        )
+    assert info.value.kind == EndpointError.TOO_LARGE
+    assert_one_line(info.value, s.url, "larger than 1.0 MB", "3 rows of 4", "refused")
+    assert result.prefill_shape == (2, 200_000)
+
+
+def test_a_reply_without_content_length_is_cut_at_the_bound() -> None:
+    big = states_reply(2, 200_000)
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n"
+    with serve(lambda req: Reply(raw=head + big)) as s, pytest.raises(EndpointError) as info:
+        SGLangClient(s.url).generate(
+            input_ids=[1, 2], max_new_tokens=1, return_hidden_states=True, states_width=4
+        )
+    assert info.value.kind == EndpointError.TOO_LARGE
+    assert_one_line(info.value, s.url, "larger than 1.0 MB", "refused")
+
+
+def test_hidden_states_that_are_not_a_block_are_a_bad_response() -> None:
+    meta = {"hidden_states": [[[0.5, 1.0], [2.0]]]}
+    body = {"text": "", "output_ids": [5], "meta_info": meta}
+    with serve(lambda req: Reply(200, body)) as s, pytest.raises(EndpointError) as info:
+        SGLangClient(s.url).generate(input_ids=[1, 2], max_new_tokens=1, return_hidden_states=True)
+    assert info.value.kind == EndpointError.BAD_RESPONSE
+    assert_one_line(info.value, s.url, "not a [tokens][width] block of numbers")
+
+
+def test_hidden_states_need_token_ids(replay: Served) -> None:
+    with pytest.raises(ValueError, match="needs input_ids"):
+        SGLangClient(replay.url).generate(text="x", return_hidden_states=True)

@@ -20,6 +20,7 @@ from transformers import LlamaForCausalLM
 
 from eagle3dash import checkpoint
 from eagle3dash.layout import Tap
+from eagle3dash.servebench import Prompt, run_bench
 from eagle3dash.sglang import SGLangClient
 from eagle3dash.sglang_rules import serving_layout
 from eagle3dash.spec import DraftSpec
@@ -110,6 +111,7 @@ def check_spec_accounting(meta: dict, num_steps: int) -> None:
         sum(hist) == ct
         and sum(i * c for i, c in enumerate(hist)) == meta["spec_num_correct_drafts"]
     )
+    assert hist[-1] > 0 and len(hist) <= num_steps + 1  # grown only to the largest k seen
 
 
 # -- shapes ------------------------------------------------------------------------------------
@@ -228,9 +230,11 @@ def constant_draft(models, token: int) -> Path:
     return checkpoint.save(spec, tensors, models["root"] / f"const{token}", "specforge")
 
 
-def simulated_rounds(output: list[int], token: int, steps: int) -> tuple[int, int]:
-    """Rounds and accepted drafts when every round proposes `token` x steps, from the output."""
+def simulated_rounds(output: list[int], token: int, steps: int) -> tuple[int, int, list[int]]:
+    """Rounds, accepted drafts and rounds by accepted drafts (SGLang's histogram: grown only to
+    the largest count seen) when every round proposes `token` x steps, from the output."""
     pos, rounds, correct = 1, 0, 0  # the first token comes from prefill
+    histogram: list[int] = []
     while pos < len(output):
         accepted = 0
         while accepted < steps and pos + accepted < len(output) and output[pos + accepted] == token:
@@ -239,7 +243,9 @@ def simulated_rounds(output: list[int], token: int, steps: int) -> tuple[int, in
         pos += emitted
         rounds += 1
         correct += emitted - 1
-    return rounds, correct
+        histogram += [0] * (emitted - len(histogram))
+        histogram[emitted - 1] += 1
+    return rounds, correct, histogram
 
 
 def test_verify_count_is_honest_and_a_good_draft_is_accepted(models):
@@ -258,8 +264,9 @@ def test_verify_count_is_honest_and_a_good_draft_is_accepted(models):
         assert body["output_ids"] == ref
         meta = body["meta_info"]
         check_spec_accounting(meta, 3)
-        rounds, correct = simulated_rounds(ref, token, 3)
+        rounds, correct, histogram = simulated_rounds(ref, token, 3)
         assert (meta["spec_verify_ct"], meta["spec_num_correct_drafts"]) == (rounds, correct)
+        assert meta["spec_correct_drafts_histogram"] == histogram
         assert meta["spec_accept_length"] > 1.5
         # totals are added every decode_log_interval (5) verify rounds, as SGLang's log lines do
         avg = httpx.get(d.url + "/server_info").json()["internal_states"][0][
@@ -570,6 +577,27 @@ def test_eagle_algorithm_with_an_eagle3_draft_skips_capture(models):
     torch.testing.assert_close(block, states(hf, prompt)[3], atol=1e-5, rtol=1e-4)
 
 
+def test_the_bench_measures_acceptance_per_position_on_the_double(models):
+    hf, n = models["hf"], 24
+    ref = {i: greedy(hf, p, n) for i, p in enumerate(PROMPTS[:2])}
+    token = max(set(ref[0]), key=ref[0].count)
+    expected = [simulated_rounds(ref[i], token, 3)[2] for i in ref]
+    summed = [sum(h[k] if k < len(h) else 0 for h in expected) for k in range(4)]
+    while summed and not summed[-1]:
+        summed.pop()
+    cfg = DoubleConfig(models["target"], constant_draft(models, token), "EAGLE3")
+    prompts = [Prompt("", input_ids=tuple(p)) for p in PROMPTS[:2]]
+    with start_double(cfg) as d:
+        result = run_bench(d.url, prompts, concurrency=1, max_new_tokens=n, warmup=0)
+    assert [r.correct_drafts_histogram for r in result.requests] == expected
+    assert result.correct_drafts_histogram == summed and sum(summed[1:]) > 0
+    rounds = sum(summed)
+    assert result.per_position == [sum(summed[k:]) / rounds for k in range(1, len(summed))]
+    # each request emits 1 + rounds + accepted drafts: 1 + sum(per_position) is the accept length
+    # without the tokens sampled at prefill
+    assert 1 + sum(result.per_position) == pytest.approx(result.accept_length - 2 / rounds)
+
+
 def test_the_client_reads_the_double_like_a_real_server(models):
     """Contract: SGLangClient parses the double as it parses the recorded 0.5.23 responses."""
     cfg = DoubleConfig(
@@ -588,7 +616,13 @@ def test_the_client_reads_the_double_like_a_real_server(models):
         assert result.completion_tokens == 12 and result.spec_verify_ct >= 3
         assert result.spec_accept_length == pytest.approx(12 / result.spec_verify_ct)
         client.flush_cache()
-        block = client.generate(
-            input_ids=PROMPTS[0], max_new_tokens=1, return_hidden_states=True
-        ).hidden_states[0]
-        assert len(block) == len(PROMPTS[0]) and len(block[0]) == 3 * 64
+        # SGLang's histogram: entry k counts the rounds that accepted exactly k drafts, grown
+        # only to the largest k seen; each round emits its k drafts and one bonus token, after
+        # the first token (sampled at prefill)
+        hist = result.spec_correct_drafts_histogram
+        assert hist is not None and 1 <= len(hist) <= 3 + 1 and hist[-1] > 0
+        assert sum(hist) == result.spec_verify_ct
+        assert sum(k * c for k, c in enumerate(hist)) == 12 - 1 - result.spec_verify_ct
+        result = client.generate(input_ids=PROMPTS[0], max_new_tokens=1, return_hidden_states=True)
+        assert result.prefill_shape == (len(PROMPTS[0]), 3 * 64)
+        assert result.spec_correct_drafts_histogram is None  # no verify round: no spec fields

@@ -106,8 +106,24 @@ def _sequence_tensors(i: int, seq: Sequence) -> dict[str, Tensor]:
         out[f"s{i}.target_ids"] = seq.target_ids.reshape(-1).to(torch.int64)
     if seq.loss_mask is not None:
         out[f"s{i}.loss_mask"] = seq.loss_mask.reshape(-1)
-    # safetensors refuses views sharing storage: give each tensor its own
-    return {k: v.detach().cpu().contiguous().clone() for k, v in out.items()}
+    return {k: v.detach().cpu().contiguous() for k, v in out.items()}
+
+
+def _own_memory(tensors: dict[str, Tensor], taken: list[tuple[int, int]]) -> dict[str, Tensor]:
+    """`tensors`, each cloned only when its bytes overlap bytes in `taken` (safetensors refuses
+    overlapping views; views of one buffer that do not overlap, like the taps of one SGLang
+    capture, are saved without a copy). `taken` gains the tensors' byte ranges."""
+    out = {}
+    for name, x in tensors.items():
+        start = x.data_ptr()
+        stop = start + x.numel() * x.element_size()
+        if any(start < b and a < stop for a, b in taken):
+            x = x.clone()
+            start = x.data_ptr()
+            stop = start + x.numel() * x.element_size()
+        taken.append((start, stop))
+        out[name] = x
+    return out
 
 
 def save_capture(capture: Capture, path: str | Path, shard_bytes: int = 512 << 20) -> Path:
@@ -118,6 +134,7 @@ def save_capture(capture: Capture, path: str | Path, shard_bytes: int = 512 << 2
         old.unlink()
     shards: list[str] = []
     pending: dict[str, Tensor] = {}
+    taken: list[tuple[int, int]] = []  # the byte ranges of the tensors in `pending`
     size = 0
 
     def flush() -> None:
@@ -127,6 +144,7 @@ def save_capture(capture: Capture, path: str | Path, shard_bytes: int = 512 << 2
             save_file(pending, str(path / name), metadata={"format": FORMAT})
             shards.append(name)
         pending, size = {}, 0
+        taken.clear()
 
     dtype = None
     for i, seq in enumerate(capture.sequences):
@@ -139,7 +157,7 @@ def save_capture(capture: Capture, path: str | Path, shard_bytes: int = 512 << 2
         nbytes = sum(t.numel() * t.element_size() for t in tensors.values())
         if pending and size + nbytes > shard_bytes:
             flush()
-        pending.update(tensors)
+        pending.update(_own_memory(tensors, taken))
         size += nbytes
     flush()
     if capture.embed_weight is not None:

@@ -20,6 +20,7 @@ from eagle3dash.sglang_rules import (
     capture_layout,
     parse_version,
 )
+from eagle3dash.states_json import states_width
 
 if TYPE_CHECKING:
     from eagle3dash.sglang import GenerateResult, ServerReport, SGLangClient
@@ -92,34 +93,22 @@ def _aux_mode(report: ServerReport) -> str | None:
 
 
 def _prefill_block(result: GenerateResult, n: int, url: str, cached: object) -> Tensor:
-    """meta_info.hidden_states[0] as a [n, W] float32 tensor, checked against the token count."""
-    hs = result.hidden_states
-    if not hs:
+    """meta_info.hidden_states[0] as float32 [parts, n, W / parts], checked against the token
+    count (the parts share the reader's one buffer: no copy)."""
+    block = result.prefill_states
+    if block is None:
         raise CaptureError(
             f"{url}: /generate with return_hidden_states answered without "
             "meta_info.hidden_states; is the server started with --enable-return-hidden-states?"
         )
-    try:
-        block = torch.tensor(hs[0], dtype=torch.float32)
-    except (TypeError, ValueError) as e:
+    if block.shape[1] != n:
         raise CaptureError(
-            f"{url}: meta_info.hidden_states[0] is not a [tokens][width] block of numbers: {e}"
-        ) from e
-    if block.dim() == 1 and n == 1:
-        block = block[None]
-    if block.dim() != 2:
-        raise CaptureError(
-            f"{url}: meta_info.hidden_states[0] has shape {tuple(block.shape)}, expected "
-            f"[{n}, width] (one row per input token)"
-        )
-    if block.shape[0] != n:
-        raise CaptureError(
-            f"{url}: the prefill block has rows for {block.shape[0]} of {n} input tokens "
+            f"{url}: the prefill block has rows for {block.shape[1]} of {n} input tokens "
             f"(cached_tokens={cached}): the radix cache served part of the prompt although it "
             "was flushed (a busy server?). Rerun when the server is idle, or start it with "
             "--disable-radix-cache"
         )
-    return block
+    return torch.from_numpy(block)
 
 
 def _one_hidden_size_error(url: str, width: int, report: ServerReport) -> CaptureError:
@@ -137,8 +126,10 @@ def _one_hidden_size_error(url: str, width: int, report: ServerReport) -> Captur
 def _split_serving(
     block: Tensor, taps: Layout, report: ServerReport, hidden_size: int | None
 ) -> tuple[int, dict[Tap, Tensor]]:
-    """Split [n, K*Ht] into the K taps, which SGLang concatenates in ascending layer order."""
-    width, K = int(block.shape[1]), len(taps)
+    """The [parts, n, W / parts] block as the K taps, which SGLang concatenates in ascending layer
+    order; each tap is one part (the reader cut W into K parts when K divides it)."""
+    parts, K = int(block.shape[0]), len(taps)
+    width = parts * int(block.shape[2])
     if _aux_mode(report) is None or (hidden_size is not None and width == hidden_size and K > 1):
         raise _one_hidden_size_error(report.url, width, report)
     if width % K:
@@ -152,7 +143,8 @@ def _split_serving(
             f"{report.url}: the aux block is {width} wide = {width / hidden_size:g} hidden sizes "
             f"of {hidden_size}, but the serving layout {format_layout(taps)} has {K} taps"
         )
-    return ht, {tap: block[:, i * ht : (i + 1) * ht].clone() for i, tap in enumerate(taps)}
+    assert parts == K  # the reader was asked for K parts, and K divides the width
+    return ht, {tap: block[i] for i, tap in enumerate(taps)}
 
 
 def _prompt_ids(prompt: object, i: int) -> list[int]:
@@ -186,6 +178,10 @@ def capture_from_sglang(
         with max_new_tokens=1 and return_hidden_states; meta_info.hidden_states[0], the prefill
         block [len(tokens), K*Ht], is split into the K taps of `serving_layout` in ascending
         layer order, the order SGLang concatenates them in (duplicates are captured once).
+        The reply is read as it arrives (states_json.StatesReader): the block goes straight
+        into one float32 buffer whose K column blocks are the taps (no nested lists kept, no
+        copy per tap), and a reply larger than len(tokens) + 1 rows of
+        states_width(K, hidden_size) numbers can take is refused (EndpointError TOO_LARGE).
     `serving_layout` is the layout this server captures (layout.serving_layout); the capture's
     taps are those taps, sorted. `hidden_size` (the target's, if known) tightens the width checks.
 
@@ -244,7 +240,12 @@ def capture_from_sglang(
         tokens = ids + completion
         _flush(client)
         second = client.generate(
-            input_ids=tokens, max_new_tokens=1, temperature=0.0, return_hidden_states=True
+            input_ids=tokens,
+            max_new_tokens=1,
+            temperature=0.0,
+            return_hidden_states=True,
+            states_parts=len(taps),
+            states_width=states_width(len(taps), hidden_size),
         )
         cached = second.meta_info.get("cached_tokens")
         block = _prefill_block(second, len(tokens), url, cached)

@@ -12,6 +12,10 @@ of evidence, strongest first:
   observation, never instead of it.
 
 `Diagnosis.to_dict()` is the one JSON form: the CLI prints it, the store keeps it, pages read it.
+Acceptance per draft position is there twice, comparable entry by entry: simulated on each side
+(`training.eval.acceptance[k - 1]`, the share of chains whose first k drafts are all right) and
+measured on the server (`measured.per_position[k - 1]`, the share of verify rounds that accepted
+at least k drafts, from SGLang's spec_correct_drafts_histogram; None when the server predates it).
 """
 
 from __future__ import annotations
@@ -126,7 +130,7 @@ class Diagnosis:
     prediction: LayoutComparison  # what the config and SGLang's rules predict
     training: Side
     serving: Side
-    measured: BenchResult | None = None
+    measured: BenchResult | None = None  # with per_position, measured acceptance per draft
     baseline: BenchResult | None = None
     detection: Any = None  # detective.Detection (with the target at hand)
     identity: DraftIdentity | None = None

@@ -205,6 +205,7 @@ def capture_serving(run: _Run, prompts: list[Prompt]) -> None:
             run.tokens,
             predicted.layout,
             max_new_tokens=run.options.max_new_tokens,
+            hidden_size=run.report.spec.target_hidden_size,  # bounds the reply, checks the width
             report=server,
             progress=lambda done, total: run.progress(0.08 + 0.27 * done / total, "capturing"),
             warn=run.warnings.append,

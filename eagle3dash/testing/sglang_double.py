@@ -43,7 +43,10 @@ What it models
   order, when EAGLE-3 capture is on; else H, the final-normed state.
 - Stopping: `max_new_tokens` (default 128), EOS from the target's config unless `ignore_eos`,
   `stop_token_ids`; a stop inside a verify round truncates it (SGLang counts only the kept drafts).
-- meta_info per request like 0.5.23 (`spec_*` fields only when spec_verify_ct > 0), the
+- meta_info per request like 0.5.23 (`spec_*` fields only when spec_verify_ct > 0;
+  `spec_correct_drafts_histogram[k]` counts the rounds that accepted exactly k drafts, the list
+  grown only to the largest k seen, so sum(h) = spec_verify_ct and sum(k * h[k]) =
+  spec_num_correct_drafts = completion_tokens - 1 - spec_verify_ct), the
   `Decode batch, ... accept len: ...` log line every `decode_log_interval` decode forwards, and
   `internal_states[0].avg_spec_accept_length` from the totals those log lines add (so it appears
   only after `decode_log_interval` verify rounds, and covers everything since start).
@@ -245,6 +248,8 @@ class _Result:
     hidden_states: list | None = None
     verify_ct: int = 0
     correct_drafts: int = 0
+    # entry k: rounds that accepted exactly k drafts; grown only to the largest k seen, like
+    # SGLang's spec_correct_drafts_histogram
     histogram: list[int] = field(default_factory=list)
 
 
@@ -535,7 +540,7 @@ class _Engine:
         out: list[int] = []
         hidden_rows: list[Tensor] = []
         S = self.num_steps
-        result = _Result([], {}, n_prompt, 0.0, histogram=[0] * (S + 1) if self.feed else [])
+        result = _Result([], {}, n_prompt, 0.0)
 
         def emit(token: int) -> dict | None:
             out.append(token)
@@ -593,6 +598,8 @@ class _Engine:
             seq.extend(new[:emitted])
             result.verify_ct += 1
             result.correct_drafts += emitted - 1  # eagle_info.py: accepted drafts, no bonus
+            if len(result.histogram) < emitted:
+                result.histogram.extend([0] * (emitted - len(result.histogram)))
             result.histogram[emitted - 1] += 1
             self._decode_forward_done(emitted, len(seq), time.perf_counter() - tic)
         result.output_ids = out
