@@ -149,9 +149,11 @@ NORM_BEFORE_FC_SINCE = (0, 5, 20)
 # --speculative-draft-model-quantization exists from 0.5.8 (server_args.py); before, the draft is
 # quantized like the target.
 DRAFT_QUANT_FLAG_SINCE = (0, 5, 8)
-# Per-accepted-token hidden-state rows under speculative decoding (sglang issue #26163): before,
-# decode rows are truncated or misattributed; the prefill block is right in every version.
-HIDDEN_STATES_FIX = (0, 5, 20)
+# Per-accepted-token hidden-state rows under speculative decoding (sglang issue #26163): from 0.5.14
+# managers/scheduler_components/batch_result_processor.py extends req.hidden_states with one row
+# per emitted token of a verify round (0.5.13 appended one row per request and round); the prefill
+# block is right in every version.
+HIDDEN_STATES_FIX = (0, 5, 14)
 # models/deepseek_v2.py first-id rule (PR #25454).
 FIRST_ID_RULE_SINCE = (0, 5, 13)
 

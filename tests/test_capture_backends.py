@@ -384,9 +384,13 @@ def test_capture_from_sglang_takes_token_ids_and_says_so_for_text():
 
 def test_old_server_warns_about_truncation():
     said: list[str] = []
-    with running(FakeSGLang(version="0.5.15")) as client:
+    with running(FakeSGLang(version="0.5.13")) as client:
         cap = capture_from_sglang(client, [[1, 2, 3]], (Tap(1), Tap(2), Tap(3)), 4, warn=said)
-    assert len(said) == 1 and "0.5.15" in said[0] and "#26163" in said[0]
+    assert said == [
+        f"{client.url} runs SGLang 0.5.13: SGLang before 0.5.14 truncates or misattributes the "
+        "per-token hidden states of decode steps under speculative decoding (issue #26163); the "
+        "prefill block used here is still right"
+    ]
     assert cap.meta["warnings"] == said
     assert len(cap.sequences[0]) == 3 + 4 + REFERENCE_TAIL  # the prefill block is still used
 
@@ -394,6 +398,15 @@ def test_old_server_warns_about_truncation():
     with running(FakeSGLang(version=None)) as client:  # type: ignore[arg-type]
         capture_from_sglang(client, [[1, 2]], (Tap(1), Tap(2), Tap(3)), 2, warn=calls.append)
     assert len(calls) == 1 and "version" in calls[0]
+
+
+@pytest.mark.parametrize("version", ["0.5.14", "0.5.15.post1", "0.5.16"])
+def test_per_token_rows_are_right_from_0_5_14(version):
+    # batch_result_processor.py keeps one row per emitted token from 0.5.14 (issue #26163).
+    said: list[str] = []
+    with running(FakeSGLang(version=version)) as client:
+        capture_from_sglang(client, [[1, 2, 3]], (Tap(1), Tap(2), Tap(3)), 4, warn=said)
+    assert said == []
 
 
 @pytest.mark.parametrize("algorithm", ["EAGLE", None])

@@ -468,7 +468,7 @@ FIRES: list = [
         id="no-speculation",
     ),
     pytest.param(
-        lambda p: Evidence(server=Server(version="0.5.16", enable_return_hidden_states=True)),
+        lambda p: Evidence(server=Server(version="0.5.13", enable_return_hidden_states=True)),
         "hidden-states-truncated",
         "info",
         id="hidden-states-truncated",
@@ -636,9 +636,14 @@ QUIET: list = [
     ),
     pytest.param(lambda p: Evidence(server=Server()), "no-speculation", id="speculating"),
     pytest.param(
-        lambda p: Evidence(server=Server(version="0.5.20", enable_return_hidden_states=True)),
+        lambda p: Evidence(server=Server(version="0.5.14", enable_return_hidden_states=True)),
         "hidden-states-truncated",
-        id="hidden-states-fixed",
+        id="hidden-states-fixed-in-0.5.14",
+    ),
+    pytest.param(
+        lambda p: Evidence(server=Server(version="0.5.16", enable_return_hidden_states=True)),
+        "hidden-states-truncated",
+        id="hidden-states-fixed-0.5.16",
     ),
 ]
 
@@ -758,10 +763,10 @@ def test_norm_output_fix_removes_the_key() -> None:
 
 def test_findings_sorted_by_severity_then_rule_order() -> None:
     e = seed(
-        "0.5.16",
+        "0.5.13",
         report=report(draft(draft_vocab_size=320, fc_norm=True)),
         server=Server(
-            version="0.5.16",
+            version="0.5.13",
             quantization="fp8",
             enable_return_hidden_states=True,
             speculative=Spec(algorithm="EAGLE", num_steps=1, num_draft_tokens=2),

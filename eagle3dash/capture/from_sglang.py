@@ -19,6 +19,7 @@ from eagle3dash.sglang_rules import (
     HIDDEN_STATES_FIX,
     capture_layout,
     parse_version,
+    version_text,
 )
 
 if TYPE_CHECKING:
@@ -49,14 +50,14 @@ def _warner(warn: Warn, sink: list[str]) -> Callable[[str], None]:
 
 
 def _check_version(version: str | None, url: str, emit: Callable[[str], None]) -> None:
-
+    fixed = version_text(HIDDEN_STATES_FIX)
     old = (
-        "SGLang before 0.5.20 truncates or misattributes the per-token hidden states of decode "
+        f"SGLang before {fixed} truncates or misattributes the per-token hidden states of decode "
         "steps under speculative decoding (issue #26163); the prefill block used here is still "
         "right"
     )
     if version is None:
-        emit(f"{url} does not report its version; if it is older than 0.5.20: {old}")
+        emit(f"{url} does not report its version; if it is older than {fixed}: {old}")
         return
     try:
         parsed = parse_version(version)
@@ -202,7 +203,7 @@ def capture_from_sglang(
     length on these very sequences.
 
     Warns (through `warn`: a callable, a list, or None for warnings.warn; all warnings are kept
-    in meta["warnings"]) when the server is older than 0.5.20 (issue #26163). Raises
+    in meta["warnings"]) when the server is older than 0.5.14 (issue #26163). Raises
     EndpointError when the server cannot return hidden states (restart hint in the message) and
     CaptureError when the returned states are not aux states (no EAGLE-3 capture active).
     """

@@ -11,7 +11,7 @@ import re
 
 from eagle3dash.findings.core import Evidence, Finding, _fmt
 from eagle3dash.identity import compare_drafts, is_local_url
-from eagle3dash.sglang_rules import DRAFT_QUANT_FLAG_SINCE, HIDDEN_STATES_FIX
+from eagle3dash.sglang_rules import DRAFT_QUANT_FLAG_SINCE, HIDDEN_STATES_FIX, version_text
 
 
 def rule_algorithm_eagle(e: Evidence) -> list[Finding]:
@@ -229,9 +229,10 @@ def rule_hidden_states_off(e: Evidence) -> list[Finding]:
 
 
 def rule_hidden_states_truncated(e: Evidence) -> list[Finding]:
-    """return_hidden_states under speculation is truncated before 0.5.20.
+    """return_hidden_states under speculation is truncated before 0.5.14.
 
-    sglang issue #26163; 0.5.20+ batch_result_processor.py `_append_decode_hidden_states`.
+    sglang issue #26163; 0.5.14+ managers/scheduler_components/batch_result_processor.py keeps
+    one row per emitted token of a verify round.
     """
     server, version = e.server, e.version_tuple()
     if server is None or server.speculative is None or version is None:
@@ -247,8 +248,8 @@ def rule_hidden_states_truncated(e: Evidence) -> list[Finding]:
             "can be trusted.",
             f"SGLang {e.version()} with --enable-return-hidden-states and "
             f"{server.speculative.algorithm}: decode rows are indexed per request, not per "
-            "accepted token (sglang issue #26163, fixed by 0.5.20).",
+            f"accepted token (sglang issue #26163, fixed by {version_text(HIDDEN_STATES_FIX)}).",
             "Read only the prefill block (meta_info.hidden_states[0], as this tool's endpoint "
-            "capture does), or upgrade SGLang to 0.5.20 or later.",
+            f"capture does), or upgrade SGLang to {version_text(HIDDEN_STATES_FIX)} or later.",
         )
     ]
