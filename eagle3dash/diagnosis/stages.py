@@ -446,8 +446,8 @@ def benchmark(run: _Run, prompts: list[Prompt]) -> tuple[BenchResult, BenchResul
 def effective_layouts(run: _Run, training: Side, serving: Side) -> LayoutComparison:
     """The sides as the layout rules read them: the strongest evidence on each side, with
     SGLang's rule, notes and capture error kept on the serving side."""
-    from eagle3dash.layout import default_layout, diff
-    from eagle3dash.sglang_rules import nested_ids
+    from eagle3dash.layout import diff
+    from eagle3dash.sglang_rules import default_capture, nested_ids
 
     predicted = run.prediction.serving
     served = LayoutResult(
@@ -459,13 +459,13 @@ def effective_layouts(run: _Run, training: Side, serving: Side) -> LayoutCompari
     )
     trained = LayoutResult(training.layout, training.detail)
     fell_back = nested_ids(run.report.spec) is None and serving.source == PREDICTED
-    default = default_layout(run.depth) if fell_back else None
+    defaults = default_capture(run.depth, run.arch)
     decode = predicted.decode_layout
     return LayoutComparison(
         trained,
         served,
-        diff(training.layout, serving.layout, default),
-        diff(training.layout, decode, default_layout(run.depth)) if decode is not None else None,
+        diff(training.layout, serving.layout, defaults if fell_back else None),
+        diff(training.layout, decode, defaults) if decode is not None else None,
     )
 
 
