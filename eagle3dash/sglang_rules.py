@@ -380,6 +380,23 @@ DRAFT_QUANT_FLAG_SINCE = (0, 5, 8)
 # per emitted token of a verify round (0.5.13 appended one row per request and round); the prefill
 # block is right in every version.
 HIDDEN_STATES_FIX = (0, 5, 14)
+# --return-hidden-states-mode (0.5.20+): "last" or "full" turns enable_return_hidden_states on,
+# and --enable-return-hidden-states (or --enable-return-aux-hidden-states) alone resolves the mode
+# to "full" (arg_groups/serving_hook.py handle_return_hidden_states_mode). The server's mode is
+# LAST for "last", FULL for "full" or the enable flag, else none
+# (model_executor/forward_batch_info.py get_server_return_hidden_states_mode), and
+# tokenizer_manager.py refuses return_hidden_states=true above it: "The requested
+# return_hidden_states mode exceeds the server maximum `last`" (0.5.23).
+
+
+def hidden_states_mode(enabled: bool, mode: str | None) -> str | None:
+    """What return_hidden_states=true gets from a server with these settings: 'full' (a row per
+    token), 'last' (refused) or None (refused: not configured)."""
+    if mode == "last":
+        return "last"
+    return "full" if mode == "full" or enabled else None
+
+
 # models/deepseek_v2.py first-id rule (PR #25454).
 FIRST_ID_RULE_SINCE = (0, 5, 13)
 
