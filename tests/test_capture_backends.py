@@ -208,6 +208,10 @@ REFUSAL_0_5_20 = (  # 0.5.20+ tokenizer_manager.py, without --return-hidden-stat
     "Please set `--return-hidden-states-mode last`, `--return-hidden-states-mode full`, "
     "or the legacy `--enable-return-hidden-states` flag."
 )
+ABOVE_LAST = (  # 0.5.20+ tokenizer_manager.py under --return-hidden-states-mode last
+    "The requested return_hidden_states mode exceeds the server maximum `last`. "
+    "Please launch with `--return-hidden-states-mode full` to allow return_hidden_states=True."
+)
 HT, K = 8, 3
 
 
@@ -226,7 +230,10 @@ class FakeSGLang:
     algorithm: str | None = "EAGLE3"
     hidden_states: bool = True
     refusal: str = REFUSAL  # what /generate answers (400) when hidden states are off
+    mode: str | None = None  # return_hidden_states_mode (0.5.20+)
+    chunk: int | None = None  # chunked_prefill_size: longer prompts keep their last chunk's rows
     aux_only: bool = False
+    aux_capture: str | None = None  # aux_hidden_state_capture (capture-only convention)
     aux_ids: list[int] | None = None
     flush_works: bool = True
     full_rows_on_hit: bool = False  # 0.5.4 slices len(input_ids) rows even on a cache hit
@@ -245,13 +252,18 @@ class FakeSGLang:
             "speculative_eagle_topk": 1 if self.algorithm else None,
             "speculative_num_draft_tokens": 4 if self.algorithm else None,
             "enable_return_hidden_states": self.hidden_states,
+            "return_hidden_states_mode": self.mode,
+            "chunked_prefill_size": self.chunk,
             "enable_return_aux_hidden_states": self.aux_only,
+            "aux_hidden_state_capture": self.aux_capture,
             "return_aux_hidden_state_layer_ids": self.aux_ids,
         }
 
     def generate(self, body: dict) -> tuple[int, dict]:
         ids = [int(t) for t in body["input_ids"]]
         params = body.get("sampling_params", {})
+        if body.get("return_hidden_states") and self.mode == "last":
+            return 400, {"error": {"message": ABOVE_LAST}}
         if body.get("return_hidden_states") and not self.hidden_states:
             return 400, {"error": {"message": self.refusal}}
         cached = 0
@@ -282,6 +294,8 @@ class FakeSGLang:
             # a radix-cache hit drops the cached rows of the prefill block (or, like 0.5.4,
             # keeps the row count with rows that belong to other positions)
             first = 0 if self.full_rows_on_hit else cached
+            if self.chunk is not None and len(ids) > self.chunk:  # middle chunks store no rows
+                first = max(first, (len(ids) - 1) // self.chunk * self.chunk)
             prefill = [[cell(r, c) for c in range(width)] for r in range(first, len(ids))]
             meta["hidden_states"] = [prefill, [0.0] * width]
         return 200, {"text": "", "output_ids": out, "meta_info": meta}
@@ -477,16 +491,84 @@ def test_a_cache_that_does_not_flush_is_caught(full_rows, message):
 
 
 def test_capture_aux_layers_from_sglang_capture_only_mode():
-    fake = FakeSGLang(algorithm=None, aux_only=True, aux_ids=[0, 1], width=2 * HT)
+    fake = FakeSGLang(
+        algorithm=None, aux_only=True, aux_capture="eagle3", aux_ids=[0, 1], width=2 * HT
+    )
     said: list[str] = []
     with running(fake) as client:
         cap = capture_aux_layers_from_sglang(client, [[4, 5, 6]], N, max_new_tokens=3, warn=said)
-    # Llama rule: id i = output of layer i -> Tap(i + 1)
+    # Llama rule (the same set_eagle3_layers_to_capture): id i = output of layer i -> Tap(i + 1)
     assert cap.taps == (Tap(1), Tap(2)) and cap.hidden_size == HT
     assert cap.meta["aux_layer_ids"] == [0, 1] and cap.meta["aux_capture"] == "aux-only"
-    assert len(said) == 1 and "assumed" in said[0]
+    assert said == [] and cap.meta["warnings"] == []
     with (
         running(FakeSGLang()) as client,
         pytest.raises(CaptureError, match="--enable-return-aux-hidden-states"),
     ):
         capture_aux_layers_from_sglang(client, [[1, 2]], N, warn=[])
+
+
+@pytest.mark.parametrize(
+    "ids, problem",
+    [
+        ([-1, 1], "[-1, 1] has negative ids: layer ids count from 0"),
+        ([1, 1], "[1, 1] repeats a layer: each layer is captured once"),
+        ([1, N], f"[1, {N}]: [{N}] not below the target's {N} layers (ids 0..{N - 1})"),
+        ([1, "2"], "[1, '2'] holds something other than integers"),
+        ([], "[] is not a non-empty list of layer ids"),
+    ],
+)
+def test_capture_only_ids_are_checked_before_any_request(ids, problem):
+    fake = FakeSGLang(algorithm=None, aux_only=True, aux_ids=ids, width=2 * HT)
+    with running(fake) as client, pytest.raises(CaptureError) as err:
+        capture_aux_layers_from_sglang(client, [[4, 5, 6]], N, max_new_tokens=3, warn=[])
+    assert str(err.value) == (
+        f"{client.url}: server_info return_aux_hidden_state_layer_ids {problem}"
+    )
+    assert not any(e.startswith("POST /generate") for e in fake.log)
+
+
+def test_capture_only_with_another_convention_is_refused():
+    fake = FakeSGLang(algorithm=None, aux_only=True, aux_capture="dflash", aux_ids=[0, 1])
+    with running(fake) as client, pytest.raises(CaptureError) as err:
+        capture_aux_layers_from_sglang(client, [[4, 5, 6]], N, max_new_tokens=3, warn=[])
+    assert str(err.value) == (
+        f"{client.url} captures aux states with the dflash convention (server_info "
+        "aux_hidden_state_capture), whose layer ids SGLang reads otherwise than EAGLE-3's: "
+        "restart it with --speculative-algorithm EAGLE3"
+    )
+
+
+def test_mode_last_is_refused_up_front_with_the_restart_flag():
+    fake = FakeSGLang(mode="last")
+    with running(fake) as client, pytest.raises(EndpointError) as err:
+        capture_from_sglang(client, [[1, 2]], (Tap(1), Tap(2), Tap(3)), 2, warn=[])
+    assert err.value.kind == EndpointError.NO_HIDDEN_STATES
+    assert "--return-hidden-states-mode full" in str(err.value)
+    assert not any(e.startswith("POST /generate") for e in fake.log)
+    with running(fake) as client:  # a stale report: /generate's own refusal says the same
+        stale = dataclasses.replace(client.probe(), return_hidden_states_mode="full")
+        with pytest.raises(EndpointError) as refused:
+            capture_from_sglang(
+                client, [[1, 2]], (Tap(1), Tap(2), Tap(3)), 2, warn=[], report=stale
+            )
+    assert refused.value.kind == EndpointError.NO_HIDDEN_STATES
+    assert "--return-hidden-states-mode full" in str(refused.value)
+
+
+def test_a_sequence_longer_than_a_prefill_chunk_names_chunked_prefill_size():
+    fake = FakeSGLang(chunk=16)
+    prompt = list(range(1, 8))  # 7 + 4 new + REFERENCE_TAIL = 19 > 16
+    with running(fake) as client, pytest.raises(CaptureError) as err:
+        capture_from_sglang(client, [[1, 2], prompt], (Tap(1), Tap(2), Tap(3)), 4, warn=[])
+    assert str(err.value) == (
+        f"{client.url}: prompt 1: the capture sequence would be 19 tokens (7 prompt + 12 "
+        "generated), more than the server's chunked_prefill_size 16: SGLang prefills it in "
+        "chunks and returns the hidden states of the last chunk only. Use prompts of at most 4 "
+        "tokens (or fewer new tokens), or restart the server with --chunked-prefill-size 19 or "
+        "more"
+    )
+    assert not any(e.startswith("POST /generate") for e in fake.log)
+    with running(FakeSGLang(chunk=19)) as client:  # exactly one chunk: every row comes back
+        cap = capture_from_sglang(client, [prompt], (Tap(1), Tap(2), Tap(3)), 4, warn=[])
+    assert len(cap.sequences[0]) == 19
