@@ -163,14 +163,19 @@ def _check_chunked_prefill(ids_list: list[list[int]], budget: int, report: Serve
     chunk = report.chunked_prefill_size
     if chunk is None:
         return
+    room = chunk - budget
+    shorter = (
+        f"Use prompts of at most {room} tokens (or fewer new tokens)"
+        if room >= 1
+        else "Ask for fewer new tokens"
+    )
     for i, ids in enumerate(ids_list):
         if len(ids) + budget > chunk:
             raise CaptureError(
                 f"{report.url}: prompt {i}: the capture sequence would be {len(ids) + budget} "
                 f"tokens ({len(ids)} prompt + {budget} generated), more than the server's "
                 f"chunked_prefill_size {chunk}: SGLang prefills it in chunks and returns the "
-                "hidden states of the last chunk only. Use prompts of at most "
-                f"{chunk - budget} tokens (or fewer new tokens), or restart the server with "
+                f"hidden states of the last chunk only. {shorter}, or restart the server with "
                 f"--chunked-prefill-size {len(ids) + budget} or more"
             )
 
