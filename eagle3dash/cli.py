@@ -482,8 +482,9 @@ def build_parser() -> argparse.ArgumentParser:
     # prefix_chars="+": every option after `double` (--help too) is the double's, not this parser's
     p = sub.add_parser(
         "double",
-        help="the SGLang API double for tests and the demo (answers like SGLang 0.5.23 on "
-        "127.0.0.1 with tiny models), not a serving engine; `double --help` for its options",
+        help="the SGLang API double for tests and the demo (answers like SGLang "
+        f"{DEFAULT_SGLANG_VERSION} on 127.0.0.1 with tiny models), not a serving engine; "
+        "`double --help` for its options",
         add_help=False,
         prefix_chars="+",
     )

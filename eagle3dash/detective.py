@@ -60,7 +60,12 @@ FINGERPRINT_LIMITS = (
 
 
 SCALE_PENALTY = 0.5  # score = cosine - 0.5 |log10 RMS ratio|: content first, then scale
-FINGERPRINT_RATIO = 4.0  # demo: 5.6x on draft A's embedding slot, 2.3x on draft B's L1 slot
+FINGERPRINT_RATIO = 4.0
+# The best layout counts as found only when it beats another by this much.
+DECISIVE_ACCEPT = 0.1  # simulated accept length, tokens per round
+DECISIVE_TOP1 = (
+    0.05  # step-1 accuracy  # demo: 5.6x on draft A's embedding slot, 2.3x on draft B's L1 slot
+)
 
 
 def _no_progress(fraction: float, message: str) -> None:
@@ -484,6 +489,23 @@ class Detection:
     capture_seconds: float | None = None
     num_sequences: int = 0
     steps: int = 4
+
+    def row(self, layout: Layout) -> SweepRow | None:
+        """The sweep's evaluation of one layout, if it was a candidate."""
+        return next((r for r in self.rows if r.layout == tuple(layout)), None)
+
+    def outperforms(self, layout: Layout) -> bool:
+        """Whether the best layout beats `layout` clearly (DECISIVE_ACCEPT or DECISIVE_TOP1):
+        a near tie (a draft that predicts nothing on any layout, say) decides nothing."""
+        if tuple(layout) == self.best:
+            return False
+        other, top = self.row(layout), self.rows[0]
+        if other is None:
+            return top.top1 >= DECISIVE_TOP1
+        return (
+            top.sim_accept_length - other.sim_accept_length >= DECISIVE_ACCEPT
+            or top.top1 - other.top1 >= DECISIVE_TOP1
+        )
 
     def to_dict(self) -> dict:
         """The --json contract (also the detect job's result)."""

@@ -20,7 +20,6 @@ import contextlib
 import dataclasses
 import hashlib
 import json
-import math
 import os
 import shutil
 import sqlite3
@@ -41,8 +40,6 @@ DB_NAME = "eagle3dash.db"
 SUBDIRS = ("checkpoints", "captures", "logs")
 BUSY_TIMEOUT_S = 30.0
 
-LAYOUT_SIDES = ("training", "serving", "decode")
-BENCH_ROLES = ("spec", "baseline")
 # Worst first; severities not listed rank below these, in the order given.
 SEVERITY_RANK = {"critical": 5, "error": 4, "high": 4, "warning": 3, "medium": 3, "low": 2}
 SEVERITY_RANK |= {"info": 1, "ok": 0}
@@ -544,13 +541,6 @@ def _field(obj: Any, name: str, default: Any = None) -> Any:
     return getattr(obj, name, default)
 
 
-def _float(value: Any) -> float | None:
-    if value is None:
-        return None
-    v = float(value)
-    return None if math.isnan(v) else v
-
-
 # --- checkpoints -------------------------------------------------------------------------------
 
 
@@ -798,90 +788,6 @@ def count_runs(store: Store, status: str | None = None, search: str | None = Non
 # --- results of a run --------------------------------------------------------------------------
 
 
-def save_layouts(store: Store, run_id: int, side: str, layout: Iterable[Any]) -> None:
-    """Replace one side's layout: taps (Tap or dicts with depth/post_norm/description) by slot."""
-    if side not in LAYOUT_SIDES:
-        raise ValueError(f"layout side {side!r} is not one of {LAYOUT_SIDES}")
-    rows = []
-    for i, tap in enumerate(layout):
-        depth = _field(tap, "depth")
-        description = _field(tap, "description")
-        if description is None and depth is not None and not isinstance(tap, Mapping):
-            description = str(tap)
-        rows.append(
-            {
-                "run_id": run_id,
-                "side": side,
-                "slot": int(_field(tap, "slot", i)),
-                "depth": None if depth is None else int(depth),
-                "post_norm": int(bool(_field(tap, "post_norm", False))),
-                "description": description,
-            }
-        )
-    with store.transaction() as db:
-        db.execute("DELETE FROM layouts WHERE run_id = ? AND side = ?", (run_id, side))
-        if rows:
-            db.table("layouts").insert_all(rows)
-
-
-def get_layouts(store: Store, run_id: int) -> dict[str, list[dict]]:
-    """A run's layouts: side -> rows (slot, depth, post_norm, description) in slot order."""
-    out: dict[str, list[dict]] = {}
-    rows = store.db.query(
-        "SELECT side, slot, depth, post_norm, description FROM layouts WHERE run_id = ? "
-        "ORDER BY side, slot",
-        (run_id,),
-    )
-    for r in rows:
-        out.setdefault(r["side"], []).append(decode_row(r))
-    return out
-
-
-def save_metrics(store: Store, run_id: int, rows: Iterable[Mapping[str, Any]]) -> int:
-    """Store long-format metric rows (source, name, value, step?, request?); return the count.
-
-    Each (source, name) series in `rows` replaces that series of the run, so a rerun stage
-    does not duplicate it.
-    """
-    records = [
-        {
-            "run_id": run_id,
-            "source": str(r["source"]),
-            "name": str(r["name"]),
-            "step": None if r.get("step") is None else int(r["step"]),
-            "request": None if r.get("request") is None else int(r["request"]),
-            "value": _float(r.get("value")),
-        }
-        for r in rows
-    ]
-    series = sorted({(r["source"], r["name"]) for r in records})
-    with store.transaction() as db:
-        for source, name in series:
-            db.execute(
-                "DELETE FROM metrics WHERE run_id = ? AND source = ? AND name = ?",
-                (run_id, source, name),
-            )
-        if records:
-            db.table("metrics").insert_all(records, batch_size=500)
-    return len(records)
-
-
-def get_metrics(
-    store: Store, run_id: int, source: str | None = None, name: str | None = None
-) -> list[dict]:
-    """Long-format metric rows of a run (run_id, source, name, step, request, value)."""
-    sql = "SELECT run_id, source, name, step, request, value FROM metrics WHERE run_id = ?"
-    params: list[Any] = [run_id]
-    if source is not None:
-        sql += " AND source = ?"
-        params.append(source)
-    if name is not None:
-        sql += " AND name = ?"
-        params.append(name)
-    sql += " ORDER BY source, name, step, request, id"
-    return [dict(r) for r in store.db.query(sql, params)]
-
-
 def save_findings(
     store: Store, run_id: int, findings: Iterable[Any], update_headline: bool = True
 ) -> None:
@@ -938,26 +844,6 @@ def get_findings(store: Store, run_id: int) -> list[dict]:
         (run_id,),
     )
     return [dict(r) for r in rows]
-
-
-def save_bench(store: Store, run_id: int, role: str, result: Mapping[str, Any]) -> None:
-    """Store (replacing) the serve benchmark of a run's spec or baseline endpoint."""
-    if role not in BENCH_ROLES:
-        raise ValueError(f"bench role {role!r} is not one of {BENCH_ROLES}")
-    store.db.execute(
-        "INSERT INTO bench_results (run_id, role, result_json, created_at) VALUES (?, ?, ?, ?) "
-        "ON CONFLICT(run_id, role) DO UPDATE SET result_json = excluded.result_json, "
-        "created_at = excluded.created_at",
-        (run_id, role, to_json(dict(result)), now_iso()),
-    )
-
-
-def get_bench(store: Store, run_id: int) -> dict[str, dict]:
-    """A run's serve benchmarks: role -> result dict."""
-    rows = store.db.query(
-        "SELECT role, result_json FROM bench_results WHERE run_id = ? ORDER BY role", (run_id,)
-    )
-    return {r["role"]: json.loads(r["result_json"]) for r in rows}
 
 
 def capture_dir(store: Store, run_id: int) -> Path:

@@ -28,7 +28,7 @@ from eagle3dash.jobs.worker import run_worker
 from eagle3dash.submit import submit_diagnosis
 from eagle3dash.testing.sglang_double import DoubleConfig, start_double
 from eagle3dash.testing.tensors import random_tensors
-from eagle3dash.ui import charts, data, tables
+from eagle3dash.ui import charts, tables
 from eagle3dash.ui.fmt import md_escape
 from eagle3dash.ui.progress import cancel_run, progress_view
 from eagle3dash.uploads import register_upload
@@ -211,6 +211,58 @@ def test_compare_with_unknown_or_bad_ids(world_home) -> None:
 
 # --- a finished run ----------------------------------------------------------------------------
 
+ROOT_CAUSE = (
+    "Serving feeds the draft the layers after 1, 2 and 3 blocks, but training fed the embedding "
+    "output and the layers after 1 and 2 blocks: every slot is one block later than in training."
+)
+TRAINING_WORDS = "embedding output, after block 1, after block 2"
+SERVING_WORDS = "after block 1, after block 2, after block 3"
+DECLARED_WORDS = "declared by you (training layout option)"
+OBSERVED_WORDS = "observed: each served slot matched to the target's taps"
+
+
+def in_order(at: AppTest) -> list[tuple[str, str]]:
+    """The page's headers and alerts in the order drawn: (kind, text with escapes removed)."""
+    kinds = {"header", "error", "warning", "success", "info", "metric"}
+    return [
+        (node.type, plain(str(node.label if node.type == "metric" else node.value)))
+        for node in at.main
+        if getattr(node, "type", None) in kinds
+    ]
+
+
+def chart_rows(spec: dict, layer: int | None = None) -> list[dict]:
+    """The rows of a chart's (or one layer's) dataset in a Vega-Lite spec."""
+    data = (spec if layer is None else spec["layer"][layer])["data"]["name"]
+    return spec["datasets"][data]
+
+
+def test_the_verdict_banner_opens_the_run_page(world_home) -> None:
+    at = app("run", run=str(world_home["mismatch"]))
+    no_exception(at)
+    drawn = in_order(at)
+    # First of all: the root cause in one sentence (red), then the accept lengths and the speedup,
+    # then what was not checked with the one form field that enables it; then the findings.
+    assert drawn[0] == ("error", f"**{ROOT_CAUSE}**")
+    assert [kind for kind, _ in drawn[1:5]] == ["metric"] * 4
+    assert drawn[5][0] == "info"
+    assert drawn[5][1].startswith(
+        "Not checked: no baseline: the speedup against serving without speculation is unknown: "
+        "fill in 'Baseline URL"
+    )
+    assert "on New run (serve the same target without speculation and give its URL)" in drawn[5][1]
+    assert drawn[6] == ("header", "Findings")
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics == {
+        "Measured accept length": "1.07",
+        "Simulated, training layout": "1.07",
+        "Simulated, serving layout": "1.07",
+        "Speedup vs baseline": "—",
+    }
+    helps = {m.label: plain(m.proto.help) for m in at.metric}
+    assert DECLARED_WORDS in helps["Simulated, training layout"]
+    assert OBSERVED_WORDS in helps["Simulated, serving layout"]
+
 
 def test_a_finished_run_shows_findings_first_then_table_layout_charts_export(world_home) -> None:
     run_id = world_home["mismatch"]
@@ -228,33 +280,56 @@ def test_a_finished_run_shows_findings_first_then_table_layout_charts_export(wor
     # Findings first: the layout mismatch is the first, critical, with evidence and a fix.
     badges = [m.value for m in at.markdown if "badge[" in m.value]
     assert badges and "CRITICAL" in badges[0]
-    titles = [m.value for m in at.markdown if m.value.startswith("**")]
-    assert any("slot" in t or "layer" in t.lower() for t in titles), titles
-    assert any("layout\\-mismatch" in c.value for c in at.caption)
+    titles = [plain(m.value) for m in at.markdown if m.value.startswith("**")]
+    assert titles[0] == f"**{ROOT_CAUSE}**"
+    assert [plain(c.value) for c in at.caption if c.value.startswith("rule ")][0] == (
+        "rule layout-mismatch"
+    )
     assert any("[-1, 0, 1]" in c.value for c in at.code)  # the fix, copyable
-    # Training vs serving side by side.
+    # Training vs serving: the two sides with their sources, the same numbers as the banner.
     table = frame_with(at, "quantity").set_index("quantity")
-    assert table.loc["taps fed to the fc slots", "training"] == "0, 1, 2"
-    assert table.loc["taps fed to the fc slots", "serving"] == "1, 2, 3"
-    assert "draft accuracy, step 1" in table.index
-    assert table.loc["measured accept length (endpoint)", "serving"] != "—"
-    assert table.loc["speedup vs baseline", "serving"] == "—"  # no baseline given
-    # The layout diff: a diagram and the slot table with the mismatches.
+    assert table.loc["taps fed to the fc slots"].tolist() == [TRAINING_WORDS, SERVING_WORDS]
+    assert table.loc["where that layout comes from"].tolist() == [DECLARED_WORDS, OBSERVED_WORDS]
+    # The config's ids read as SpecForge's output-of differ from what was declared; SGLang's rules
+    # agree with what the server was observed to feed.
+    assert table.loc["what the config / SGLang's rules predict"].tolist() == [
+        SERVING_WORDS,
+        "the same",
+    ]
+    assert table.loc["draft accuracy, step 1"].tolist() == ["0.0%", "0.0%"]
+    assert table.loc["draft accuracy, step 3"].tolist() == ["0.0%", "0.0%"]
+    assert table.loc["simulated accept length (3 draft steps)"].tolist() == ["1.07", "1.07"]
+    assert table.loc["measured accept length (endpoint)", "serving"] == "1.07"
+    assert table.loc["baseline tok/s (no speculation)", "serving"] == "—"  # no baseline given
+    assert table.loc["speedup vs baseline", "serving"] == "—"
+    assert "Draft on the endpoint: the endpoint serves this checkpoint's draft" in texts(at)
+    # The layout diff as the diagnosis classified it: red box, the slot table, the diagram.
+    assert (
+        "**off-by-one**: Serving feeds every slot one block later than training; embedding "
+        "output only in training." in texts(at, "error")
+    )
     diff = frame_with(at, "serving feeds")
-    assert list(diff["match"]) == ["DIFFERS"] * 3
-    assert diff["training feeds"].iloc[0] == "embedding output"
-    # Charts: the layout diagram, the detective's slot heatmap, acceptance per step, accept
-    # length and tok/s per request.
-    specs = [json.loads(c.proto.spec) for c in at.get("vega_lite_chart")]
-    assert len(specs) == 5
-    titles = " ".join(json.dumps(s.get("title", "")) for s in specs)
-    assert "Layer layout" in titles and "accuracy and acceptance" in titles
-    # What a baseline would add is said plainly.
-    assert "Not compared: speedup: pass --baseline" in texts(at, "info")
+    assert diff["training tap"].tolist() == ["0", "1", "2"]
+    assert diff["serving tap"].tolist() == ["1", "2", "3"]
+    assert diff["training feeds"].tolist() == TRAINING_WORDS.split(", ")
+    assert diff["serving feeds"].tolist() == SERVING_WORDS.split(", ")
+    assert diff["match"].tolist() == ["DIFFERS"] * 3
+    # The detective's verdict, from the diagnosis.
+    assert "This draft performs best with [0,1,2]" in texts(at, "info")
+    # Charts: the layout diagram, the detective's slot heatmap, accuracy and acceptance per step,
+    # accept length and tok/s per request.
+    titles = [json.loads(c.proto.spec).get("title") for c in at.get("vega_lite_chart")]
+    assert titles == [
+        "Layer layout: the tap each fc slot gets in training and in serving",
+        "Slot vs tap: cosine - 0.5 |log10 RMS ratio|",
+        "Standalone draft: accuracy and acceptance per step",
+        "Accept length per request (dashed: simulated by the standalone draft)",
+        "Output tok/s per request",
+    ]
     # The shareable link, the exports, the checkpoint and server reports, the logs.
     assert any(f"run?run={run_id}" in c.value for c in at.code)
     labels = [b.label for b in at.get("download_button")]
-    assert labels == ["Download the diagnosis (JSON)", "Download the metrics (CSV)"]
+    assert labels == ["Download the diagnosis (JSON)", "Download the numbers (CSV)"]
     assert frame_with(at, "field").set_index("field").loc["format", "value"] == "specforge"
     server = frame_with(at, "setting").set_index("setting")
     assert server.loc["speculative algorithm", "value"] == "EAGLE3"
@@ -265,37 +340,168 @@ def test_the_matching_run_has_no_layout_finding(world_home) -> None:
     at = app("run", run=str(world_home["matching"]))
     no_exception(at)
     diff = frame_with(at, "serving feeds")
-    assert list(diff["match"]) == ["same"] * 3
-    assert not any("layout\\-mismatch" in c.value for c in at.caption)
+    assert diff["match"].tolist() == ["same"] * 3
+    assert diff["training tap"].tolist() == ["1", "2", "3"]
+    assert "Training and serving feed the same taps to every slot." in texts(at, "success")
+    assert "rule layout-mismatch" not in texts(at, "caption")
+    table = frame_with(at, "quantity").set_index("quantity")
+    assert table.loc["taps fed to the fc slots"].tolist() == [SERVING_WORDS, SERVING_WORDS]
+    assert "what the config / SGLang's rules predict" not in table.index  # both agree
 
 
-def test_the_run_tables_and_exports_as_plain_functions(world) -> None:
+def test_a_diagnosis_without_problems_says_so_in_green(world, home) -> None:
+    # The mismatch run's stored diagnosis with its findings taken away: nothing was found, the
+    # speedup still was not checked.
+    stored = db.get_run(world["store"], world["mismatch"])["diagnosis"]
+    clean = {
+        **stored,
+        "findings": [],
+        "verdict": {**stored["verdict"], "root_cause": None, "problems_found": False},
+    }
+    run_id = db.create_run(home, None, "http://gpubox:30000")
+    db.update_run(home, run_id, status="succeeded", diagnosis_json=json.dumps(clean))
+    at = app("run", run=str(run_id))
+    no_exception(at)
+    drawn = in_order(at)
+    assert drawn[0] == (
+        "success",
+        "**No problems found in what was checked; not checked: speedup.**",
+    )
+    assert drawn[6] == ("header", "Findings")
+    assert "No problems found." in texts(at, "success")
+
+
+def test_the_run_tables_charts_and_exports_as_plain_functions(world) -> None:
     store, run_id = world["store"], world["mismatch"]
     run = db.get_run(store, run_id)
-    jobs = jobq.list_jobs(store, run_id)
-    diagnosis = data.diagnosis_from_jobs(jobs)
-    metrics = tables.metrics_frame(db.get_metrics(store, run_id))
-    layouts = db.get_layouts(store, run_id)
-    table = tables.side_by_side_frame(metrics, run, layouts, diagnosis).set_index("quantity")
-    assert table.loc["simulated accept length", "serving"] == f"{run['sim_accept_serving']:.2f}"
-    assert data.num_target_layers(run, diagnosis) == 4
-    points = tables.layout_points(layouts)
-    assert set(points["side"]) == {"training", "serving"} and not points["same"].any()
-    for build in (charts.acceptance_chart, charts.accept_length_chart, charts.tok_s_chart):
-        assert build(metrics) is not None
-    assert charts.layout_chart(points, 4) is not None
-    findings = db.get_findings(store, run_id)
-    exported = json.loads(
-        tables.run_export(run, findings, layouts, db.get_bench(store, run_id), diagnosis)
-    )
-    assert exported["run"]["id"] == run_id
+    diagnosis = run["diagnosis"]
+    # The numbers of the diagnosis in long rows: per draft step, per request, overall.
+    metrics = tables.diagnosis_metrics(diagnosis)
+    accuracy = metrics[metrics["name"] == "accuracy"]
+    assert accuracy["source"].tolist() == ["training"] * 3 + ["serving"] * 3
+    assert accuracy["step"].tolist() == [1, 2, 3, 1, 2, 3]
+    assert accuracy["value"].tolist() == [0.0] * 6
+    per_request = metrics[metrics["request"].notna()]
+    assert per_request[["source", "name", "request"]].values.tolist() == [
+        ["measured", "accept_length", 0],
+        ["measured", "accept_length", 1],
+        ["measured", "tok_s", 0],
+        ["measured", "tok_s", 1],
+    ]
+    # Acceptance per step, both sides; colours fixed per side.
+    spec = charts.acceptance_chart(metrics).to_dict()
+    rows = chart_rows(spec)
+    assert {(r["layout"], r["metric"], r["draft step"]) for r in rows} == {
+        (side, metric, step)
+        for side in ("training", "serving")
+        for metric in ("accuracy", "acceptance")
+        for step in (1, 2, 3)
+    }
+    assert spec["encoding"]["x"]["field"] == "draft step"
+    assert spec["encoding"]["color"]["scale"] == {
+        "domain": ["training", "serving"],
+        "range": ["#1f77b4", "#d62728"],
+    }
+    # Accept length: the measured requests as bars, the simulated sides as rules.
+    spec = charts.accept_length_chart(metrics).to_dict()
+    bars, rules = chart_rows(spec, 0), chart_rows(spec, 1)
+    assert [(r["source"], r["request"]) for r in bars] == [("measured", 0), ("measured", 1)]
+    assert [round(r["value"], 4) for r in bars] == [1.0667, 1.0667]
+    assert [(r["source"], round(r["value"], 4)) for r in rules] == [
+        ("training", 1.0667),
+        ("serving", 1.0667),
+    ]
+    assert spec["layer"][1]["mark"]["type"] == "rule"
+    # tok/s per request: the endpoint's two requests, as measured.
+    spec = charts.tok_s_chart(metrics).to_dict()
+    rows = chart_rows(spec)
+    assert [(r["source"], r["request"]) for r in rows] == [("measured", 0), ("measured", 1)]
+    assert [r["value"] for r in rows] == diagnosis["measured"]["output_tok_s_per_request"]
+    assert spec["encoding"]["y"]["title"] == "output tok/s"
+    # The layout diagram: each side's taps per slot, the slots joined in red.
+    spec = charts.layout_chart(tables.layout_points(diagnosis), 4).to_dict()
+    assert chart_rows(spec, 0) == [
+        {"slot": 0, "training": 0, "serving": 1, "match": "differs"},
+        {"slot": 1, "training": 1, "serving": 2, "match": "differs"},
+        {"slot": 2, "training": 2, "serving": 3, "match": "differs"},
+    ]
+    points = [(r["side"], r["depth"], r["feeds"]) for r in chart_rows(spec, 1)]
+    assert points == [
+        ("training", 0, "embedding output"),
+        ("training", 1, "after block 1"),
+        ("training", 2, "after block 2"),
+        ("serving", 1, "after block 1"),
+        ("serving", 2, "after block 2"),
+        ("serving", 3, "after block 3"),
+    ]
+    assert spec["layer"][1]["encoding"]["x"]["scale"] == {"domain": [0, 4]}
+    # Exports: the stored diagnosis with the run row; the CSV of its numbers.
+    exported = json.loads(tables.run_export(run, diagnosis))
+    assert exported["run"]["id"] == run_id and "diagnosis_json" not in exported["run"]
+    assert exported["run"]["worst_severity"] == "critical"
+    assert exported["diagnosis"] == json.loads(json.dumps(diagnosis))
     assert exported["diagnosis"]["findings"][0]["id"] == "layout-mismatch"
-    csv = pd.read_csv(io.StringIO(tables.metrics_csv(metrics)))
-    assert {"source", "name", "step", "request", "value"} <= set(csv.columns)
-    assert len(csv) == len(metrics)
-    # The empty metrics of a new run give no charts, not an error.
-    empty = tables.metrics_frame([])
-    assert charts.acceptance_chart(empty) is None and charts.accept_length_chart(empty) is None
+    csv = pd.read_csv(io.StringIO(tables.diagnosis_csv(diagnosis)))
+    assert list(csv.columns) == ["source", "name", "step", "request", "value"]
+    assert len(csv) == 20  # 2 sides x (2 metrics x 3 steps + 1) + 2 x (2 requests + all)
+    # No diagnosis: no numbers, no charts, not an error.
+    empty = tables.diagnosis_metrics(None)
+    assert empty.empty and charts.acceptance_chart(empty) is None
+    assert charts.accept_length_chart(empty) is None and charts.tok_s_chart(empty) is None
+
+
+def test_a_separate_detect_job_shows_beside_the_diagnosis_detective(world, home) -> None:
+    stored = db.get_run(world["store"], world["mismatch"])["diagnosis"]
+    run_id = db.create_run(home, None, "http://gpubox:30000")
+    db.update_run(home, run_id, status="succeeded", diagnosis_json=json.dumps(stored))
+    detection = {**stored["detective"], "verdict": ["The detect job's own verdict."]}
+    job_id = jobq.submit_job(home, "detect", {}, run_id=run_id)
+    home.db.execute(
+        "UPDATE jobs SET status = 'succeeded', result_json = ? WHERE id = ?",
+        (json.dumps(detection), job_id),
+    )
+    found = tables.detections(stored, jobq.list_jobs(home, run_id))
+    assert [label for label, _ in found] == ["from this diagnosis", f"from detect job {job_id}"]
+    at = app("run", run=str(run_id))
+    no_exception(at)
+    subheaders = [s.value for s in at.subheader]
+    assert "Layout detective from this diagnosis" in subheaders
+    assert f"Layout detective from detect job {job_id}" in subheaders
+    assert "The detect job's own verdict." in texts(at, "info")
+
+
+def test_an_old_run_without_a_diagnosis_shows_its_findings(home) -> None:
+    # Stored by an older version: findings rows and the old per-run tables, no diagnosis.
+    run_id = db.create_run(home, None, "http://gpubox:30000")
+    db.save_findings(
+        home,
+        run_id,
+        [{"rule_id": "old-rule", "severity": "warning", "title": "An old finding.", "fix": "x"}],
+    )
+    home.db.execute(
+        "INSERT INTO layouts (run_id, side, slot, depth) VALUES (?, 'training', 0, 0), "
+        "(?, 'training', 1, 1)",
+        (run_id, run_id),
+    )
+    home.db.execute(
+        "INSERT INTO metrics (run_id, source, name, value) VALUES (?, 'training', 'accuracy', 0.5)",
+        (run_id,),
+    )
+    home.db.execute(
+        "INSERT INTO bench_results (run_id, role, result_json, created_at) "
+        "VALUES (?, 'spec', '{\"tok_s\": 41.0}', '2026-01-02T00:00:00Z')",
+        (run_id,),
+    )
+    db.update_run(home, run_id, status="succeeded", measured_accept_length=2.0)
+    at = app("run", run=str(run_id))
+    no_exception(at)
+    assert [h.value for h in at.header] == ["Findings"]
+    assert not at.metric and not at.get("vega_lite_chart")  # no banner, no charts
+    assert "No diagnosis is stored for this run" in texts(at, "caption")
+    assert "Only the findings recorded for it are shown." in texts(at, "caption")
+    assert "**An old finding.**" in texts(at, "markdown")
+    assert "nothing to export" in texts(at, "caption")
+    assert not at.get("download_button")
 
 
 # --- runs and compare --------------------------------------------------------------------------
@@ -334,12 +540,24 @@ def test_the_compare_view_shows_both_runs_and_the_deltas(world_home) -> None:
     at = app("compare", a=str(a), b=str(b))
     no_exception(at)
     table = frame_with(at, "change (B - A)").set_index("quantity")
-    assert table.loc["training taps", "run A"] == "0, 1, 2"
-    assert table.loc["training taps", "run B"] == "1, 2, 3"
-    assert table.loc["measured accept length", "change (B - A)"].startswith(("+", "-"))
-    assert table.loc["worst finding", "run A"].startswith("critical")
+    assert table.loc["training taps"].tolist() == [TRAINING_WORDS, SERVING_WORDS, ""]
+    assert table.loc["training layout from"].tolist() == [DECLARED_WORDS, DECLARED_WORDS, ""]
+    assert table.loc["serving taps"].tolist() == [SERVING_WORDS, SERVING_WORDS, ""]
+    assert table.loc["serving layout from"].tolist() == [OBSERVED_WORDS, OBSERVED_WORDS, ""]
+    # The headline numbers from the runs' summary columns: both measured 1.07, no baseline.
+    assert table.loc["measured accept length"].tolist() == ["1.07", "1.07", "+0.00"]
+    assert table.loc["speedup"].tolist() == ["—", "—", "—"]
+    assert table.loc["worst finding", "run A"] == f"critical: {ROOT_CAUSE}"
     assert [s.value for s in at.subheader] == [f"Run A: #{a}", f"Run B: #{b}"]
-    assert len(at.get("vega_lite_chart")) == 1
+    # Each run's layer layout from its diagnosis.
+    slots = [f for f in frames(at) if "serving feeds" in f.columns]
+    assert [f["match"].tolist() for f in slots] == [["DIFFERS"] * 3, ["same"] * 3]
+    # The accuracy per step of both runs, both sides.
+    (chart,) = at.get("vega_lite_chart")
+    spec = json.loads(chart.proto.spec)
+    assert spec["title"] == "Draft accuracy per step"
+    assert spec["encoding"]["color"]["field"] == "run"
+    assert spec["encoding"]["strokeDash"]["field"] == "layout"
     assert any(f"compare?a={a}&b={b}" in c.value for c in at.code)
 
 
@@ -493,7 +711,10 @@ def test_a_broken_upload_shows_the_problem_and_registers_nothing(home, tmp_path,
 def test_new_run_probes_the_endpoint_and_submits_to_the_run_page(world, home) -> None:
     checkpoint_id = db.add_checkpoint(home, world["draft"], name="draft")
     at = app("new_run")
-    at.text_input(key="endpoint").set_value(world["url"]).run()
+    # Labels as written (Streamlit makes them the inputs' aria-labels too: no Markdown escapes).
+    endpoint = at.text_input(key="endpoint")
+    assert endpoint.label == "Endpoint URL (the server running the target with this draft)"
+    endpoint.set_value(world["url"]).run()
     no_exception(at)
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["SGLang version"] == "0.5.23" and metrics["Speculative"] == "EAGLE3"
@@ -615,7 +836,7 @@ def test_finding_text_is_escaped_never_html(home) -> None:
 def test_no_page_allows_unsafe_html() -> None:
     sources = [
         ROOT / "app.py",
-        *(ROOT / "pages").glob("*.py"),
+        *(ROOT / "views").glob("*.py"),
         *(ROOT / "eagle3dash/ui").glob("*.py"),
     ]
     for path in sources:

@@ -5,7 +5,7 @@ A module fixture builds a tiny 4-layer target and a random SpecForge draft whose
 layout finding), and the same weights with the fixed ids [-1, 0, 1]. Two SGLang API doubles serve
 them in-process; a real worker subprocess runs the queued jobs and the real app subprocess serves
 the dashboard. Playwright drives Debian's /usr/bin/chromium (no browser download). Screenshots go
-to docs/run.png, docs/compare.png and docs/new_run.png.
+to docs/run.png, docs/run_first_screen.png, docs/compare.png and docs/new_run.png.
 """
 
 from __future__ import annotations
@@ -56,11 +56,15 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-WIDTH = 1400
+WIDTH, HEIGHT = 1400, 900  # the first screen the verdict must fit on
 START_S = 60  # app health
 RUN_S = 120  # a diagnosis, queued to finished
 UI_MS = 30_000  # one UI step (rerun, upload, probe)
 LAYOUT_TITLE = re.compile(r"shifted|one block (later|earlier)")
+ROOT_CAUSE = (  # the verdict of the mismatch run: training declared 0,1,2, SGLang serves 1,2,3
+    "Serving feeds the draft the layers after 1, 2 and 3 blocks, but training fed the embedding "
+    "output and the layers after 1 and 2 blocks: every slot is one block later than in training."
+)
 
 
 # --- fixtures ----------------------------------------------------------------------------------
@@ -215,7 +219,7 @@ def logs_on_failure(world):
 
 
 def _page(browser: Browser) -> Page:
-    context = browser.new_context(viewport={"width": WIDTH, "height": 900})
+    context = browser.new_context(viewport={"width": WIDTH, "height": HEIGHT})
     context.set_default_timeout(UI_MS)
     return context.new_page()
 
@@ -243,7 +247,7 @@ def _screenshot(page: Page, path: Path) -> None:
     page.wait_for_timeout(500)  # charts re-lay out at the new size
     path.parent.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(path), full_page=True)
-    page.set_viewport_size({"width": WIDTH, "height": 900})
+    page.set_viewport_size({"width": WIDTH, "height": HEIGHT})
 
 
 def _fill(page: Page, label: str, value: str) -> None:
@@ -254,10 +258,26 @@ def _fill(page: Page, label: str, value: str) -> None:
 
 
 def _expect_finished_run(page: Page, run_id: int) -> None:
-    """The Run page of a finished mismatch run: findings first (layout), then the layout diff."""
+    """The Run page of a finished mismatch run: the verdict banner on the first screen, findings
+    (layout), then the layout diff."""
     expect(page.get_by_role("heading", name=f"Run #{run_id}")).to_be_visible()
     expect(page.get_by_role("heading", name="Findings")).to_be_visible(timeout=RUN_S * 1000)
     _idle(page)
+    # The verdict opens the page: on the first screen (1400x900, not scrolled), the root cause,
+    # the accept lengths and speedup, and what was not checked with the form field to fill in.
+    assert page.viewport_size == {"width": WIDTH, "height": HEIGHT}
+    banner = page.get_by_test_id("stAlert").filter(has_text=ROOT_CAUSE).first
+    expect(banner).to_be_in_viewport(ratio=1)
+    expect(banner.locator("strong")).to_have_text(ROOT_CAUSE)
+    for label in ("Measured accept length", "Simulated, training layout", "Speedup vs baseline"):
+        metric = page.get_by_test_id("stMetric").filter(has_text=label)
+        expect(metric).to_be_in_viewport(ratio=1)
+    expect(page.get_by_test_id("stMetric").filter(has_text="Speedup vs baseline")).to_contain_text(
+        "—"
+    )
+    missing = page.get_by_test_id("stAlert").filter(has_text="Not checked: no baseline")
+    expect(missing).to_contain_text("fill in 'Baseline URL")
+    expect(missing).to_be_in_viewport(ratio=1)
     expect(page.get_by_text(re.compile(r"^rule ")).first).to_have_text("rule layout-mismatch")
     finding = page.get_by_test_id("stVerticalBlock").filter(
         has=page.get_by_text("rule layout-mismatch", exact=True)
@@ -335,6 +355,8 @@ def test_upload_probe_submit_watch_and_share_a_run(world, browser, logs_on_failu
     run = db.get_run(world["store"], run_id)
     assert run["options"]["training_layout"] == "0,1,2"
     assert run["options"]["num_prompts"] == 2 and run["options"]["max_new_tokens"] == 16
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / "run_first_screen.png"))  # what the first screen shows
     _screenshot(page, SHOTS / "run.png")
 
     # The share link, opened in a fresh context (no cookies, no session), shows the same run.

@@ -1,8 +1,8 @@
 """The run page's Altair charts, read back from their Vega-Lite dicts on hand-written metrics.
 
-Each chart is built from a small long-format frame (the shape store.get_metrics gives, through
-tables.metrics_frame) with rows the chart must leave out; the tests check the rows it plots, which
-field drives x, y, color and strokeDash, and the fixed source colors of the sources present.
+Each chart is built from a small long-format frame (the shape tables.diagnosis_metrics gives) with
+rows the chart must leave out; the tests check the rows it plots, which field drives x, y, color
+and strokeDash, and the fixed source colors of the sources present.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from eagle3dash.ui import charts
-from eagle3dash.ui.tables import metrics_frame
+from eagle3dash.ui.tables import METRIC_COLUMNS
 
 BLUE, RED = "#1f77b4", "#d62728"  # training, serving
 ORANGE, GREY = "#ff7f0e", "#7f7f7f"  # measured, baseline
@@ -21,21 +21,29 @@ def row(source: str, name: str, value: float | None, step=None, request=None) ->
     return {"source": source, "name": name, "step": step, "request": request, "value": value}
 
 
+def metrics_frame(rows: list[dict]) -> pd.DataFrame:
+    """Long metric rows typed as tables.diagnosis_metrics types them (draft steps from 1)."""
+    df = pd.DataFrame(rows, columns=list(METRIC_COLUMNS))
+    for col in ("step", "request"):
+        df[col] = pd.to_numeric(df[col], errors="coerce").astype("Int64")
+    return df.astype({"source": "string", "name": "string", "value": "float64"})
+
+
 METRICS = metrics_frame(
     [
         # per step: training and serving accuracy and acceptance
-        row("training", "accuracy", 0.9, step=0),
-        row("training", "accuracy", 0.6, step=1),
-        row("training", "acceptance", 0.9, step=0),
-        row("training", "acceptance", 0.5, step=1),
-        row("serving", "accuracy", 0.3, step=0),
-        row("serving", "accuracy", 0.2, step=1),
-        row("serving", "acceptance", 0.3, step=0),
-        row("serving", "acceptance", 0.1, step=1),
+        row("training", "accuracy", 0.9, step=1),
+        row("training", "accuracy", 0.6, step=2),
+        row("training", "acceptance", 0.9, step=1),
+        row("training", "acceptance", 0.5, step=2),
+        row("serving", "accuracy", 0.3, step=1),
+        row("serving", "accuracy", 0.2, step=2),
+        row("serving", "acceptance", 0.3, step=1),
+        row("serving", "acceptance", 0.1, step=2),
         # simulated accept lengths (scalars) and one per step that no chart plots
         row("training", "accept_length", 1.8),
         row("serving", "accept_length", 1.4),
-        row("serving", "accept_length", 1.3, step=2),
+        row("serving", "accept_length", 1.3, step=3),
         # the endpoint, per request and in total
         row("measured", "accept_length", 2.5, request=0),
         row("measured", "accept_length", 3.0, request=1),
@@ -48,7 +56,7 @@ METRICS = metrics_frame(
         row("measured", "tok_s", 90.0),
         # not plotted anywhere: an accuracy with no step, one of the endpoint
         row("training", "accuracy", 0.75),
-        row("measured", "accuracy", 0.5, step=0),
+        row("measured", "accuracy", 0.5, step=1),
     ]
 )
 
@@ -182,7 +190,7 @@ def test_layout_chart_links_each_slot_and_marks_the_ones_that_differ() -> None:
 
 
 def test_compare_acceptance_chart_one_line_per_run_and_layout() -> None:
-    other = metrics_frame([row("serving", "accuracy", 0.8, step=0), row("training", "tok_s", 1.0)])
+    other = metrics_frame([row("serving", "accuracy", 0.8, step=1), row("training", "tok_s", 1.0)])
     spec = charts.compare_acceptance_chart(
         {"A": METRICS, "B": other, "C": other.iloc[:0]}
     ).to_dict()

@@ -246,3 +246,16 @@ def test_a_chunk_too_small_for_the_completion_is_named_in_the_capture_error() ->
         "chunks and returns the hidden states of the last chunk only. Ask for fewer new tokens, "
         "or restart the server with --chunked-prefill-size 88 or more"
     )
+
+
+def test_an_endpoint_without_speculation_is_diagnosed_with_what_could_be_measured() -> None:
+    plan = deployments()["mismatched"]
+    config = plan.double_config(draft_path=None, speculative_algorithm=None)
+    with start_double(config) as server:
+        diagnosis = run_diagnosis(options(plan.draft_path, server.url))
+    assert diagnosis.root_cause is not None and diagnosis.root_cause.id == "no-speculation"
+    assert diagnosis.serving.eval is None
+    assert "no speculative decoding" in (diagnosis.serving.capture_error or "")
+    assert diagnosis.measured is not None and diagnosis.measured.accept_length is None
+    # The draft itself was still measured against the target's taps.
+    assert diagnosis.training.source == "layout-detective" and diagnosis.training.top1 > 0.5

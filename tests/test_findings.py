@@ -918,3 +918,18 @@ def test_a_local_copy_is_the_same_draft_and_another_epoch_is_not(tmp_path) -> No
     (copy / "model.safetensors").write_bytes(b"y" * 100)
     found = diagnose(Evidence(report=report(path=str(copy)), server=server))
     assert only(found, "draft-differs").severity == "critical"
+
+
+def test_a_slowdown_names_what_caps_the_accept_length_or_says_nothing_checked_did() -> None:
+    slow = {"measured": Bench(80.0, accept_length=1.3), "baseline": Bench(100.0)}
+    alone = only(diagnose(Evidence(server=Server(), **slow)), "slower-than-baseline")
+    # 1.3 of at most 3 + 1 = 4 draft tokens per round, and nothing that ran explains it
+    assert "The accept length is the cause (1.30 of at most 4)" in alone.fix
+    assert "first" not in alone.fix
+    eagle = Server(speculative=Spec(algorithm="EAGLE"))
+    found = diagnose(Evidence(report=report(), server=eagle, **slow))
+    assert ids_of(found)[0] == "algorithm-eagle"
+    assert only(found, "slower-than-baseline").fix.startswith("Fix algorithm-eagle first")
+    fast_enough = {"measured": Bench(80.0, accept_length=3.5), "baseline": Bench(100.0)}
+    costly = only(diagnose(Evidence(server=Server(), **fast_enough)), "slower-than-baseline")
+    assert costly.fix.startswith("The accept length is not the cause")

@@ -17,7 +17,6 @@ import pytest
 
 from eagle3dash.errors import InputError
 from eagle3dash.jobs import cancel_job, job_status, list_jobs, submit_job
-from eagle3dash.layout import Tap
 from eagle3dash.store import (
     SCHEMA_VERSION,
     SchemaTooNewError,
@@ -28,12 +27,9 @@ from eagle3dash.store import (
     content_address,
     count_runs,
     create_run,
-    get_bench,
     get_checkpoint,
     get_endpoint,
     get_findings,
-    get_layouts,
-    get_metrics,
     get_run,
     list_checkpoints,
     list_endpoints,
@@ -42,12 +38,10 @@ from eagle3dash.store import (
     record_probe,
     remove_checkpoint,
     safe_join,
-    save_bench,
     save_findings,
-    save_layouts,
-    save_metrics,
     save_upload,
     schema_version,
+    to_json,
     update_run,
 )
 
@@ -106,7 +100,11 @@ INSERT INTO runs (id, created_at, status, checkpoint_id, endpoint_url, options_j
     1.4, 88.5, 'critical', 'Every slot is shifted by one');
 INSERT INTO jobs (id, run_id, kind, status, params_json, result_json, progress, created_at)
     VALUES (3, 7, 'diagnose', 'succeeded', '{}', '{"ok": true}', 1.0, '2026-01-02T00:00:01Z');
+INSERT INTO layouts (run_id, side, slot, depth, description)
+    VALUES (7, 'training', 0, 0, 'Tap(0)'), (7, 'serving', 0, 1, 'Tap(1)');
 INSERT INTO metrics (run_id, source, name, step, value) VALUES (7, 'training', 'accuracy', 0, 0.8);
+INSERT INTO bench_results (run_id, role, result_json, created_at)
+    VALUES (7, 'spec', '{"tok_s": 88.5}', '2026-01-02T00:00:01Z');
 INSERT INTO findings (run_id, rule_id, severity, title, position)
     VALUES (7, 'layout-shift', 'critical', 'Every slot is shifted by one', 0);
 """
@@ -154,9 +152,16 @@ def test_a_version_1_database_is_upgraded_and_keeps_its_data(tmp_path: Path) -> 
         assert run["status"] == "succeeded" and run["tok_s"] == 88.5
         assert run["options"] == {"steps": 5}
         assert run["checkpoint_name"] == "llama-eagle3" and run["checkpoint_removed"] is False
-        assert get_metrics(s, 7) == [
-            {"run_id": 7, "source": "training", "name": "accuracy", "step": 0, "request": None}
-            | {"value": 0.8}
+        assert run["diagnosis"] is None  # stored before the diagnosis JSON existed
+        # the old per-run tables are no longer written or read, but their rows stay
+        assert s.db.execute(
+            "SELECT run_id, side, slot, depth, post_norm, description FROM layouts ORDER BY id"
+        ).fetchall() == [(7, "training", 0, 0, 0, "Tap(0)"), (7, "serving", 0, 1, 0, "Tap(1)")]
+        assert s.db.execute(
+            "SELECT run_id, source, name, step, request, value FROM metrics"
+        ).fetchall() == [(7, "training", "accuracy", 0, None, 0.8)]
+        assert s.db.execute("SELECT run_id, role, result_json FROM bench_results").fetchall() == [
+            (7, "spec", '{"tok_s": 88.5}')
         ]
         assert get_findings(s, 7)[0]["rule_id"] == "layout-shift"
         assert get_endpoint(s, "http://gpubox:30000")["version"] == "0.5.20"
@@ -221,13 +226,13 @@ def test_a_writer_waits_for_the_lock_instead_of_failing(store: Store) -> None:
 
 WRITER = """
 import sys
-from eagle3dash.store import open_store, create_run, update_run, save_metrics
+from eagle3dash.store import create_run, open_store, save_findings, to_json, update_run
 s = open_store(sys.argv[1])
 for i in range(int(sys.argv[2])):
     run = create_run(s, None, "http://writer")
-    update_run(s, run, status="running", tok_s=float(i))
-    save_metrics(s, run, [{"source": "measured", "name": "tok_s", "request": r, "value": r}
-                          for r in range(5)])
+    update_run(s, run, status="running", tok_s=float(i), diagnosis_json=to_json({"i": i}))
+    save_findings(s, run, [{"rule_id": f"r{k}", "severity": "info", "title": "t"}
+                           for k in range(5)])
 print("ok")
 """
 
@@ -268,16 +273,20 @@ def test_processes_and_threads_write_at_once_without_lock_errors(store: Store) -
     assert errors == []
     assert count_runs(store) == 3 * n  # two processes and one thread
     assert count_runs(store, status="running") == 2 * n
-    assert store.db.execute("SELECT COUNT(*) FROM metrics").fetchone()[0] == 2 * n * 5
+    assert (
+        store.db.execute("SELECT COUNT(*) FROM runs WHERE diagnosis_json IS NOT NULL").fetchone()[0]
+        == 2 * n
+    )
+    assert store.db.execute("SELECT COUNT(*) FROM findings").fetchone()[0] == 2 * n * 5 + n
 
 
 READER = """
 import json, sys
-from eagle3dash.store import list_runs, open_store
+from eagle3dash.store import get_findings, get_run, list_runs, open_store
 s = open_store(sys.argv[1])
-runs = [r["id"] for r in list_runs(s)]
-metrics = s.db.execute("SELECT COUNT(*) FROM metrics").fetchone()[0]
-print(json.dumps({"runs": runs, "metrics": metrics}))
+runs = [[r["id"], r["status"], get_run(s, r["id"])["diagnosis"]] for r in list_runs(s)]
+findings = [[r["id"], [f["rule_id"] for f in get_findings(s, r["id"])]] for r in list_runs(s)]
+print(json.dumps({"runs": runs, "findings": findings}))
 """
 
 
@@ -289,17 +298,16 @@ def test_readers_are_not_blocked_by_a_long_write_transaction(store: Store) -> No
     for the commit (the busy timeout, then "database is locked").
     """
     first, second, third = (create_run(store, None, f"http://r{i}") for i in range(3))
-    rows = [{"source": "serving", "name": "accuracy", "step": k, "value": 0.5} for k in range(4)]
-    save_metrics(store, first, rows)
+    update_run(store, first, status="succeeded", diagnosis_json=to_json({"verdict": ["ok"]}))
+    save_findings(store, first, [{"rule_id": "layout-shift", "severity": "critical", "title": "t"}])
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    big = {"verdict": ["big"], "requests": [{"request": i, "tok_s": i / 3} for i in range(5000)]}
     with store.transaction() as db:
         db.execute("PRAGMA cache_size = 8")
         create_run(store, None, "http://uncommitted")
-        many = [
-            {"run_id": second, "source": "measured", "name": "tok_s", "request": i, "value": i}
-            for i in range(5000)
-        ]
-        db.table("metrics").insert_all(many)
+        update_run(store, second, status="succeeded", diagnosis_json=to_json(big))
+        many = [{"rule_id": f"r{i}", "severity": "info", "title": "t"} for i in range(5000)]
+        save_findings(store, second, many)
         readers = [
             subprocess.Popen(
                 [sys.executable, "-c", READER, str(store.home)],
@@ -315,10 +323,19 @@ def test_readers_are_not_blocked_by_a_long_write_transaction(store: Store) -> No
             out, err = p.communicate(timeout=120)
             assert p.returncode == 0, err
             seen.append(json.loads(out))
-        assert db.execute("SELECT COUNT(*) FROM metrics").fetchone()[0] == 5004  # still open
-    assert seen == [{"runs": [third, second, first], "metrics": 4}] * 4
+        assert db.execute("SELECT COUNT(*) FROM findings").fetchone()[0] == 5001  # still open
+    committed = {
+        "runs": [
+            [third, "queued", None],
+            [second, "queued", None],
+            [first, "succeeded", {"verdict": ["ok"]}],
+        ],
+        "findings": [[third, []], [second, []], [first, ["layout-shift"]]],
+    }
+    assert seen == [committed] * 4
     assert count_runs(store) == 4
-    assert store.db.execute("SELECT COUNT(*) FROM metrics").fetchone()[0] == 5004
+    assert get_run(store, second)["diagnosis"] == big
+    assert len(get_findings(store, second)) == 5000
 
 
 def test_each_thread_gets_its_own_connection(store: Store) -> None:
@@ -417,65 +434,8 @@ def test_update_and_get_run(store: Store) -> None:
 # --- results -----------------------------------------------------------------------------------
 
 
-def test_metrics_long_format_round_trip(store: Store) -> None:
+def test_findings_and_probes(store: Store) -> None:
     run = create_run(store, None, "http://e")
-    rows = [
-        {"source": src, "name": "accuracy", "step": s, "value": v}
-        for src, vals in (("training", [0.8, 0.6, 0.5]), ("serving", [0.3, 0.1, 0.05]))
-        for s, v in enumerate(vals)
-    ]
-    rows += [
-        {"source": "measured", "name": "accept_length", "request": r, "value": 1 + r / 4}
-        for r in range(3)
-    ]
-    rows += [{"source": "measured", "name": "tok_s", "request": r, "value": 50.0} for r in range(3)]
-    rows.append({"source": "baseline", "name": "tok_s", "value": float("nan")})
-    rows[0]["value"] = _Scalar(0.8)  # numpy/torch scalars are accepted
-    assert save_metrics(store, run, rows) == len(rows)
-
-    got = get_metrics(store, run)
-    assert len(got) == len(rows)
-    assert set(got[0]) == {"run_id", "source", "name", "step", "request", "value"}
-    training = get_metrics(store, run, source="training", name="accuracy")
-    assert [(m["step"], m["value"]) for m in training] == [(0, 0.8), (1, 0.6), (2, 0.5)]
-    assert all(m["request"] is None for m in training)
-    assert get_metrics(store, run, source="baseline")[0]["value"] is None  # NaN -> missing
-    assert [m["request"] for m in get_metrics(store, run, "measured", "tok_s")] == [0, 1, 2]
-
-    # a rerun stage replaces its own series and leaves the others
-    save_metrics(store, run, [{"source": "serving", "name": "accuracy", "step": 0, "value": 0.7}])
-    assert [m["value"] for m in get_metrics(store, run, "serving", "accuracy")] == [0.7]
-    assert len(get_metrics(store, run, "training")) == 3
-    with pytest.raises(sqlite3.IntegrityError):  # metrics of a run that does not exist
-        save_metrics(store, 9999, [{"source": "a", "name": "b", "value": 1}])
-
-
-class _Scalar:
-    def __init__(self, v: float) -> None:
-        self.v = v
-
-    def __float__(self) -> float:
-        return self.v
-
-
-def test_layouts_findings_bench_and_probes(store: Store) -> None:
-    run = create_run(store, None, "http://e")
-    save_layouts(store, run, "training", [Tap(0), Tap(3), Tap(31)])
-    save_layouts(store, run, "serving", [Tap(4), Tap(32), {"depth": 61, "post_norm": True}])
-    save_layouts(store, run, "serving", [Tap(4), Tap(32), Tap(60)])  # replaces
-    layouts = get_layouts(store, run)
-    assert [r["depth"] for r in layouts["training"]] == [0, 3, 31]
-    assert [r["slot"] for r in layouts["serving"]] == [0, 1, 2]
-    assert layouts["serving"][2] == {
-        "side": "serving",
-        "slot": 2,
-        "depth": 60,
-        "post_norm": False,
-        "description": "Tap(60)",
-    }
-    with pytest.raises(ValueError):
-        save_layouts(store, run, "sideways", [])
-
     findings = [
         {"rule_id": "aux-missing", "severity": "warning", "title": "ids not nested"},
         {
@@ -494,13 +454,6 @@ def test_layouts_findings_bench_and_probes(store: Store) -> None:
     assert get_run(store, run)["worst_finding_title"] == "Every slot is shifted by one"
     save_findings(store, run, [])
     assert get_findings(store, run) == [] and get_run(store, run)["worst_severity"] is None
-
-    save_bench(store, run, "spec", {"tok_s": 41.0, "accept_length": 1.3})
-    save_bench(store, run, "baseline", {"tok_s": 45.0})
-    save_bench(store, run, "spec", {"tok_s": 42.0})
-    assert get_bench(store, run) == {"baseline": {"tok_s": 45.0}, "spec": {"tok_s": 42.0}}
-    with pytest.raises(ValueError):
-        save_bench(store, run, "draft", {})
 
     record_probe(store, "http://e", {"version": "0.5.22", "healthy": True})
     first = get_endpoint(store, "http://e")

@@ -1,4 +1,5 @@
-"""Compare: two runs side by side (`?a=<id>&b=<id>`), with the change in the headline numbers."""
+"""Compare: two runs side by side (`?a=<id>&b=<id>`): the headline numbers (the runs' summary
+columns) with their change, each side's layout and accuracy from each run's diagnosis."""
 
 import streamlit as st
 
@@ -37,20 +38,13 @@ if unknown:
     st.stop()
 
 widgets.share_link("compare", a=a, b=b)
-layouts = {k: db.get_layouts(store, r["id"]) for k, r in runs.items()}
 st.dataframe(
-    tables.compare_frame(runs["A"], runs["B"], layouts["A"], layouts["B"]),
-    hide_index=True,
-    width="stretch",
+    tables.compare_frame(runs["A"], runs["B"]), hide_index=True, width="stretch", height="content"
 )
 
-metrics = {
-    f"A #{r['id']}" if k == "A" else f"B #{r['id']}": tables.metrics_frame(
-        db.get_metrics(store, r["id"])
-    )
-    for k, r in runs.items()
-}
-chart = charts.compare_acceptance_chart(metrics)
+chart = charts.compare_acceptance_chart(
+    {f"{k} #{r['id']}": tables.diagnosis_metrics(r.get("diagnosis")) for k, r in runs.items()}
+)
 if chart is not None:
     st.altair_chart(chart, width="stretch")
 
@@ -64,8 +58,7 @@ for column, (key, run) in zip(columns, runs.items(), strict=True):
         st.markdown("**Findings**")
         widgets.findings_list(db.get_findings(store, run["id"]), compact=True)
         st.markdown("**Layer layout**")
-        frame = tables.layout_diff_frame(layouts[key])
-        if frame.empty:
-            st.caption("No layouts stored.")
+        if run.get("diagnosis"):
+            widgets.slots_table(run["diagnosis"])
         else:
-            st.dataframe(frame.drop(columns=["same"]), hide_index=True, width="stretch")
+            st.caption("No diagnosis is stored for this run.")

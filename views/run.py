@@ -1,4 +1,5 @@
-"""Run: one diagnosis (`?run=<id>`, the link to share): progress, then findings first."""
+"""Run: one diagnosis (`?run=<id>`, the link to share): progress, then the verdict and findings
+first, all read from the run's one stored diagnosis."""
 
 import streamlit as st
 
@@ -35,7 +36,8 @@ if run is None:
 
 jobs = jobq.list_jobs(store, run_id)
 view = progress_view(run, jobs)
-diagnosis = data.diagnosis_from_jobs(jobs)
+diagnosis = run.get("diagnosis")  # Diagnosis.to_dict(), stored once when the run succeeded
+detections = tables.detections(diagnosis, jobs)
 
 st.title(f"Run #{run_id}")
 st.markdown(
@@ -45,47 +47,40 @@ st.markdown(
     + (f" · baseline **{md_escape(run['baseline_url'])}**" if run.get("baseline_url") else "")
     + f" · created {md_escape(when(run.get('created_at')))}"
 )
+if diagnosis:
+    widgets.verdict_banner(diagnosis)
 widgets.share_link("run", run=run_id)
 
 if view.active:
     st.subheader("Progress")
     widgets.progress_panel(run_id, view.poll_every)
-    st.caption("Findings, tables and charts appear here when the run finishes.")
+    st.caption("The verdict, findings, tables and charts appear here when the run finishes.")
 elif view.status in ("failed", "cancelled"):
     st.error(
         f"The run {md_escape(view.status)}: {md_escape(view.error or 'no reason recorded')}",
         icon="❌" if view.status == "failed" else "⏹️",
     )
 
-findings = db.get_findings(store, run_id)
-layouts = db.get_layouts(store, run_id)
-metrics = tables.metrics_frame(db.get_metrics(store, run_id))
-bench = db.get_bench(store, run_id)
-has_results = bool(findings or layouts or not metrics.empty or diagnosis)
-detection = tables.detection_from_jobs(jobs)
-
-if has_results:
+if diagnosis:
     st.header("Findings")
-    widgets.findings_list(findings or (diagnosis or {}).get("findings") or [])
-    widgets.missing_and_warnings(diagnosis)
+    widgets.findings_list(diagnosis.get("findings") or [])
+    widgets.diagnosis_warnings(diagnosis)
 
     st.header("Training vs serving")
-    widgets.side_by_side(metrics, run, layouts, diagnosis)
+    widgets.sides_table(diagnosis)
 
     st.header("Layer layout")
-    widgets.layout_diff(
-        layouts, data.num_target_layers(run, diagnosis), (diagnosis or {}).get("layout_diff")
-    )
+    widgets.layout_diff(diagnosis)
+elif not view.active:
+    widgets.without_diagnosis(db.get_findings(store, run_id))
 
-    if detection:
-        st.header("Layout detective")
-        widgets.layout_detective(detection)
-
-    st.header("Charts")
-    widgets.run_charts(metrics)
-elif detection:
+if detections:
     st.header("Layout detective")
-    widgets.layout_detective(detection)
+    widgets.layout_detectives(detections)
+
+if diagnosis:
+    st.header("Charts")
+    widgets.run_charts(diagnosis)
 
 checkpoint_tab, server_tab, logs_tab, export_tab = st.tabs(
     ["Checkpoint", "Server", "Jobs and logs", "Export"]
@@ -102,4 +97,4 @@ with server_tab:
 with logs_tab:
     widgets.job_logs(jobs)
 with export_tab:
-    widgets.export_buttons(run, findings, layouts, bench, diagnosis, metrics)
+    widgets.export_buttons(run, diagnosis)

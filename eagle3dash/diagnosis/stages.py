@@ -302,7 +302,7 @@ def run_detective(run: _Run) -> None:
     run.detection = detect(
         run.options.draft,
         capture=run.target_capture,
-        steps=run.eval_steps,
+        steps=run.steps,  # the sweep's accept lengths at the server's steps, like the sides
         sides=sides,
         num_layers=run.depth,
         sglang_version=run.version,
@@ -338,7 +338,9 @@ def training_side(run: _Run) -> Side:
     elif declared is not None:
         side = Side("training", declared, DECLARED, "declared by the user", config.layout)
         side.eval = _evaluate(run, run.target_capture, declared)
-    elif detection is not None:
+    elif detection is not None and (
+        detection.best == config.layout or detection.outperforms(config.layout)
+    ):
         best = detection.best
         top = detection.rows[0]
         detail = (
@@ -349,7 +351,11 @@ def training_side(run: _Run) -> Side:
         side = Side("training", best, DETECTIVE, detail, config.layout)
         side.eval = _evaluate(run, run.target_capture, best)
     else:
-        side = Side("training", config.layout, CONFIG, config.rule, config.layout)
+        detail = config.rule
+        if detection is not None:  # every layout scores alike: the tensors decide nothing
+            detail += "; the layout detective found no clearly better layout"
+        side = Side("training", config.layout, CONFIG, detail, config.layout)
+        side.eval = _evaluate(run, run.target_capture, config.layout)
     side.steps = run.steps
     if side.eval is None:
         side.capture_error = "no target states at these taps"
@@ -493,7 +499,7 @@ def effective_layouts(run: _Run, training: Side, serving: Side) -> LayoutCompari
         decode_layout=predicted.decode_layout,
         error=predicted.error,
     )
-    trained = LayoutResult(training.layout, training.detail)
+    trained = LayoutResult(training.layout, training.detail.rstrip(".") + ".")
     fell_back = nested_ids(run.report.spec) is None and serving.source == PREDICTED
     defaults = default_capture(run.depth, run.arch)
     decode = predicted.decode_layout

@@ -60,7 +60,6 @@ RULES: tuple[Callable[[Evidence], list[Finding]], ...] = (
     rule_unknown_tensors,
     rule_d2t_missing,
     rule_norm_before_residual,
-    rule_slower_than_baseline,
     rule_eagle31_ignored,
     rule_draft_tokens_capped,
     rule_speculative_adaptive,
@@ -78,6 +77,7 @@ RULES: tuple[Callable[[Evidence], list[Finding]], ...] = (
 # after RULES and list after their findings of the same severity.
 SUMMARY_RULES: tuple[Callable[[Evidence, list[Finding]], list[Finding]], ...] = (
     rule_training_serving_gap,
+    rule_slower_than_baseline,
 )
 
 

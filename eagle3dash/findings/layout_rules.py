@@ -204,7 +204,7 @@ def rule_detected_layout(e: Evidence) -> list[Finding]:
     if det is None or claimed is None or e.layouts is None:
         return []
     best = tuple(det.best)
-    if best == claimed:
+    if not det.outperforms(claimed):
         return []
     n = e.num_target_layers or det.num_layers
     mine = next((r for r in det.rows if r.layout == claimed), None)

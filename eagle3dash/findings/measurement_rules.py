@@ -37,8 +37,9 @@ def _speedup(e: Evidence) -> float | None:
     return m.output_tok_s_aggregate / b.output_tok_s_aggregate
 
 
-def rule_slower_than_baseline(e: Evidence) -> list[Finding]:
-    """Measured tok/s against a baseline without speculation, both from servebench.py."""
+def rule_slower_than_baseline(e: Evidence, found: list[Finding]) -> list[Finding]:
+    """Measured tok/s against a baseline without speculation, both from servebench.py; the fix
+    points at the findings that cap the accept length, or says none was found."""
     speedup = _speedup(e)
     m, b = e.measured, e.baseline
     if speedup is None or speedup >= 1.2 or m is None or b is None:
@@ -60,10 +61,7 @@ def rule_slower_than_baseline(e: Evidence) -> list[Finding]:
                 f"Speculative decoding makes the endpoint slower: {speedup:.2f}x the baseline's "
                 "tok/s.",
                 evidence + ".",
-                "Fix the critical findings above first (they cap the accept length); if accept "
-                "length is already good, lower the batch or draft cost: --speculative-num-steps 3 "
-                "--speculative-eagle-topk 1 --speculative-num-draft-tokens 4, and keep "
-                "--cuda-graph-max-bs at least the request concurrency.",
+                _slowdown_fix(e, found),
                 {"speedup": speedup},
             )
         ]
@@ -79,6 +77,32 @@ def rule_slower_than_baseline(e: Evidence) -> list[Finding]:
             {"speedup": speedup},
         )
     ]
+
+
+def _slowdown_fix(e: Evidence, found: list[Finding]) -> str:
+    """What to do about a slowdown: the critical findings that cap the accept length first; when
+    there are none, say whether the accept length or the cost is the problem."""
+    cost = (
+        "lower the batch or draft cost: --speculative-num-steps 3 --speculative-eagle-topk 1 "
+        "--speculative-num-draft-tokens 4, and keep --cuda-graph-max-bs at least the request "
+        "concurrency"
+    )
+    critical = [f.id for f in found if f.severity == "critical"]
+    if critical:
+        caps = "they cap" if len(critical) > 1 else "it caps"
+        return (
+            f"Fix {', '.join(critical)} first ({caps} the accept length); if accept length is "
+            f"already good, {cost}."
+        )
+    accept, steps = e.measured.accept_length if e.measured else None, e.simulation_steps()
+    if accept is not None and steps and accept < 0.5 * (steps + 1):
+        return (
+            f"The accept length is the cause ({_fmt(accept)} of at most {steps + 1}) and no check "
+            "that ran explains it: measure the training side (a local copy of the target, or a "
+            "training dump) to see whether serving feeds the draft other states than training "
+            "did, then run the diagnosis again."
+        )
+    return f"The accept length is not the cause; {cost}."
 
 
 def rule_measured_below_simulated(e: Evidence) -> list[Finding]:

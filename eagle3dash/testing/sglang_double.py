@@ -130,7 +130,10 @@ __all__ = [
 TAG = "[eagle3dash SGLang double]"
 log = logging.getLogger(__name__)
 
-TEMPLATE_PATH = Path(__file__).with_name("double_data") / "server_info_0.5.23.json"
+# A real server_info of the newest release read, the key set every answer keeps.
+TEMPLATE_PATH = (
+    Path(__file__).with_name("double_data") / f"server_info_{DEFAULT_SGLANG_VERSION}.json"
+)
 # tokenizer_manager.py 0.5.23 (l.1406-1410; 0.5.20+), without hidden states configured ...
 HIDDEN_STATES_DISABLED = (
     "The server is not configured to return hidden states. "
@@ -1133,7 +1136,8 @@ def main(
     """`PROG --target DIR [--draft DIR] --port N`: serve the double until ^C or SIGTERM."""
     p = argparse.ArgumentParser(
         prog=prog,
-        description=f"{NOTE}. Answers like SGLang 0.5.23 for the endpoints eagle3dash uses.",
+        description=f"{NOTE}. Answers like SGLang {DEFAULT_SGLANG_VERSION} for the endpoints "
+        "eagle3dash uses.",
     )
     p.add_argument("--target", required=True, help="a transformers save_pretrained directory")
     p.add_argument("--draft", help="an EAGLE-3 draft checkpoint directory")

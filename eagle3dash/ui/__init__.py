@@ -2,10 +2,13 @@
 
 - `home`: `get_store()`, the store on EAGLE3DASH_HOME for this script run.
 - `fmt`: numbers, times, severities, and `md_escape` for text shown through Markdown.
-- `tables`: DataFrames for every table (runs, training vs serving, layout diff, reports, compare).
+- `words`: a diagnosis's values in words (sources, taps, what was not checked, the verdict).
+- `tables`: DataFrames for every table (runs, training vs serving, layout diff, reports, compare),
+  read from a run's one stored diagnosis (`run["diagnosis"]`) and its summary columns.
 - `charts`: altair charts (acceptance per step, accept length and tok/s per request, layouts).
+- `data`: the server report of a run (the diagnosis's, else the endpoint's last probe).
 - `progress`: what a run's page shows while its jobs run (`progress_view`), and `cancel_run`.
 - `widgets`: the Streamlit drawing of all of the above.
 
-`tables`, `charts` and `progress` import no Streamlit and are tested directly.
+`words`, `tables`, `charts`, `data` and `progress` import no Streamlit and are tested directly.
 """

@@ -1,5 +1,8 @@
 """Altair charts of a run: plain functions from DataFrames to charts (None when no data).
 
+The numbers come from `tables.diagnosis_metrics` (a diagnosis's long rows; draft steps from 1)
+and `tables.layout_points`.
+
 Colors are fixed per source so that training, serving, the measured endpoint and the baseline
 look the same in every chart.
 """
@@ -29,7 +32,7 @@ def acceptance_chart(metrics: pd.DataFrame) -> alt.Chart | None:
     ].copy()
     if df.empty:
         return None
-    df["draft step"] = df["step"].astype(int) + 1
+    df["draft step"] = df["step"].astype(int)
     df["layout"] = df["source"].astype(str)
     df["metric"] = df["name"].astype(str)
     return (
@@ -201,7 +204,7 @@ def compare_acceptance_chart(metrics: dict[str, pd.DataFrame]) -> alt.Chart | No
     if not frames:
         return None
     df = pd.concat(frames, ignore_index=True)
-    df["draft step"] = df["step"].astype(int) + 1
+    df["draft step"] = df["step"].astype(int)
     df["layout"] = df["source"].astype(str)
     return (
         alt.Chart(df[["run", "layout", "draft step", "value"]])

@@ -1,34 +1,14 @@
-"""What a run's page reads besides the run row: the diagnosis, the depth, the reports.
+"""What a run's page reads besides the run row and its stored diagnosis: the server report.
 
-Plain functions over the store and job rows (no Streamlit).
+Plain functions over the store (no Streamlit).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from eagle3dash import store as db
-
-DIAGNOSE_KIND = "diagnose"
-
-
-def diagnosis_from_jobs(jobs: Sequence[Mapping[str, Any]]) -> dict | None:
-    """The result of the run's last succeeded diagnose job (`Diagnosis.to_dict()`), or None."""
-    for job in reversed(list(jobs)):
-        result = job.get("result")
-        if job.get("kind") == DIAGNOSE_KIND and job.get("status") == "succeeded" and result:
-            return dict(result)
-    return None
-
-
-def num_target_layers(run: Mapping[str, Any], diagnosis: Mapping[str, Any] | None) -> int | None:
-    """The target's depth N: from the diagnosis, else the run's options."""
-    if diagnosis and diagnosis.get("num_target_layers"):
-        return int(diagnosis["num_target_layers"])
-    options = run.get("options") or {}
-    value = options.get("target_layers")
-    return int(value) if value else None
 
 
 def server_report_of(

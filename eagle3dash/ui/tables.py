@@ -1,12 +1,13 @@
 """Table data for the pages: plain functions from store rows and diagnosis dicts to DataFrames.
 
-No Streamlit here, so every table can be tested directly. Display tables hold formatted strings
-(a dash for "not measured"); `metrics_frame` keeps numbers for charts and CSV.
+A run's results are its one stored diagnosis (`Diagnosis.to_dict()`, `run["diagnosis"]`): tables
+read it and show what it says, never recompute it. No Streamlit here, so every table can be tested
+directly. Display tables hold formatted strings (a dash for "not measured");
+`diagnosis_metrics` keeps numbers for charts and the CSV.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -14,8 +15,9 @@ from typing import Any
 import pandas as pd
 
 from eagle3dash.ui.fmt import DASH, delta, is_missing, num, page_url, pct, ratio, when
+from eagle3dash.ui.words import source_words, taps_words
 
-METRIC_COLUMNS = ("run_id", "source", "name", "step", "request", "value")
+METRIC_COLUMNS = ("source", "name", "step", "request", "value")
 SIDES = ("training", "serving")
 
 RUNS_COLUMNS = (
@@ -82,143 +84,141 @@ def _float(value: Any) -> float:
     return float("nan") if is_missing(value) else float(value)
 
 
-# --- metrics -----------------------------------------------------------------------------------
+# --- a diagnosis's numbers ----------------------------------------------------------------------
 
 
-def metrics_frame(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
-    """Long-format metrics (store.get_metrics) with numeric step/request/value columns."""
-    df = pd.DataFrame(list(rows), columns=list(METRIC_COLUMNS))
+def diagnosis_metrics(diagnosis: Mapping[str, Any] | None) -> pd.DataFrame:
+    """A diagnosis's numbers in long rows (source, name, step, request, value), for the charts and
+    the CSV: each side's accuracy and acceptance per draft step (1 = the first drafted token) and
+    its simulated accept length; the endpoint's and the baseline's accept length and output tok/s
+    per request (0 = the first prompt) and over all requests (no request)."""
+    diagnosis = diagnosis or {}
+    rows: list[tuple[str, str, int | None, int | None, Any]] = []
+    for side in SIDES:
+        found = diagnosis.get(side) or {}
+        evaluated = found.get("eval") or {}
+        for name in ("accuracy", "acceptance"):
+            rows += [(side, name, i + 1, None, v) for i, v in enumerate(evaluated.get(name) or [])]
+        rows.append((side, "accept_length", None, None, found.get("sim_accept_length")))
+    for source in ("measured", "baseline"):
+        bench = diagnosis.get(source) or {}
+        for name, key, total in (
+            ("accept_length", "accept_length_per_request", "accept_length"),
+            ("tok_s", "output_tok_s_per_request", "output_tok_s_aggregate"),
+        ):
+            rows += [(source, name, None, i, v) for i, v in enumerate(bench.get(key) or [])]
+            rows.append((source, name, None, None, bench.get(total)))
+    df = pd.DataFrame(
+        [r for r in rows if not is_missing(r[-1])], columns=list(METRIC_COLUMNS)
+    ).astype({"source": "string", "name": "string", "value": "float64"})
     for col in ("step", "request"):
         df[col] = pd.to_numeric(df[col], errors="coerce").astype("Int64")
-    df["value"] = pd.to_numeric(df["value"], errors="coerce").astype("float64")
-    df["source"] = df["source"].astype("string")
-    df["name"] = df["name"].astype("string")
     return df
-
-
-def _series(df: pd.DataFrame, source: str, name: str, by: str) -> dict[int, float]:
-    sel = df[(df["source"] == source) & (df["name"] == name) & df[by].notna()]
-    return {int(k): float(v) for k, v in zip(sel[by], sel["value"], strict=True)}
-
-
-def _scalar(df: pd.DataFrame, source: str, name: str) -> float | None:
-    sel = df[
-        (df["source"] == source) & (df["name"] == name) & df["step"].isna() & df["request"].isna()
-    ]
-    if sel.empty or pd.isna(sel["value"].iloc[-1]):
-        return None
-    return float(sel["value"].iloc[-1])
 
 
 # --- training vs serving -----------------------------------------------------------------------
 
 
-def taps_text(rows: Iterable[Mapping[str, Any]] | None) -> str:
-    """Stored layout rows as '0, 1, 2' (post-norm taps get an 'n')."""
-    if not rows:
-        return DASH
-    return ", ".join(
-        DASH if r.get("depth") is None else f"{r['depth']}{'n' if r.get('post_norm') else ''}"
-        for r in rows
-    )
+def _side(diagnosis: Mapping[str, Any], side: str) -> Mapping[str, Any]:
+    return diagnosis.get(side) or {}
 
 
-def side_by_side_frame(
-    metrics: pd.DataFrame,
-    run: Mapping[str, Any],
-    layouts: Mapping[str, list[dict]] | None = None,
-    diagnosis: Mapping[str, Any] | None = None,
-) -> pd.DataFrame:
-    """Training vs serving: taps, accuracy per step, simulated and measured accept length, tok/s.
-
-    The standalone numbers come from the metrics of each side; the endpoint's measurements
-    (measured accept length, tok/s, baseline, speedup) go in the serving column.
-    """
-    layouts = layouts or {}
-    diagnosis = diagnosis or {}
-    acc = {side: _series(metrics, side, "accuracy", "step") for side in SIDES}
-    steps = sorted(set(acc["training"]) | set(acc["serving"]))
-    rows: list[tuple[str, str, str]] = [
-        (
-            "taps fed to the fc slots",
-            taps_text(layouts.get("training")),
-            taps_text(layouts.get("serving")),
-        ),
+def sides_frame(diagnosis: Mapping[str, Any]) -> pd.DataFrame:
+    """Training vs serving: each side's taps in words and where they come from, what the config
+    or SGLang's rules predict where that differs, draft accuracy per step, simulated accept length;
+    the endpoint's measurements (accept length, tok/s, baseline, speedup) in the serving column."""
+    n = diagnosis.get("num_target_layers")
+    sides = [_side(diagnosis, side) for side in SIDES]
+    prediction = diagnosis.get("prediction") or {}
+    rows: list[tuple[str, ...]] = [  # (quantity, training, serving)
+        ("taps fed to the fc slots", *(taps_words(s.get("layout"), n) for s in sides)),
+        ("where that layout comes from", *(source_words(s.get("source")) for s in sides)),
+        ("how it was found", *((s.get("detail") or DASH) for s in sides)),
     ]
-    rules = [((diagnosis.get(side) or {}).get("rule") or DASH) for side in SIDES]
+    if any(s.get("prediction") and s["prediction"] != s.get("layout") for s in sides):
+        rows.append(
+            (
+                "what the config / SGLang's rules predict",
+                *(_prediction_text(s, n) for s in sides),
+            )
+        )
+    rules = [((prediction.get(side) or {}).get("rule") or DASH) for side in SIDES]
     if any(r != DASH for r in rules):
-        rows.append(("layout rule", rules[0], rules[1]))
-    for step in steps:
+        rows.append(("layout rule", *rules))
+    accuracy = [(s.get("eval") or {}).get("accuracy") or [] for s in sides]
+    for step in range(max(map(len, accuracy))):
         rows.append(
             (
                 f"draft accuracy, step {step + 1}",
-                pct(acc["training"].get(step)),
-                pct(acc["serving"].get(step)),
+                *(pct(a[step]) if step < len(a) else DASH for a in accuracy),
             )
         )
-    sim = {
-        "training": _scalar(metrics, "training", "accept_length"),
-        "serving": _scalar(metrics, "serving", "accept_length"),
-    }
-    if sim["training"] is None:
-        sim["training"] = run.get("sim_accept_training")
-    if sim["serving"] is None:
-        sim["serving"] = run.get("sim_accept_serving")
-    rows.append(("simulated accept length", num(sim["training"]), num(sim["serving"])))
-    measured = _scalar(metrics, "measured", "accept_length")
-    if measured is None:
-        measured = run.get("measured_accept_length")
-    tok_s = _scalar(metrics, "measured", "tok_s")
-    if tok_s is None:
-        tok_s = run.get("tok_s")
-    baseline = _scalar(metrics, "baseline", "tok_s")
-    if baseline is None:
-        baseline = run.get("baseline_tok_s")
+    rows.append(
+        (
+            f"simulated accept length ({diagnosis.get('steps') or '?'} draft steps)",
+            *(num(s.get("sim_accept_length")) for s in sides),
+        )
+    )
+    if any(s.get("capture_error") for s in sides):
+        rows.append(("why not evaluated", *((s.get("capture_error") or DASH) for s in sides)))
+    measured = diagnosis.get("measured") or {}
+    speedup = diagnosis.get("speedup") or {}
     na = "(standalone only)"
-    rows.append(("measured accept length (endpoint)", na, num(measured)))
-    rows.append(("output tok/s (endpoint)", na, num(tok_s, 1)))
-    rows.append(("baseline tok/s (no speculation)", na, num(baseline, 1)))
-    rows.append(("speedup vs baseline", na, ratio(run.get("speedup"))))
+    rows += [
+        ("measured accept length (endpoint)", na, num(measured.get("accept_length"))),
+        ("output tok/s (endpoint)", na, num(measured.get("output_tok_s_aggregate"), 1)),
+        (
+            "baseline tok/s (no speculation)",
+            na,
+            num((diagnosis.get("baseline") or {}).get("output_tok_s_aggregate"), 1),
+        ),
+        ("speedup vs baseline", na, ratio(speedup.get("speedup"))),
+    ]
     return pd.DataFrame(rows, columns=["quantity", "training", "serving"])
+
+
+def _prediction_text(side: Mapping[str, Any], num_layers: int | None) -> str:
+    predicted = side.get("prediction")
+    if not predicted:
+        return DASH
+    return "the same" if predicted == side.get("layout") else taps_words(predicted, num_layers)
 
 
 # --- layouts -----------------------------------------------------------------------------------
 
 
-def _tap_text(row: Mapping[str, Any] | None) -> str:
-    if row is None or row.get("depth") is None:
+def _tap_text(tap: Mapping[str, Any] | None) -> str:
+    if tap is None or tap.get("depth") is None:
         return DASH
-    return f"{row['depth']}{'n' if row.get('post_norm') else ''}"
+    return f"{tap['depth']}{'n' if tap.get('post_norm') else ''}"
 
 
-def layout_diff_frame(layouts: Mapping[str, list[dict]]) -> pd.DataFrame:
-    """Slot by slot: the tap each side feeds (depth and words) and whether they match.
+def _tap_words(layout: list[Mapping[str, Any]], slot: int, num_layers: int | None) -> str:
+    return taps_words(layout[slot : slot + 1], num_layers)
 
-    A `decode` layout (what CUDA-graph replays feed, when it differs) adds two columns.
-    """
-    training = layouts.get("training") or []
-    serving = layouts.get("serving") or []
-    decode = layouts.get("decode") or []
+
+def slots_frame(diagnosis: Mapping[str, Any]) -> pd.DataFrame:
+    """The layout diff's slots: the tap each side feeds (depth and words) and whether they match,
+    as the diagnosis classified them; plus the tap CUDA-graph decode replays feed, where SGLang's
+    rules say it differs."""
+    diff = diagnosis.get("layout_diff") or {}
+    n = diagnosis.get("num_target_layers")
+    training, serving = diff.get("training") or [], diff.get("serving") or []
+    decode = ((diagnosis.get("prediction") or {}).get("serving") or {}).get("decode_layout") or []
     rows = []
-    for slot, (t, s) in enumerate(itertools.zip_longest(training, serving)):
-        same = (
-            t is not None
-            and s is not None
-            and t.get("depth") == s.get("depth")
-            and bool(t.get("post_norm")) == bool(s.get("post_norm"))
-        )
+    for s in diff.get("slots") or []:
+        slot = int(s["slot"])
         row = {
             "slot": slot,
-            "training tap": _tap_text(t),
-            "training feeds": (t or {}).get("description") or DASH,
-            "serving tap": _tap_text(s),
-            "serving feeds": (s or {}).get("description") or DASH,
-            "match": "same" if same else "DIFFERS",
-            "same": same,
+            "training tap": s.get("training") or DASH,
+            "training feeds": _tap_words(training, slot, n),
+            "serving tap": s.get("serving") or DASH,
+            "serving feeds": _tap_words(serving, slot, n),
+            "match": "same" if s.get("same") else "DIFFERS",
+            "same": bool(s.get("same")),
         }
         if decode:
-            d = decode[slot] if slot < len(decode) else None
-            row["decode tap (CUDA graph)"] = _tap_text(d)
+            row["decode tap (CUDA graph)"] = _tap_text(decode[slot] if slot < len(decode) else None)
         rows.append(row)
     columns = ["slot", "training tap", "training feeds", "serving tap", "serving feeds", "match"]
     if decode:
@@ -226,25 +226,24 @@ def layout_diff_frame(layouts: Mapping[str, list[dict]]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=[*columns, "same"])
 
 
-def layout_points(layouts: Mapping[str, list[dict]]) -> pd.DataFrame:
-    """Long format for the layout diagram: slot, side, depth, description, whether slot matches."""
-    diff = layout_diff_frame(layouts)
-    same = dict(zip(diff["slot"], diff["same"], strict=True)) if not diff.empty else {}
-    rows = []
-    for side in ("training", "serving"):
-        for slot, r in enumerate(layouts.get(side) or []):
-            if r.get("depth") is None:
-                continue
-            rows.append(
-                {
-                    "slot": slot,
-                    "side": side,
-                    "depth": int(r["depth"]),
-                    "tap": _tap_text(r),
-                    "feeds": r.get("description") or _tap_text(r),
-                    "same": bool(same.get(slot, False)),
-                }
-            )
+def layout_points(diagnosis: Mapping[str, Any]) -> pd.DataFrame:
+    """Long rows for the layout diagram: slot, side, depth, tap, words, whether the slot matches."""
+    diff = diagnosis.get("layout_diff") or {}
+    n = diagnosis.get("num_target_layers")
+    same = {int(s["slot"]): bool(s.get("same")) for s in diff.get("slots") or []}
+    rows = [
+        {
+            "slot": slot,
+            "side": side,
+            "depth": int(tap["depth"]),
+            "tap": _tap_text(tap),
+            "feeds": taps_words([tap], n),
+            "same": same.get(slot, False),
+        }
+        for side in SIDES
+        for slot, tap in enumerate(diff.get(side) or [])
+        if tap.get("depth") is not None
+    ]
     return pd.DataFrame(rows, columns=["slot", "side", "depth", "tap", "feeds", "same"])
 
 
@@ -342,22 +341,26 @@ _HEADLINES = (
 )
 
 
-def compare_frame(
-    a: Mapping[str, Any],
-    b: Mapping[str, Any],
-    layouts_a: Mapping[str, list[dict]] | None = None,
-    layouts_b: Mapping[str, list[dict]] | None = None,
-) -> pd.DataFrame:
-    """Two runs' headline numbers side by side with the change (B - A)."""
-    la, lb = layouts_a or {}, layouts_b or {}
+def compare_frame(a: Mapping[str, Any], b: Mapping[str, Any]) -> pd.DataFrame:
+    """Two runs side by side: each side's taps in words with where they come from (from each
+    run's diagnosis), the headline numbers (the run's summary columns) with the change (B - A)."""
+    da, db_ = a.get("diagnosis") or {}, b.get("diagnosis") or {}
     rows = [
         ("status", str(a.get("status")), str(b.get("status")), ""),
         ("checkpoint", checkpoint_label(a), checkpoint_label(b), ""),
         ("endpoint", a.get("endpoint_url") or DASH, b.get("endpoint_url") or DASH, ""),
         ("created", when(a.get("created_at")), when(b.get("created_at")), ""),
-        ("training taps", taps_text(la.get("training")), taps_text(lb.get("training")), ""),
-        ("serving taps", taps_text(la.get("serving")), taps_text(lb.get("serving")), ""),
     ]
+    for side in SIDES:
+        rows.append((f"{side} taps", _taps_of(da, side), _taps_of(db_, side), ""))
+        rows.append(
+            (
+                f"{side} layout from",
+                _source_of(da, side),
+                _source_of(db_, side),
+                "",
+            )
+        )
     for label, key, digits in _HEADLINES:
         rows.append(
             (
@@ -373,6 +376,15 @@ def compare_frame(
     return pd.DataFrame(rows, columns=["quantity", "run A", "run B", "change (B - A)"])
 
 
+def _taps_of(diagnosis: Mapping[str, Any], side: str) -> str:
+    return taps_words(_side(diagnosis, side).get("layout"), diagnosis.get("num_target_layers"))
+
+
+def _source_of(diagnosis: Mapping[str, Any], side: str) -> str:
+    source = _side(diagnosis, side).get("source")
+    return source_words(source) if source else DASH
+
+
 def _worst(run: Mapping[str, Any]) -> str:
     if not run.get("worst_severity"):
         return DASH
@@ -382,28 +394,15 @@ def _worst(run: Mapping[str, Any]) -> str:
 # --- export ------------------------------------------------------------------------------------
 
 
-def run_export(
-    run: Mapping[str, Any],
-    findings: list[dict],
-    layouts: Mapping[str, list[dict]],
-    bench: Mapping[str, Any],
-    diagnosis: Mapping[str, Any] | None,
-) -> str:
-    """The JSON download of a run: its row, the stored results and the full diagnosis."""
-    row = {k: v for k, v in run.items() if not k.endswith("_json")}
-    payload = {
-        "run": row,
-        "findings": findings,
-        "layouts": layouts,
-        "bench": bench,
-        "diagnosis": diagnosis,
-    }
-    return json.dumps(payload, indent=2, default=str, allow_nan=True)
+def run_export(run: Mapping[str, Any], diagnosis: Mapping[str, Any] | None) -> str:
+    """The JSON download of a run: its row (summary columns) and its stored diagnosis."""
+    row = {k: v for k, v in run.items() if not k.endswith("_json") and k != "diagnosis"}
+    return json.dumps({"run": row, "diagnosis": diagnosis}, indent=2, default=str, allow_nan=True)
 
 
-def metrics_csv(metrics: pd.DataFrame) -> str:
-    """The CSV download of a run's metrics (long format)."""
-    return metrics.to_csv(index=False)
+def diagnosis_csv(diagnosis: Mapping[str, Any] | None) -> str:
+    """The CSV download of a diagnosis's numbers: per draft step and per request (long rows)."""
+    return diagnosis_metrics(diagnosis).to_csv(index=False)
 
 
 # --- layout detective --------------------------------------------------------------------------
@@ -411,18 +410,23 @@ def metrics_csv(metrics: pd.DataFrame) -> str:
 DETECT_KIND = "detect"
 
 
-def detection_from_jobs(jobs: Iterable[Mapping[str, Any]]) -> dict | None:
-    """The run's latest detective case (`Detection.to_dict()`): a detect job's result, or the
-    one a diagnose job made with the target at hand; None without either."""
+def detections(
+    diagnosis: Mapping[str, Any] | None, jobs: Iterable[Mapping[str, Any]]
+) -> list[tuple[str, dict]]:
+    """The run's detective cases (`Detection.to_dict()`), each with where it comes from: the
+    diagnosis's (made with the target at hand), then the latest succeeded detect job's."""
+    found = []
+    if diagnosis and diagnosis.get("detective"):
+        found.append(("from this diagnosis", dict(diagnosis["detective"])))
     for job in reversed(list(jobs)):
-        result = job.get("result")
-        if job.get("status") != "succeeded" or not result:
-            continue
-        if job.get("kind") == DETECT_KIND:
-            return dict(result)
-        if result.get("detective"):
-            return dict(result["detective"])
-    return None
+        if (
+            job.get("kind") == DETECT_KIND
+            and job.get("status") == "succeeded"
+            and job.get("result")
+        ):
+            found.append((f"from detect job {job['id']}", dict(job["result"])))
+            break
+    return found
 
 
 def sweep_frame(detection: Mapping[str, Any]) -> pd.DataFrame:

@@ -18,8 +18,8 @@ from eagle3dash import jobs as jobq
 from eagle3dash.diagnosis.options import SCHEMA, Kind
 from eagle3dash.errors import InputError
 from eagle3dash.probe import Probe, probe
-from eagle3dash.ui import charts, tables
-from eagle3dash.ui.fmt import md_escape, page_url, severity_color, status_label
+from eagle3dash.ui import charts, tables, words
+from eagle3dash.ui.fmt import md_escape, num, page_url, ratio, severity_color, status_label
 from eagle3dash.ui.home import get_store
 from eagle3dash.ui.progress import cancel_run, load_progress
 
@@ -96,28 +96,75 @@ def findings_list(findings: Sequence[Mapping[str, Any]], compact: bool = False) 
                 st.code(str(fix), language=None, wrap_lines=True)
 
 
-def missing_and_warnings(diagnosis: Mapping[str, Any] | None) -> None:
-    """The comparisons a diagnosis could not make (and how to supply them), and its warnings."""
-    if not diagnosis:
-        return
-    for item in diagnosis.get("missing") or []:
-        st.info("Not compared: " + md_escape(item), icon="➖")
+def diagnosis_warnings(diagnosis: Mapping[str, Any]) -> None:
+    """The diagnosis's warnings (what it could do only in part)."""
     for item in diagnosis.get("warnings") or []:
         st.warning(md_escape(item), icon="⚠️")
 
 
-# --- tables and charts -------------------------------------------------------------------------
+def without_diagnosis(findings: Sequence[Mapping[str, Any]]) -> None:
+    """A run with no stored diagnosis (failed, cancelled, or stored by an older version): the
+    findings recorded for it, if any."""
+    st.caption(
+        "No diagnosis is stored for this run: it did not finish, or an older version of "
+        "eagle3dash made it. "
+        + (
+            "Only the findings recorded for it are shown."
+            if findings
+            else "No findings were recorded for it."
+        )
+    )
+    if findings:
+        st.header("Findings")
+        findings_list(findings)
 
 
-def side_by_side(
-    metrics: pd.DataFrame,
-    run: Mapping[str, Any],
-    layouts: Mapping[str, list[dict]],
-    diagnosis: Mapping[str, Any] | None,
-) -> None:
-    """The training vs serving table."""
-    df = tables.side_by_side_frame(metrics, run, layouts, diagnosis)
-    st.dataframe(df, hide_index=True, width="stretch")
+# --- the verdict, tables and charts ------------------------------------------------------------
+
+
+def verdict_banner(diagnosis: Mapping[str, Any]) -> None:
+    """The verdict: the root cause in one sentence (or what was found and not checked), the
+    measured and simulated accept lengths and the speedup, then each check that could not run
+    with the one action that enables it."""
+    verdict = diagnosis.get("verdict") or {}
+    sentence = f"**{md_escape(words.verdict_sentence(diagnosis))}**"
+    if verdict.get("root_cause"):
+        st.error(sentence, icon="🛑")
+    elif verdict.get("problems_found"):
+        st.warning(sentence, icon="⚠️")
+    else:
+        st.success(sentence, icon="✅")
+    steps = diagnosis.get("steps") or "?"
+    columns = st.columns(4)
+    columns[0].metric(
+        "Measured accept length",
+        num(verdict.get("measured_accept_length")),
+        help="Completion tokens per verify round, from the endpoint's benchmark.",
+    )
+    for column, side in zip(columns[1:3], ("training", "serving"), strict=True):
+        column.metric(
+            f"Simulated, {side} layout",
+            num(verdict.get(f"sim_accept_{side}")),
+            help=md_escape(
+                f"Accept length of the standalone draft on the {side} side's states at {steps} "
+                f"draft steps; its layout is {words.source_words(verdict.get(f'{side}_source'))}."
+            ),
+        )
+    columns[3].metric(
+        "Speedup vs baseline",
+        ratio(verdict.get("speedup")),
+        help="The endpoint's output tok/s over the baseline's (the target without speculation).",
+    )
+    for item in diagnosis.get("not_checked") or []:
+        st.info("Not checked: " + md_escape(words.not_checked_text(item, "app")), icon="➖")
+
+
+def sides_table(diagnosis: Mapping[str, Any]) -> None:
+    """The training vs serving table, and whether the endpoint serves this checkpoint's draft."""
+    st.dataframe(tables.sides_frame(diagnosis), hide_index=True, width="stretch", height="content")
+    identity = words.identity_words(diagnosis.get("draft_identity"))
+    if identity:
+        st.caption("Draft on the endpoint: " + md_escape(identity))
 
 
 def _highlight_differs(row: pd.Series) -> list[str]:
@@ -125,37 +172,39 @@ def _highlight_differs(row: pd.Series) -> list[str]:
     return [style] * len(row)
 
 
-def layout_diff(
-    layouts: Mapping[str, list[dict]],
-    num_layers: int | None,
-    diff: Mapping[str, Any] | None = None,
-) -> None:
-    """The layer-layout diff: the summary, a diagram of slots to taps, and the slot table."""
-    if not layouts.get("training") and not layouts.get("serving"):
-        st.info("No layouts were stored for this run.")
-        return
-    if diff and diff.get("summary"):
-        kind = diff.get("kind") or ""
+def layout_diff(diagnosis: Mapping[str, Any]) -> None:
+    """The layer-layout diff as the diagnosis classified it: the summary (red unless identical),
+    a diagram of slots to taps, and the slot table."""
+    diff = diagnosis.get("layout_diff") or {}
+    if diff.get("summary"):
         text = md_escape(diff["summary"])
-        if kind == "identical":
-            st.success(text)
+        if diff.get("kind") == "identical":
+            st.success(text, icon="✅")
         else:
-            st.error(f"**{md_escape(kind)}**: {text}")
-    chart = charts.layout_chart(tables.layout_points(layouts), num_layers)
+            st.error(f"**{md_escape(diff.get('kind') or '')}**: {text}", icon="🛑")
+    chart = charts.layout_chart(tables.layout_points(diagnosis), diagnosis.get("num_target_layers"))
     if chart is not None:
         st.altair_chart(chart, width="stretch")
-    frame = tables.layout_diff_frame(layouts)
-    styled = frame.style.apply(_highlight_differs, axis=1)
+    slots_table(diagnosis)
+
+
+def slots_table(diagnosis: Mapping[str, Any]) -> None:
+    """The layout diff's slot table, the differing slots shaded."""
+    frame = tables.slots_frame(diagnosis)
+    if frame.empty:
+        st.caption("No layouts in this diagnosis.")
+        return
     st.dataframe(
-        styled,
+        frame.style.apply(_highlight_differs, axis=1),
         hide_index=True,
         width="stretch",
         column_order=[c for c in frame.columns if c != "same"],
     )
 
 
-def run_charts(metrics: pd.DataFrame) -> None:
-    """Acceptance per step for both layouts; accept length and tok/s per request."""
+def run_charts(diagnosis: Mapping[str, Any]) -> None:
+    """Accuracy and acceptance per step of both sides; accept length and tok/s per request."""
+    metrics = tables.diagnosis_metrics(diagnosis)
     drawn = 0
     for build in (charts.acceptance_chart, charts.accept_length_chart, charts.tok_s_chart):
         chart = build(metrics)
@@ -163,7 +212,7 @@ def run_charts(metrics: pd.DataFrame) -> None:
             st.altair_chart(chart, width="stretch")
             drawn += 1
     if not drawn:
-        st.info("No metrics were stored for this run.")
+        st.info("This diagnosis has no numbers to chart.")
 
 
 def checkpoint_report(report: Mapping[str, Any] | None) -> None:
@@ -223,28 +272,24 @@ def job_logs(jobs: Sequence[Mapping[str, Any]]) -> None:
             st.code(text or "(the log is empty)", language=None)
 
 
-def export_buttons(
-    run: Mapping[str, Any],
-    findings: list[dict],
-    layouts: Mapping[str, list[dict]],
-    bench: Mapping[str, Any],
-    diagnosis: Mapping[str, Any] | None,
-    metrics: pd.DataFrame,
-) -> None:
-    """Downloads: the diagnosis as JSON, the metrics as CSV."""
+def export_buttons(run: Mapping[str, Any], diagnosis: Mapping[str, Any] | None) -> None:
+    """Downloads: the stored diagnosis (with the run row) as JSON, its numbers as CSV."""
+    if not diagnosis:
+        st.caption("No diagnosis is stored for this run: nothing to export.")
+        return
     run_id = run["id"]
     left, right = st.columns(2)
     left.download_button(
         "Download the diagnosis (JSON)",
-        data=tables.run_export(run, findings, layouts, bench, diagnosis),
+        data=tables.run_export(run, diagnosis),
         file_name=f"eagle3dash-run-{run_id}.json",
         mime="application/json",
         key="export-json",
     )
     right.download_button(
-        "Download the metrics (CSV)",
-        data=tables.metrics_csv(metrics),
-        file_name=f"eagle3dash-run-{run_id}-metrics.csv",
+        "Download the numbers (CSV)",
+        data=tables.diagnosis_csv(diagnosis),
+        file_name=f"eagle3dash-run-{run_id}-numbers.csv",
         mime="text/csv",
         key="export-csv",
     )
@@ -305,9 +350,12 @@ def guard(fn, *args: Any, **kwargs: Any) -> Any:
 
 
 def option_input(where: Any, name: str, key: str | None = None) -> Any:
-    """The widget of one diagnosis option (key opt_<name>), drawn from its schema entry."""
+    """The widget of one diagnosis option (key opt_<name>), drawn from its schema entry.
+
+    The label is the schema's own constant text, passed as is: Streamlit also makes it the
+    input's aria-label, where Markdown escapes would be read out as backslashes."""
     option = SCHEMA[name]
-    label, help_text, key = md_escape(option.label), md_escape(option.help), key or f"opt_{name}"
+    label, help_text, key = option.label, md_escape(option.help), key or f"opt_{name}"
     if option.kind is Kind.INT:
         low, high = option.bounds or (None, None)
         return where.number_input(label, low, high, option.default, step=1, help=help_text, key=key)
@@ -431,8 +479,17 @@ def probe_panel(url: str, key: str, findings_title: str = "Server-side findings"
 # --- layout detective --------------------------------------------------------------------------
 
 
+def layout_detectives(found: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
+    """Each detective case of the run (`tables.detections`), labelled with where it comes from
+    when there are several."""
+    for label, detection in found:
+        if len(found) > 1:
+            st.subheader(f"Layout detective {md_escape(label)}")
+        layout_detective(detection)
+
+
 def layout_detective(detection: Mapping[str, Any]) -> None:
-    """The detect job's case: verdict, ranked layouts, slot-matching heatmap, fc fingerprint."""
+    """A detective case: verdict, ranked layouts, slot-matching heatmap, fc fingerprint."""
     import altair as alt
 
     verdict = detection.get("verdict") or []

@@ -63,3 +63,20 @@ def verdict_sentence(diagnosis: Mapping[str, Any]) -> str:
     else:
         head = "No problems found" + (" in what was checked" if missing else "")
     return head + (f"; not checked: {', '.join(missing)}." if missing else ".")
+
+
+IDENTITY_WORDS = {
+    "same": "the endpoint serves this checkpoint's draft",
+    "differs": "the endpoint serves ANOTHER draft than this checkpoint",
+    "unknown": "not known whether the endpoint serves this checkpoint's draft",
+}
+
+
+def identity_words(identity: Mapping[str, Any] | None) -> str | None:
+    """Whether the endpoint serves the checkpoint's draft, and how that was decided; None when
+    the diagnosis did not ask."""
+    if not identity:
+        return None
+    status = identity.get("status") or "unknown"
+    head = IDENTITY_WORDS.get(status, f"draft identity: {status}")
+    return f"{head} ({identity['reason']})" if identity.get("reason") else head
