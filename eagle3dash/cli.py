@@ -170,7 +170,7 @@ def _print_findings(findings: list[dict]) -> None:
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
-    """Report an SGLang endpoint and the findings that need only the server."""
+    """Report an SGLang endpoint, the draft it serves (when readable here) and the findings."""
     from eagle3dash.probe import probe
 
     found = probe(args.url, timeout=args.timeout)
@@ -179,13 +179,20 @@ def cmd_probe(args: argparse.Namespace) -> int:
         return 0
     server = found.server
     spec = server.speculative
+    hidden = {"full": "on, every token", "last": "last token only: no capture", None: "off"}
     rows: list[tuple[str, object]] = [
         ("version", server.version),
         ("model", f"{server.model_path} ({', '.join(server.architectures or []) or '?'})"),
         ("tp / dtype / quantization", f"{server.tp_size} / {server.dtype} / {server.quantization}"),
         ("attention backend", server.attention_backend),
         ("healthy", server.healthy),
-        ("return hidden states", server.enable_return_hidden_states),
+        (
+            "return hidden states",
+            f"{hidden[server.hidden_states]} (enable_return_hidden_states "
+            f"{server.enable_return_hidden_states}, return_hidden_states_mode "
+            f"{server.return_hidden_states_mode})",
+        ),
+        ("chunked prefill size", server.chunked_prefill_size or "off"),
     ]
     if spec:
         rows += [
@@ -195,11 +202,19 @@ def cmd_probe(args: argparse.Namespace) -> int:
                 "steps / topk / draft tokens",
                 f"{spec.num_steps} / {spec.eagle_topk} / {spec.num_draft_tokens}",
             ),
+            ("adaptive steps", spec.adaptive),
             ("draft quantization", spec.draft_quantization),
             ("avg accept length (server)", server.avg_spec_accept_length),
         ]
     else:
         rows.append(("speculative algorithm", None))
+    if found.draft is not None:
+        read = found.draft.reason
+        if found.draft.report is not None:
+            ds = found.draft.report.spec
+            ids = list(ds.aux_layer_ids) if ds.aux_layer_ids is not None else None
+            read += f": {ds.format} format, aux layer ids {ids} ({ds.aux_ids_location})"
+        rows.append(("draft checkpoint", read))
     print(server.url)
     print(_rows(rows))
     _print_findings([f.to_dict() for f in found.findings])
@@ -433,7 +448,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_eval)
 
-    p = sub.add_parser("probe", help="report an SGLang endpoint and its server-side findings")
+    p = sub.add_parser(
+        "probe", help="report an SGLang endpoint, its draft (when readable here) and the findings"
+    )
     p.add_argument("url", help="the endpoint, e.g. http://127.0.0.1:30000")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds per request")
     p.add_argument("--json", action="store_true", help="print one JSON object")

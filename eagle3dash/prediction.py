@@ -6,8 +6,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from eagle3dash.layout import Layout, LayoutDiff, LayoutResult, default_layout, diff
-from eagle3dash.sglang_rules import DEFAULT_SGLANG_VERSION, nested_ids, serving_layout
+from eagle3dash.layout import Layout, LayoutDiff, LayoutResult, diff
+from eagle3dash.sglang_rules import (
+    DEFAULT_SGLANG_VERSION,
+    default_capture,
+    nested_ids,
+    serving_layout,
+)
 from eagle3dash.spec import DraftSpec
 from eagle3dash.trainers import training_layout
 
@@ -51,7 +56,7 @@ def predict_layouts(
         arch=arch,
     )
     serving = serving_layout(spec, num_layers, sglang_version, arch, cuda_graph)
-    defaults = default_layout(num_layers)
+    defaults = default_capture(num_layers, arch)
     fell_back = nested_ids(spec) is None
     decode = serving.decode_layout
     return LayoutComparison(

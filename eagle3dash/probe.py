@@ -1,27 +1,87 @@
-"""Probe an SGLang endpoint: its report and the findings that need only the server."""
+"""Probe an SGLang endpoint: its report, the draft it serves when that is readable here, and the
+findings a probe alone can make."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
+from eagle3dash.checkpoint import InspectReport, inspect
+from eagle3dash.errors import InputError
 from eagle3dash.findings import Evidence, Finding, diagnose
+from eagle3dash.identity import DraftIdentity, is_local_url
 from eagle3dash.sglang import ServerReport, SGLangClient
 
 
 @dataclass(frozen=True)
+class ServedDraft:
+    """The draft a server names (--speculative-draft-model-path), inspected when it is a folder
+    on this machine."""
+
+    path: str | None  # as /server_info reports it
+    report: InspectReport | None  # its config and weight headers, None when not read
+    reason: str  # where it was read, or why it was not
+
+    def to_dict(self) -> dict:
+        """JSON-ready: {"path", "report" (InspectReport.to_json or None), "reason"}."""
+        return {
+            "path": self.path,
+            "report": None if self.report is None else self.report.to_json(),
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
 class Probe:
-    """What a probe of an endpoint found: the server's report and its server-side findings."""
+    """What a probe of an endpoint found: the server's report, its draft and the findings."""
 
     server: ServerReport
     findings: list[Finding]
+    draft: ServedDraft | None = None  # None when the server runs no speculative decoding
 
     def to_dict(self) -> dict:
-        """JSON-ready: {"server": ..., "findings": [...]}."""
-        return {"server": self.server.to_dict(), "findings": [f.to_dict() for f in self.findings]}
+        """JSON-ready: {"server": ..., "draft": ... or None, "findings": [...]}."""
+        return {
+            "server": self.server.to_dict(),
+            "draft": None if self.draft is None else self.draft.to_dict(),
+            "findings": [f.to_dict() for f in self.findings],
+        }
+
+
+def served_draft(server: ServerReport) -> ServedDraft | None:
+    """The server's draft, inspected (headers only) when the server runs on this machine and
+    names a folder that exists here; None without speculative decoding."""
+    spec = server.speculative
+    if spec is None:
+        return None
+    path = spec.draft_model_path
+    if not path:
+        return ServedDraft(None, None, "the server does not name its draft")
+    if not is_local_url(server.url):
+        return ServedDraft(
+            path, None, f"the server runs on another machine, so {path} is not a path here"
+        )
+    folder = Path(path).expanduser()
+    if not folder.is_dir():
+        return ServedDraft(
+            path, None, f"{path} is not a folder on this machine (a hub id, or moved since)"
+        )
+    try:
+        report = inspect(folder)
+    except InputError as e:
+        return ServedDraft(path, None, f"{path} could not be inspected: {e}")
+    return ServedDraft(path, report, f"read here from {folder.resolve()}")
 
 
 def probe(url: str, timeout: float = 60.0, retries: int = 3) -> Probe:
-    """Probe the endpoint at url; EndpointError says what is wrong."""
+    """Probe the endpoint at url and read its draft when it can; EndpointError says what is
+    wrong with the endpoint (an unreadable draft is only a reason in Probe.draft)."""
     with SGLangClient(url, timeout=timeout, retries=retries) as client:
         server = client.probe()
-    return Probe(server=server, findings=diagnose(Evidence(server=server)))
+    draft = served_draft(server)
+    evidence = Evidence(server=server)
+    if draft is not None and draft.report is not None:
+        evidence.report, evidence.draft_path = draft.report, draft.path
+        # The draft read is the served one by construction: no digest needed.
+        evidence.identity = DraftIdentity("same", None, None, draft.path, draft.reason)
+    return Probe(server=server, findings=diagnose(evidence), draft=draft)

@@ -20,6 +20,7 @@ import orjson
 from numpy.typing import NDArray
 
 from eagle3dash.errors import InputError
+from eagle3dash.sglang_rules import hidden_states_mode
 from eagle3dash.states_json import MAX_STATES_WIDTH, ReplyError, StatesReader, reply_bound
 
 __all__ = [
@@ -37,6 +38,9 @@ __all__ = [
 # (tokenizer_manager.py): "... not configured to return the hidden states ..." up to 0.5.16, "...
 # not configured to return hidden states ..." from 0.5.20; matched case-insensitively.
 HIDDEN_STATES_REFUSED = "not configured to return"
+# ... and when it was started with --return-hidden-states-mode last (0.5.20+): "The requested
+# return_hidden_states mode exceeds the server maximum `last`. ..." (tokenizer_manager.py, 0.5.23).
+HIDDEN_STATES_ABOVE_MODE = "exceeds the server maximum"
 _SNIPPET = 200
 
 
@@ -131,11 +135,13 @@ class SpeculativeSettings:
     quantization_explicitly_set: bool | None
     accept_threshold_single: float | None
     accept_threshold_acc: float | None
+    adaptive: bool  # --speculative-adaptive: the draft steps change at runtime, down to 0
 
     @property
     def max_accept_length(self) -> int | None:
-        """The best accept length a chain of num_steps drafts can reach (num_steps + 1)."""
-        return None if self.num_steps is None else self.num_steps + 1
+        """The best accept length a chain of num_steps drafts can reach (num_steps + 1); None
+        when the steps are adaptive (num_steps is only where they start)."""
+        return None if self.num_steps is None or self.adaptive else self.num_steps + 1
 
 
 @dataclass
@@ -155,8 +161,11 @@ class ServerReport:
     device: str | None
     speculative: SpeculativeSettings | None
     enable_return_hidden_states: bool
+    return_hidden_states_mode: str | None  # 0.5.20+: "full" | "last"; None: older, or off
     enable_return_aux_hidden_states: bool
+    aux_hidden_state_capture: str | None  # capture-only mode's convention: "eagle3", "dflash", ...
     return_aux_hidden_state_layer_ids: list[int] | None
+    chunked_prefill_size: int | None  # prompts longer than this are prefilled in chunks
     disable_radix_cache: bool | None
     disable_cuda_graph: bool | None
     decode_log_interval: int | None
@@ -182,9 +191,23 @@ class ServerReport:
             )
         return self.speculative
 
+    @property
+    def hidden_states(self) -> str | None:
+        """What return_hidden_states=true gets: 'full' (a row per token), 'last' (refused) or
+        None (refused: the server was not started to return hidden states)."""
+        return hidden_states_mode(self.enable_return_hidden_states, self.return_hidden_states_mode)
+
     def require_hidden_states(self) -> None:
         """Raise an EndpointError when /generate cannot return hidden states on this server."""
-        if not self.enable_return_hidden_states:
+        if self.hidden_states == "last":
+            raise EndpointError(
+                f"{self.url} was started with --return-hidden-states-mode last, so it returns "
+                "only the last token's hidden state and refuses return_hidden_states=true: "
+                "restart it with --return-hidden-states-mode full",
+                url=self.url,
+                kind=EndpointError.NO_HIDDEN_STATES,
+            )
+        if self.hidden_states is None:
             raise EndpointError(
                 f"{self.url} was started without --enable-return-hidden-states, so it cannot "
                 "return hidden states: restart it with --enable-return-hidden-states",
@@ -209,6 +232,8 @@ def _speculative(info: dict) -> SpeculativeSettings | None:
         quantization_explicitly_set=info.get("_speculative_draft_quantization_explicitly_set"),
         accept_threshold_single=info.get("speculative_accept_threshold_single"),
         accept_threshold_acc=info.get("speculative_accept_threshold_acc"),
+        # 0.5.16+ (server_args.py; 0.5.23 arg_groups/fields/spec.py), after startup resolution
+        adaptive=bool(info.get("speculative_adaptive")),
     )
 
 
@@ -220,6 +245,15 @@ def _avg_accept_length(info: dict) -> float | None:
         if isinstance(value, int | float):
             return float(value)
     return None
+
+
+def _text_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _positive_int(value: Any) -> int | None:
+    # chunked_prefill_size: None, or <= 0 (-1), turns chunked prefill off (server_args.py)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def parse_server_report(
@@ -247,9 +281,13 @@ def parse_server_report(
         device=info.get("device"),
         speculative=_speculative(info),
         enable_return_hidden_states=bool(info.get("enable_return_hidden_states")),
+        # 0.5.20+ (arg_groups/serving_hook.py); absent on older servers.
+        return_hidden_states_mode=_text_or_none(info.get("return_hidden_states_mode")),
         # 0.5.23 capture-only mode; absent (False) on older servers.
         enable_return_aux_hidden_states=bool(info.get("enable_return_aux_hidden_states")),
+        aux_hidden_state_capture=_text_or_none(info.get("aux_hidden_state_capture")),
         return_aux_hidden_state_layer_ids=info.get("return_aux_hidden_state_layer_ids"),
+        chunked_prefill_size=_positive_int(info.get("chunked_prefill_size")),
         disable_radix_cache=info.get("disable_radix_cache"),
         disable_cuda_graph=info.get("disable_cuda_graph"),
         decode_log_interval=info.get("decode_log_interval"),
@@ -459,6 +497,14 @@ class SGLangClient:
             return resp
         text = _error_text(resp)
         where = f"{method} {self.url}{path}"
+        if HIDDEN_STATES_ABOVE_MODE in resp.text.lower():
+            raise self._err(
+                f"{self.url} returns only the last token's hidden state "
+                "(--return-hidden-states-mode last) and refuses return_hidden_states=true: "
+                f"restart it with --return-hidden-states-mode full (server said: {text})",
+                EndpointError.NO_HIDDEN_STATES,
+                status,
+            )
         if HIDDEN_STATES_REFUSED in resp.text.lower():
             return_msg = (
                 f"{self.url} was started without --enable-return-hidden-states, so it cannot "

@@ -17,7 +17,6 @@ from eagle3dash.layout import (
     LayoutResult,
     Tap,
     bracketed,
-    default_layout,
     ids_text,
 )
 from eagle3dash.spec import DraftSpec
@@ -83,24 +82,216 @@ def try_parse_version(text: str | None) -> Version | None:
         return None
 
 
-# Substrings of a normalized architecture name (lowercase, no '-', '_', '.') -> family.
-# Anything else follows the Llama pattern (sglang-eagle3.md §1.1: llama, qwen2, qwen3,
-# qwen3_moe, glm4_moe, minimax, apertus, ...).
-_ARCH_FAMILY = (
-    ("deepseek", "deepseek"),  # DeepseekV2/V3/V32ForCausalLM: models/deepseek_v2.py
-    ("kimi", "deepseek"),  # Kimi-K2 (DeepseekV3 arch), K2.5/K2.6: kimi_k25.py forwards to it
-    ("glm4moelite", "deepseek"),  # Glm4MoeLiteForCausalLM: glm4_moe_lite.py, same heuristic
-    ("gptoss", "gpt-oss"),  # GptOssForCausalLM: models/gpt_oss.py
+# SGLang refuses EAGLE3 at start when the target model has no set_eagle3_layers_to_capture:
+# model_executor/model_runner_components/attention_backend_setup.py,
+# configure_aux_hidden_state_capture, `hasattr(model, "set_eagle3_layers_to_capture")` else
+# ValueError (0.5.23). The architectures registered in 0.5.23 (each models/*.py EntryClass) that
+# have it, defined or inherited, by the models/ file whose method they run. 29 files define it:
+# these 28 and qwen3_5.py, whose inner model the qwen3_5_text.py classes call.
+ARCH_TABLE_VERSION = "0.5.23"
+EAGLE3_CAPTURE_ARCHS: dict[str, tuple[str, ...]] = {
+    "apertus.py": ("ApertusForCausalLM",),
+    "bailing_moe.py": (
+        "BailingMoEForCausalLM",
+        "BailingMoeForCausalLM",
+        "BailingMoeV2ForCausalLM",
+        "SarvamMoEForCausalLM",
+    ),
+    "deepseek_v2.py": (
+        "DeepseekV2ForCausalLM",
+        "DeepseekV32ForCausalLM",
+        "DeepseekV3ForCausalLM",
+        "DeepseekV3ForCausalLMNextN",
+        "Glm5NextForConditionalGenerationNextN",
+        "GlmMoeDsaForCausalLM",
+        "GlmMoeDsaForCausalLMNextN",
+        "MistralLarge3ForCausalLM",
+        "MistralLarge3ForCausalLMEagle",
+    ),
+    "exaone_moe.py": ("ExaoneMoEForCausalLM", "ExaoneMoEForCausalLMMTP", "ExaoneMoeForCausalLM"),
+    "gemma3_causal.py": ("EmbeddingGemmaModel", "Gemma3ForCausalLM"),
+    "gemma3_mm.py": ("Gemma3ForConditionalGeneration",),
+    "gemma4_causal.py": (
+        "Gemma4AssistantForCausalLM",
+        "Gemma4ForCausalLM",
+        "Gemma4UnifiedAssistantForCausalLM",
+    ),
+    "gemma4_mm.py": ("Gemma4ForConditionalGeneration", "Gemma4UnifiedForConditionalGeneration"),
+    "glm4_moe.py": ("Glm4MoeForCausalLM", "Glm4MoeForCausalLMNextN"),
+    "glm4_moe_lite.py": ("Glm4MoeLiteForCausalLM", "Glm4MoeLiteForCausalLMNextN"),
+    "glm5_next.py": ("Glm5NextForConditionalGeneration",),
+    "gpt_oss.py": ("GptOssForCausalLM",),
+    "kimi_k25.py": ("KimiK25ForConditionalGeneration",),
+    "llama.py": (
+        "IQuestCoderForCausalLM",
+        "InternLM3ForCausalLM",
+        "Llama4ForCausalLM",
+        "LlamaForCausalLM",
+        "LlamaForCausalLMEagle",
+        "LlamaForCausalLMEagle3",
+        "Ministral3ForCausalLM",
+        "MistralForCausalLM",
+        "MistralForCausalLMEagle",
+        "Phi3ForCausalLM",
+        "TeleFLMForCausalLM",
+    ),
+    "longcat_flash.py": ("LongcatFlashForCausalLM", "LongcatFlashForCausalLMNextN"),
+    "mindspore.py": ("MindSporeForCausalLM",),
+    "minimax_m2.py": ("MiniMaxM2ForCausalLM",),
+    "minimax_m3.py": ("MiniMaxM3SparseForCausalLM",),
+    "minimax_m3_vl.py": ("MiniMaxM3SparseForConditionalGeneration",),
+    "mllama4.py": ("Llama4ForConditionalGeneration",),
+    "qwen2.py": ("Qwen2ForCausalLM", "Qwen2ForCausalLMEagle"),
+    "qwen2_5_vl.py": ("Qwen2_5_VLForConditionalGeneration",),
+    "qwen2_moe.py": ("Qwen2MoeForCausalLM",),
+    "qwen3.py": ("Qwen3ForCausalLM",),
+    "qwen3_5_text.py": ("Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM"),
+    "qwen3_moe.py": ("MellumForCausalLM", "Qwen3MoeForCausalLM", "Qwen3MoeForCausalLMMTP"),
+    "qwen3_next.py": ("Qwen3NextForCausalLM", "Qwen3NextForCausalLMMTP"),
+    "qwen3_vl.py": (
+        "Cosmos3ForConditionalGeneration",
+        "InternS1ProForConditionalGeneration",
+        "InternS2MobiusForConditionalGeneration",
+        "InternS2PreviewForConditionalGeneration",
+        "Qwen3VLForConditionalGeneration",
+        "Qwen3VLMoeForConditionalGeneration",
+        "Qwen3_5ForConditionalGeneration",
+        "Qwen3_5MoeForConditionalGeneration",
+        "Qwen4ExpForConditionalGeneration",
+    ),
+}
+# The architectures registered in 0.5.23 without set_eagle3_layers_to_capture, which SGLang
+# refuses EAGLE3 for (KimiK3, DeepseekV4, KimiLinear, KimiVL among them).
+NO_EAGLE3_CAPTURE_ARCHS = frozenset(
+    """
+AfmoeForCausalLM ArceeForCausalLM BaichuanForCausalLM BailingMM2NativeForConditionalGeneration
+BailingMMNativeForConditionalGeneration BailingMoeForCausalLMNextN BailingMoeV2_5ForCausalLM
+BailingMoeV3ForCausalLM BailingMoeV3VLForConditionalGeneration BeamForCausalLM
+BertForSequenceClassification BertModel CLIPModel ChatGLMModel Cohere2ForCausalLM
+Cohere2MoeForCausalLM Cohere2VisionForConditionalGeneration CohereForCausalLM Contriever
+Cosmos3EdgeForConditionalGeneration DFlash2BeamDraftModel DFlash2DraftModel DFlashDraftModel
+DFlashLagunaForCausalLM DSparkDraftModel DSparkMiniMaxDraftModel DbrxForCausalLM
+DeciLMForCausalLM DeepseekForCausalLM DeepseekOCRForCausalLM DeepseekV4ForCausalLM
+DeepseekV4ForCausalLMDSpark DeepseekV4ForCausalLMNextN DeepseekVL2ForCausalLM
+DiffusionGemmaForBlockDiffusion Dots3NoteForCausalLM Dots3NoteForCausalLMNextN
+DotsOCRForCausalLM DotsVLMForCausalLM Eagle3DeepseekV2ForCausalLM EmbeddingGemma2Model
+Ernie4_5_ForCausalLM Ernie4_5_MoeForCausalLM Ernie4_5_MoeForCausalLMMTP
+Ernie4_5_VLMoeForConditionalGeneration Exaone4ForCausalLM ExaoneForCausalLM FalconH1ForCausalLM
+FalconMambaForCausalLM GPT2LMHeadModel GPTBigCodeForCausalLM GPTJForCausalLM Gemma2ForCausalLM
+Gemma2ForSequenceClassification Gemma3nForCausalLM Gemma3nForConditionalGeneration
+GemmaForCausalLM GigaChat35ForCausalLM GigaChat35ForCausalLMNextN Glm4ForCausalLM
+Glm4vForConditionalGeneration Glm4vMoeForConditionalGeneration GlmAsrForConditionalGeneration
+GlmImageForConditionalGeneration GlmOcrForConditionalGeneration
+GlmOcrForConditionalGenerationNextN GraniteForCausalLM GraniteMoeForCausalLM
+GraniteMoeHybridForCausalLM GraniteMoeSWAForCausalLM GraniteMoeSharedForCausalLM
+GraniteSWAForCausalLM Grok1ForCausalLM Grok1ModelForCausalLM HYV3ForCausalLM
+HYV3ForCausalLMNextN HYV4ForCausalLM HYV4ForCausalLMNextN HrmTextForCausalLM
+HunYuanDenseV1ForCausalLM HunYuanMoEV1ForCausalLM IQuestLoopCoderForCausalLM
+IQuestQ1ForCausalLM IQuestQ1MTP InklingForConditionalGeneration
+InklingForConditionalGenerationMTP InternLM2ForCausalLM InternLM2ForRewardModel
+InternS1ForConditionalGeneration InternVLChatModel JetNemotronForCausalLM
+JetVLMForConditionalGeneration K2HorizonForCausalLM KimiK3ForConditionalGeneration
+KimiK3LinearForCausalLM KimiLinearForCausalLM KimiVLForConditionalGeneration LLaDA2MoeModelLM
+LagunaForCausalLM Lfm2BidirectionalModel Lfm2DSparkDraftModel Lfm2ForCausalLM
+Lfm2MoeForCausalLM Lfm2VlForConditionalGeneration LiLiCorrDraftModel
+LightOnOCRForConditionalGeneration LingDSparkModel LlamaEmbeddingModel LlamaForClassification
+LlamaForSequenceClassification LlamaForSequenceClassificationWithNormal_Weights
+LlavaForConditionalGeneration LlavaLlamaForCausalLM LlavaMistralForCausalLM
+LlavaQwenForCausalLM LlavaVidForCausalLM LocateAnythingForConditionalGeneration
+Mamba2ForCausalLM MambaForCausalLM MiDashengLMModel MiMoForCausalLM MiMoMTP
+MiMoV2ASRForCausalLM MiMoV2FlashForCausalLM MiMoV2ForCausalLM MiMoV2MTP MiniCPM3ForCausalLM
+MiniCPMForCausalLM MiniCPMO MiniCPMSALAForCausalLM MiniCPMV MiniCPMV4_6ForConditionalGeneration
+MiniCPMV4_7ForConditionalGeneration MiniMaxDFlash2DraftModel Mistral3ForConditionalGeneration
+MistralModel MixtralForCausalLM MllamaForConditionalGeneration MossVLForConditionalGeneration
+MultiModalityCausalLM MuseGlimmerAssistantModel MuseGlimmerForCausalLM
+MuseGlimmerForConditionalGeneration MuseSparkForConditionalGeneration
+NVILAForConditionalGeneration NVILALiteForConditionalGeneration NanbeigeForCausalLM
+NanbeigeForSequenceClassification NemotronHForCausalLM NemotronHForCausalLMMTP
+NemotronHPuzzleForCausalLM NemotronH_Nano_Omni_Reasoning_V3 NemotronH_Nano_VL_V2
+NemotronH_Omni_Reasoning_V3 OPTForCausalLM Olmo2ForCausalLM OlmoForCausalLM OlmoeForCausalLM
+OrionForCausalLM POINTSV15ChatModel PaddleOCRVLForConditionalGeneration PersimmonForCausalLM
+Phi3SmallForCausalLM Phi4MMForCausalLM PhiForCausalLM PhiMoEForCausalLM
+PixtralForConditionalGeneration PixtralVisionModel QWenLMHeadModel QuantMixtralForCausalLM
+Qwen2AudioForConditionalGeneration Qwen2ForRewardModel Qwen2ForSequenceClassification
+Qwen2VLForConditionalGeneration Qwen3ASRForConditionalGeneration Qwen3DSparkModel
+Qwen3ForRewardModel Qwen3ForSequenceClassification Qwen3Model
+Qwen3OmniMoeForConditionalGeneration Qwen3_5ForCausalLMMTP Qwen4ExpForCausalLMMTP
+SDARForCausalLM SDARMoeForCausalLM Sarashina2VisionForCausalLM SarvamMLAForCausalLM
+SolarForCausalLM Spark2_5ForCausalLM StableLmForCausalLM Starcoder2ForCausalLM
+Step3VLForConditionalGeneration Step3p5ForCausalLM Step3p5MTP Step3p7ForConditionalGeneration
+StepVLForConditionalGeneration TorchNativeLlamaForCausalLM TorchNativePhi3ForCausalLM
+TransformersEmbeddingModel TransformersForCausalLM TransformersForSequenceClassification
+TransformersMoEEmbeddingModel TransformersMoEForCausalLM
+TransformersMoEForSequenceClassification TransformersMultiModalEmbeddingModel
+TransformersMultiModalForCausalLM TransformersMultiModalForSequenceClassification
+TransformersMultiModalMoEEmbeddingModel TransformersMultiModalMoEForCausalLM
+TransformersMultiModalMoEForSequenceClassification UnlimitedOCRForCausalLM
+VoxtralForConditionalGeneration WhisperForConditionalGeneration
+XLMRobertaForSequenceClassification XLMRobertaModel XllmForCausalLM XverseForCausalLM
+XverseMoeForCausalLM YiVLForCausalLM ZayaForCausalLM
+""".split()  # noqa: SIM905 - 219 names, as listed; one a line would be 219 lines
 )
+# Whose id rule and capture limits apply, by the file of the method; any other file: "llama"
+# (its text is llama.py's: [2, N//2, N-3] by default, else ids + 1).
+_FILE_FAMILY = {
+    "deepseek_v2.py": "deepseek",  # the first-id rule (0.5.13+)
+    "glm4_moe_lite.py": "deepseek",  # the same first-id rule
+    "kimi_k25.py": "deepseek",  # forwards to its DeepseekV3ForCausalLM language model
+    "gpt_oss.py": "gpt-oss",
+    "gemma3_causal.py": "gemma",  # the last block is capturable
+    "gemma3_mm.py": "gemma",  # forwards to its Gemma3ForCausalLM language model
+    "gemma4_causal.py": "gemma",
+    "gemma4_mm.py": "gemma",  # sets its Gemma4TextModel's layers_to_capture, ids + 1
+    "minimax_m3.py": "minimax-m3",
+    "minimax_m3_vl.py": "minimax-m3-vl",
+}
+FAMILIES = ("llama", "deepseek", "gpt-oss", "gemma", "minimax-m3", "minimax-m3-vl")
+# Short names taken as given: the family names, and "kimi" for Kimi-K2 (DeepseekV3ForCausalLM)
+# and Kimi-K2.5/K2.6 (KimiK25ForConditionalGeneration).
+_SHORT_NAMES = {**{f: f for f in FAMILIES}, "kimi": "deepseek"}
+
+
+def _key(name: str) -> str:
+    return re.sub(r"[-_.\s]", "", name.lower())
+
+
+_ARCH_FILES = {_key(a): (a, f) for f, archs in EAGLE3_CAPTURE_ARCHS.items() for a in archs}
+_NO_CAPTURE = {_key(a): a for a in NO_EAGLE3_CAPTURE_ARCHS}
+_SHORT = {_key(k): v for k, v in _SHORT_NAMES.items()}
+
+
+@dataclass(frozen=True)
+class Arch:
+    """A target architecture as SGLang's EAGLE-3 capture sees it."""
+
+    name: str  # as given
+    family: str  # whose id rule and capture limits apply; "none" when it has no EAGLE-3 capture
+    model_file: str | None  # the models/ file whose set_eagle3_layers_to_capture it runs (0.5.23)
+    known: bool  # an architecture registered in ARCH_TABLE_VERSION, or a short family name
+
+    @property
+    def eagle3(self) -> bool:
+        """Whether SGLang can capture aux states for it (else EAGLE3 is refused at start)."""
+        return self.family != "none"
+
+
+def lookup_arch(name: str) -> Arch:
+    """An HF architecture string (config.json architectures[0]) or a short family name ('llama',
+    'kimi', 'gpt-oss', ...) -> its Arch; any other name is assumed to follow the Llama rule."""
+    key = _key(name)
+    if key in _ARCH_FILES:
+        arch, file = _ARCH_FILES[key]
+        return Arch(arch, _FILE_FAMILY.get(file, "llama"), file, True)
+    if key in _NO_CAPTURE:
+        return Arch(_NO_CAPTURE[key], "none", None, True)
+    if key in _SHORT:
+        return Arch(name, _SHORT[key], None, True)
+    return Arch(name, "llama", None, False)
 
 
 def arch_family(name: str) -> str:
-    """Map an HF architecture string or short name to 'llama', 'deepseek' or 'gpt-oss'."""
-    key = re.sub(r"[-_.\s]", "", name.lower())
-    for needle, family in _ARCH_FAMILY:
-        if needle in key:
-            return family
-    return "llama"
+    """The family of an architecture: one of FAMILIES, or 'none' (no EAGLE-3 capture)."""
+    return lookup_arch(name).family
 
 
 @dataclass(frozen=True)
@@ -127,16 +318,51 @@ SGLANG_ID_RULES = (
     IdRule("gpt-oss", (0, 0, 0), (0, 5, 20), "plus-one", "gpt_oss.py before 0.5.20"),
     # gpt_oss.py 0.5.20+: ids kept when max(ids) == N ("final hidden-state boundary"), PR #32334
     IdRule("gpt-oss", (0, 5, 20), None, "boundary", "gpt_oss.py 0.5.20+, PR #32334"),
+    # gemma3_causal.py / gemma4_causal.py: no set_eagle3_layers_to_capture in 0.5.10 and 0.5.11;
+    # from 0.5.12 (l.897 in 0.5.12, l.917 / l.1495 in 0.5.23) llama.py's text
+    IdRule("gemma", (0, 0, 0), (0, 5, 12), "unsupported", "gemma3_causal.py, before 0.5.12"),
+    IdRule("gemma", (0, 5, 12), None, "plus-one", "gemma3_causal.py / gemma4_causal.py"),
+    # minimax_m3.py: absent in 0.5.13-0.5.15; from 0.5.16 (l.1491; l.2056 in 0.5.23) ids + 1
+    IdRule("minimax-m3", (0, 0, 0), (0, 5, 16), "unsupported", "minimax_m3.py, before 0.5.16"),
+    IdRule("minimax-m3", (0, 5, 16), None, "plus-one", "minimax_m3.py 0.5.16+"),
+    # minimax_m3_vl.py: no set_eagle3_layers_to_capture in 0.5.16; from 0.5.20 (l.208; l.246 in
+    # 0.5.23) ids + 1, and its defaults + 1 too (DEFAULT_IDS_PLUS_ONE)
+    IdRule("minimax-m3-vl", (0, 0, 0), (0, 5, 20), "unsupported", "minimax_m3_vl.py, < 0.5.20"),
+    IdRule("minimax-m3-vl", (0, 5, 20), None, "plus-one", "minimax_m3_vl.py 0.5.20+"),
+    # an architecture whose model has no set_eagle3_layers_to_capture (lookup_arch)
+    IdRule("none", (0, 0, 0), None, "unsupported", "its models/ file, read in 0.5.23"),
 )
 
 # First version where capture index 0 yields the embedding output instead of `hidden_states +
 # None` (TypeError). Llama: layer_boundary/stage.py refactor in 0.5.22. DeepSeek: communicator
 # prepare_attn sets residual = hidden_states in 0.5.16 (layers/communicator.py:494-522).
-# gpt-oss: not read; assumed to follow the Llama loop [inferred].
-EMBEDDING_CAPTURE_SINCE = {"llama": (0, 5, 22), "deepseek": (0, 5, 16), "gpt-oss": (0, 5, 22)}
-# gpt_oss.py 0.5.20+ captures the final boundary (index N), PR #32334 / issue #32226; other
-# families never do: nothing follows the last layer (logits_processor._check_aux_hidden_states).
-BOUNDARY_CAPTURE_SINCE = {"gpt-oss": (0, 5, 20)}
+# gpt-oss: not read; assumed to follow the Llama loop [inferred]. Gemma: gemma3_causal.py and
+# gemma4_causal.py append the layer input, no residual added, from their first EAGLE-3 release
+# (0.5.12). MiniMax-M3: minimax_m3.py captures through attn_boundary.prepare (the layer-boundary
+# code that captures the embedding at layer 0) in 0.5.23; earlier releases not read for this.
+EMBEDDING_CAPTURE_SINCE = {
+    "llama": (0, 5, 22),
+    "deepseek": (0, 5, 16),
+    "gpt-oss": (0, 5, 22),
+    "gemma": (0, 5, 12),
+    "minimax-m3": (0, 5, 23),
+    "minimax-m3-vl": (0, 5, 23),
+}
+# Capture index N, the last block's output: gpt_oss.py 0.5.20+ (PR #32334 / issue #32226, ids
+# used verbatim when max(ids) == N); gemma3_causal.py and gemma4_causal.py from 0.5.12 (after the
+# layer loop, `if num_layers in self.layers_to_capture`); minimax_m3.py in 0.5.23 (final_norm's
+# capture when end_layer is in layers_to_capture; not in 0.5.22), which MiniMax-M3-VL's inner
+# model runs. Other families never: nothing follows the last layer
+# (logits_processor._check_aux_hidden_states).
+BOUNDARY_CAPTURE_SINCE = {
+    "gpt-oss": (0, 5, 20),
+    "gemma": (0, 5, 12),
+    "minimax-m3": (0, 5, 23),
+    "minimax-m3-vl": (0, 5, 23),
+}
+# models/minimax_m3_vl.py (0.5.20-0.5.23) adds 1 to its defaults as well: without eagle_config ids
+# it captures before layers [3, N//2+1, N-2] (N = text_config.num_hidden_layers).
+DEFAULT_IDS_PLUS_ONE = ("minimax-m3-vl",)
 # cuda_graph_runner.py called set_eagle3_layers_to_capture() with no ids before the config ids
 # were set, 0.5.4-0.5.10; fixed in 0.5.11 by PR #22836.
 CUDA_GRAPH_FIX = (0, 5, 11)
@@ -149,9 +375,28 @@ NORM_BEFORE_FC_SINCE = (0, 5, 20)
 # --speculative-draft-model-quantization exists from 0.5.8 (server_args.py); before, the draft is
 # quantized like the target.
 DRAFT_QUANT_FLAG_SINCE = (0, 5, 8)
-# Per-accepted-token hidden-state rows under speculative decoding (sglang issue #26163): before,
-# decode rows are truncated or misattributed; the prefill block is right in every version.
-HIDDEN_STATES_FIX = (0, 5, 20)
+# Per-accepted-token hidden-state rows under speculative decoding (sglang issue #26163): from 0.5.14
+# managers/scheduler_components/batch_result_processor.py extends req.hidden_states with one row
+# per emitted token of a verify round (0.5.13 appended one row per request and round); the prefill
+# block is right in every version.
+HIDDEN_STATES_FIX = (0, 5, 14)
+# --return-hidden-states-mode (0.5.20+): "last" or "full" turns enable_return_hidden_states on,
+# and --enable-return-hidden-states (or --enable-return-aux-hidden-states) alone resolves the mode
+# to "full" (arg_groups/serving_hook.py handle_return_hidden_states_mode). The server's mode is
+# LAST for "last", FULL for "full" or the enable flag, else none
+# (model_executor/forward_batch_info.py get_server_return_hidden_states_mode), and
+# tokenizer_manager.py refuses return_hidden_states=true above it: "The requested
+# return_hidden_states mode exceeds the server maximum `last`" (0.5.23).
+
+
+def hidden_states_mode(enabled: bool, mode: str | None) -> str | None:
+    """What return_hidden_states=true gets from a server with these settings: 'full' (a row per
+    token), 'last' (refused) or None (refused: not configured)."""
+    if mode == "last":
+        return "last"
+    return "full" if mode == "full" or enabled else None
+
+
 # models/deepseek_v2.py first-id rule (PR #25454).
 FIRST_ID_RULE_SINCE = (0, 5, 13)
 
@@ -170,10 +415,10 @@ def nested_ids(spec: DraftSpec) -> tuple[int, ...] | None:
 
 
 def _sglang_capture(
-    ids: tuple[int, ...], num_layers: int, rule: IdRule, version_text: str
+    ids: tuple[int, ...], num_layers: int, rule: IdRule, sglang_version: str
 ) -> tuple[list[int], str]:
     """Capture indices (before layer i = Tap(i)) for explicit ids, and the rule sentence."""
-    where = f"SGLang {version_text}, {rule.family} family ({rule.source})"
+    where = f"SGLang {sglang_version}, {rule.family} family ({rule.source})"
     if rule.mode == "first-id" and ids and ids[0] != 1:
         return list(ids), f"{where}: the first id is {ids[0]}, not 1, so ids are used verbatim."
     if rule.mode == "boundary" and max(ids, default=None) == num_layers:
@@ -181,8 +426,14 @@ def _sglang_capture(
     return [i + 1 for i in ids], f"{where}: id i captures the output of layer i (+1)."
 
 
+def _boundary_capturable(family: str, version: Version) -> bool:
+    """Whether this family captures index N (the last block's output) on this version."""
+    since = BOUNDARY_CAPTURE_SINCE.get(family)
+    return since is not None and version >= since
+
+
 def _validate_capture(
-    indices: list[int], num_layers: int, family: str, version: tuple[int, int, int]
+    indices: list[int], num_layers: int, family: str, version: Version
 ) -> tuple[Layout, list[str], str | None]:
     """Taps SGLang captures for these indices, in layer order, with notes and any error."""
     notes, errors = [], []
@@ -199,11 +450,11 @@ def _validate_capture(
         errors.append(
             "duplicate capture indices: each layer is captured once, so fc gets fewer states"
         )
-    boundary_ok = family in BOUNDARY_CAPTURE_SINCE and version >= BOUNDARY_CAPTURE_SINCE[family]
+    boundary_ok = _boundary_capturable(family, version)
     taps = []
     for i in sorted(set(indices)):
         if i == 0 and version < EMBEDDING_CAPTURE_SINCE[family]:
-            since = ".".join(map(str, EMBEDDING_CAPTURE_SINCE[family]))
+            since = version_text(EMBEDDING_CAPTURE_SINCE[family])
             errors.append(
                 f"capture index 0 (the embedding) crashes before {since} "
                 "(`hidden_states + None` at layer 0)"
@@ -212,7 +463,10 @@ def _validate_capture(
         elif i == num_layers and boundary_ok:
             taps.append(Tap(num_layers))
         elif i == num_layers:
-            errors.append(f"index {i} is the last block's output, which SGLang never captures")
+            errors.append(
+                f"index {i} is the last block's output, which SGLang {version_text(version)} "
+                f"never captures for {family}-family targets"
+            )
         elif not 0 <= i < num_layers:
             errors.append(f"index {i} lies outside layers 0..{num_layers - 1}: never captured")
         else:
@@ -220,37 +474,64 @@ def _validate_capture(
     return tuple(taps), notes, "; ".join(errors) or None
 
 
+def _default_indices(num_layers: int, family: str) -> list[int]:
+    """SGLang's capture indices without eagle_config ids (set_eagle3_layers_to_capture(None))."""
+    indices = [2, num_layers // 2, num_layers - 3]
+    return [i + 1 for i in indices] if family in DEFAULT_IDS_PLUS_ONE else indices
+
+
+def default_capture(num_layers: int, arch: str) -> Layout:
+    """The taps SGLang captures for this architecture when the draft's config has no ids."""
+    return tuple(Tap(i) for i in _default_indices(num_layers, arch_family(arch)))
+
+
 def capture_layout(
     num_layers: int,
     ids: tuple[int, ...] | None,
-    version_text: str,
+    sglang_version: str,
     arch: str,
 ) -> LayoutResult:
     """The prefill (eager) capture of SGLang for explicit ids, or its defaults when ids is None."""
-    version = parse_version(version_text)
-    family = arch_family(arch)
+    version = parse_version(sglang_version)
+    target = lookup_arch(arch)
+    family = target.family
     rule = _id_rule(family, version)
     notes = []
     if version > LAST_KNOWN_SGLANG:
         notes.append(
-            f"SGLang {version_text} is newer than {DEFAULT_SGLANG_VERSION}, the newest read; its "
-            "rules assumed."
+            f"SGLang {sglang_version} is newer than {DEFAULT_SGLANG_VERSION}, the newest read; "
+            "its rules assumed."
+        )
+    if not target.known:
+        notes.append(
+            f"{arch!r} is not an architecture of SGLang {ARCH_TABLE_VERSION} nor a short name "
+            f"({', '.join(_SHORT_NAMES)}), so the Llama rule is assumed; give the target's "
+            "config.json architectures[0]."
         )
     if rule.mode == "unsupported":
+        later = f" (from {version_text(rule.until)})" if rule.until else ""
         return LayoutResult(
             (),
-            f"SGLang {version_text}, {family} family: no EAGLE-3 capture ({rule.source}).",
+            f"SGLang {sglang_version}: {target.name} has no set_eagle3_layers_to_capture "
+            f"({rule.source}), so SGLang refuses EAGLE3 at start (attention_backend_setup.py).",
             notes,
-            error=f"SGLang {version_text} has no EAGLE-3 for {family}-family targets (from 0.5.5)",
+            error=f"SGLang {sglang_version} has no EAGLE-3 capture for {target.name}{later}",
         )
     if ids is None:
-        indices = [2, num_layers // 2, num_layers - 3]
-        text = (
-            f"SGLang {version_text}: no eagle_config ids, so the target captures its defaults "
-            "before layers [2, N//2, N-3] (models/llama.py set_eagle3_layers_to_capture)."
-        )
+        indices = _default_indices(num_layers, family)
+        if family in DEFAULT_IDS_PLUS_ONE:
+            text = (
+                f"SGLang {sglang_version}: no eagle_config ids, so the target captures its "
+                f"defaults before layers [3, N//2+1, N-2] ({rule.source}: its defaults + 1)."
+            )
+        else:
+            text = (
+                f"SGLang {sglang_version}: no eagle_config ids, so the target captures its "
+                "defaults before layers [2, N//2, N-3] (models/llama.py "
+                "set_eagle3_layers_to_capture)."
+            )
     else:
-        indices, text = _sglang_capture(ids, num_layers, rule, version_text)
+        indices, text = _sglang_capture(ids, num_layers, rule, sglang_version)
     layout, more, error = _validate_capture(indices, num_layers, family, version)
     return LayoutResult(layout, text, notes + more, error=error)
 
@@ -291,8 +572,14 @@ def serving_layout(
             f"SGLang captures {len(result.layout)} states but the draft's fc takes "
             f"{spec.num_aux} slots: shape mismatch at fc."
         )
-    defaults = default_layout(num_layers)
-    if cuda_graph and version < CUDA_GRAPH_FIX and ids is not None and result.layout != defaults:
+    defaults = default_capture(num_layers, arch)
+    if (
+        cuda_graph
+        and version < CUDA_GRAPH_FIX
+        and ids is not None
+        and result.layout
+        and result.layout != defaults
+    ):
         result.decode_layout = defaults
         result.notes.append(
             "prefill and decode differ: CUDA-graph replays (decode/verify) capture the default "
@@ -357,11 +644,21 @@ def why_not_capturable(
     target: Layout, num_layers: int, version: Version, arch: str, cuda_graph: bool
 ) -> str:
     """Why no config ids make this SGLang version capture `target` (best effort, one clause)."""
-    family = arch_family(arch)
+    known = lookup_arch(arch)
+    family = known.family
     v = version_text(version)
+    rule = _id_rule(family, version)
+    if rule.mode == "unsupported":
+        later = f" (from {version_text(rule.until)})" if rule.until else ""
+        return f"SGLang {v} has no EAGLE-3 capture for {known.name}{later}"
     if any(t.post_norm for t in target):
         return "SGLang captures pre-norm residual streams only, never the final-normed output"
-    if any(t.depth >= num_layers for t in target) and family not in BOUNDARY_CAPTURE_SINCE:
+    if any(t.depth >= num_layers for t in target) and not _boundary_capturable(family, version):
+        if family in BOUNDARY_CAPTURE_SINCE:
+            return (
+                f"SGLang {v} does not capture the last block's output for {family}-family "
+                f"targets (from {version_text(BOUNDARY_CAPTURE_SINCE[family])})"
+            )
         return "SGLang never captures the last block's output (nothing follows the last layer)"
     if list(target) != sorted(target):
         return "SGLang captures in layer order, and these slots are not"
@@ -371,7 +668,8 @@ def why_not_capturable(
             f"SGLang {v} cannot capture the embedding output for {family}-family targets "
             f"(it crashes on `hidden_states + None`; capturable from {version_text(since)})"
         )
-    if cuda_graph and version < CUDA_GRAPH_FIX and tuple(target) != default_layout(num_layers):
+    defaults = default_capture(num_layers, arch)
+    if cuda_graph and version < CUDA_GRAPH_FIX and tuple(target) != defaults:
         return (
             f"on SGLang {v} CUDA-graph decode steps capture the default layers whatever the ids "
             "(PR #22836, fixed in 0.5.11)"

@@ -208,6 +208,10 @@ REFUSAL_0_5_20 = (  # 0.5.20+ tokenizer_manager.py, without --return-hidden-stat
     "Please set `--return-hidden-states-mode last`, `--return-hidden-states-mode full`, "
     "or the legacy `--enable-return-hidden-states` flag."
 )
+ABOVE_LAST = (  # 0.5.20+ tokenizer_manager.py under --return-hidden-states-mode last
+    "The requested return_hidden_states mode exceeds the server maximum `last`. "
+    "Please launch with `--return-hidden-states-mode full` to allow return_hidden_states=True."
+)
 HT, K = 8, 3
 
 
@@ -226,7 +230,10 @@ class FakeSGLang:
     algorithm: str | None = "EAGLE3"
     hidden_states: bool = True
     refusal: str = REFUSAL  # what /generate answers (400) when hidden states are off
+    mode: str | None = None  # return_hidden_states_mode (0.5.20+)
+    chunk: int | None = None  # chunked_prefill_size: longer prompts keep their last chunk's rows
     aux_only: bool = False
+    aux_capture: str | None = None  # aux_hidden_state_capture (capture-only convention)
     aux_ids: list[int] | None = None
     flush_works: bool = True
     full_rows_on_hit: bool = False  # 0.5.4 slices len(input_ids) rows even on a cache hit
@@ -245,13 +252,18 @@ class FakeSGLang:
             "speculative_eagle_topk": 1 if self.algorithm else None,
             "speculative_num_draft_tokens": 4 if self.algorithm else None,
             "enable_return_hidden_states": self.hidden_states,
+            "return_hidden_states_mode": self.mode,
+            "chunked_prefill_size": self.chunk,
             "enable_return_aux_hidden_states": self.aux_only,
+            "aux_hidden_state_capture": self.aux_capture,
             "return_aux_hidden_state_layer_ids": self.aux_ids,
         }
 
     def generate(self, body: dict) -> tuple[int, dict]:
         ids = [int(t) for t in body["input_ids"]]
         params = body.get("sampling_params", {})
+        if body.get("return_hidden_states") and self.mode == "last":
+            return 400, {"error": {"message": ABOVE_LAST}}
         if body.get("return_hidden_states") and not self.hidden_states:
             return 400, {"error": {"message": self.refusal}}
         cached = 0
@@ -282,6 +294,8 @@ class FakeSGLang:
             # a radix-cache hit drops the cached rows of the prefill block (or, like 0.5.4,
             # keeps the row count with rows that belong to other positions)
             first = 0 if self.full_rows_on_hit else cached
+            if self.chunk is not None and len(ids) > self.chunk:  # middle chunks store no rows
+                first = max(first, (len(ids) - 1) // self.chunk * self.chunk)
             prefill = [[cell(r, c) for c in range(width)] for r in range(first, len(ids))]
             meta["hidden_states"] = [prefill, [0.0] * width]
         return 200, {"text": "", "output_ids": out, "meta_info": meta}
@@ -387,9 +401,13 @@ def test_capture_from_sglang_takes_token_ids_and_says_so_for_text():
 
 def test_old_server_warns_about_truncation():
     said: list[str] = []
-    with running(FakeSGLang(version="0.5.15")) as client:
+    with running(FakeSGLang(version="0.5.13")) as client:
         cap = capture_from_sglang(client, [[1, 2, 3]], (Tap(1), Tap(2), Tap(3)), 4, warn=said)
-    assert len(said) == 1 and "0.5.15" in said[0] and "#26163" in said[0]
+    assert said == [
+        f"{client.url} runs SGLang 0.5.13: SGLang before 0.5.14 truncates or misattributes the "
+        "per-token hidden states of decode steps under speculative decoding (issue #26163); the "
+        "prefill block used here is still right"
+    ]
     assert cap.meta["warnings"] == said
     assert len(cap.sequences[0]) == 3 + 4 + REFERENCE_TAIL  # the prefill block is still used
 
@@ -397,6 +415,15 @@ def test_old_server_warns_about_truncation():
     with running(FakeSGLang(version=None)) as client:  # type: ignore[arg-type]
         capture_from_sglang(client, [[1, 2]], (Tap(1), Tap(2), Tap(3)), 2, warn=calls.append)
     assert len(calls) == 1 and "version" in calls[0]
+
+
+@pytest.mark.parametrize("version", ["0.5.14", "0.5.15.post1", "0.5.16"])
+def test_per_token_rows_are_right_from_0_5_14(version):
+    # batch_result_processor.py keeps one row per emitted token from 0.5.14 (issue #26163).
+    said: list[str] = []
+    with running(FakeSGLang(version=version)) as client:
+        capture_from_sglang(client, [[1, 2, 3]], (Tap(1), Tap(2), Tap(3)), 4, warn=said)
+    assert said == []
 
 
 @pytest.mark.parametrize("algorithm", ["EAGLE", None])
@@ -478,16 +505,84 @@ def test_a_cache_that_does_not_flush_is_caught(full_rows, message):
 
 
 def test_capture_aux_layers_from_sglang_capture_only_mode():
-    fake = FakeSGLang(algorithm=None, aux_only=True, aux_ids=[0, 1], width=2 * HT)
+    fake = FakeSGLang(
+        algorithm=None, aux_only=True, aux_capture="eagle3", aux_ids=[0, 1], width=2 * HT
+    )
     said: list[str] = []
     with running(fake) as client:
         cap = capture_aux_layers_from_sglang(client, [[4, 5, 6]], N, max_new_tokens=3, warn=said)
-    # Llama rule: id i = output of layer i -> Tap(i + 1)
+    # Llama rule (the same set_eagle3_layers_to_capture): id i = output of layer i -> Tap(i + 1)
     assert cap.taps == (Tap(1), Tap(2)) and cap.hidden_size == HT
     assert cap.meta["aux_layer_ids"] == [0, 1] and cap.meta["aux_capture"] == "aux-only"
-    assert len(said) == 1 and "assumed" in said[0]
+    assert said == [] and cap.meta["warnings"] == []
     with (
         running(FakeSGLang()) as client,
         pytest.raises(CaptureError, match="--enable-return-aux-hidden-states"),
     ):
         capture_aux_layers_from_sglang(client, [[1, 2]], N, warn=[])
+
+
+@pytest.mark.parametrize(
+    "ids, problem",
+    [
+        ([-1, 1], "[-1, 1] has negative ids: layer ids count from 0"),
+        ([1, 1], "[1, 1] repeats a layer: each layer is captured once"),
+        ([1, N], f"[1, {N}]: [{N}] not below the target's {N} layers (ids 0..{N - 1})"),
+        ([1, "2"], "[1, '2'] holds something other than integers"),
+        ([], "[] is not a non-empty list of layer ids"),
+    ],
+)
+def test_capture_only_ids_are_checked_before_any_request(ids, problem):
+    fake = FakeSGLang(algorithm=None, aux_only=True, aux_ids=ids, width=2 * HT)
+    with running(fake) as client, pytest.raises(CaptureError) as err:
+        capture_aux_layers_from_sglang(client, [[4, 5, 6]], N, max_new_tokens=3, warn=[])
+    assert str(err.value) == (
+        f"{client.url}: server_info return_aux_hidden_state_layer_ids {problem}"
+    )
+    assert not any(e.startswith("POST /generate") for e in fake.log)
+
+
+def test_capture_only_with_another_convention_is_refused():
+    fake = FakeSGLang(algorithm=None, aux_only=True, aux_capture="dflash", aux_ids=[0, 1])
+    with running(fake) as client, pytest.raises(CaptureError) as err:
+        capture_aux_layers_from_sglang(client, [[4, 5, 6]], N, max_new_tokens=3, warn=[])
+    assert str(err.value) == (
+        f"{client.url} captures aux states with the dflash convention (server_info "
+        "aux_hidden_state_capture), whose layer ids SGLang reads otherwise than EAGLE-3's: "
+        "restart it with --speculative-algorithm EAGLE3"
+    )
+
+
+def test_mode_last_is_refused_up_front_with_the_restart_flag():
+    fake = FakeSGLang(mode="last")
+    with running(fake) as client, pytest.raises(EndpointError) as err:
+        capture_from_sglang(client, [[1, 2]], (Tap(1), Tap(2), Tap(3)), 2, warn=[])
+    assert err.value.kind == EndpointError.NO_HIDDEN_STATES
+    assert "--return-hidden-states-mode full" in str(err.value)
+    assert not any(e.startswith("POST /generate") for e in fake.log)
+    with running(fake) as client:  # a stale report: /generate's own refusal says the same
+        stale = dataclasses.replace(client.probe(), return_hidden_states_mode="full")
+        with pytest.raises(EndpointError) as refused:
+            capture_from_sglang(
+                client, [[1, 2]], (Tap(1), Tap(2), Tap(3)), 2, warn=[], report=stale
+            )
+    assert refused.value.kind == EndpointError.NO_HIDDEN_STATES
+    assert "--return-hidden-states-mode full" in str(refused.value)
+
+
+def test_a_sequence_longer_than_a_prefill_chunk_names_chunked_prefill_size():
+    fake = FakeSGLang(chunk=16)
+    prompt = list(range(1, 8))  # 7 + 4 new + REFERENCE_TAIL = 19 > 16
+    with running(fake) as client, pytest.raises(CaptureError) as err:
+        capture_from_sglang(client, [[1, 2], prompt], (Tap(1), Tap(2), Tap(3)), 4, warn=[])
+    assert str(err.value) == (
+        f"{client.url}: prompt 1: the capture sequence would be 19 tokens (7 prompt + 12 "
+        "generated), more than the server's chunked_prefill_size 16: SGLang prefills it in "
+        "chunks and returns the hidden states of the last chunk only. Use prompts of at most 4 "
+        "tokens (or fewer new tokens), or restart the server with --chunked-prefill-size 19 or "
+        "more"
+    )
+    assert not any(e.startswith("POST /generate") for e in fake.log)
+    with running(FakeSGLang(chunk=19)) as client:  # exactly one chunk: every row comes back
+        cap = capture_from_sglang(client, [prompt], (Tap(1), Tap(2), Tap(3)), 4, warn=[])
+    assert len(cap.sequences[0]) == 19

@@ -205,6 +205,49 @@ def test_a_training_dump_measures_training_and_matches_the_served_slots_by_scale
     assert "server-feeds-other-taps" not in ids(diagnosis)
 
 
+def test_mode_last_is_not_tried_and_says_which_flag() -> None:
+    plan = deployments()["mismatched"]
+    with start_double(plan.double_config(return_hidden_states_mode="last")) as server:
+        diagnosis = run_diagnosis(options(plan.draft_path, server.url))
+    assert diagnosis.serving.source == "predicted" and diagnosis.serving.eval is None
+    assert diagnosis.serving.capture_error == (  # the stage's reason: no request was refused
+        "the server was started with --return-hidden-states-mode last: it returns only the last "
+        "token's hidden state and refuses return_hidden_states=true"
+    )
+    item = next(n for n in diagnosis.not_checked if n.check == "serving-states")
+    assert item.action == "restart the server with --return-hidden-states-mode full"
+    assert "hidden-states-last-only" in ids(diagnosis)
+    assert "hidden-states-off" not in ids(diagnosis)
+
+
+def test_prompts_are_cut_to_fit_one_prefill_chunk() -> None:
+    # 48-token demo prompts + 32 new + 8 reference tokens = 88 > 64: cut to 24 + 40 = 64.
+    plan = deployments()["mismatched"]
+    config = plan.double_config(enable_return_hidden_states=True, chunked_prefill_size=64)
+    with start_double(config) as server:
+        diagnosis = run_diagnosis(options(plan.draft_path, server.url))
+    assert diagnosis.serving.capture_error is None and diagnosis.serving.measured
+    assert (
+        "2 prompt(s) cut to their first 24 tokens for the serving capture, so that each sequence "
+        "(40 generated tokens included) fits one prefill chunk of 64 tokens: SGLang returns the "
+        "hidden states of the last chunk only"
+    ) in diagnosis.warnings
+
+
+def test_a_chunk_too_small_for_the_completion_is_named_in_the_capture_error() -> None:
+    plan = deployments()["mismatched"]
+    config = plan.double_config(enable_return_hidden_states=True, chunked_prefill_size=32)
+    with start_double(config) as server:
+        diagnosis = run_diagnosis(options(plan.draft_path, server.url))
+    assert diagnosis.serving.source == "predicted"
+    assert diagnosis.serving.capture_error == (
+        f"{server.url}: prompt 0: the capture sequence would be 88 tokens (48 prompt + 40 "
+        "generated), more than the server's chunked_prefill_size 32: SGLang prefills it in "
+        "chunks and returns the hidden states of the last chunk only. Ask for fewer new tokens, "
+        "or restart the server with --chunked-prefill-size 88 or more"
+    )
+
+
 def test_an_endpoint_without_speculation_is_diagnosed_with_what_could_be_measured() -> None:
     plan = deployments()["mismatched"]
     config = plan.double_config(draft_path=None, speculative_algorithm=None)

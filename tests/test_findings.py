@@ -42,6 +42,7 @@ class Spec:
     quantization_explicitly_set: bool | None = None
     accept_threshold_single: float | None = 1.0
     accept_threshold_acc: float | None = 1.0
+    adaptive: bool = False
 
 
 @dataclass
@@ -61,8 +62,11 @@ class Server:
     device: str | None = "cuda"
     speculative: Spec | None = field(default_factory=Spec)
     enable_return_hidden_states: bool = False
+    return_hidden_states_mode: str | None = None
     enable_return_aux_hidden_states: bool = False
+    aux_hidden_state_capture: str | None = None
     return_aux_hidden_state_layer_ids: list[int] | None = None
+    chunked_prefill_size: int | None = None
     disable_radix_cache: bool | None = None
     disable_cuda_graph: bool | None = None
     decode_log_interval: int | None = 40
@@ -468,10 +472,24 @@ FIRES: list = [
         id="no-speculation",
     ),
     pytest.param(
-        lambda p: Evidence(server=Server(version="0.5.16", enable_return_hidden_states=True)),
+        lambda p: Evidence(server=Server(version="0.5.13", enable_return_hidden_states=True)),
         "hidden-states-truncated",
         "info",
         id="hidden-states-truncated",
+    ),
+    pytest.param(
+        lambda p: Evidence(
+            server=Server(enable_return_hidden_states=True, return_hidden_states_mode="last")
+        ),
+        "hidden-states-last-only",
+        "warning",
+        id="hidden-states-last-only",
+    ),
+    pytest.param(
+        lambda p: Evidence(server=Server(speculative=Spec(adaptive=True))),
+        "speculative-adaptive",
+        "warning",
+        id="speculative-adaptive",
     ),
 ]
 
@@ -636,9 +654,58 @@ QUIET: list = [
     ),
     pytest.param(lambda p: Evidence(server=Server()), "no-speculation", id="speculating"),
     pytest.param(
-        lambda p: Evidence(server=Server(version="0.5.20", enable_return_hidden_states=True)),
+        lambda p: Evidence(server=Server(version="0.5.14", enable_return_hidden_states=True)),
         "hidden-states-truncated",
-        id="hidden-states-fixed",
+        id="hidden-states-fixed-in-0.5.14",
+    ),
+    pytest.param(
+        lambda p: Evidence(server=Server(version="0.5.16", enable_return_hidden_states=True)),
+        "hidden-states-truncated",
+        id="hidden-states-fixed-0.5.16",
+    ),
+    pytest.param(
+        lambda p: Evidence(
+            server=Server(enable_return_hidden_states=True, return_hidden_states_mode="full")
+        ),
+        "hidden-states-last-only",
+        id="hidden-states-full",
+    ),
+    pytest.param(
+        lambda p: Evidence(
+            server=Server(enable_return_hidden_states=True, return_hidden_states_mode="last")
+        ),
+        "hidden-states-off",
+        id="hidden-states-last-is-not-off",
+    ),
+    pytest.param(
+        lambda p: Evidence(
+            server=Server(
+                version="0.5.13", enable_return_hidden_states=True, return_hidden_states_mode="last"
+            )
+        ),
+        "hidden-states-truncated",
+        id="hidden-states-last-has-no-rows-to-truncate",
+    ),
+    pytest.param(
+        lambda p: Evidence(server=Server(speculative=Spec(num_steps=2, num_draft_tokens=3))),
+        "speculative-adaptive",
+        id="fixed-steps",
+    ),
+    pytest.param(
+        lambda p: Evidence(
+            server=Server(speculative=Spec(num_steps=2, num_draft_tokens=3, adaptive=True))
+        ),
+        "draft-tokens-capped",
+        id="adaptive-steps-are-not-capped",
+    ),
+    pytest.param(
+        lambda p: Evidence(
+            server=Server(speculative=Spec(adaptive=True)),
+            serving_eval=GOOD,
+            measured=Bench(100.0, accept_length=1.6),
+        ),
+        "measured-below-simulated",
+        id="adaptive-steps-simulate-nothing",
     ),
 ]
 
@@ -722,6 +789,43 @@ def test_remote_path_evidence_says_only_basenames_compared() -> None:
     assert "/home/me/kimi-eagle3-v2" in f.fix
 
 
+def test_adaptive_steps_replace_the_fixed_steps_comparison() -> None:
+    # At batch size 1 adaptive SGLang may draft up to 7 steps (adaptive_spec_params.py), so a
+    # measured accept length above the 3-step simulation is no sign of another draft.
+    def evidence(adaptive: bool) -> Evidence:
+        return Evidence(
+            server=Server(
+                speculative=Spec(num_steps=3, adaptive=adaptive), enable_return_hidden_states=True
+            ),
+            serving_eval=POOR,
+            measured=Bench(100.0, accept_length=3.5),
+        )
+
+    assert "measured-above-simulated" in ids_of(diagnose(evidence(False)))
+    found = diagnose(evidence(True))
+    assert ids_of(found) == ["speculative-adaptive"]
+    assert found[0].evidence == (
+        "speculative_adaptive=true; speculative_num_steps=3 is only where the steps start: "
+        "SGLang picks them from candidate_steps per batch size by the observed acceptance (by "
+        "default [1, 3, 5, 7] at batch size 1, [0, 1, 3] from 8, [0, 1] from 32, [0] from 64; "
+        "0 means no drafting)."
+    )
+
+
+def test_hidden_states_last_only_names_the_restart_flag() -> None:
+    server = Server(enable_return_hidden_states=True, return_hidden_states_mode="last")
+    f = only(diagnose(Evidence(server=server)), "hidden-states-last-only")
+    assert f.fix == (
+        "Restart the server with --return-hidden-states-mode full, then run the diagnosis again."
+    )
+    assert f.evidence == (
+        "http://gpubox:30000 /server_info: enable_return_hidden_states=true, "
+        "return_hidden_states_mode=last; SGLang refuses return_hidden_states=true above the "
+        "server's mode (\"The requested return_hidden_states mode exceeds the server maximum "
+        '`last`").'
+    )
+
+
 def test_measured_below_simulated_uses_server_steps_and_lists_checks() -> None:
     e = Evidence(
         server=Server(
@@ -758,10 +862,10 @@ def test_norm_output_fix_removes_the_key() -> None:
 
 def test_findings_sorted_by_severity_then_rule_order() -> None:
     e = seed(
-        "0.5.16",
+        "0.5.13",
         report=report(draft(draft_vocab_size=320, fc_norm=True)),
         server=Server(
-            version="0.5.16",
+            version="0.5.13",
             quantization="fp8",
             enable_return_hidden_states=True,
             speculative=Spec(algorithm="EAGLE", num_steps=1, num_draft_tokens=2),

@@ -4,12 +4,17 @@ them, against the recorded SGLang 0.5.23 answers."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
-from eagle3dash.probe import probe
-from eagle3dash.sglang import EndpointError
+from eagle3dash.checkpoint import save
+from eagle3dash.cli import main
+from eagle3dash.probe import ServedDraft, probe, served_draft
+from eagle3dash.sglang import EndpointError, parse_server_report
+from eagle3dash.testing.tensors import random_tensors
 from tests.httpserver import closed_port_url, serve
+from tests.specs import tiny_spec
 from tests.test_sglang import load_fixture, replay_app, spec_server_info
 
 
@@ -46,3 +51,121 @@ def test_tries_are_the_callers_choice() -> None:
         probe(url, timeout=1.0, retries=3)
     assert "cannot connect" in str(once.value) and "tries" not in str(once.value)
     assert "after 3 tries" in str(thrice.value)
+
+
+# --- hidden-states mode, adaptive steps -------------------------------------------------------
+
+
+def test_mode_last_is_its_own_finding_not_hidden_states_off() -> None:
+    info = spec_server_info(load_fixture("get_server_info.json"))
+    info.update(enable_return_hidden_states=True, return_hidden_states_mode="last")
+    with serve(replay_app(info)) as served:
+        found = probe(served.url)
+    assert found.server.hidden_states == "last"
+    assert [(f.id, f.severity) for f in found.findings] == [("hidden-states-last-only", "warning")]
+    assert "--return-hidden-states-mode full" in found.findings[0].fix
+
+
+def test_adaptive_steps_are_a_finding() -> None:
+    info = spec_server_info(load_fixture("get_server_info.json"))
+    info.update(enable_return_hidden_states=True, return_hidden_states_mode="full")
+    info["speculative_adaptive"] = True
+    with serve(replay_app(info)) as served:
+        found = probe(served.url)
+    assert found.server.speculative is not None and found.server.speculative.adaptive
+    assert [f.id for f in found.findings] == ["speculative-adaptive"]
+
+
+# --- the served draft, read when it is a folder here --------------------------------------------
+
+
+def eagle3_draft(root: Path, **kw) -> Path:
+    spec = tiny_spec(aux_layer_ids=(1, 2, 3), aux_ids_location="eagle_config", **kw)
+    return save(spec, random_tensors(spec, seed=0), root / "served-draft", spec.format)
+
+
+def test_a_local_served_draft_is_read_and_its_findings_made(tmp_path: Path) -> None:
+    draft = eagle3_draft(tmp_path)
+    info = spec_server_info(load_fixture("get_server_info.json"))
+    info.update(
+        enable_return_hidden_states=True,
+        speculative_algorithm="EAGLE",  # an EAGLE-3 draft under EAGLE: fc skipped
+        speculative_draft_model_path=str(draft),
+    )
+    with serve(replay_app(info)) as served:
+        found = probe(served.url)
+    assert found.draft is not None and found.draft.report is not None
+    assert found.draft.path == str(draft)
+    assert found.draft.reason == f"read here from {draft.resolve()}"
+    assert found.draft.report.spec.aux_layer_ids == (1, 2, 3)
+    assert [(f.id, f.severity) for f in found.findings] == [("algorithm-eagle", "critical")]
+    as_json = json.loads(json.dumps(found.to_dict()))
+    assert as_json["draft"]["report"]["aux_layer_ids"] == [1, 2, 3]
+    assert as_json["draft"]["reason"] == found.draft.reason
+
+
+def test_a_served_draft_with_top_level_ids_says_sglang_ignores_them(tmp_path: Path) -> None:
+    spec = tiny_spec(format="speculators", aux_layer_ids=(2, 3, 4), aux_ids_location="top-level")
+    draft = save(spec, random_tensors(spec, seed=0), tmp_path / "speculators", "speculators")
+    info = spec_server_info(load_fixture("get_server_info.json"))
+    info.update(enable_return_hidden_states=True, speculative_draft_model_path=str(draft))
+    with serve(replay_app(info)) as served:
+        found = probe(served.url)
+    assert "aux-ids-not-read" in [f.id for f in found.findings]
+
+
+def test_a_draft_not_here_is_a_reason_not_an_error(tmp_path: Path) -> None:
+    info = spec_server_info(load_fixture("get_server_info.json"))
+    with serve(replay_app(info)) as served:  # drafts/tiny-eagle3: no such folder here
+        found = probe(served.url)
+    assert found.draft == ServedDraft(
+        "drafts/tiny-eagle3",
+        None,
+        "drafts/tiny-eagle3 is not a folder on this machine (a hub id, or moved since)",
+    )
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text("{not json")
+    info["speculative_draft_model_path"] = str(broken)
+    with serve(replay_app(info)) as served:
+        found = probe(served.url)
+    assert found.draft is not None and found.draft.report is None
+    assert found.draft.reason.startswith(f"{broken} could not be inspected: ")
+    assert [f.id for f in found.findings] == ["hidden-states-off"]
+
+
+def test_a_remote_servers_draft_is_not_read_here(tmp_path: Path) -> None:
+    info = spec_server_info(load_fixture("get_server_info.json"))
+    info["speculative_draft_model_path"] = str(eagle3_draft(tmp_path))  # exists here, but...
+    server = parse_server_report("http://gpubox:30000", info)
+    assert served_draft(server) == ServedDraft(
+        info["speculative_draft_model_path"],
+        None,
+        f"the server runs on another machine, so {info['speculative_draft_model_path']} is not "
+        "a path here",
+    )
+    assert served_draft(parse_server_report("u", load_fixture("get_server_info.json"))) is None
+
+
+def test_the_cli_prints_the_mode_and_the_draft(tmp_path: Path, capsys) -> None:
+    draft = eagle3_draft(tmp_path)
+    info = spec_server_info(load_fixture("get_server_info.json"))
+    info.update(
+        enable_return_hidden_states=True,
+        return_hidden_states_mode="last",
+        speculative_draft_model_path=str(draft),
+    )
+    with serve(replay_app(info)) as served:
+        assert main(["probe", served.url]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "return hidden states         last token only: no capture (enable_return_hidden_states "
+        "True, return_hidden_states_mode last)"
+    ) in out
+    assert "chunked prefill size         4096" in out
+    assert "adaptive steps               False" in out
+    assert (
+        f"draft checkpoint             read here from {draft.resolve()}: specforge format, aux "
+        "layer ids [1, 2, 3] (eagle_config)"
+    ) in out
+    assert "[warning] hidden-states-last-only" in out

@@ -39,6 +39,12 @@ REFUSALS = [
     pytest.param(HIDDEN_STATES_MESSAGE, id="0.5.16"),
     pytest.param(HIDDEN_STATES_MESSAGE_0_5_20, id="0.5.20"),
 ]
+# 0.5.20+ tokenizer_manager.py when the server runs --return-hidden-states-mode last and a request
+# asks for every token's state (return_hidden_states: true).
+HIDDEN_STATES_ABOVE_LAST = (
+    "The requested return_hidden_states mode exceeds the server maximum `last`. "
+    "Please launch with `--return-hidden-states-mode full` to allow return_hidden_states=True."
+)
 
 
 # --- the 0.5.23 replay server ---------------------------------------------------------------------
@@ -80,10 +86,13 @@ def replay_app(server_info: dict, meta_extra: dict | None = None) -> App:
             return Reply(body="Cache flushed.\nPlease check backend logs for more details.\n")
         if req.method == "POST" and req.path == "/generate":
             payload = req.json()
-            if payload.get("return_hidden_states") and not server_info.get(
-                "enable_return_hidden_states"
+            mode = server_info.get("return_hidden_states_mode")
+            if payload.get("return_hidden_states") and mode == "last":
+                return Reply(400, {"error": {"message": HIDDEN_STATES_ABOVE_LAST}})
+            if payload.get("return_hidden_states") and not (
+                server_info.get("enable_return_hidden_states") or mode == "full"
             ):
-                return Reply(400, {"error": {"message": HIDDEN_STATES_MESSAGE}})
+                return Reply(400, {"error": {"message": HIDDEN_STATES_MESSAGE_0_5_20}})
             n = payload["sampling_params"]["max_new_tokens"]
             body = copy.deepcopy(gen8 if n == 8 else gen32)
             body["meta_info"].update(meta_extra or {})
@@ -173,8 +182,12 @@ def test_probe_parses_real_0_5_23_server_info(replay: Served) -> None:
     assert report.device == "cpu"
     assert report.speculative is None
     assert report.enable_return_hidden_states is False
+    assert report.return_hidden_states_mode is None
+    assert report.hidden_states is None
     assert report.enable_return_aux_hidden_states is False
+    assert report.aux_hidden_state_capture is None
     assert report.return_aux_hidden_state_layer_ids is None
+    assert report.chunked_prefill_size == 4096
     assert report.disable_radix_cache is False
     assert report.disable_cuda_graph is False
     assert report.decode_log_interval == 40
@@ -195,6 +208,74 @@ def test_report_requirements_name_the_restart_flags(replay: Served) -> None:
         report.require_hidden_states()
     assert hidden.value.kind == EndpointError.NO_HIDDEN_STATES
     assert_one_line(hidden.value, replay.url, "--enable-return-hidden-states")
+
+
+# arg_groups/serving_hook.py (0.5.20+): --enable-return-hidden-states alone resolves the mode to
+# "full"; --return-hidden-states-mode last|full turns enable_return_hidden_states on.
+@pytest.mark.parametrize(
+    "enabled, mode, expected",
+    [
+        (True, "full", "full"),  # a 0.5.23 server started with --enable-return-hidden-states
+        (True, None, "full"),  # before 0.5.20: no mode reported
+        (True, "last", "last"),
+        (False, "full", "full"),  # capture-only mode resolves the mode alone
+        (False, None, None),
+    ],
+)
+def test_hidden_states_mode(server_info: dict, enabled: bool, mode, expected) -> None:
+    info = dict(server_info, enable_return_hidden_states=enabled, return_hidden_states_mode=mode)
+    if mode is None:
+        del info["return_hidden_states_mode"]
+    report = sglang.parse_server_report("http://gpubox:30000", info)
+    assert report.return_hidden_states_mode == mode
+    assert report.hidden_states == expected
+
+
+def test_mode_last_cannot_capture_and_says_how_to_restart(server_info: dict) -> None:
+    info = dict(server_info, enable_return_hidden_states=True, return_hidden_states_mode="last")
+    with serve(replay_app(info)) as served:
+        client = SGLangClient(served.url)
+        report = client.probe()
+        with pytest.raises(EndpointError) as refused:
+            client.generate(input_ids=[1, 2], max_new_tokens=8, return_hidden_states=True)
+    with pytest.raises(EndpointError) as required:
+        report.require_hidden_states()
+    assert required.value.kind == refused.value.kind == EndpointError.NO_HIDDEN_STATES
+    assert str(required.value) == (
+        f"{served.url} was started with --return-hidden-states-mode last, so it returns only "
+        "the last token's hidden state and refuses return_hidden_states=true: restart it with "
+        "--return-hidden-states-mode full"
+    )
+    assert str(refused.value) == (
+        f"{served.url} returns only the last token's hidden state (--return-hidden-states-mode "
+        "last) and refuses return_hidden_states=true: restart it with --return-hidden-states-mode "
+        f"full (server said: {HIDDEN_STATES_ABOVE_LAST})"
+    )
+
+
+@pytest.mark.parametrize("size, expected", [(8192, 8192), (-1, None), (None, None), (0, None)])
+def test_chunked_prefill_size(server_info: dict, size, expected) -> None:
+    info = dict(server_info, chunked_prefill_size=size)
+    assert sglang.parse_server_report("u", info).chunked_prefill_size == expected
+
+
+def test_adaptive_steps_have_no_ceiling(server_info: dict) -> None:
+    info = dict(spec_server_info(server_info), speculative_adaptive=True)
+    spec = sglang.parse_server_report("u", info).require_speculative()
+    assert spec.adaptive is True and spec.num_steps == 3
+    assert spec.max_accept_length is None
+
+
+def test_capture_only_convention(server_info: dict) -> None:
+    info = dict(
+        server_info,
+        enable_return_aux_hidden_states=True,
+        aux_hidden_state_capture="eagle3",
+        return_aux_hidden_state_layer_ids=[1, 3],
+    )
+    report = sglang.parse_server_report("u", info)
+    assert report.aux_hidden_state_capture == "eagle3"
+    assert report.return_aux_hidden_state_layer_ids == [1, 3]
 
 
 def test_generate_parses_real_meta_info(replay: Served) -> None:
@@ -264,6 +345,7 @@ def test_speculative_server_info(server_info: dict) -> None:
     assert spec.quantization_explicitly_set is True
     assert spec.accept_threshold_single == 1.0
     assert spec.accept_threshold_acc == 1.0
+    assert spec.adaptive is False
     assert report.require_speculative() is spec
     assert report.avg_spec_accept_length == 2.75
     assert result.spec_verify_ct == 10

@@ -25,6 +25,7 @@ from eagle3dash.sglang import SGLangClient
 from eagle3dash.sglang_rules import serving_layout
 from eagle3dash.spec import DraftSpec
 from eagle3dash.testing.sglang_double import (
+    HIDDEN_STATES_ABOVE_LAST,
     HIDDEN_STATES_DISABLED,
     TEMPLATE_PATH,
     TOPK1_WARNING,
@@ -142,6 +143,7 @@ def test_server_info_and_model_info_have_the_real_shape(models):
             assert (info["speculative_num_steps"], info["speculative_eagle_topk"]) == (3, 1)
             assert info["speculative_num_draft_tokens"] == 4
             assert info["enable_return_hidden_states"] is True
+            assert info["return_hidden_states_mode"] == "full"  # as 0.5.23 resolves the flag
             assert info["port"] == d.port
             assert info["eagle3dash_double_capture"]["prefill_layout"] == "0,1,2"
             assert "avg_spec_accept_length" not in info["internal_states"][0]
@@ -307,12 +309,80 @@ def test_topk1_forces_num_draft_tokens(models):
 def test_return_hidden_states_refused_when_disabled(models):
     with start_double(DoubleConfig(models["target"], models["draft"], "EAGLE3")) as d:
         r = generate(d.url, input_ids=PROMPTS[0], return_hidden_states=True)
-        assert r.status_code == 400
-        assert r.json() == {"error": {"message": HIDDEN_STATES_DISABLED}}
-        assert HIDDEN_STATES_DISABLED == (
-            "The server is not configured to return the hidden states. Please set "
-            "`--enable-return-hidden-states` to enable this feature."
+        info = httpx.get(d.url + "/server_info").json()
+    assert r.status_code == 400
+    assert r.json() == {"error": {"message": HIDDEN_STATES_DISABLED}}
+    assert HIDDEN_STATES_DISABLED == (  # tokenizer_manager.py 0.5.23
+        "The server is not configured to return hidden states. "
+        "Please set `--return-hidden-states-mode last`, `--return-hidden-states-mode full`, "
+        "or the legacy `--enable-return-hidden-states` flag."
+    )
+    assert info["enable_return_hidden_states"] is False
+    assert info["return_hidden_states_mode"] is None
+
+
+def test_mode_last_turns_hidden_states_on_but_refuses_every_token(models):
+    cfg = DoubleConfig(
+        models["target"], models["draft"], "EAGLE3", return_hidden_states_mode="last"
+    )
+    with start_double(cfg) as d:
+        info = httpx.get(d.url + "/server_info").json()
+        refused = generate(d.url, input_ids=PROMPTS[0], return_hidden_states=True)
+        plain = generate(d.url, input_ids=PROMPTS[0], sampling_params={"max_new_tokens": 4})
+        report = SGLangClient(d.url).probe()
+    assert (info["enable_return_hidden_states"], info["return_hidden_states_mode"]) == (
+        True,
+        "last",
+    )
+    assert "--return-hidden-states-mode last" in info["launch_command"]
+    assert refused.status_code == 400
+    assert refused.json() == {"error": {"message": HIDDEN_STATES_ABOVE_LAST}}
+    assert HIDDEN_STATES_ABOVE_LAST == (  # tokenizer_manager.py 0.5.23
+        "The requested return_hidden_states mode exceeds the server maximum `last`. "
+        "Please launch with `--return-hidden-states-mode full` to allow return_hidden_states=True."
+    )
+    assert plain.status_code == 200 and len(plain.json()["output_ids"]) == 4
+    assert report.hidden_states == "last"
+
+
+def test_mode_full_alone_returns_hidden_states(models):
+    cfg = DoubleConfig(
+        models["target"], models["draft"], "EAGLE3", return_hidden_states_mode="full"
+    )
+    with start_double(cfg) as d:
+        r = generate(
+            d.url,
+            input_ids=PROMPTS[0],
+            return_hidden_states=True,
+            sampling_params={"max_new_tokens": 2},
         )
+    assert r.status_code == 200
+    assert len(r.json()["meta_info"]["hidden_states"][0]) == len(PROMPTS[0])
+
+
+def test_a_prompt_longer_than_a_prefill_chunk_returns_its_last_chunk_rows(models):
+    cfg = DoubleConfig(
+        models["target"],
+        models["draft"],
+        "EAGLE3",
+        enable_return_hidden_states=True,
+        chunked_prefill_size=3,
+    )
+    with start_double(cfg) as d:
+        info = httpx.get(d.url + "/server_info").json()
+        body = generate(
+            d.url,
+            input_ids=PROMPTS[1],  # 7 tokens: chunks [0, 3), [3, 6), [6, 7)
+            return_hidden_states=True,
+            sampling_params={"max_new_tokens": 1},
+        ).json()
+    assert info["chunked_prefill_size"] == 3
+    assert len(body["meta_info"]["hidden_states"][0]) == 1
+
+
+def test_an_unknown_mode_is_refused_at_start(models):
+    with pytest.raises(DoubleStartError, match="must be one of: None, 'last', or 'full'"):
+        start_double(DoubleConfig(models["target"], return_hidden_states_mode="all"))
 
 
 def expected_rows(hf, ids: list[int], taps) -> torch.Tensor:

@@ -19,6 +19,7 @@ from eagle3dash.sglang_rules import (
     HIDDEN_STATES_FIX,
     capture_layout,
     parse_version,
+    version_text,
 )
 from eagle3dash.states_json import states_width
 
@@ -50,14 +51,14 @@ def _warner(warn: Warn, sink: list[str]) -> Callable[[str], None]:
 
 
 def _check_version(version: str | None, url: str, emit: Callable[[str], None]) -> None:
-
+    fixed = version_text(HIDDEN_STATES_FIX)
     old = (
-        "SGLang before 0.5.20 truncates or misattributes the per-token hidden states of decode "
+        f"SGLang before {fixed} truncates or misattributes the per-token hidden states of decode "
         "steps under speculative decoding (issue #26163); the prefill block used here is still "
         "right"
     )
     if version is None:
-        emit(f"{url} does not report its version; if it is older than 0.5.20: {old}")
+        emit(f"{url} does not report its version; if it is older than {fixed}: {old}")
         return
     try:
         parsed = parse_version(version)
@@ -147,6 +148,30 @@ def _split_serving(
     return ht, {tap: block[i] for i, tap in enumerate(taps)}
 
 
+def _check_chunked_prefill(ids_list: list[list[int]], budget: int, report: ServerReport) -> None:
+    """CaptureError when a capture sequence (prompt + `budget` new tokens) is longer than the
+    server's chunked_prefill_size: SGLang prefills it in chunks and keeps the hidden-state rows of
+    the last chunk only (batch_result_processor.py stores no rows for middle chunks, 0.5.23)."""
+    chunk = report.chunked_prefill_size
+    if chunk is None:
+        return
+    room = chunk - budget
+    shorter = (
+        f"Use prompts of at most {room} tokens (or fewer new tokens)"
+        if room >= 1
+        else "Ask for fewer new tokens"
+    )
+    for i, ids in enumerate(ids_list):
+        if len(ids) + budget > chunk:
+            raise CaptureError(
+                f"{report.url}: prompt {i}: the capture sequence would be {len(ids) + budget} "
+                f"tokens ({len(ids)} prompt + {budget} generated), more than the server's "
+                f"chunked_prefill_size {chunk}: SGLang prefills it in chunks and returns the "
+                f"hidden states of the last chunk only. {shorter}, or restart the server with "
+                f"--chunked-prefill-size {len(ids) + budget} or more"
+            )
+
+
 def _prompt_ids(prompt: object, i: int) -> list[int]:
     if isinstance(prompt, str):
         raise CaptureError(
@@ -198,9 +223,11 @@ def capture_from_sglang(
     length on these very sequences.
 
     Warns (through `warn`: a callable, a list, or None for warnings.warn; all warnings are kept
-    in meta["warnings"]) when the server is older than 0.5.20 (issue #26163). Raises
-    EndpointError when the server cannot return hidden states (restart hint in the message) and
-    CaptureError when the returned states are not aux states (no EAGLE-3 capture active).
+    in meta["warnings"]) when the server is older than 0.5.14 (issue #26163). Raises
+    EndpointError when the server cannot return hidden states (restart hint in the message),
+    and CaptureError, before any request, when a sequence would be longer than the server's
+    chunked_prefill_size, and when the returned states are not aux states (no EAGLE-3 capture
+    active).
     """
     if max_new_tokens < 1:
         raise CaptureError("max_new_tokens must be at least 1: the completion is the reference")
@@ -222,6 +249,7 @@ def capture_from_sglang(
     _check_version(report.version, url, emit)
     if not report.enable_return_aux_hidden_states:
         report.require_hidden_states()  # EndpointError with the restart hint
+    _check_chunked_prefill(ids_list, max_new_tokens + REFERENCE_TAIL, report)
 
     sequences: list[Sequence] = []
     prompt_lengths, completion_lengths = [], []
@@ -313,6 +341,29 @@ def capture_from_sglang(
     )
 
 
+def _check_aux_ids(ids: object, num_layers: int, url: str) -> tuple[int, ...] | None:
+    """server_info return_aux_hidden_state_layer_ids as ids, or a CaptureError naming the bad
+    ones: integers, >= 0, unique, < N (SGLang 0.5.23 checks the same at start,
+    arg_groups/validation_hook.py and spec_aux_hidden_state.py)."""
+    if ids is None:
+        return None
+    where = f"{url}: server_info return_aux_hidden_state_layer_ids {ids!r}"
+    if not isinstance(ids, list) or not ids:
+        raise CaptureError(f"{where} is not a non-empty list of layer ids")
+    if not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        raise CaptureError(f"{where} holds something other than integers")
+    if any(i < 0 for i in ids):
+        raise CaptureError(f"{where} has negative ids: layer ids count from 0")
+    if len(set(ids)) != len(ids):
+        raise CaptureError(f"{where} repeats a layer: each layer is captured once")
+    past = [i for i in ids if i >= num_layers]
+    if past:
+        raise CaptureError(
+            f"{where}: {past} not below the target's {num_layers} layers (ids 0..{num_layers - 1})"
+        )
+    return tuple(ids)
+
+
 def capture_aux_layers_from_sglang(
     client: SGLangClient,
     prompts: list[list[int]],
@@ -330,10 +381,11 @@ def capture_aux_layers_from_sglang(
 
     The taps come from the server's configured ids (server_info
     return_aux_hidden_state_layer_ids; none = SGLang's defaults) through SGLang's id rule for
-    the target's architecture and version (layout.py: Llama family "output of layer i" ->
-    Tap(i+1)). ASSUMPTION, unverified against SGLang's source: the capture-only ids go through
-    the same set_eagle3_layers_to_capture as a draft's eagle_config ids; a warning says so and
-    meta["layout_rule"] records the rule used. target_ids / loss_mask as in capture_from_sglang.
+    the target's architecture and version: capture-only mode hands the ids to the same
+    set_eagle3_layers_to_capture as a draft's eagle_config ids (0.5.23
+    model_runner_components/spec_aux_hidden_state.py, attention_backend_setup.py). The ids are
+    checked (integers, >= 0, unique, < N) before any request; meta["layout_rule"] records the
+    rule used. target_ids / loss_mask as in capture_from_sglang.
     """
 
     report = client.probe()
@@ -344,26 +396,24 @@ def capture_aux_layers_from_sglang(
             "--speculative-algorithm EAGLE3 --return-aux-hidden-state-layer-ids ..., or use "
             "capture_from_sglang on a server running the draft"
         )
-    ids = report.return_aux_hidden_state_layer_ids
+    convention = report.aux_hidden_state_capture
+    if convention is not None and convention.lower() != "eagle3":
+        raise CaptureError(
+            f"{report.url} captures aux states with the {convention} convention (server_info "
+            "aux_hidden_state_capture), whose layer ids SGLang reads otherwise than EAGLE-3's: "
+            "restart it with --speculative-algorithm EAGLE3"
+        )
+    ids = _check_aux_ids(report.return_aux_hidden_state_layer_ids, num_target_layers, report.url)
     family = arch or (report.architectures[0] if report.architectures else "llama")
     try:
         result = capture_layout(
-            num_target_layers,
-            tuple(int(i) for i in ids) if ids else None,
-            report.version or DEFAULT_SGLANG_VERSION,
-            family,
+            num_target_layers, ids, report.version or DEFAULT_SGLANG_VERSION, family
         )
     except ValueError as e:
         raise CaptureError(f"{report.url}: {e}") from e
     if result.error:
-        raise CaptureError(f"{report.url}: aux layer ids {ids}: {result.error}")
-    said: list[str] = []
-    emit = _warner(warn, said)
-    emit(
-        f"aux capture ids {ids if ids else '(defaults)'} read as taps "
-        f"{format_layout(result.layout)} by SGLang's rule for draft ids ({result.rule}); "
-        "assumed to hold for --return-aux-hidden-state-layer-ids"
-    )
+        shown = list(ids) if ids else "(defaults)"
+        raise CaptureError(f"{report.url}: aux layer ids {shown}: {result.error}")
     cap = capture_from_sglang(
         client,
         prompts,
@@ -376,5 +426,4 @@ def capture_aux_layers_from_sglang(
     )
     cap.meta["aux_layer_ids"] = list(ids) if ids else None
     cap.meta["layout_rule"] = result.rule
-    cap.meta["warnings"] = said + cap.meta["warnings"]
     return cap

@@ -177,15 +177,29 @@ def _start(options: DiagnoseOptions, progress: Progress) -> _Run:
     )
 
 
+def within_prefill_chunk(
+    tokens: list[list[int]], chunk: int | None, generated: int
+) -> tuple[list[list[int]], int]:
+    """Each prompt cut to its first tokens so that prompt + `generated` tokens fit one prefill
+    chunk (SGLang returns the hidden states of a prompt's last chunk only), and how many were
+    cut; unchanged when there is no chunk size or no room left for a prompt."""
+    room = None if chunk is None else chunk - generated
+    if room is None or room < 1:
+        return tokens, 0
+    cut = [ids[:room] for ids in tokens]
+    return cut, sum(len(a) != len(b) for a, b in zip(tokens, cut, strict=True))
+
+
 def capture_serving(run: _Run, prompts: list[Prompt]) -> None:
     """The aux states the server feeds its draft, on its own greedy completions."""
     from eagle3dash.capture import CaptureError, capture_from_sglang, save_capture
+    from eagle3dash.capture.from_sglang import REFERENCE_TAIL
 
     server, predicted = run.server, run.prediction.serving
     run.tokens = prompt_ids(prompts, run.options.target, server.model_path)
     if server.speculative is None:
         run.capture_error = "the endpoint runs no speculative decoding, so it feeds no draft"
-    elif not server.enable_return_hidden_states:
+    elif server.hidden_states is None:
         run.capture_error = "the server was started without --enable-return-hidden-states"
         run.not_checked.append(
             NotChecked(
@@ -194,15 +208,37 @@ def capture_serving(run: _Run, prompts: list[Prompt]) -> None:
                 action="restart the server with --enable-return-hidden-states",
             )
         )
+    elif server.hidden_states == "last":
+        run.capture_error = (
+            "the server was started with --return-hidden-states-mode last: it returns only the "
+            "last token's hidden state and refuses return_hidden_states=true"
+        )
+        run.not_checked.append(
+            NotChecked(
+                "serving-states",
+                "the states the server feeds the draft cannot be captured",
+                action="restart the server with --return-hidden-states-mode full",
+            )
+        )
     elif predicted.error:
         run.capture_error = f"SGLang {run.version} would not capture these taps: {predicted.error}"
     if run.capture_error:
         return
+    chunk = server.chunked_prefill_size
+    generated = run.options.max_new_tokens + REFERENCE_TAIL
+    tokens, cut = within_prefill_chunk(run.tokens, chunk, generated)
+    if cut:
+        run.warnings.append(
+            f"{cut} prompt(s) cut to their first {(chunk or 0) - generated} tokens for the "
+            f"serving capture, so that each sequence ({generated} generated tokens included) "
+            f"fits one prefill chunk of {chunk} tokens: SGLang returns the hidden states of the "
+            "last chunk only"
+        )
     run.progress(0.08, "capturing the aux states the server feeds the draft")
     try:
         capture = capture_from_sglang(
             SGLangClient(run.options.endpoint, timeout=run.options.timeout),
-            run.tokens,
+            tokens,
             predicted.layout,
             max_new_tokens=run.options.max_new_tokens,
             hidden_size=run.report.spec.target_hidden_size,  # bounds the reply, checks the width
@@ -453,8 +489,8 @@ def benchmark(run: _Run, prompts: list[Prompt]) -> tuple[BenchResult, BenchResul
 def effective_layouts(run: _Run, training: Side, serving: Side) -> LayoutComparison:
     """The sides as the layout rules read them: the strongest evidence on each side, with
     SGLang's rule, notes and capture error kept on the serving side."""
-    from eagle3dash.layout import default_layout, diff
-    from eagle3dash.sglang_rules import nested_ids
+    from eagle3dash.layout import diff
+    from eagle3dash.sglang_rules import default_capture, nested_ids
 
     predicted = run.prediction.serving
     served = LayoutResult(
@@ -466,13 +502,13 @@ def effective_layouts(run: _Run, training: Side, serving: Side) -> LayoutCompari
     )
     trained = LayoutResult(training.layout, training.detail.rstrip(".") + ".")
     fell_back = nested_ids(run.report.spec) is None and serving.source == PREDICTED
-    default = default_layout(run.depth) if fell_back else None
+    defaults = default_capture(run.depth, run.arch)
     decode = predicted.decode_layout
     return LayoutComparison(
         trained,
         served,
-        diff(training.layout, serving.layout, default),
-        diff(training.layout, decode, default_layout(run.depth)) if decode is not None else None,
+        diff(training.layout, serving.layout, defaults if fell_back else None),
+        diff(training.layout, decode, defaults) if decode is not None else None,
     )
 
 

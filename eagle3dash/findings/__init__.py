@@ -37,9 +37,11 @@ from eagle3dash.findings.server_rules import (
     rule_draft_differs,
     rule_draft_quantized,
     rule_draft_tokens_capped,
+    rule_hidden_states_last_only,
     rule_hidden_states_off,
     rule_hidden_states_truncated,
     rule_no_speculation,
+    rule_speculative_adaptive,
 )
 
 __all__ = ["RULES", "SEVERITIES", "Evidence", "Finding", "diagnose"]
@@ -60,10 +62,12 @@ RULES: tuple[Callable[[Evidence], list[Finding]], ...] = (
     rule_norm_before_residual,
     rule_eagle31_ignored,
     rule_draft_tokens_capped,
+    rule_speculative_adaptive,
     rule_draft_quantized,
     rule_measured_above_simulated,
     rule_measured_below_simulated,
     rule_hidden_states_off,
+    rule_hidden_states_last_only,
     rule_checkpoint_problems,
     rule_hidden_states_truncated,
 )

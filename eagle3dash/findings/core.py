@@ -143,6 +143,11 @@ class Evidence:
         sp = self.speculative
         return sp.num_steps if sp is not None and sp.num_steps else None
 
+    def adaptive_steps(self) -> bool:
+        """Whether the server changes its draft steps at runtime (--speculative-adaptive)."""
+        sp = self.speculative
+        return bool(sp is not None and sp.adaptive)
+
     def cuda_graph(self) -> bool:
         """Whether the server runs CUDA graphs (SGLang's default)."""
         return not (self.server is not None and self.server.disable_cuda_graph)

@@ -24,6 +24,7 @@ from eagle3dash.layout import (
 from eagle3dash.sglang_rules import (
     DEFAULT_SGLANG_VERSION,
     arch_family,
+    default_capture,
     find_fix,
     serving_layout,
     try_parse_version,
@@ -355,7 +356,7 @@ def rule_aux_ids_not_read(e: Evidence) -> list[Finding]:
         )
     else:
         where = "The draft's config.json has no eagle_config.eagle_aux_hidden_state_layer_ids"
-    defaults = default_layout(n) if n is not None else None
+    defaults = default_capture(n, e.arch_name()) if n is not None else None
     default_text = (
         f"the layers after {join_words([str(t.depth) for t in defaults])} blocks"
         if defaults

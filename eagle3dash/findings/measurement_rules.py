@@ -112,7 +112,7 @@ def rule_measured_below_simulated(e: Evidence) -> list[Finding]:
     (server_args.py), SGLANG_SIMULATE_ACC_LEN, temperature and accept thresholds (eagle_info.py).
     """
     ev = e.serving_eval
-    if ev is None:
+    if ev is None or e.adaptive_steps():  # no fixed steps to simulate at
         return []
     if e.measured is not None and e.measured.accept_length is not None:
         measured, source = e.measured.accept_length, "benchmark (sum of completion tokens / sum "
@@ -187,6 +187,8 @@ def rule_measured_above_simulated(e: Evidence) -> list[Finding]:
     servebench.py does, Σcompletion_tokens / Σspec_verify_ct)."""
     ev = e.serving_eval
     if ev is None or e.measured is None or e.measured.accept_length is None:
+        return []
+    if e.adaptive_steps():  # no fixed steps to simulate at
         return []
     steps = min(e.simulation_steps() or ev.steps, ev.steps)
     simulated = ev.simulated_accept_length(steps)

@@ -11,7 +11,12 @@ import re
 
 from eagle3dash.findings.core import Evidence, Finding, _fmt
 from eagle3dash.identity import compare_drafts, is_local_url
-from eagle3dash.sglang_rules import DRAFT_QUANT_FLAG_SINCE, HIDDEN_STATES_FIX
+from eagle3dash.sglang_rules import (
+    DRAFT_QUANT_FLAG_SINCE,
+    HIDDEN_STATES_FIX,
+    hidden_states_mode,
+    version_text,
+)
 
 
 def rule_algorithm_eagle(e: Evidence) -> list[Finding]:
@@ -71,6 +76,8 @@ def rule_draft_tokens_capped(e: Evidence) -> list[Finding]:
     sp = e.speculative
     if sp is None or sp.eagle_topk != 1 or sp.num_steps is None or sp.num_draft_tokens is None:
         return []
+    if e.adaptive_steps():
+        return []  # the steps change at runtime: rule_speculative_adaptive says so
     steps = sp.num_steps
     if sp.num_draft_tokens != steps + 1 or steps > 2:
         return []
@@ -213,7 +220,9 @@ def rule_hidden_states_off(e: Evidence) -> list[Finding]:
     the draft cannot be captured, so the serving side is predicted, not measured
     (tokenizer_manager.py refuses return_hidden_states)."""
     server = e.server
-    if server is None or server.speculative is None or server.enable_return_hidden_states:
+    if server is None or server.speculative is None:
+        return []
+    if hidden_states_mode(server.enable_return_hidden_states, server.return_hidden_states_mode):
         return []
     return [
         Finding(
@@ -222,21 +231,50 @@ def rule_hidden_states_off(e: Evidence) -> list[Finding]:
             "The server does not return hidden states, so what it feeds the draft cannot be "
             "captured and the serving side is only predicted.",
             f"{server.url} /server_info: enable_return_hidden_states is false.",
-            "Restart the server with --enable-return-hidden-states (SGLang 0.5.20+: also "
-            "--return-hidden-states-mode full), then run the diagnosis again.",
+            "Restart the server with --enable-return-hidden-states (SGLang 0.5.20+: or "
+            "--return-hidden-states-mode full, not last), then run the diagnosis again.",
+        )
+    ]
+
+
+def rule_hidden_states_last_only(e: Evidence) -> list[Finding]:
+    """A speculative server started with --return-hidden-states-mode last: hidden states look
+    enabled, but /generate refuses return_hidden_states=true ("exceeds the server maximum"), so
+    the states it feeds the draft cannot be captured (tokenizer_manager.py, 0.5.20+)."""
+    server = e.server
+    if server is None or server.speculative is None:
+        return []
+    mode = hidden_states_mode(server.enable_return_hidden_states, server.return_hidden_states_mode)
+    if mode != "last":
+        return []
+    return [
+        Finding(
+            "hidden-states-last-only",
+            "warning",
+            "The server returns only the last token's hidden state, so what it feeds the draft "
+            "cannot be captured and the serving side is only predicted.",
+            f"{server.url} /server_info: enable_return_hidden_states="
+            f"{str(server.enable_return_hidden_states).lower()}, return_hidden_states_mode=last; "
+            "SGLang refuses return_hidden_states=true above the server's mode (\"The requested "
+            'return_hidden_states mode exceeds the server maximum `last`").',
+            "Restart the server with --return-hidden-states-mode full, then run the diagnosis "
+            "again.",
+            {"return_hidden_states_mode": "last"},
         )
     ]
 
 
 def rule_hidden_states_truncated(e: Evidence) -> list[Finding]:
-    """return_hidden_states under speculation is truncated before 0.5.20.
+    """return_hidden_states under speculation is truncated before 0.5.14.
 
-    sglang issue #26163; 0.5.20+ batch_result_processor.py `_append_decode_hidden_states`.
+    sglang issue #26163; 0.5.14+ managers/scheduler_components/batch_result_processor.py keeps
+    one row per emitted token of a verify round.
     """
     server, version = e.server, e.version_tuple()
     if server is None or server.speculative is None or version is None:
         return []
-    if version >= HIDDEN_STATES_FIX or not server.enable_return_hidden_states:
+    mode = hidden_states_mode(server.enable_return_hidden_states, server.return_hidden_states_mode)
+    if version >= HIDDEN_STATES_FIX or mode != "full":
         return []
     return [
         Finding(
@@ -247,8 +285,36 @@ def rule_hidden_states_truncated(e: Evidence) -> list[Finding]:
             "can be trusted.",
             f"SGLang {e.version()} with --enable-return-hidden-states and "
             f"{server.speculative.algorithm}: decode rows are indexed per request, not per "
-            "accepted token (sglang issue #26163, fixed by 0.5.20).",
+            f"accepted token (sglang issue #26163, fixed by {version_text(HIDDEN_STATES_FIX)}).",
             "Read only the prefill block (meta_info.hidden_states[0], as this tool's endpoint "
-            "capture does), or upgrade SGLang to 0.5.20 or later.",
+            f"capture does), or upgrade SGLang to {version_text(HIDDEN_STATES_FIX)} or later.",
+        )
+    ]
+
+
+def rule_speculative_adaptive(e: Evidence) -> list[Finding]:
+    """--speculative-adaptive: the draft steps change at runtime per batch size, down to 0, so
+    num_steps + 1 is no ceiling and a fixed-steps simulation is not the server's.
+
+    speculative/eagle_worker_v2.py AdaptiveController; speculative/adaptive_spec_params.py
+    DEFAULT_ADAPTIVE_CONFIG (0.5.23).
+    """
+    sp = e.speculative
+    if not e.adaptive_steps():
+        return []
+    return [
+        Finding(
+            "speculative-adaptive",
+            "warning",
+            "The server adapts its number of draft steps at runtime (--speculative-adaptive), "
+            "so its accept length mixes step counts and is neither capped at num_steps + 1 nor "
+            "comparable with a simulation at fixed steps.",
+            f"speculative_adaptive=true; speculative_num_steps={sp.num_steps} is only where the "
+            "steps start: SGLang picks them from candidate_steps per batch size by the observed "
+            "acceptance (by default [1, 3, 5, 7] at batch size 1, [0, 1, 3] from 8, [0, 1] from "
+            "32, [0] from 64; 0 means no drafting).",
+            "Restart the server without --speculative-adaptive, with a fixed "
+            "--speculative-num-steps, to diagnose the draft; turn it back on afterwards.",
+            {"num_steps": sp.num_steps},
         )
     ]

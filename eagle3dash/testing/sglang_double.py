@@ -36,11 +36,17 @@ What it models
 - The draft is recomputed over the whole prefix each round (`Draft.chain` over every row, last row
   used): its step-0 states at earlier positions are exactly the KV a real server keeps, computed
   from the aux states the target captured at those positions.
-- `return_hidden_states` (needs enable_return_hidden_states, else SGLang's 400 text):
+- `return_hidden_states` (needs enable_return_hidden_states or `return_hidden_states_mode`
+  "full", else SGLang 0.5.23's 400 text; mode "last" refuses it with 0.5.23's "exceeds the
+  server maximum" text; server_info reports the mode as 0.5.23 resolves it: "full" under
+  --enable-return-hidden-states):
   meta_info["hidden_states"] = [prefill block [n_prompt][dim], then one row per token emitted
   after the first: the state at the position that produced it, so a verify round that accepts k
-  drafts adds k + 1 rows (0.5.20+)]. dim = K*Ht, the captured taps concatenated in ascending layer
+  drafts adds k + 1 rows (0.5.14+)]. dim = K*Ht, the captured taps concatenated in ascending layer
   order, when EAGLE-3 capture is on; else H, the final-normed state.
+- Chunked prefill, as hidden states show it: a prompt longer than `chunked_prefill_size` (4096,
+  the template's) returns the prefill rows of its last chunk only, as SGLang stores no rows for
+  the earlier chunks; the forward itself runs in one piece.
 - Stopping: `max_new_tokens` (default 128), EOS from the target's config unless `ignore_eos`,
   `stop_token_ids`; a stop inside a verify round truncates it (SGLang counts only the kept drafts).
 - meta_info per request like 0.5.23 (`spec_*` fields only when spec_verify_ct > 0;
@@ -105,12 +111,19 @@ from .. import checkpoint
 from ..draft import Draft, build_draft
 from ..errors import InputError
 from ..layout import Layout, Tap, format_layout
-from ..sglang_rules import DEFAULT_SGLANG_VERSION, USE_AUX_FLAG_SINCE, parse_version, serving_layout
+from ..sglang_rules import (
+    DEFAULT_SGLANG_VERSION,
+    USE_AUX_FLAG_SINCE,
+    hidden_states_mode,
+    parse_version,
+    serving_layout,
+)
 from ..spec import DraftSpec
 
 __all__ = [
     "DoubleConfig",
     "DoubleStartError",
+    "HIDDEN_STATES_ABOVE_LAST",
     "HIDDEN_STATES_DISABLED",
     "RunningDouble",
     "main",
@@ -124,10 +137,16 @@ log = logging.getLogger(__name__)
 TEMPLATE_PATH = (
     Path(__file__).with_name("double_data") / f"server_info_{DEFAULT_SGLANG_VERSION}.json"
 )
-# tokenizer_manager.py (0.5.4 l.669-676, same text in 0.5.23)
+# tokenizer_manager.py 0.5.23 (l.1406-1410; 0.5.20+), without hidden states configured ...
 HIDDEN_STATES_DISABLED = (
-    "The server is not configured to return the hidden states. Please set "
-    "`--enable-return-hidden-states` to enable this feature."
+    "The server is not configured to return hidden states. "
+    "Please set `--return-hidden-states-mode last`, `--return-hidden-states-mode full`, "
+    "or the legacy `--enable-return-hidden-states` flag."
+)
+# ... and under --return-hidden-states-mode last (l.1400-1405)
+HIDDEN_STATES_ABOVE_LAST = (
+    "The requested return_hidden_states mode exceeds the server maximum `last`. "
+    "Please launch with `--return-hidden-states-mode full` to allow return_hidden_states=True."
 )
 # server_args.py 0.5.4 l.1492-1499 / speculative_hook.py 0.5.23 l.1255-1266
 TOPK1_WARNING = (
@@ -171,6 +190,8 @@ class DoubleConfig:
     arch: str | None = None
     cuda_graph: bool = True
     enable_return_hidden_states: bool = False
+    return_hidden_states_mode: str | None = None  # --return-hidden-states-mode: "last" | "full"
+    chunked_prefill_size: int | None = 4096  # the template's (SGLang's CPU default); None: off
     disable_radix_cache: bool = False
     quantization: str | None = None
     draft_quantization: str | None = None
@@ -266,6 +287,11 @@ class _Engine:
             parse_version(config.sglang_version)
         except ValueError as e:
             raise DoubleStartError(f"{TAG} {e}") from None
+        if config.return_hidden_states_mode not in (None, "last", "full"):
+            # arg_groups/serving_hook.py handle_return_hidden_states_mode (0.5.23)
+            raise DoubleStartError(
+                f"{TAG} return_hidden_states_mode must be one of: None, 'last', or 'full'."
+            )
         dtype = getattr(torch, config.dtype, None)
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
             raise DoubleStartError(f"{TAG} unknown dtype {config.dtype!r} (use e.g. float32)")
@@ -552,8 +578,12 @@ class _Engine:
 
         seq = list(prompt)
         logits, hs = self._target(seq)  # prefill (eager on a real server)
+        # A prompt longer than chunked_prefill_size is prefilled in chunks, and SGLang keeps the
+        # hidden-state rows of the last chunk only (batch_result_processor.py, 0.5.23).
+        chunk = self.config.chunked_prefill_size
+        first_row = (n_prompt - 1) // chunk * chunk if chunk and n_prompt > chunk else 0
         prefill_block = (
-            self._state_rows(hs, self.prefill_layout, 0, n_prompt) if want_hidden else None
+            self._state_rows(hs, self.prefill_layout, first_row, n_prompt) if want_hidden else None
         )
         feed_rows = (
             self._tap_rows(hs, self.prefill_layout, 0, n_prompt)
@@ -704,6 +734,12 @@ class _Engine:
         meta["response_sent_to_client_ts"] = time.time()
         return meta
 
+    @property
+    def hidden_states_mode(self) -> str | None:
+        """The server's return_hidden_states mode as 0.5.23 resolves it: 'full', 'last' or None."""
+        cfg = self.config
+        return hidden_states_mode(cfg.enable_return_hidden_states, cfg.return_hidden_states_mode)
+
     def server_args(self) -> dict:
         """The server-argument fields the double sets on top of the 0.5.23 template."""
         cfg = self.config
@@ -725,6 +761,10 @@ class _Engine:
             launch.append("--disable-cuda-graph")
         if cfg.enable_return_hidden_states:
             launch.append("--enable-return-hidden-states")
+        if cfg.return_hidden_states_mode:
+            launch.append(f"--return-hidden-states-mode {cfg.return_hidden_states_mode}")
+        if cfg.chunked_prefill_size != 4096:
+            launch.append(f"--chunked-prefill-size {cfg.chunked_prefill_size or -1}")
         if cfg.quantization:
             launch.append(f"--quantization {cfg.quantization}")
         return {
@@ -742,7 +782,11 @@ class _Engine:
             "disable_cuda_graph": not cfg.cuda_graph,
             "disable_radix_cache": cfg.disable_radix_cache,
             "disable_overlap_schedule": spec_on,  # not implemented for spec decoding on CPU
-            "enable_return_hidden_states": cfg.enable_return_hidden_states,
+            # arg_groups/serving_hook.py: a mode turns the flag on; the flag alone means "full"
+            "enable_return_hidden_states": cfg.enable_return_hidden_states
+            or cfg.return_hidden_states_mode is not None,
+            "return_hidden_states_mode": self.hidden_states_mode,
+            "chunked_prefill_size": cfg.chunked_prefill_size or -1,
             "decode_log_interval": cfg.decode_log_interval,
             "speculative_algorithm": self.algorithm,
             "speculative_draft_model_path": str(reported) if spec_on else None,
@@ -834,7 +878,9 @@ class _Engine:
             raise _RequestError("Either text, input_ids or input_embeds should be provided.")
         prompts = [self._check_ids(p) for p in prompts]
         want_hidden = bool(body.get("return_hidden_states"))
-        if want_hidden and not self.config.enable_return_hidden_states:
+        if want_hidden and self.hidden_states_mode == "last":
+            raise _RequestError(HIDDEN_STATES_ABOVE_LAST)
+        if want_hidden and self.hidden_states_mode is None:
             raise _RequestError(HIDDEN_STATES_DISABLED)
         params = body.get("sampling_params") or {}
         per_prompt = params if isinstance(params, list) else [params] * len(prompts)
@@ -1129,6 +1175,13 @@ def main(
     p.add_argument("--num-draft-tokens", type=int, default=4)
     p.add_argument("--disable-cuda-graph", action="store_true")
     p.add_argument("--enable-return-hidden-states", action="store_true")
+    p.add_argument("--return-hidden-states-mode", choices=("last", "full"))
+    p.add_argument(
+        "--chunked-prefill-size",
+        type=int,
+        default=4096,
+        help="prompts longer than this return the hidden states of their last chunk only; -1: off",
+    )
     p.add_argument("--disable-radix-cache", action="store_true")
     p.add_argument("--quantization")
     p.add_argument("--draft-quantization")
@@ -1151,6 +1204,8 @@ def main(
         arch=args.arch,
         cuda_graph=not args.disable_cuda_graph,
         enable_return_hidden_states=args.enable_return_hidden_states,
+        return_hidden_states_mode=args.return_hidden_states_mode,
+        chunked_prefill_size=args.chunked_prefill_size if args.chunked_prefill_size > 0 else None,
         disable_radix_cache=args.disable_radix_cache,
         quantization=args.quantization,
         draft_quantization=args.draft_quantization,
