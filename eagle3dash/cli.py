@@ -75,7 +75,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def cmd_layout(args: argparse.Namespace) -> int:
     """Training and serving layouts of a draft, and their diff."""
     from eagle3dash.checkpoint import inspect
-    from eagle3dash.layout import describe_tap
+    from eagle3dash.layout import describe_layout, describe_tap
     from eagle3dash.prediction import predict_layouts
 
     spec = inspect(args.draft).spec
@@ -106,10 +106,13 @@ def cmd_layout(args: argparse.Namespace) -> int:
     n = args.target_layers
     for side in ("training", "serving"):
         res = getattr(result, side)
-        print(f"{side}: [{', '.join(str(t) for t in res.layout)}]")
+        print(f"{side}: {bracketed(res.layout)} ({describe_layout(res.layout, n)})")
         print(f"  rule: {res.rule}")
         if res.decode_layout is not None:
-            print(f"  decode (CUDA-graph replays): [{', '.join(map(str, res.decode_layout))}]")
+            decode = res.decode_layout
+            print(
+                f"  decode (CUDA-graph replays): {bracketed(decode)} ({describe_layout(decode, n)})"
+            )
         for note in res.notes:
             print(f"  note: {note}")
         if res.error:

@@ -19,7 +19,8 @@ class Tap:
     post_norm: bool = False
 
     def __str__(self) -> str:
-        return f"Tap({self.depth}{', post_norm' if self.post_norm else ''})"
+        """The tap in plain words ('embedding output', 'after block 3'): what messages show."""
+        return describe_tap(self)
 
     def key(self) -> str:
         """Stable string key, used for tensor names in captures: 'tap3', 'tap61n'."""
@@ -174,20 +175,22 @@ def check_depths(layout: Layout, num_layers: int) -> tuple[Layout, str | None]:
 # Diff.
 
 
-def describe_tap(tap: Tap, num_layers: int) -> str:
-    """Human words for a tap: 'embedding output', 'after block 3', "last block's output"."""
+def describe_tap(tap: Tap, num_layers: int | None = None) -> str:
+    """Human words for a tap: 'embedding output', 'after block 3', "last block's output" (that
+    one needs the target's depth N; without it the last block is 'after block N' too)."""
     if tap.post_norm:
-        return "final-normed output"
+        return "after the final norm"
     if tap.depth == 0:
         return "embedding output"
     if tap.depth == num_layers:
         return "last block's output"
-    if not 0 < tap.depth < num_layers:
-        return f"depth {tap.depth} (outside the target's {num_layers} blocks)"
+    if tap.depth < 0 or (num_layers is not None and tap.depth > num_layers):
+        blocks = "" if num_layers is None else f"'s {num_layers} blocks"
+        return f"depth {tap.depth} (outside the target{blocks})"
     return f"after block {tap.depth}"
 
 
-def describe_layout(layout: Layout, num_layers: int) -> str:
+def describe_layout(layout: Layout, num_layers: int | None = None) -> str:
     """Each slot's tap in words: 'embedding output, after block 1, after block 2'."""
     return ", ".join(describe_tap(t, num_layers) for t in layout)
 

@@ -119,6 +119,10 @@ def test_layout_json_for_seed_like_shift(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert "shifted by one slot; embedding output only in training" in out.stdout
+    lines = out.stdout.splitlines()
+    assert lines[0] == "training: [0,3,31] (embedding output, after block 3, after block 31)"
+    assert "serving: [3,31,59] (after block 3, after block 31, after block 59)" in lines
+    assert "Tap(" not in out.stdout
 
 
 def test_eval_on_a_capture(tmp_path: Path) -> None:
@@ -145,7 +149,11 @@ def test_eval_on_a_capture(tmp_path: Path) -> None:
 
     out = run_cli(*args, "--layout", "1,2,3")
     assert out.returncode == 1
-    assert "Tap(1)" in out.stderr and "Traceback" not in out.stderr
+    assert (
+        "the capture has no states at [1] (after block 1); it has [0,2,3,4] (embedding output, "
+        "after block 2, after block 3, after block 4)"
+    ) in out.stderr
+    assert "Tap(" not in out.stderr and "Traceback" not in out.stderr
 
 
 @pytest.mark.parametrize(

@@ -201,6 +201,14 @@ def test_seed_on_0_5_12_kimi_layout_mismatch_first_and_says_to_upgrade() -> None
         "embedding output and the layers after 3 and 31 blocks: every slot is shifted by one."
     )
     assert "embedding output" in first.evidence and "after block 59" in first.evidence
+    # Plain words per slot, never the code's Tap(d) notation.
+    assert "Training: slot 0: embedding output, slot 1: after block 3, slot 2: after block 31." in (
+        first.evidence
+    )
+    assert "slot 0: after block 3, slot 1: after block 31, slot 2: after block 59." in (
+        first.evidence
+    )
+    assert "Tap(" not in first.evidence + first.title + first.fix
     # At the server's chain length (3 steps), the one that its measured accept length reflects.
     assert "simulated accept length 2.85 at 3 steps, top-1 0.80" in first.evidence
     assert "simulated accept length 1.06 at 3 steps, top-1 0.05" in first.evidence

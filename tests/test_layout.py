@@ -372,11 +372,21 @@ def test_diff_to_dict_slots_parse_back() -> None:
         (Tap(0), "embedding output"),
         (Tap(3), "after block 3"),
         (Tap(61), "last block's output"),
-        (Tap(61, True), "final-normed output"),
+        (Tap(61, True), "after the final norm"),
+        (Tap(62), "depth 62 (outside the target's 61 blocks)"),
     ],
 )
 def test_describe_tap(tap: Tap, words: str) -> None:
     assert describe_tap(tap, 61) == words
+
+
+def test_a_tap_prints_as_plain_words_without_the_depth() -> None:
+    assert [str(t) for t in (Tap(0), Tap(3), Tap(61), Tap(61, True))] == [
+        "embedding output",
+        "after block 3",
+        "after block 61",
+        "after the final norm",
+    ]
 
 
 # --- compare ---------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from safetensors.torch import save_file
 from torch import Tensor
 
 from eagle3dash.errors import InputError
-from eagle3dash.layout import Layout, Tap
+from eagle3dash.layout import Layout, Tap, bracketed, describe_layout
 
 FORMAT = "eagle3dash-capture/1"
 MANIFEST = "capture.json"
@@ -36,6 +36,11 @@ _KEY = re.compile(r"^s(\d+)\.(.+)$")
 
 class CaptureError(InputError):
     """A capture or training dump that cannot be read; the message names the path and problem."""
+
+
+def _taps_text(taps: Layout | list[Tap]) -> str:
+    """'[1,3] (after block 1, after block 3)' for messages."""
+    return f"{bracketed(tuple(taps))} ({describe_layout(tuple(taps))})"
 
 
 @dataclass(eq=False)
@@ -68,9 +73,9 @@ class Capture:
         missing = [t for t in layout if t not in seq.states]
         if missing:
             raise CaptureError(
-                f"capture {self.source or '(in memory)'} lacks taps "
-                f"{', '.join(map(str, missing))} for sequence {index}; it has "
-                f"{', '.join(map(str, sorted(seq.states)))}"
+                f"capture {self.source or '(in memory)'} has no states at "
+                f"{_taps_text(missing)} for sequence {index}; it has "
+                f"{_taps_text(sorted(seq.states))}"
             )
         return torch.cat([seq.states[t] for t in layout], dim=-1)
 
@@ -215,8 +220,7 @@ def load_capture(path: str | Path, taps: Layout | None = None, load_embed: bool 
     missing = [t for t in wanted if t not in have]
     if missing:
         raise CaptureError(
-            f"{path}: capture has no taps {', '.join(map(str, missing))}; "
-            f"it has {', '.join(map(str, have))}"
+            f"{path}: the capture has no states at {_taps_text(missing)}; it has {_taps_text(have)}"
         )
     n = int(manifest["num_sequences"])
     by_key = {t.key(): t for t in wanted}

@@ -42,12 +42,9 @@ def _eagle_config_json(ids: list[int] | tuple[int, ...]) -> str:
 
 
 def _slots_text(layout: Layout, num_layers: int | None) -> str:
-    """'slot 0: Tap(0) embedding output, slot 1: Tap(3) after block 3'."""
-    out = []
-    for i, tap in enumerate(layout):
-        words = describe_tap(tap, num_layers) if num_layers else f"depth {tap.depth}"
-        out.append(f"slot {i}: {tap} ({words})")
-    return ", ".join(out) or "no taps"
+    """'slot 0: embedding output, slot 1: after block 3'."""
+    slots = [f"slot {i}: {describe_tap(tap, num_layers)}" for i, tap in enumerate(layout)]
+    return ", ".join(slots) or "no taps"
 
 
 def _kind_phrase(d: LayoutDiff) -> str:
@@ -299,8 +296,7 @@ def rule_server_feeds_other_taps(e: Evidence) -> list[Finding]:
     v = e.version() or "(version unknown)"
     margins = side.slot_margins or []
     per_slot = "; ".join(
-        f"slot {i}: {describe_tap(o, n) if n else o} observed, "
-        f"{describe_tap(p, n) if n else p} predicted"
+        f"slot {i}: {describe_tap(o, n)} observed, {describe_tap(p, n)} predicted"
         + (f" (match margin {margins[i]:.2f})" if i < len(margins) else "")
         for i, (o, p) in enumerate(zip(observed, predicted, strict=False))
     )

@@ -33,8 +33,6 @@ def taps_words(layout: list[Mapping[str, Any]] | None, num_layers: int | None) -
     if not layout:
         return "—"
     taps = tuple(Tap(int(t["depth"]), bool(t.get("post_norm"))) for t in layout)
-    if num_layers is None:
-        return ", ".join(f"depth {t.depth}" for t in taps)
     return describe_layout(taps, num_layers)
 
 
