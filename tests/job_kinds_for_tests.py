@@ -18,11 +18,13 @@ log = logging.getLogger("tests.job_kinds")
 
 
 def echo(params: dict, progress: ProgressFn) -> dict:
-    """Report progress, write to stdout, stderr and logging, return the params."""
+    """Report progress, write to stdout, stderr and logging (and an HTTP client's request line,
+    which the job process keeps out of its log), return the params."""
     progress(0.5, "halfway")
     print("hello on stdout")
     print("hello on stderr", file=sys.stderr)
     log.info("hello through logging")
+    logging.getLogger("httpx").info("HTTP Request: GET http://gpubox:30000/health")
     return {"echo": params, "pid": os.getpid()}
 
 

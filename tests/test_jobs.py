@@ -106,6 +106,7 @@ def test_job_succeeds_with_result_progress_and_log(store: Store) -> None:
     text = job_log(store, job_id)
     for line in ("hello on stdout", "hello on stderr", "hello through logging", "halfway"):
         assert line in text
+    assert "HTTP Request" not in text  # httpx's INFO lines stay out of job logs
     assert [j["id"] for j in list_jobs(store, run_id)] == [job_id]
     assert job_log(store, job_id, tail_bytes=40) in text
 
@@ -171,11 +172,14 @@ def test_pipeline_stages_report_progress_messages(store: Store) -> None:
 
 
 def test_cancel_queued_job(store: Store) -> None:
-    job_id = submit_job(store, "test-echo", {})
+    run_id = create_run(store, None, None)
+    job_id = submit_job(store, "test-echo", {}, run_id=run_id)
     assert cancel_job(store, job_id) == "cancelled"
     assert run_worker(store.home, JOB_KINDS, poll_interval=POLL, once=True) == 0
     job = job_status(store, job_id)
     assert job["status"] == "cancelled" and job["started_at"] is None
+    run = get_run(store, run_id)  # the run ends with its job, as a cancel, not an error
+    assert (run["status"], run["error"]) == ("cancelled", "cancelled before it started")
     assert cancel_job(store, job_id) == "cancelled"  # idempotent
     assert cancel_job(store, 999) is None
 
@@ -197,7 +201,9 @@ def test_cancel_running_job(store: Store) -> None:
     assert job["status"] == "cancelled"
     assert job["progress"] < 1.0
     assert not _pid_alive(job["child_pid"])
-    assert get_run(store, run_id)["status"] == "cancelled"
+    run = get_run(store, run_id)
+    assert (run["status"], run["error"]) == ("cancelled", "cancelled while it ran")
+    assert job["message"] == "cancelled while it ran" and job["error"] is None
 
 
 def test_cancel_kills_a_job_that_ignores_sigterm(store: Store) -> None:

@@ -4,6 +4,8 @@ Importing this package loads only the queue; the worker and the job kinds stay o
 """
 
 from eagle3dash.jobs.queue import (
+    CANCELLED_BEFORE_START,
+    CANCELLED_WHILE_RUNNING,
     FINISHED,
     STATUSES,
     JobCancelled,
@@ -20,6 +22,8 @@ from eagle3dash.jobs.queue import (
 )
 
 __all__ = [
+    "CANCELLED_BEFORE_START",
+    "CANCELLED_WHILE_RUNNING",
     "FINISHED",
     "STATUSES",
     "JobCancelled",

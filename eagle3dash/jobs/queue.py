@@ -23,8 +23,17 @@ JobFn = Callable[[dict, ProgressFn], dict | None]  # a job kind: fn(params, prog
 
 STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
 FINISHED = frozenset({"succeeded", "failed", "cancelled"})
+# Why a job (and its run) was cancelled: a user asked, before or while it ran.
+CANCELLED_BEFORE_START = "cancelled before it started"
+CANCELLED_WHILE_RUNNING = "cancelled while it ran"
 
 LOG_TAIL_BYTES = 64 * 1024
+
+# A job that ends without success takes its unfinished run with it: (status, error, job id).
+SETTLE_RUN = """
+UPDATE runs SET status = ?, error = ?
+WHERE id = (SELECT run_id FROM jobs WHERE id = ?) AND status IN ('queued', 'running')
+"""
 
 
 class JobCancelled(BaseException):
@@ -93,7 +102,8 @@ def list_jobs(store: Store, run_id: int | None = None, status: str | None = None
 
 
 def cancel_job(store: Store, job_id: int) -> str | None:
-    """Cancel a job: a queued one at once, a running one via its worker; return the new status."""
+    """Cancel a job: a queued one at once (with its unfinished run), a running one via its
+    worker (which ends the run too); return the new status."""
     with store.transaction() as db:
         row = db.execute("SELECT status FROM jobs WHERE id = ?", (job_id,)).fetchone()
         if row is None:
@@ -102,9 +112,10 @@ def cancel_job(store: Store, job_id: int) -> str | None:
         if status == "queued":
             db.execute(
                 "UPDATE jobs SET status = 'cancelled', cancel_requested = 1, finished_at = ?, "
-                "message = 'cancelled before it started' WHERE id = ?",
-                (now_iso(), job_id),
+                "message = ? WHERE id = ?",
+                (now_iso(), CANCELLED_BEFORE_START, job_id),
             )
+            db.execute(SETTLE_RUN, ("cancelled", CANCELLED_BEFORE_START, job_id))
             return "cancelled"
         if status == "running":
             db.execute(

@@ -35,7 +35,16 @@ from pathlib import Path
 from typing import IO, Any
 
 from eagle3dash.jobs import queue
-from eagle3dash.jobs.queue import JobCancelled, JobFn, job_status, list_jobs, log_rel, tail
+from eagle3dash.jobs.queue import (
+    CANCELLED_WHILE_RUNNING,
+    SETTLE_RUN,
+    JobCancelled,
+    JobFn,
+    job_status,
+    list_jobs,
+    log_rel,
+    tail,
+)
 from eagle3dash.store import Store, decode_row, now_iso, open_store, parse_time, to_json
 
 log = logging.getLogger(__name__)
@@ -45,6 +54,7 @@ HEARTBEAT_S = 2.0
 CANCEL_GRACE_S = 3.0  # SIGTERM, then SIGKILL after this long
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
 _CHILD_MODULE = "eagle3dash.jobs.worker"
+QUIET_LOGGERS = ("httpx", "httpcore")
 
 
 # --- job kinds by name -------------------------------------------------------------------------
@@ -230,12 +240,6 @@ def _start_child(store: Store, job: dict, refs: Mapping[str, str]) -> _Child | N
     return _Child(job=job, proc=proc, log=logf)
 
 
-_SETTLE_RUN = """
-UPDATE runs SET status = ?, error = ?
-WHERE id = (SELECT run_id FROM jobs WHERE id = ?) AND status IN ('queued', 'running')
-"""
-
-
 def _finish(
     store: Store,
     job_id: int,
@@ -264,7 +268,7 @@ def _finish(
         )
         done = cur.rowcount > 0
         if done and status != "succeeded":
-            db.execute(_SETTLE_RUN, (status, reason or error or message, job_id))
+            db.execute(SETTLE_RUN, (status, reason or error or message, job_id))
     return done
 
 
@@ -288,7 +292,7 @@ def _reap(store: Store, child: _Child, rc: int) -> str:
     status = row[0] if row else "failed"
     if status == "running":
         if row[1]:
-            status, error, message = "cancelled", None, "cancelled"
+            status, error, message = "cancelled", None, CANCELLED_WHILE_RUNNING
         else:
             reason = child.stop_reason or _exit_reason(rc)
             end = tail(store.path(child.job.get("log_path") or log_rel(job_id)), 2000).strip()
@@ -490,6 +494,8 @@ def run_one(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         force=True,
     )
+    for name in QUIET_LOGGERS:  # one INFO line per HTTP request would bury the job's own lines
+        logging.getLogger(name).setLevel(logging.WARNING)
     store = open_store(home)
     job = job_status(store, job_id)
     if job is None or job["status"] != "running":
@@ -515,8 +521,8 @@ def run_one(
             "SELECT cancel_requested FROM jobs WHERE id = ?", (job_id,)
         ).fetchone()
         if cancel and cancel[0]:
-            print(f"job {job_id} cancelled", file=sys.stderr)
-            _finish(store, job_id, "cancelled", message="cancelled")
+            print(f"job {job_id} {CANCELLED_WHILE_RUNNING}", file=sys.stderr)
+            _finish(store, job_id, "cancelled", message=CANCELLED_WHILE_RUNNING)
             return 0
         # Terminated by someone else (the worker stopping, the system): die by the signal so the
         # worker records why, as for any other kill.
