@@ -50,9 +50,48 @@ if TYPE_CHECKING:
 
 Progress = Callable[[float, str], None]
 
+# The stages a diagnosis reports, in order (each its progress message unless a detail is given).
+INSPECT = "inspecting the checkpoint"
+PROBE = "probing the endpoint"
+CAPTURE_SERVING = "capturing the aux states the server feeds the draft"
+CAPTURE_TARGET = "capturing every tap of the local target"
+READ_DUMP = "reading the training dump"
+DETECT = "layout detective: which taps does the draft perform best with?"
+EVALUATE = "running the standalone draft on each side's states"
+BENCHMARK = "benchmarking the endpoint"
+BASELINE = "benchmarking the baseline"
+
 
 def _no_progress(fraction: float, message: str) -> None:
     pass
+
+
+def plan_stages(options: DiagnoseOptions) -> tuple[str, ...]:
+    """The stages a diagnosis with these options runs, in order."""
+    return (
+        INSPECT,
+        PROBE,
+        CAPTURE_SERVING,
+        *((CAPTURE_TARGET,) if options.target else ()),
+        *((READ_DUMP,) if options.train_states else ()),
+        *((DETECT,) if options.target else ()),
+        EVALUATE,
+        BENCHMARK,
+        *((BASELINE,) if options.baseline else ()),
+    )
+
+
+@dataclass(frozen=True)
+class Stages:
+    """Progress numbered by stage: 'stage 3/7: capturing the aux states ...'."""
+
+    names: tuple[str, ...]
+    progress: Progress
+
+    def report(self, stage: str, fraction: float, detail: str | None = None) -> None:
+        """Report `fraction` (0..1 of the whole diagnosis) inside `stage` (one of `names`)."""
+        number = self.names.index(stage) + 1
+        self.progress(fraction, f"stage {number}/{len(self.names)}: {detail or stage}")
 
 
 def target_depth(options: DiagnoseOptions, server: ServerReport) -> int:
@@ -126,7 +165,7 @@ class _Run:
     """What the stages hand on to each other."""
 
     options: DiagnoseOptions
-    progress: Progress
+    stages: Stages
     report: InspectReport
     server: ServerReport
     depth: int
@@ -153,11 +192,11 @@ class _Run:
         return parse_layout(text) if text else None
 
 
-def _start(options: DiagnoseOptions, progress: Progress) -> _Run:
+def _start(options: DiagnoseOptions, stages: Stages) -> _Run:
     """Inspect the checkpoint, probe the endpoint, predict both layouts."""
-    progress(0.0, "inspecting the checkpoint")
+    stages.report(INSPECT, 0.0)
     report = inspect(options.draft)
-    progress(0.03, f"probing {options.endpoint}")
+    stages.report(PROBE, 0.03, f"probing {options.endpoint}")
     server = SGLangClient(options.endpoint, timeout=options.timeout).probe()
     depth = target_depth(options, server)
     served_arch = server.architectures[0] if server.architectures else None
@@ -173,7 +212,7 @@ def _start(options: DiagnoseOptions, progress: Progress) -> _Run:
     )
     steps, eval_steps = simulation_steps(server, options)
     return _Run(
-        options, progress, report, server, depth, arch, version, prediction, steps, eval_steps
+        options, stages, report, server, depth, arch, version, prediction, steps, eval_steps
     )
 
 
@@ -234,7 +273,7 @@ def capture_serving(run: _Run, prompts: list[Prompt]) -> None:
             f"fits one prefill chunk of {chunk} tokens: SGLang returns the hidden states of the "
             "last chunk only"
         )
-    run.progress(0.08, "capturing the aux states the server feeds the draft")
+    run.stages.report(CAPTURE_SERVING, 0.08)
     try:
         capture = capture_from_sglang(
             SGLangClient(run.options.endpoint, timeout=run.options.timeout),
@@ -243,7 +282,9 @@ def capture_serving(run: _Run, prompts: list[Prompt]) -> None:
             max_new_tokens=run.options.max_new_tokens,
             hidden_size=run.report.spec.target_hidden_size,  # bounds the reply, checks the width
             report=server,
-            progress=lambda done, total: run.progress(0.08 + 0.27 * done / total, "capturing"),
+            progress=lambda done, total: run.stages.report(
+                CAPTURE_SERVING, 0.08 + 0.27 * done / total, f"capturing ({done}/{total} prompts)"
+            ),
             warn=run.warnings.append,
         )
     except (CaptureError, EndpointError) as e:
@@ -272,7 +313,7 @@ def capture_target(run: _Run) -> None:
 
     if not run.options.target:
         return
-    run.progress(0.4, f"capturing every tap of the local target {run.options.target}")
+    run.stages.report(CAPTURE_TARGET, 0.4, f"{CAPTURE_TARGET} {run.options.target}")
     capture = capture_all_taps(run.options.target, run.tokens, device=run.options.device)
     if run.serving_capture is not None:
         for mine, theirs in zip(capture.sequences, run.serving_capture.sequences, strict=True):
@@ -287,7 +328,7 @@ def read_dump(run: _Run) -> None:
 
     if not run.options.train_states:
         return
-    run.progress(0.45, f"reading the training dump {run.options.train_states}")
+    run.stages.report(READ_DUMP, 0.45, f"{READ_DUMP} {run.options.train_states}")
     layout = run.declared or run.prediction.training.layout
     run.dump = read_capture(run.options.train_states, layout=layout, num_target_layers=run.depth)
 
@@ -298,7 +339,7 @@ def run_detective(run: _Run) -> None:
 
     if run.target_capture is None:
         return
-    run.progress(0.5, "layout detective: which taps does the draft perform best with?")
+    run.stages.report(DETECT, 0.5)
     sides = {"serving": run.serving_capture} if run.serving_capture is not None else None
     run.detection = detect(
         run.options.draft,
@@ -453,26 +494,28 @@ def benchmark(run: _Run, prompts: list[Prompt]) -> tuple[BenchResult, BenchResul
     """The endpoint's tok/s and accept length (and the baseline's, when given)."""
     options = run.options
 
-    def bench_progress(start: float, span: float) -> Callable[[int, int], None]:
-        return lambda done, total: run.progress(start + span * done / total, "benchmarking")
+    def bench_progress(stage: str, start: float, span: float) -> Callable[[int, int], None]:
+        return lambda done, total: run.stages.report(
+            stage, start + span * done / total, f"benchmarking ({done}/{total} requests)"
+        )
 
-    run.progress(0.7, f"benchmarking {options.endpoint}")
+    run.stages.report(BENCHMARK, 0.7, f"benchmarking {options.endpoint}")
     measured = run_bench(
         options.endpoint,
         prompts,
         concurrency=options.concurrency,
         max_new_tokens=options.max_new_tokens,
-        progress=bench_progress(0.7, 0.15 if options.baseline else 0.25),
+        progress=bench_progress(BENCHMARK, 0.7, 0.15 if options.baseline else 0.25),
     )
     baseline = None
     if options.baseline:
-        run.progress(0.85, f"benchmarking the baseline {options.baseline}")
+        run.stages.report(BASELINE, 0.85, f"{BASELINE} {options.baseline}")
         baseline = run_bench(
             options.baseline,
             prompts,
             concurrency=options.concurrency,
             max_new_tokens=options.max_new_tokens,
-            progress=bench_progress(0.85, 0.1),
+            progress=bench_progress(BASELINE, 0.85, 0.1),
         )
     else:
         run.not_checked.append(
@@ -543,7 +586,8 @@ def run_diagnosis(
     digest_cache: DigestCache | None = None,
 ) -> Diagnosis:
     """Run every stage against the endpoint and return the diagnosis with its findings."""
-    run = _start(options, progress or _no_progress)
+    progress = progress or _no_progress
+    run = _start(options, Stages(plan_stages(options), progress))
     prompts = load_prompts(options.prompts)[: options.num_prompts]
     capture_serving(run, prompts)
     if run.serving_capture is not None or options.target or options.train_states:
@@ -551,6 +595,7 @@ def run_diagnosis(
     capture_target(run)
     read_dump(run)
     run_detective(run)
+    run.stages.report(EVALUATE, 0.55)
     training = training_side(run)
     serving = serving_side(run, training)
     identity = draft_identity(run, digest_cache)
@@ -573,5 +618,5 @@ def run_diagnosis(
         warnings=run.warnings,
     )
     diagnosis.findings = find(run, diagnosis)
-    run.progress(1.0, "done")
+    progress(1.0, "done")
     return diagnosis
