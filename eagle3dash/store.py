@@ -685,9 +685,15 @@ _RUN_JOIN = (
     "FROM runs LEFT JOIN checkpoints ON checkpoints.id = runs.checkpoint_id"
 )
 _RUN_SELECT = "SELECT runs.*" + _RUN_JOIN
-# The Runs page lists summaries: everything but the diagnosis itself.
+# The Runs page lists summaries: everything but the diagnosis itself, with its verdict
+# (`verdict`, Diagnosis.verdict()) and the rule ids of the run's findings in order (`finding_ids`).
 _RUN_LIST_SELECT = (
-    "SELECT " + ", ".join(f"runs.{c}" for c in RUN_COLUMNS if c != "diagnosis_json") + _RUN_JOIN
+    "SELECT "
+    + ", ".join(f"runs.{c}" for c in RUN_COLUMNS if c != "diagnosis_json")
+    + ", json_extract(runs.diagnosis_json, '$.verdict') AS verdict_json, "
+    "(SELECT group_concat(rule_id, ', ') FROM "
+    "(SELECT rule_id FROM findings WHERE findings.run_id = runs.id ORDER BY position)) "
+    "AS finding_ids" + _RUN_JOIN
 )
 
 
@@ -750,11 +756,16 @@ def _run_filter(status: str | None, search: str | None) -> tuple[str, list[Any]]
             "checkpoints.path",
             "runs.endpoint_url",
             "runs.baseline_url",
-            "runs.worst_finding_title",
             "runs.status",
         )
         ors = [f"{c} LIKE ? ESCAPE '\\'" for c in cols]
         params.extend([like] * len(cols))
+        # Every finding of the run, by rule id or title (not only the worst one).
+        ors.append(
+            "EXISTS (SELECT 1 FROM findings WHERE findings.run_id = runs.id AND "
+            "(findings.rule_id LIKE ? ESCAPE '\\' OR findings.title LIKE ? ESCAPE '\\'))"
+        )
+        params.extend([like, like])
         if text.lstrip("#").isdigit():
             ors.append("runs.id = ?")
             params.append(int(text.lstrip("#")))

@@ -392,6 +392,38 @@ def test_list_runs_pages_filters_and_searches(store: Store) -> None:
     assert row["options"]["i"] == 299 and row["speedup"] == pytest.approx(3.99)
 
 
+def test_search_covers_every_finding_and_rows_carry_the_verdict(store: Store) -> None:
+    slow, mixed, clean = (create_run(store, None, f"http://gpu{i}:30000") for i in range(3))
+    save_findings(
+        store,
+        mixed,
+        [
+            {"rule_id": "layout-mismatch", "severity": "critical", "title": "Layers differ."},
+            {"rule_id": "slower-than-baseline", "severity": "critical", "title": "It is slower."},
+        ],
+    )
+    save_findings(
+        store,
+        slow,
+        [{"rule_id": "slower-than-baseline", "severity": "critical", "title": "It is slower."}],
+    )
+    verdict = {"root_cause": {"title": "Layers differ."}, "problems_found": True}
+    update_run(store, mixed, diagnosis_json=json.dumps({"verdict": verdict, "findings": []}))
+
+    def found(text: str) -> list[int]:
+        return [r["id"] for r in list_runs(store, 10, 0, search=text)]
+
+    # A rule id or a title of any finding finds the run, not only its worst finding's title.
+    assert found("layout-mismatch") == [mixed]
+    assert found("slower") == [mixed, slow]
+    assert found("LAYERS DIFFER") == [mixed] and count_runs(store, search="slower") == 2
+    assert found("gpu2") == [clean]  # endpoints as before
+    rows = {r["id"]: r for r in list_runs(store, 10, 0)}
+    assert rows[mixed]["verdict"] == verdict  # the stored verdict, not recomputed
+    assert rows[mixed]["finding_ids"] == "layout-mismatch, slower-than-baseline"  # in order
+    assert rows[clean]["verdict"] is None and rows[clean]["finding_ids"] is None
+
+
 def test_list_runs_stays_fast_with_10000_runs(store: Store) -> None:
     ck = add_checkpoint(store, "/models/draft")
     with store.transaction() as db:
