@@ -598,6 +598,7 @@ def test_reported_draft_path_is_what_server_info_names(models, tmp_path):
     assert f"--speculative-draft-model-path {elsewhere} " in info["launch_command"]
     assert reports["restarted"].speculative.draft_model_path == elsewhere
     assert info["eagle3dash_double_draft_path"] == str(models["draft"])
+    assert info["eagle3dash_double_delay_s"] == 0.0  # no modelled cost configured
     assert infos["stock"]["speculative_draft_model_path"] == str(models["draft"])
     # the same draft really runs behind the other name: the same tokens in the same rounds
     assert metas["restarted"].output_ids == metas["stock"].output_ids

@@ -58,7 +58,8 @@ What it models
   only after `decode_log_interval` verify rounds, and covers everything since start).
 - `delay_s`: an artificial latency so throughput numbers resemble real serving, where a target
   forward costs far more than a draft step: every target forward (prefill, decode, verify) sleeps
-  `delay_s`, every draft step sleeps `delay_s / 10`.
+  `delay_s`, every draft step sleeps `delay_s / 10` (server_info's `eagle3dash_double_delay_s`).
+  Its tok/s and speedups come from this modelled cost, never from serving speed.
 
 Knobs that make the world disagree with eagle3dash's model of SGLang
 By default the taps come from `serving_layout`, the function the diagnosis uses, so the double
@@ -828,6 +829,9 @@ class _Engine:
         info["eagle3dash_double_draft_path"] = (
             str(self.config.draft_path) if self.algorithm is not None else None
         )
+        # The modelled cost behind its tok/s: each target forward sleeps this, each draft step
+        # a tenth of it.
+        info["eagle3dash_double_delay_s"] = self.config.delay_s
         return info
 
     def model_info(self) -> dict:
