@@ -141,7 +141,7 @@ def texts(at: AppTest, *kinds: str) -> str:
 
 
 def frames(at: AppTest) -> list[pd.DataFrame]:
-    return [d.value for d in at.dataframe]
+    return [d.value for d in at.dataframe] + [t.value for t in at.table]
 
 
 def frame_with(at: AppTest, column: str) -> pd.DataFrame:
@@ -316,14 +316,16 @@ def test_a_finished_run_shows_findings_first_then_table_layout_charts_export(wor
     assert diff["match"].tolist() == ["DIFFERS"] * 3
     # The detective's verdict, from the diagnosis.
     assert "This draft performs best with [0,1,2]" in texts(at, "info")
-    # Charts: the layout diagram, the detective's slot heatmap, accuracy and acceptance per step,
-    # accept length and tok/s per request.
+    # Charts: the layout diagram, the detective's slot heatmap, acceptance per draft position
+    # (measured and simulated), accuracy and acceptance per step, accept length and tok/s per
+    # request.
     titles = [json.loads(c.proto.spec).get("title") for c in at.get("vega_lite_chart")]
     assert titles == [
         "Layer layout: the tap each fc slot gets in training and in serving",
-        "Slot vs tap: cosine - 0.5 |log10 RMS ratio|",
+        "Which tap each slot carries: the match score of every slot and tap",
+        "Acceptance per draft position: measured on the endpoint vs simulated",
         "Standalone draft: accuracy and acceptance per step",
-        "Accept length per request (dashed: simulated by the standalone draft)",
+        "Accept length per request (lines: simulated by the standalone draft)",
         "Output tok/s per request",
     ]
     # The shareable link, the exports, the checkpoint and server reports, the logs.
@@ -388,26 +390,27 @@ def test_the_run_tables_charts_and_exports_as_plain_functions(world) -> None:
         ["measured", "tok_s", 0],
         ["measured", "tok_s", 1],
     ]
-    # Acceptance per step, both sides; colours fixed per side.
+    # Acceptance per step, both sides; a colour per side, fixed.
     spec = charts.acceptance_chart(metrics).to_dict()
     rows = chart_rows(spec)
-    assert {(r["layout"], r["metric"], r["draft step"]) for r in rows} == {
+    assert {(r["side"], r["metric"], r["draft step"]) for r in rows} == {
         (side, metric, step)
-        for side in ("training", "serving")
+        for side in ("training layout", "serving layout")
         for metric in ("accuracy", "acceptance")
         for step in (1, 2, 3)
     }
-    assert spec["encoding"]["x"]["field"] == "draft step"
-    assert spec["encoding"]["color"]["scale"] == {
-        "domain": ["training", "serving"],
-        "range": ["#1f77b4", "#d62728"],
+    assert spec["layer"][0]["encoding"]["x"]["field"] == "draft step"
+    assert spec["layer"][0]["encoding"]["color"]["scale"] == {
+        "domain": ["training layout", "serving layout"],
+        "range": ["#0072B2", "#E69F00"],
     }
     # Accept length: the measured requests as bars, the simulated sides as rules.
     spec = charts.accept_length_chart(metrics).to_dict()
     bars, rules = chart_rows(spec, 0), chart_rows(spec, 1)
-    assert [(r["source"], r["request"]) for r in bars] == [("measured", 0), ("measured", 1)]
+    measured = "endpoint (measured)"
+    assert [(r["side"], r["request"]) for r in bars] == [(measured, 0), (measured, 1)]
     assert [round(r["value"], 4) for r in bars] == [1.0667, 1.0667]
-    assert [(r["source"], round(r["value"], 4)) for r in rules] == [
+    assert [(r["simulated"], round(r["value"], 4)) for r in rules] == [
         ("training", 1.0667),
         ("serving", 1.0667),
     ]
@@ -415,7 +418,7 @@ def test_the_run_tables_charts_and_exports_as_plain_functions(world) -> None:
     # tok/s per request: the endpoint's two requests, as measured.
     spec = charts.tok_s_chart(metrics).to_dict()
     rows = chart_rows(spec)
-    assert [(r["source"], r["request"]) for r in rows] == [("measured", 0), ("measured", 1)]
+    assert [(r["side"], r["request"]) for r in rows] == [(measured, 0), (measured, 1)]
     assert [r["value"] for r in rows] == diagnosis["measured"]["output_tok_s_per_request"]
     assert spec["encoding"]["y"]["title"] == "output tok/s"
     # The layout diagram: each side's taps per slot, the slots joined in red.
@@ -443,7 +446,10 @@ def test_the_run_tables_charts_and_exports_as_plain_functions(world) -> None:
     assert exported["diagnosis"]["findings"][0]["id"] == "layout-mismatch"
     csv = pd.read_csv(io.StringIO(tables.diagnosis_csv(diagnosis)))
     assert list(csv.columns) == ["source", "name", "step", "request", "value"]
-    assert len(csv) == 20  # 2 sides x (2 metrics x 3 steps + 1) + 2 x (2 requests + all)
+    # the measured acceptance at 3 positions + 2 sides x (2 metrics x 3 steps + 1)
+    # + 2 x (2 requests + all)
+    assert len(csv) == 23
+    assert csv[csv["name"] == "acceptance"]["source"].tolist()[:3] == ["measured"] * 3
     # No diagnosis: no numbers, no charts, not an error.
     empty = tables.diagnosis_metrics(None)
     assert empty.empty and charts.acceptance_chart(empty) is None
@@ -515,7 +521,7 @@ def test_the_runs_page_lists_runs_with_links_and_headline_numbers(world_home) ->
     assert set(runs["run"]) == ids
     assert {f"run?run={i}" for i in ids} == set(runs["open"])
     row = runs.set_index("run").loc[world_home["mismatch"]]
-    assert row["status"] == "succeeded" and row["worst"] == "critical"
+    assert row["status"] == "✅ succeeded" and row["verdict"] == f"🛑 {ROOT_CAUSE}"
     assert row["accept measured"] > 1.0 and row["checkpoint"] == "draft"
     # Filters: search and status.
     at.text_input(key="runs_search").set_value(f"#{world_home['matching']}").run()
@@ -556,8 +562,8 @@ def test_the_compare_view_shows_both_runs_and_the_deltas(world_home) -> None:
     (chart,) = at.get("vega_lite_chart")
     spec = json.loads(chart.proto.spec)
     assert spec["title"] == "Draft accuracy per step"
-    assert spec["encoding"]["color"]["field"] == "run"
-    assert spec["encoding"]["strokeDash"]["field"] == "layout"
+    assert spec["layer"][0]["encoding"]["color"]["field"] == "run"
+    assert spec["layer"][0]["encoding"]["strokeDash"]["field"] == "layout"
     assert any(f"compare?a={a}&b={b}" in c.value for c in at.code)
 
 
@@ -599,7 +605,8 @@ def test_a_queued_run_waits_for_a_worker_and_cancels_at_once(home) -> None:
     at.button(key=f"cancel-{run_id}").click().run()
     no_exception(at)
     assert db.get_run(home, run_id)["status"] == "cancelled"
-    assert "cancelled before it started" in texts(at, "error")
+    assert "This run was cancelled before it started" in texts(at, "info")
+    assert not at.error  # a cancel is not an error
 
 
 def test_progress_view_logic() -> None:

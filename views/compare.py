@@ -38,9 +38,8 @@ if unknown:
     st.stop()
 
 widgets.share_link("compare", a=a, b=b)
-st.dataframe(
-    tables.compare_frame(runs["A"], runs["B"]), hide_index=True, width="stretch", height="content"
-)
+widgets.compare_headline(runs["A"], runs["B"])
+st.table(tables.compare_frame(runs["A"], runs["B"]), hide_index=True)
 
 chart = charts.compare_acceptance_chart(
     {f"{k} #{r['id']}": tables.diagnosis_metrics(r.get("diagnosis")) for k, r in runs.items()}
@@ -59,6 +58,6 @@ for column, (key, run) in zip(columns, runs.items(), strict=True):
         widgets.findings_list(db.get_findings(store, run["id"]), compact=True)
         st.markdown("**Layer layout**")
         if run.get("diagnosis"):
-            widgets.slots_table(run["diagnosis"])
+            widgets.slots_table(run["diagnosis"], compact=True)
         else:
             st.caption("No diagnosis is stored for this run.")

@@ -53,13 +53,10 @@ widgets.share_link("run", run=run_id)
 
 if view.active:
     st.subheader("Progress")
-    widgets.progress_panel(run_id, view.poll_every)
+    widgets.progress_panel(run_id, view.poll_every, view.status)
     st.caption("The verdict, findings, tables and charts appear here when the run finishes.")
 elif view.status in ("failed", "cancelled"):
-    st.error(
-        f"The run {md_escape(view.status)}: {md_escape(view.error or 'no reason recorded')}",
-        icon="❌" if view.status == "failed" else "⏹️",
-    )
+    widgets.stopped_notice(view.status, view.error)
 
 if diagnosis:
     st.header("Findings")

@@ -28,7 +28,9 @@ if db.count_runs(store) == 0:
 left, right = st.columns([1, 3])
 status = left.selectbox("Status", ["all", *STATUSES], key="runs_status")
 search = right.text_input(
-    "Search", placeholder="checkpoint, endpoint, finding, status or #id", key="runs_search"
+    "Search",
+    placeholder="checkpoint, endpoint, finding (rule id or title), status or #id",
+    key="runs_search",
 )
 status_filter = None if status == "all" else status
 total = db.count_runs(store, status=status_filter, search=search)
@@ -44,21 +46,7 @@ if not rows:
     st.stop()
 
 st.caption(f"Runs {offset + 1}–{offset + len(rows)} of {total:,} (page {page} of {pages})")
-number = st.column_config.NumberColumn
-st.dataframe(
-    tables.runs_frame(rows, widgets.base_url()),
-    hide_index=True,
-    width="stretch",
-    column_config={
-        "open": st.column_config.LinkColumn("open", display_text="open", width="small"),
-        "run": number("run", format="%d", width="small"),
-        "accept measured": number(format="%.2f"),
-        "accept sim (training)": number(format="%.2f"),
-        "accept sim (serving)": number(format="%.2f"),
-        "tok/s": number(format="%.1f"),
-        "speedup": number(format="%.2fx"),
-    },
-)
+widgets.runs_table(rows)
 
 labels = {int(r["id"]): tables.run_label(r) for r in rows}
 picked = st.multiselect(

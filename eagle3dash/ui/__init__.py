@@ -5,9 +5,11 @@
 - `words`: a diagnosis's values in words (sources, taps, what was not checked, the verdict).
 - `tables`: DataFrames for every table (runs, training vs serving, layout diff, reports, compare),
   read from a run's one stored diagnosis (`run["diagnosis"]`) and its summary columns.
-- `charts`: altair charts (acceptance per step, accept length and tok/s per request, layouts).
+- `charts`: altair charts (acceptance per draft position and per step, accept length and tok/s
+  per request, layouts, slot matching), one colour-blind-safe style per side.
 - `data`: the server report of a run (the diagnosis's, else the endpoint's last probe).
-- `progress`: what a run's page shows while its jobs run (`progress_view`), and `cancel_run`.
+- `progress`: what a run's page shows while its jobs run (`progress_view`: stage, elapsed time,
+  an estimate), and `cancel_run`.
 - `widgets`: the Streamlit drawing of all of the above.
 
 `words`, `tables`, `charts`, `data` and `progress` import no Streamlit and are tested directly.

@@ -1,30 +1,106 @@
 """Altair charts of a run: plain functions from DataFrames to charts (None when no data).
 
-The numbers come from `tables.diagnosis_metrics` (a diagnosis's long rows; draft steps from 1)
-and `tables.layout_points`.
+The numbers come from `tables.diagnosis_metrics` (a diagnosis's long rows; draft steps from 1),
+`tables.layout_points` and `tables.slot_heatmap_frame`.
 
-Colors are fixed per source so that training, serving, the measured endpoint and the baseline
-look the same in every chart.
+Series stay apart for colour-blind readers and in grey print: each side (training, serving, the
+endpoint, the baseline) keeps one colour of the Okabe-Ito palette and one marker in every chart,
+and a dash tells the metrics (or measured from simulated) apart; the legends name the side and the
+metric. On Compare, run A and run B each have their colour and marker, the dash is the side.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+
 import altair as alt
 import pandas as pd
 
-SOURCES = ["training", "serving", "measured", "baseline"]
-COLORS = ["#1f77b4", "#d62728", "#ff7f0e", "#7f7f7f"]
+# The Okabe-Ito palette (Okabe & Ito 2008, "Color Universal Design"), and a neutral grey.
+BLUE, ORANGE, GREEN, VERMILLION = "#0072B2", "#E69F00", "#009E73", "#D55E00"
+GREY, LIGHT_GREY = "#999999", "#bbbbbb"
+Dash = tuple[int, ...]  # Vega's strokeDash: dash, gap, ...
+SOLID: Dash = (1, 0)
+DASHED: Dash = (6, 3)
+DOTTED: Dash = (2, 2)
+
+# Each side keeps its colour and marker in every chart.
+SIDES = ("training", "serving", "measured", "baseline")
+SIDE_COLORS = {"training": BLUE, "serving": ORANGE, "measured": GREEN, "baseline": GREY}
+SIDE_SHAPES = {
+    "training": "circle",
+    "serving": "triangle-up",
+    "measured": "square",
+    "baseline": "diamond",
+}
+SIDE_NAMES = {
+    "training": "training layout",
+    "serving": "serving layout",
+    "measured": "endpoint (measured)",
+    "baseline": "baseline (no speculation)",
+}
+METRIC_DASHES = {"accuracy": SOLID, "acceptance": DASHED}
+SIMULATED_DASHES = {"training": DASHED, "serving": DOTTED}  # the simulated accept lengths
+# Compare: a colour and a marker per run (A, B), a dash per side.
+RUN_COLORS, RUN_SHAPES = (BLUE, VERMILLION), ("circle", "square")
+COMPARE_SIDE_DASHES = {"training": SOLID, "serving": DASHED}
 
 
-def source_scale(present) -> alt.Scale:
-    """The fixed source colors, for the sources present only (so legends list only those)."""
+def _side_scales(present: Iterable[str]) -> tuple[alt.Scale, alt.Scale]:
+    """The colour and marker scales of the sides present (named as SIDE_NAMES), in SIDES order."""
     have = set(map(str, present))
-    pairs = [(s, c) for s, c in zip(SOURCES, COLORS, strict=True) if s in have]
-    return alt.Scale(domain=[s for s, _ in pairs], range=[c for _, c in pairs])
+    sides = [s for s in SIDES if SIDE_NAMES[s] in have]
+    names = [SIDE_NAMES[s] for s in sides]
+    return (
+        alt.Scale(domain=names, range=[SIDE_COLORS[s] for s in sides]),
+        alt.Scale(domain=names, range=[SIDE_SHAPES[s] for s in sides]),
+    )
 
 
-def acceptance_chart(metrics: pd.DataFrame) -> alt.Chart | None:
-    """Draft accuracy and acceptance per step, one line per layout (training, serving)."""
+def _dash_scale(dashes: Mapping[str, Dash], present: Iterable[str]) -> alt.Scale:
+    have = set(map(str, present))
+    names = [name for name in dashes if name in have]
+    return alt.Scale(domain=names, range=[list(dashes[name]) for name in names])
+
+
+def _legend(title: str, stroke: bool = False) -> alt.Legend:
+    """A legend at the right; `stroke`: its symbols are line segments (for dashes)."""
+    if stroke:
+        return alt.Legend(title=title, labelLimit=0, symbolType="stroke", symbolStrokeWidth=2)
+    return alt.Legend(title=title, labelLimit=0)
+
+
+def _lines_with_markers(
+    df: pd.DataFrame,
+    x: alt.X,
+    y: alt.Y,
+    dash_field: str,
+    dashes: Mapping[str, Dash],
+    dash_title: str,
+    tooltip: list,
+) -> alt.LayerChart | alt.FacetChart:
+    """One line per side and `dash_field` value: colour and marker per side (field 'side', named
+    as SIDE_NAMES), dash per `dash_field` value; a legend for each."""
+    color_scale, shape_scale = _side_scales(df["side"])
+    color = alt.Color("side:N", scale=color_scale, legend=_legend("side"))
+    base = alt.Chart(df).encode(x=x, y=y, tooltip=tooltip)
+    lines = base.mark_line(strokeWidth=2).encode(
+        color=color,
+        strokeDash=alt.StrokeDash(
+            f"{dash_field}:N",
+            scale=_dash_scale(dashes, df[dash_field]),
+            legend=_legend(dash_title, stroke=True),
+        ),
+    )
+    points = base.mark_point(size=70, filled=True, opacity=1).encode(
+        color=color, shape=alt.Shape("side:N", scale=shape_scale, legend=_legend("side"))
+    )
+    return alt.layer(lines, points)
+
+
+def acceptance_chart(metrics: pd.DataFrame) -> alt.LayerChart | alt.FacetChart | None:
+    """Draft accuracy and acceptance per step of both layouts: a colour and a marker per side, a
+    dash per metric."""
     df = metrics[
         metrics["source"].isin(["training", "serving"])
         & metrics["name"].isin(["accuracy", "acceptance"])
@@ -33,24 +109,49 @@ def acceptance_chart(metrics: pd.DataFrame) -> alt.Chart | None:
     if df.empty:
         return None
     df["draft step"] = df["step"].astype(int)
-    df["layout"] = df["source"].astype(str)
+    df["side"] = [SIDE_NAMES[s] for s in df["source"]]
     df["metric"] = df["name"].astype(str)
-    return (
-        alt.Chart(df[["draft step", "layout", "metric", "value"]])
-        .mark_line(point=True)
-        .encode(
-            x=alt.X("draft step:O", title="draft step"),
-            y=alt.Y("value:Q", title="fraction of positions", scale=alt.Scale(domain=[0, 1])),
-            color=alt.Color("layout:N", scale=source_scale(df["layout"].unique()), title="layout"),
-            strokeDash=alt.StrokeDash("metric:N", title="metric"),
-            tooltip=["layout", "metric", "draft step", alt.Tooltip("value:Q", format=".3f")],
-        )
-        .properties(title="Standalone draft: accuracy and acceptance per step", height=280)
+    return _lines_with_markers(
+        df[["draft step", "side", "metric", "value"]],
+        alt.X("draft step:O", title="draft step"),
+        alt.Y("value:Q", title="fraction of positions", scale=alt.Scale(domain=[0, 1])),
+        "metric",
+        METRIC_DASHES,
+        "metric",
+        ["side", "metric", "draft step", alt.Tooltip("value:Q", format=".3f")],
+    ).properties(title="Standalone draft: accuracy and acceptance per step", height=280)
+
+
+def per_position_chart(metrics: pd.DataFrame) -> alt.LayerChart | alt.FacetChart | None:
+    """Acceptance per draft position: measured on the endpoint (the share of verify rounds that
+    accepted at least k drafts, solid) beside each side's simulation (the share of chains whose
+    first k drafts are right, dashed)."""
+    df = metrics[
+        metrics["source"].isin(["measured", "training", "serving"])
+        & (metrics["name"] == "acceptance")
+        & metrics["step"].notna()
+    ].copy()
+    if df.empty:
+        return None
+    df["k"] = df["step"].astype(int)
+    df["side"] = [SIDE_NAMES[s] for s in df["source"]]
+    df["how"] = ["measured" if s == "measured" else "simulated" for s in df["source"]]
+    return _lines_with_markers(
+        df[["k", "side", "how", "value"]],
+        alt.X("k:O", title="draft position k"),
+        alt.Y("value:Q", title="share accepting at least k drafts", scale=alt.Scale(domain=[0, 1])),
+        "how",
+        {"measured": SOLID, "simulated": DASHED},
+        "acceptance",
+        ["side", "how", "k", alt.Tooltip("value:Q", format=".3f")],
+    ).properties(
+        title="Acceptance per draft position: measured on the endpoint vs simulated", height=280
     )
 
 
 def accept_length_chart(metrics: pd.DataFrame) -> alt.LayerChart | alt.FacetChart | None:
-    """Measured accept length per request (bars), with the simulated ones as horizontal rules."""
+    """Measured accept length per request (bars), with the simulated ones as horizontal rules (a
+    colour and a dash per side)."""
     per_request = metrics[
         metrics["source"].isin(["measured", "baseline"])
         & (metrics["name"] == "accept_length")
@@ -66,35 +167,41 @@ def accept_length_chart(metrics: pd.DataFrame) -> alt.LayerChart | alt.FacetChar
     ].copy()
     if per_request.empty and simulated.empty:
         return None
-    scale = source_scale([*per_request["source"].unique(), *simulated["source"].unique()])
+    per_request["side"] = [SIDE_NAMES[s] for s in per_request["source"]]
+    simulated["side"] = [SIDE_NAMES[s] for s in simulated["source"]]
+    color_scale, _ = _side_scales([*per_request["side"], *simulated["side"]])
+    color = alt.Color("side:N", scale=color_scale, legend=_legend("side"))
     layers = []
     if not per_request.empty:
         per_request["request"] = per_request["request"].astype(int)
-        per_request["source"] = per_request["source"].astype(str)
         layers.append(
-            alt.Chart(per_request[["request", "source", "value"]])
+            alt.Chart(per_request[["request", "side", "value"]])
             .mark_bar(opacity=0.8)
             .encode(
                 x=alt.X("request:O", title="request"),
                 y=alt.Y("value:Q", title="accept length"),
-                color=alt.Color("source:N", scale=scale, title="source"),
-                tooltip=["source", "request", alt.Tooltip("value:Q", format=".2f")],
+                color=color,
+                tooltip=["side", "request", alt.Tooltip("value:Q", format=".2f")],
             )
         )
     if not simulated.empty:
-        simulated["source"] = simulated["source"].astype(str)
-        simulated["label"] = "simulated (" + simulated["source"] + ")"
+        simulated["simulated"] = [s.split(" ")[0] for s in simulated["side"]]
         layers.append(
-            alt.Chart(simulated[["source", "label", "value"]])
-            .mark_rule(strokeDash=[6, 3], size=2)
+            alt.Chart(simulated[["side", "simulated", "value"]])
+            .mark_rule(size=2)
             .encode(
                 y=alt.Y("value:Q", title="accept length"),
-                color=alt.Color("source:N", scale=scale, title="source"),
-                tooltip=["label", alt.Tooltip("value:Q", format=".2f")],
+                color=color,
+                strokeDash=alt.StrokeDash(
+                    "simulated:N",
+                    scale=_dash_scale(SIMULATED_DASHES, simulated["simulated"]),
+                    legend=_legend("simulated", stroke=True),
+                ),
+                tooltip=["side", alt.Tooltip("value:Q", format=".2f")],
             )
         )
     return alt.layer(*layers).properties(
-        title="Accept length per request (dashed: simulated by the standalone draft)", height=280
+        title="Accept length per request (lines: simulated by the standalone draft)", height=280
     )
 
 
@@ -109,16 +216,17 @@ def tok_s_chart(metrics: pd.DataFrame) -> alt.Chart | None:
     if df.empty:
         return None
     df["request"] = df["request"].astype(int)
-    df["source"] = df["source"].astype(str)
+    df["side"] = [SIDE_NAMES[s] for s in df["source"]]
+    color_scale, _ = _side_scales(df["side"])
     return (
-        alt.Chart(df[["request", "source", "value"]])
+        alt.Chart(df[["request", "side", "value"]])
         .mark_bar()
         .encode(
             x=alt.X("request:O", title="request"),
-            xOffset="source:N",
+            xOffset="side:N",
             y=alt.Y("value:Q", title="output tok/s"),
-            color=alt.Color("source:N", scale=source_scale(df["source"].unique()), title="source"),
-            tooltip=["source", "request", alt.Tooltip("value:Q", format=".1f")],
+            color=alt.Color("side:N", scale=color_scale, legend=_legend("side")),
+            tooltip=["side", "request", alt.Tooltip("value:Q", format=".1f")],
         )
         .properties(title="Output tok/s per request", height=240)
     )
@@ -127,7 +235,7 @@ def tok_s_chart(metrics: pd.DataFrame) -> alt.Chart | None:
 def layout_chart(
     points: pd.DataFrame, num_layers: int | None = None
 ) -> alt.LayerChart | alt.FacetChart | None:
-    """Slots to taps: each fc slot's training and serving depth, joined red where they differ."""
+    """Slots to taps: each fc slot's training and serving depth, joined where they differ."""
     if points.empty:
         return None
     wide = points.pivot_table(index="slot", columns="side", values="depth", aggfunc="first")
@@ -152,11 +260,12 @@ def layout_chart(
             y=y,
             color=alt.Color(
                 "match:N",
-                scale=alt.Scale(domain=["same", "differs"], range=["#bbbbbb", "#d62728"]),
-                title="slot",
+                scale=alt.Scale(domain=["same", "differs"], range=[LIGHT_GREY, VERMILLION]),
+                legend=_legend("the slot's taps"),
             ),
         )
     )
+    sides = ["training", "serving"]
     dots = (
         alt.Chart(points)
         .mark_point(size=160, filled=True)
@@ -169,10 +278,13 @@ def layout_chart(
             ),
             y=y,
             shape=alt.Shape(
-                "side:N",
-                scale=alt.Scale(domain=["training", "serving"], range=["circle", "triangle-up"]),
+                "side:N", scale=alt.Scale(domain=sides, range=[SIDE_SHAPES[s] for s in sides])
             ),
-            fill=alt.Fill("side:N", scale=source_scale(["training", "serving"]), title="fed in"),
+            fill=alt.Fill(
+                "side:N",
+                scale=alt.Scale(domain=sides, range=[SIDE_COLORS[s] for s in sides]),
+                title="fed in",
+            ),
             stroke=alt.value("black"),
             tooltip=["side", "slot", "tap", "feeds"],
         )
@@ -184,12 +296,15 @@ def layout_chart(
     )
     return alt.layer(rules, dots, labels).properties(
         title="Layer layout: the tap each fc slot gets in training and in serving",
-        height=60 + 50 * int(points["slot"].nunique()),
+        height=140 + 40 * int(points["slot"].nunique()),  # the two legends fit beside it
     )
 
 
-def compare_acceptance_chart(metrics: dict[str, pd.DataFrame]) -> alt.Chart | None:
-    """Draft accuracy per step of several runs (run label -> metrics), both layouts."""
+def compare_acceptance_chart(
+    metrics: dict[str, pd.DataFrame],
+) -> alt.LayerChart | alt.FacetChart | None:
+    """Draft accuracy per step of two runs (run label -> metrics), both layouts: a colour and a
+    marker per run, a dash per side."""
     frames = []
     for label, df in metrics.items():
         sel = df[
@@ -206,15 +321,54 @@ def compare_acceptance_chart(metrics: dict[str, pd.DataFrame]) -> alt.Chart | No
     df = pd.concat(frames, ignore_index=True)
     df["draft step"] = df["step"].astype(int)
     df["layout"] = df["source"].astype(str)
-    return (
-        alt.Chart(df[["run", "layout", "draft step", "value"]])
-        .mark_line(point=True)
-        .encode(
-            x=alt.X("draft step:O"),
-            y=alt.Y("value:Q", title="draft accuracy", scale=alt.Scale(domain=[0, 1])),
-            color=alt.Color("run:N"),
-            strokeDash=alt.StrokeDash("layout:N"),
-            tooltip=["run", "layout", "draft step", alt.Tooltip("value:Q", format=".3f")],
+    runs = list(dict.fromkeys(df["run"]))
+    run_colors = alt.Scale(domain=runs, range=list(RUN_COLORS[: len(runs)]))
+    run_shapes = alt.Scale(domain=runs, range=list(RUN_SHAPES[: len(runs)]))
+    base = alt.Chart(df[["run", "layout", "draft step", "value"]]).encode(
+        x=alt.X("draft step:O"),
+        y=alt.Y("value:Q", title="draft accuracy", scale=alt.Scale(domain=[0, 1])),
+        color=alt.Color("run:N", scale=run_colors, legend=_legend("run")),
+        tooltip=["run", "layout", "draft step", alt.Tooltip("value:Q", format=".3f")],
+    )
+    lines = base.mark_line(strokeWidth=2).encode(
+        strokeDash=alt.StrokeDash(
+            "layout:N",
+            scale=_dash_scale(COMPARE_SIDE_DASHES, df["layout"]),
+            legend=_legend("layout side", stroke=True),
         )
-        .properties(title="Draft accuracy per step", height=260)
+    )
+    points = base.mark_point(size=70, filled=True, opacity=1).encode(
+        shape=alt.Shape("run:N", scale=run_shapes, legend=_legend("run"))
+    )
+    return alt.layer(lines, points).properties(title="Draft accuracy per step", height=260)
+
+
+def slot_heatmap_chart(heat: pd.DataFrame) -> alt.Chart | None:
+    """Slot matching: how well each slot's states match each tap of the target (the score), the
+    taps named in words, in depth order."""
+    if heat.empty:
+        return None
+    return (
+        alt.Chart(heat, title="Which tap each slot carries: the match score of every slot and tap")
+        .properties(height=150 + 30 * int(heat["slot"].nunique()))  # room for the tap names
+        .mark_rect()
+        .encode(
+            x=alt.X(
+                "tap:N",
+                title="target tap",
+                sort=list(dict.fromkeys(heat["tap"])),
+                axis=alt.Axis(labelAngle=-30, labelLimit=200),
+            ),
+            y=alt.Y("slot:N", title=None, sort=None),
+            color=alt.Color(
+                "score:Q", scale=alt.Scale(scheme="viridis"), legend=alt.Legend(title="match")
+            ),
+            tooltip=[
+                "slot",
+                "tap",
+                alt.Tooltip("score:Q", format=".3f"),
+                alt.Tooltip("cosine:Q", format=".3f"),
+                alt.Tooltip("rms_ratio:Q", title="RMS ratio", format=".3g"),
+            ],
+        )
     )

@@ -88,6 +88,18 @@ def delta(a: Any, b: Any, digits: int = 2) -> str:
     return f"{d:+,.{digits}f}"
 
 
+def duration(seconds: float) -> str:
+    """'42 s', '3 min 05 s', '1 h 02 min'."""
+    total = max(0, round(seconds))
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours} h {minutes:02d} min"
+    if minutes:
+        return f"{minutes} min {secs:02d} s"
+    return f"{secs} s"
+
+
 def when(iso: str | None) -> str:
     """'2025-11-29T11:00:05.123456Z' -> '2025-11-29 11:00:05 UTC'."""
     if not iso:

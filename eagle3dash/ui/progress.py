@@ -9,13 +9,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from eagle3dash import jobs as jobq
 from eagle3dash import store as db
+from eagle3dash.ui.fmt import duration
 
 POLL_S = 2.0
 ACTIVE = ("queued", "running")
+# An estimate of the time left needs some progress and some time to extrapolate from.
+ESTIMATE_AFTER_FRACTION = 0.05
+ESTIMATE_AFTER_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -31,6 +36,7 @@ class ProgressView:
     cancelling: bool  # cancel requested, the worker has not stopped it yet
     waiting_for_worker: bool  # queued: nothing runs it until a worker claims it
     error: str | None  # why the run failed or stopped
+    elapsed_s: float | None = None  # since the shown job started (while it runs)
 
     @property
     def poll_every(self) -> float | None:
@@ -42,9 +48,35 @@ class ProgressView:
         """The fraction as a whole percentage for st.progress."""
         return max(0, min(100, round(self.fraction * 100)))
 
+    def outdated(self, shown_status: str) -> bool:
+        """Whether a page drawn when the run was `shown_status` must be drawn again: its status
+        changed (queued -> running: the header would go stale) or nothing is left to wait for."""
+        return not self.active or self.status != shown_status
 
-def progress_view(run: Mapping[str, Any], jobs: Sequence[Mapping[str, Any]]) -> ProgressView:
-    """The panel for a run and its jobs (jobs.list_jobs, oldest first)."""
+    @property
+    def remaining_s(self) -> float | None:
+        """Seconds left if the rest goes at the pace so far (None until there is a pace)."""
+        f, elapsed = self.fraction, self.elapsed_s
+        if elapsed is None or f < ESTIMATE_AFTER_FRACTION or elapsed < ESTIMATE_AFTER_S:
+            return None
+        return elapsed * (1.0 - min(f, 1.0)) / f
+
+    @property
+    def timing(self) -> str | None:
+        """'1 min 5 s elapsed · about 40 s left (estimated from the progress so far)'."""
+        if self.elapsed_s is None:
+            return None
+        text = f"{duration(self.elapsed_s)} elapsed"
+        left = self.remaining_s
+        if left is not None:
+            text += f" · about {duration(left)} left (estimated from the progress so far)"
+        return text
+
+
+def progress_view(
+    run: Mapping[str, Any], jobs: Sequence[Mapping[str, Any]], now: datetime | None = None
+) -> ProgressView:
+    """The panel for a run and its jobs (jobs.list_jobs, oldest first), at `now` (default: now)."""
     running = [j for j in jobs if j.get("status") == "running"]
     queued = [j for j in jobs if j.get("status") == "queued"]
     active_jobs = running or queued
@@ -69,6 +101,10 @@ def progress_view(run: Mapping[str, Any], jobs: Sequence[Mapping[str, Any]]) -> 
         message = "waiting for its job" if status in ACTIVE else status
     else:
         message = str(shown.get("message") or shown.get("status") or "")
+    started = db.parse_time((shown or {}).get("started_at")) if running else None
+    elapsed = None
+    if started is not None:
+        elapsed = max(0.0, ((now or datetime.now(UTC)) - started).total_seconds())
     return ProgressView(
         status=status,
         active=active,
@@ -79,6 +115,7 @@ def progress_view(run: Mapping[str, Any], jobs: Sequence[Mapping[str, Any]]) -> 
         cancelling=bool(running and any(j.get("cancel_requested") for j in running)),
         waiting_for_worker=bool(queued and not running),
         error=None if not error else str(error),
+        elapsed_s=elapsed,
     )
 
 
@@ -93,8 +130,8 @@ def load_progress(store: db.Store, run_id: int) -> ProgressView | None:
 def cancel_run(store: db.Store, run_id: int) -> str:
     """Cancel every unfinished job of a run; return what happened, in words.
 
-    A queued job is cancelled at once and the run is marked cancelled; a running one is stopped
-    by its worker, which then marks the run cancelled itself.
+    A queued job is cancelled at once, with its run; a running one is stopped by its worker,
+    which then marks the run cancelled.
     """
     outcomes = [
         jobq.cancel_job(store, j["id"])
@@ -105,7 +142,4 @@ def cancel_run(store: db.Store, run_id: int) -> str:
         return "nothing to cancel: the run's jobs have finished"
     if "running" in outcomes:
         return "cancel requested: the worker stops the job within a few seconds"
-    run = db.get_run(store, run_id)
-    if run is not None and run["status"] in ACTIVE:
-        db.update_run(store, run_id, status="cancelled", error="cancelled before it started")
-    return "cancelled before it started"
+    return jobq.CANCELLED_BEFORE_START

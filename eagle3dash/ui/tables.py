@@ -14,26 +14,38 @@ from typing import Any
 
 import pandas as pd
 
-from eagle3dash.ui.fmt import DASH, delta, is_missing, num, page_url, pct, ratio, when
-from eagle3dash.ui.words import source_words, taps_words
+from eagle3dash.layout import describe_tap, parse_layout
+from eagle3dash.ui.fmt import (
+    DASH,
+    delta,
+    is_missing,
+    num,
+    page_url,
+    pct,
+    ratio,
+    status_label,
+    when,
+)
+from eagle3dash.ui.words import run_verdict, source_words, taps_words
 
 METRIC_COLUMNS = ("source", "name", "step", "request", "value")
 SIDES = ("training", "serving")
 
+# The key columns first (they fit 1400 px without scrolling), the rest after.
 RUNS_COLUMNS = (
     "open",
     "run",
-    "created",
     "status",
     "checkpoint",
-    "endpoint",
+    "verdict",
     "accept measured",
-    "accept sim (training)",
-    "accept sim (serving)",
-    "tok/s",
+    "sim training",
+    "sim serving",
     "speedup",
-    "worst",
-    "worst finding",
+    "tok/s",
+    "findings",
+    "endpoint",
+    "created",
 )
 
 
@@ -57,24 +69,25 @@ def run_label(run: Mapping[str, Any]) -> str:
 
 
 def runs_frame(runs: Iterable[Mapping[str, Any]], base_url: str = "") -> pd.DataFrame:
-    """One row per run with its link (`run?run=<id>`), status, names and headline numbers."""
+    """One row per run (store.list_runs): its link (`run?run=<id>`), status, checkpoint, verdict,
+    headline numbers (NaN when not measured), the rule ids of its findings, endpoint, time."""
     rows = []
     for r in runs:
         rows.append(
             {
                 "open": page_url(base_url, "run", run=r["id"]),
                 "run": int(r["id"]),
-                "created": when(r.get("created_at")),
-                "status": r.get("status"),
+                "status": status_label(r.get("status")),
                 "checkpoint": checkpoint_label(r),
-                "endpoint": r.get("endpoint_url") or DASH,
+                "verdict": run_verdict(r),
                 "accept measured": _float(r.get("measured_accept_length")),
-                "accept sim (training)": _float(r.get("sim_accept_training")),
-                "accept sim (serving)": _float(r.get("sim_accept_serving")),
-                "tok/s": _float(r.get("tok_s")),
+                "sim training": _float(r.get("sim_accept_training")),
+                "sim serving": _float(r.get("sim_accept_serving")),
                 "speedup": _float(r.get("speedup")),
-                "worst": r.get("worst_severity") or "",
-                "worst finding": r.get("worst_finding_title") or "",
+                "tok/s": _float(r.get("tok_s")),
+                "findings": r.get("finding_ids") or DASH,
+                "endpoint": r.get("endpoint_url") or DASH,
+                "created": when(r.get("created_at")),
             }
         )
     return pd.DataFrame(rows, columns=list(RUNS_COLUMNS))
@@ -89,11 +102,17 @@ def _float(value: Any) -> float:
 
 def diagnosis_metrics(diagnosis: Mapping[str, Any] | None) -> pd.DataFrame:
     """A diagnosis's numbers in long rows (source, name, step, request, value), for the charts and
-    the CSV: each side's accuracy and acceptance per draft step (1 = the first drafted token) and
-    its simulated accept length; the endpoint's and the baseline's accept length and output tok/s
-    per request (0 = the first prompt) and over all requests (no request)."""
+    the CSV: the endpoint's measured acceptance per draft position (the share of verify rounds
+    that accepted at least k drafts, k = step) when the server reports it; each side's accuracy
+    and acceptance per draft step (1 = the first drafted token) and its simulated accept length;
+    the endpoint's and the baseline's accept length and output tok/s per request (0 = the first
+    prompt) and over all requests (no request)."""
     diagnosis = diagnosis or {}
     rows: list[tuple[str, str, int | None, int | None, Any]] = []
+    shares = (diagnosis.get("measured") or {}).get("per_position")
+    if shares is not None:  # SGLang's histogram stops at the largest k seen: past it, no round
+        shares = list(shares) + [0.0] * max(0, int(diagnosis.get("steps") or 0) - len(shares))
+        rows += [("measured", "acceptance", k + 1, None, v) for k, v in enumerate(shares)]
     for side in SIDES:
         found = diagnosis.get(side) or {}
         evaluated = found.get("eval") or {}
@@ -210,17 +229,17 @@ def slots_frame(diagnosis: Mapping[str, Any]) -> pd.DataFrame:
         slot = int(s["slot"])
         row = {
             "slot": slot,
+            "match": "same" if s.get("same") else "DIFFERS",
             "training tap": s.get("training") or DASH,
             "training feeds": _tap_words(training, slot, n),
             "serving tap": s.get("serving") or DASH,
             "serving feeds": _tap_words(serving, slot, n),
-            "match": "same" if s.get("same") else "DIFFERS",
             "same": bool(s.get("same")),
         }
         if decode:
             row["decode tap (CUDA graph)"] = _tap_text(decode[slot] if slot < len(decode) else None)
         rows.append(row)
-    columns = ["slot", "training tap", "training feeds", "serving tap", "serving feeds", "match"]
+    columns = ["slot", "match", "training tap", "training feeds", "serving tap", "serving feeds"]
     if decode:
         columns.append("decode tap (CUDA graph)")
     return pd.DataFrame(rows, columns=[*columns, "same"])
@@ -449,17 +468,20 @@ def sweep_frame(detection: Mapping[str, Any]) -> pd.DataFrame:
 
 
 def slot_heatmap_frame(detection: Mapping[str, Any]) -> pd.DataFrame:
-    """Long rows (side slot, tap, score, cosine, RMS ratio) for the slot-matching heatmap."""
+    """Long rows (side slot, tap in words, score, cosine, RMS ratio) for the slot-matching
+    heatmap, the taps in depth order ('embedding output' ... 'after the final norm')."""
     match = detection.get("slot_match") or {}
+    n = detection.get("num_target_layers")
+    found = [(parse_layout(str(r["tap"]))[0], r) for r in match.get("heatmap") or []]
     rows = [
         {
             "slot": f"{r['side']} slot {r['slot']}",
-            "tap": str(r["tap"]),
+            "tap": describe_tap(tap, n),
             "score": float(r["score"]),
             "cosine": float(r["cosine"]),
             "rms_ratio": float(r["rms_ratio"]),
         }
-        for r in match.get("heatmap") or []
+        for tap, r in sorted(found, key=lambda pair: pair[0])
     ]
     return pd.DataFrame(rows, columns=["slot", "tap", "score", "cosine", "rms_ratio"])
 

@@ -19,7 +19,16 @@ from eagle3dash.diagnosis.options import SCHEMA, Kind
 from eagle3dash.errors import InputError
 from eagle3dash.probe import Probe, probe
 from eagle3dash.ui import charts, tables, words
-from eagle3dash.ui.fmt import md_escape, num, page_url, ratio, severity_color, status_label
+from eagle3dash.ui.fmt import (
+    DASH,
+    delta,
+    md_escape,
+    num,
+    page_url,
+    ratio,
+    severity_color,
+    status_label,
+)
 from eagle3dash.ui.home import get_store
 from eagle3dash.ui.progress import cancel_run, load_progress
 
@@ -57,6 +66,64 @@ def share_link(page: str, **params: Any) -> None:
 def show_error(error: BaseException) -> None:
     """An InputError's message (no traceback)."""
     st.error(md_escape(str(error)), icon="🚫")
+
+
+# --- runs --------------------------------------------------------------------------------------
+
+RUNS_ROW_HEIGHT = 72  # px: over Streamlit's 4rem, so a verdict wraps onto three lines
+
+
+def runs_table(rows: Sequence[Mapping[str, Any]]) -> None:
+    """The Runs table: the key columns first and narrow (link, status, checkpoint, verdict,
+    accept lengths, speedup) so they fit 1400 px; long verdicts wrap; no value shows a dash."""
+    number = st.column_config.NumberColumn
+    text = st.column_config.TextColumn
+    st.dataframe(
+        tables.runs_frame(rows, base_url()),
+        hide_index=True,
+        width="stretch",
+        row_height=RUNS_ROW_HEIGHT,
+        placeholder=DASH,
+        column_config={
+            "open": st.column_config.LinkColumn("open", display_text="open", width=48),
+            "run": number("run", format="%d", width=48),
+            "status": text("status", width=100),
+            "checkpoint": text("checkpoint", width=130, help="The draft checkpoint diagnosed."),
+            "verdict": text(
+                "verdict",
+                width=340,
+                help="The root cause, else the worst finding, else what was checked. Click a "
+                "cell to read it whole.",
+            ),
+            "accept measured": number(
+                "accept measured",
+                format="%.2f",
+                width=78,
+                help="Measured accept length: completion tokens per verify round on the endpoint.",
+            ),
+            "sim training": number(
+                "sim training",
+                format="%.2f",
+                width=78,
+                help="Simulated accept length of the standalone draft on the training layout.",
+            ),
+            "sim serving": number(
+                "sim serving",
+                format="%.2f",
+                width=78,
+                help="Simulated accept length of the standalone draft on the states the server "
+                "feeds it.",
+            ),
+            "speedup": number(
+                "speedup",
+                format="%.2fx",
+                width=72,
+                help="The endpoint's output tok/s over the baseline's (no speculation).",
+            ),
+            "tok/s": number("tok/s", format="%.1f", help="The endpoint's output tok/s."),
+            "findings": text("findings", help="The rule ids of every finding, worst first."),
+        },
+    )
 
 
 # --- findings ----------------------------------------------------------------------------------
@@ -155,13 +222,16 @@ def verdict_banner(diagnosis: Mapping[str, Any]) -> None:
         ratio(verdict.get("speedup")),
         help="The endpoint's output tok/s over the baseline's (the target without speculation).",
     )
+    double = words.double_note(diagnosis.get("server"))
+    if double:
+        st.caption("ℹ️ " + md_escape(double))
     for item in diagnosis.get("not_checked") or []:
         st.info("Not checked: " + md_escape(words.not_checked_text(item, "app")), icon="➖")
 
 
 def sides_table(diagnosis: Mapping[str, Any]) -> None:
     """The training vs serving table, and whether the endpoint serves this checkpoint's draft."""
-    st.dataframe(tables.sides_frame(diagnosis), hide_index=True, width="stretch", height="content")
+    st.table(tables.sides_frame(diagnosis), hide_index=True)  # long text wraps
     identity = words.identity_words(diagnosis.get("draft_identity"))
     if identity:
         st.caption("Draft on the endpoint: " + md_escape(identity))
@@ -188,31 +258,61 @@ def layout_diff(diagnosis: Mapping[str, Any]) -> None:
     slots_table(diagnosis)
 
 
-def slots_table(diagnosis: Mapping[str, Any]) -> None:
-    """The layout diff's slot table, the differing slots shaded."""
+def slots_table(diagnosis: Mapping[str, Any], compact: bool = False) -> None:
+    """The layout diff's slot table, the differing slots shaded, the match right after the slot;
+    `compact` (half a page wide) shows each side's taps in words only."""
     frame = tables.slots_frame(diagnosis)
     if frame.empty:
         st.caption("No layouts in this diagnosis.")
         return
+    hidden = {"same", "training tap", "serving tap"} if compact else {"same"}
     st.dataframe(
         frame.style.apply(_highlight_differs, axis=1),
         hide_index=True,
         width="stretch",
-        column_order=[c for c in frame.columns if c != "same"],
+        placeholder=DASH,
+        column_order=[c for c in frame.columns if c not in hidden],
     )
 
 
+def compare_headline(a: Mapping[str, Any], b: Mapping[str, Any]) -> None:
+    """The speedup and the measured accept length of both runs (their summary columns), B's
+    with its change from A, above the comparison table."""
+    columns = st.columns(4)
+    for i, (label, key, show) in enumerate(
+        (("Speedup", "speedup", ratio), ("Measured accept length", "measured_accept_length", num))
+    ):
+        columns[2 * i].metric(f"{label}, run A #{a['id']}", show(a.get(key)))
+        change = delta(a.get(key), b.get(key))
+        columns[2 * i + 1].metric(
+            f"{label}, run B #{b['id']}",
+            show(b.get(key)),
+            delta=None if change == DASH else change,
+        )
+
+
 def run_charts(diagnosis: Mapping[str, Any]) -> None:
-    """Accuracy and acceptance per step of both sides; accept length and tok/s per request."""
+    """Acceptance per draft position (measured beside both sides' simulation); accuracy and
+    acceptance per step of both sides; accept length and tok/s per request."""
     metrics = tables.diagnosis_metrics(diagnosis)
-    drawn = 0
-    for build in (charts.acceptance_chart, charts.accept_length_chart, charts.tok_s_chart):
-        chart = build(metrics)
-        if chart is not None:
-            st.altair_chart(chart, width="stretch")
-            drawn += 1
-    if not drawn:
+    drawn = [
+        _chart(charts.per_position_chart(metrics), words.per_position_note(diagnosis)),
+        _chart(charts.acceptance_chart(metrics)),
+        _chart(charts.accept_length_chart(metrics)),
+        _chart(charts.tok_s_chart(metrics), words.double_note(diagnosis.get("server"))),
+    ]
+    if not any(drawn):
         st.info("This diagnosis has no numbers to chart.")
+
+
+def _chart(chart: Any, note: str | None = None) -> bool:
+    """Draw a chart (None: nothing to draw) with a note under it; whether it was drawn."""
+    if chart is None:
+        return False
+    st.altair_chart(chart, width="stretch")
+    if note:
+        st.caption("ℹ️ " + md_escape(note))
+    return True
 
 
 def checkpoint_report(report: Mapping[str, Any] | None) -> None:
@@ -298,8 +398,19 @@ def export_buttons(run: Mapping[str, Any], diagnosis: Mapping[str, Any] | None) 
 # --- live progress -----------------------------------------------------------------------------
 
 
-def progress_panel(run_id: int, poll_every: float | None) -> None:
-    """A fragment polling the run's job: progress, message, cancel; reruns the page when done."""
+def stopped_notice(status: str, reason: str | None) -> None:
+    """Why a run has no results: a failure in red, a cancel said neutrally."""
+    text = md_escape(words.stopped_text(status, reason))
+    if status == "cancelled":
+        st.info(text, icon="⏹️")
+    else:
+        st.error(text, icon="❌")
+
+
+def progress_panel(run_id: int, poll_every: float | None, shown_status: str) -> None:
+    """A fragment polling the run's job: progress, stage, time, cancel. It reruns the whole page
+    when the status differs from `shown_status` (the page header's), so the header stays true
+    (queued -> running), and when the job finished, to draw the results."""
 
     @st.fragment(run_every=poll_every)
     def panel() -> None:
@@ -308,10 +419,12 @@ def progress_panel(run_id: int, poll_every: float | None) -> None:
         if view is None:
             st.error(f"Run {run_id} disappeared from the store.")
             return
-        if not view.active:
-            st.rerun()  # the job finished: draw the results
+        if view.outdated(shown_status):
+            st.rerun()
         st.markdown(f"**{md_escape(status_label(view.status))}**")
         st.progress(view.percent, text=md_escape(view.message) or None)
+        if view.timing:
+            st.caption(md_escape(view.timing))
         if view.waiting_for_worker:
             st.caption(
                 "Queued: a worker runs it. Start one with `python -m eagle3dash worker` "
@@ -490,8 +603,6 @@ def layout_detectives(found: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
 
 def layout_detective(detection: Mapping[str, Any]) -> None:
     """A detective case: verdict, ranked layouts, slot-matching heatmap, fc fingerprint."""
-    import altair as alt
-
     verdict = detection.get("verdict") or []
     if verdict:
         st.info(md_escape(verdict[0]), icon="🔎")
@@ -499,20 +610,11 @@ def layout_detective(detection: Mapping[str, Any]) -> None:
             st.markdown("- " + md_escape(line))
     st.subheader("Candidate layouts on one capture")
     st.dataframe(tables.sweep_frame(detection), hide_index=True, width="stretch")
-    heat = tables.slot_heatmap_frame(detection)
-    if not heat.empty:
+    heatmap = charts.slot_heatmap_chart(tables.slot_heatmap_frame(detection))
+    if heatmap is not None:
         st.subheader("Slot matching")
-        chart = (
-            alt.Chart(heat, title="Slot vs tap: cosine - 0.5 |log10 RMS ratio|")
-            .mark_rect()
-            .encode(
-                x=alt.X("tap:N", title="target tap (depth)"),
-                y=alt.Y("slot:N", title=None, sort=None),
-                color=alt.Color("score:Q", scale=alt.Scale(scheme="viridis")),
-                tooltip=["slot", "tap", "score", "cosine", "rms_ratio"],
-            )
-        )
-        st.altair_chart(chart, width="stretch")
+        st.altair_chart(heatmap, width="stretch")
+        st.caption(md_escape(words.SLOT_MATCH_CAPTION))
     fingerprint = tables.fingerprint_frame(detection)
     if not fingerprint.empty:
         st.subheader("fc.weight fingerprint (a hint)")

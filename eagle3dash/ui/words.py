@@ -11,6 +11,7 @@ from typing import Any
 
 from eagle3dash.diagnosis.options import SCHEMA
 from eagle3dash.layout import Tap, describe_layout
+from eagle3dash.ui.fmt import DASH
 
 SOURCE_WORDS = {
     "training-dump": "measured: the training dump's own features",
@@ -31,7 +32,7 @@ def source_words(source: str | None) -> str:
 def taps_words(layout: list[Mapping[str, Any]] | None, num_layers: int | None) -> str:
     """A stored layout ([{depth, post_norm}]) in words: 'embedding output, after block 1'."""
     if not layout:
-        return "—"
+        return DASH
     taps = tuple(Tap(int(t["depth"]), bool(t.get("post_norm"))) for t in layout)
     return describe_layout(taps, num_layers)
 
@@ -63,6 +64,36 @@ def verdict_sentence(diagnosis: Mapping[str, Any]) -> str:
     return head + (f"; not checked: {', '.join(missing)}." if missing else ".")
 
 
+def stopped_text(status: str, reason: str | None) -> str:
+    """Why a run has no results: a failure with its reason, or a cancel, said neutrally."""
+    if status == "cancelled":
+        how = reason if reason and reason.startswith("cancelled") else "cancelled"
+        return f"This run was {how}, so it has no results. Start it again from New run."
+    return f"The run failed: {reason or 'no reason recorded'}"
+
+
+def run_verdict(run: Mapping[str, Any]) -> str:
+    """A run's verdict in the Runs table: the root cause, the worst finding, or that nothing was
+    found in what was checked; for a run without a diagnosis, how it ended."""
+    verdict = run.get("verdict")
+    status = run.get("status")
+    if verdict:
+        root = verdict.get("root_cause")
+        if root:
+            return f"🛑 {root['title']}"
+        if verdict.get("problems_found"):
+            return f"⚠️ {run.get('worst_finding_title') or 'warnings: see the run'}"
+        missing = verdict.get("not_checked") or []
+        if missing:
+            return f"✅ no problems found in what was checked (not checked: {', '.join(missing)})"
+        return "✅ no problems found"
+    if status == "failed":
+        return f"failed: {str(run.get('error') or 'no reason recorded').splitlines()[0]}"
+    if status == "cancelled":
+        return "cancelled"
+    return run.get("worst_finding_title") or DASH
+
+
 IDENTITY_WORDS = {
     "same": "the endpoint serves this checkpoint's draft",
     "differs": "the endpoint serves ANOTHER draft than this checkpoint",
@@ -78,3 +109,44 @@ def identity_words(identity: Mapping[str, Any] | None) -> str | None:
     status = identity.get("status") or "unknown"
     head = IDENTITY_WORDS.get(status, f"draft identity: {status}")
     return f"{head} ({identity['reason']})" if identity.get("reason") else head
+
+
+SLOT_MATCH_CAPTION = (
+    "Each cell scores how well the states one slot carries match one tap of the target: the mean "
+    "cosine similarity of the two (their content) minus half the gap in their scale (|log10| of "
+    "the ratio of their RMS). 1 is the same content at the same scale; the brightest cell of a "
+    "row is the tap that slot most likely carries."
+)
+
+
+def double_note(server: Mapping[str, Any] | None) -> str | None:
+    """Where the tok/s and speedup come from when the endpoint is eagle3dash's SGLang API double
+    (its server_info says so); None for any other server."""
+    info = (server or {}).get("server_info") or {}
+    if not info.get("eagle3dash_double"):
+        return None
+    delay = info.get("eagle3dash_double_delay_s")
+    if isinstance(delay, int | float) and delay > 0:
+        cost = (
+            f"each target forward sleeps {delay * 1000:g} ms and each draft step {delay * 100:g} ms"
+        )
+    elif delay == 0:
+        cost = "no delay set: the tiny models' own compute on this machine"
+    else:
+        cost = "each target forward sleeps a set delay and each draft step a tenth of it"
+    return (
+        "This endpoint is eagle3dash's SGLang API double, a test and demo stand-in, not a serving "
+        f"engine: its tok/s and the speedup come from the double's modelled cost ({cost}), not "
+        "from measured serving speed."
+    )
+
+
+def per_position_note(diagnosis: Mapping[str, Any]) -> str | None:
+    """Why the measured acceptance per position is missing, when it is."""
+    measured = diagnosis.get("measured")
+    if not measured or measured.get("per_position") is not None:
+        return None
+    return (
+        "Measured acceptance per position: not reported, as the server predates SGLang's "
+        "spec_correct_drafts_histogram; only the simulated sides are drawn."
+    )

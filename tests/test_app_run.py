@@ -1,0 +1,531 @@
+"""Reading a run: plain words, a live and neutral status, stage progress with time, tables that
+keep their key columns, charts that tell their series apart, search over every finding, measured
+acceptance per draft position, and where the double's speed comes from. AppTest on real runs.
+
+A module fixture serves a tiny target and a random draft with the SGLang API double (a modelled
+cost of 2 ms per target forward), and a baseline double without speculation, and lets the real
+worker make two runs: "full" (baseline and local target given: measured speedup, the layout
+detective) and "bare" (neither: what was not checked).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from streamlit.dataframe_util import convert_arrow_bytes_to_pandas_df
+from streamlit.testing.v1 import AppTest
+
+from eagle3dash import jobs as jobq
+from eagle3dash import store as db
+from eagle3dash.diagnosis.options import DiagnoseOptions
+from eagle3dash.diagnosis.stages import plan_stages
+from eagle3dash.job_kinds import JOB_KINDS
+from eagle3dash.jobs.worker import run_worker
+from eagle3dash.submit import submit_diagnosis
+from eagle3dash.testing.sglang_double import DoubleConfig, start_double
+from eagle3dash.ui import words
+from eagle3dash.ui.fmt import duration
+from eagle3dash.ui.progress import progress_view
+from tests.specs import tiny_models
+
+ROOT = Path(__file__).resolve().parent.parent
+APP = str(ROOT / "app.py")
+TIMEOUT = 30
+DELAY_S = 0.002
+ROOT_CAUSE = (
+    "Serving feeds the draft the layers after 1, 2 and 3 blocks, but training fed the embedding "
+    "output and the layers after 1 and 2 blocks: every slot is one block later than in training."
+)
+DOUBLE_NOTE = (
+    "This endpoint is eagle3dash's SGLang API double, a test and demo stand-in, not a serving "
+    "engine: its tok/s and the speedup come from the double's modelled cost (each target forward "
+    "sleeps 2 ms and each draft step 0.2 ms), not from measured serving speed."
+)
+
+
+# --- fixtures ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """Two finished runs (full, bare) in one home; the doubles stopped afterwards."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("app_run")
+    models = tiny_models(root)
+    target, draft = models["target"], models["draft"]
+    speculative = start_double(
+        DoubleConfig(
+            target_path=str(target),
+            draft_path=str(draft),
+            speculative_algorithm="EAGLE3",
+            num_steps=3,
+            eagle_topk=1,
+            num_draft_tokens=4,
+            enable_return_hidden_states=True,
+            delay_s=DELAY_S,
+        )
+    )
+    baseline = start_double(DoubleConfig(target_path=str(target), delay_s=DELAY_S))
+    home = db.open_store(root / "home")
+    try:
+        checkpoint_id = db.add_checkpoint(home, draft, name="draft")
+
+        def opts(**more) -> DiagnoseOptions:
+            return DiagnoseOptions(
+                draft=str(draft),
+                endpoint=speculative.url,
+                num_prompts=2,
+                max_new_tokens=16,
+                concurrency=2,
+                steps=3,
+                training_layout="0,1,2",
+                **more,
+            )
+
+        full = submit_diagnosis(
+            home, checkpoint_id, opts(target=str(target), baseline=baseline.url)
+        )
+        bare = submit_diagnosis(home, checkpoint_id, opts())
+        run_worker(home.home, JOB_KINDS, poll_interval=0.05, once=True, slots=2)
+        for run_id in (full, bare):
+            job = jobq.list_jobs(home, run_id)[0]
+            assert job["status"] == "succeeded", jobq.job_log(home, job["id"])
+        yield {"home": home.home, "store": home, "full": full, "bare": bare}
+    finally:
+        home.close()
+        speculative.stop()
+        baseline.stop()
+        torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def world_home(world, monkeypatch):
+    monkeypatch.setenv("EAGLE3DASH_HOME", str(world["home"]))
+    return world
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    """A fresh, empty home for the app."""
+    path = tmp_path / "home"
+    monkeypatch.setenv("EAGLE3DASH_HOME", str(path))
+    store = db.open_store(path)
+    yield store
+    store.close()
+
+
+def app(page: str | None = None, **params: str) -> AppTest:
+    """The app on a page with query params, run once."""
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    if page:
+        at.switch_page(f"views/{page}.py")
+    for key, value in params.items():
+        at.query_params[key] = value
+    return at.run(timeout=TIMEOUT)
+
+
+def no_exception(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def plain(text: str) -> str:
+    """Markdown source as the reader sees it: backslash escapes removed."""
+    return re.sub(r"\\(.)", r"\1", text)
+
+
+def texts(at: AppTest, *kinds: str) -> str:
+    """The page's text elements (of `kinds`, default all), escapes removed."""
+    kinds = kinds or (
+        "title",
+        "header",
+        "subheader",
+        "markdown",
+        "caption",
+        "info",
+        "error",
+        "warning",
+        "success",
+        "code",
+    )
+    return plain("\n".join(str(e.value) for kind in kinds for e in at.get(kind)))
+
+
+def frames(at: AppTest) -> list[pd.DataFrame]:
+    return [d.value for d in at.dataframe] + [t.value for t in at.table]
+
+
+def frame_with(at: AppTest, column: str) -> pd.DataFrame:
+    found = [f for f in frames(at) if column in f.columns]
+    assert found, f"no table with a {column!r} column: {[list(f.columns) for f in frames(at)]}"
+    return found[0]
+
+
+def chart_specs(at: AppTest) -> dict[str, dict]:
+    """The page's Vega-Lite charts by title, each with its rows under "rows" (Streamlit sends a
+    chart's datasets beside its spec, as Arrow)."""
+    found = {}
+    for chart in at.get("vega_lite_chart"):
+        spec = json.loads(chart.proto.spec)
+        spec["rows"] = [
+            row
+            for dataset in chart.proto.datasets
+            for row in convert_arrow_bytes_to_pandas_df(dataset.data.data).to_dict("records")
+        ]
+        found[spec.get("title")] = spec
+    return found
+
+
+def stored(world, name: str) -> dict:
+    return db.get_run(world["store"], world[name])["diagnosis"]
+
+
+def copy_run(store: db.Store, diagnosis: dict, endpoint: str = "http://gpubox:30000") -> int:
+    """A finished run in `store` with this diagnosis."""
+    run_id = db.create_run(store, None, endpoint)
+    db.update_run(store, run_id, status="succeeded", diagnosis_json=json.dumps(diagnosis))
+    db.save_findings(store, run_id, diagnosis["findings"])
+    return run_id
+
+
+# --- 1. plain words ----------------------------------------------------------------------------
+
+
+def test_the_run_page_says_taps_in_words_and_names_its_own_form_fields(world_home) -> None:
+    for name in ("full", "bare"):
+        at = app("run", run=str(world_home[name]))
+        no_exception(at)
+        shown = texts(at) + "\n".join(f.to_csv() for f in frames(at))
+        assert "Tap(" not in shown
+        assert not re.search(r"(^|\s)--[a-z]", texts(at, "info")), texts(at, "info")
+    # The layout finding's evidence, slot by slot in words.
+    evidence = [m.value for m in at.markdown if m.value.startswith("Evidence: ")]
+    assert "Training: slot 0: embedding output, slot 1: after block 1, slot 2: after block 2." in (
+        plain(evidence[0])
+    )
+    # The bare run could not check the speedup: its box names the New-run field to fill in.
+    not_checked = [plain(i.value) for i in at.info if i.value.startswith("Not checked: no base")]
+    assert not_checked[0] == (
+        "Not checked: no baseline: the speedup against serving without speculation is unknown: "
+        "fill in 'Baseline URL (optional: the same target served without speculation, for the "
+        "speedup)' on New run (serve the same target without speculation and give its URL)"
+    )
+
+
+def test_the_slot_heatmap_names_its_taps_and_explains_the_score(world_home) -> None:
+    at = app("run", run=str(world_home["full"]))
+    no_exception(at)
+    heatmap = chart_specs(at)["Which tap each slot carries: the match score of every slot and tap"]
+    assert heatmap["encoding"]["x"]["sort"] == [
+        "embedding output",
+        "after block 1",
+        "after block 2",
+        "after block 3",
+        "last block's output",
+        "after the final norm",
+    ]
+    assert words.SLOT_MATCH_CAPTION in texts(at, "caption")
+    assert "4n" not in {r["tap"] for r in heatmap["rows"]}
+
+
+# --- 2. a live header, a neutral cancel ---------------------------------------------------------
+
+
+def _job_run(store: db.Store, status: str, progress: float = 0.0, message: str = "") -> int:
+    """A run whose diagnose job is `status`; the run row still says queued (as when the worker
+    has just claimed the job)."""
+    run_id = db.create_run(store, None, "http://gpubox:30000")
+    job_id = jobq.submit_job(store, "diagnose", {"options": {}}, run_id=run_id)
+    if status != "queued":
+        started = (datetime.now(UTC) - timedelta(seconds=90)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        store.db.execute(
+            "UPDATE jobs SET status = ?, progress = ?, message = ?, started_at = ? WHERE id = ?",
+            (status, progress, message, started, job_id),
+        )
+    return run_id
+
+
+def test_the_header_says_what_the_job_does_not_the_stale_run_row(home) -> None:
+    run_id = _job_run(home, "running", 0.5, "stage 3/7: capturing (1/2 prompts)")
+    assert db.get_run(home, run_id)["status"] == "queued"
+    at = app("run", run=str(run_id))
+    no_exception(at)
+    header = next(m.value for m in at.markdown if "checkpoint" in m.value and "endpoint" in m.value)
+    assert plain(header).startswith("🔄 running · checkpoint")
+    assert "queued" not in texts(at, "markdown")
+
+
+def test_the_progress_panel_reloads_the_page_when_the_status_changes() -> None:
+    run = {"status": "queued"}
+    queued = progress_view(run, [{"id": 1, "status": "queued", "progress": 0.0}])
+    running = progress_view(run, [{"id": 1, "status": "running", "progress": 0.1}])
+    done = progress_view({"status": "succeeded"}, [{"id": 1, "status": "succeeded"}])
+    assert not queued.outdated("queued")  # nothing changed: keep polling the panel only
+    assert running.outdated("queued")  # queued -> running: the header is redrawn
+    assert not running.outdated("running")
+    assert done.outdated("running")  # finished: the results are drawn
+
+
+def test_a_cancelled_run_is_said_neutrally_not_as_an_error(home) -> None:
+    run_id = _job_run(home, "running", 0.3, "stage 3/7: capturing")
+    (job,) = jobq.list_jobs(home, run_id)
+    home.db.execute(
+        "UPDATE jobs SET status = 'cancelled', message = ? WHERE id = ?",
+        (jobq.CANCELLED_WHILE_RUNNING, job["id"]),
+    )
+    db.update_run(home, run_id, status="cancelled", error=jobq.CANCELLED_WHILE_RUNNING)
+    at = app("run", run=str(run_id))
+    no_exception(at)
+    assert not at.error
+    assert texts(at, "info").startswith(
+        "This run was cancelled while it ran, so it has no results. Start it again from New run."
+    )
+    assert "⏹️ cancelled · checkpoint" in texts(at, "markdown")
+    assert words.stopped_text("cancelled", "terminated (SIGTERM)").startswith(
+        "This run was cancelled, so"
+    )  # whatever the worker recorded, a cancel reads as one
+
+
+# --- 3. stages, time, logs ---------------------------------------------------------------------
+
+
+def test_progress_shows_the_stage_with_elapsed_time_and_an_estimate(home) -> None:
+    run_id = _job_run(home, "running", 0.5, "stage 3/7: capturing (1/2 prompts)")
+    at = app("run", run=str(run_id))
+    no_exception(at)
+    (bar,) = at.get("progress")
+    assert bar.proto.value == 50 and plain(bar.proto.text) == "stage 3/7: capturing (1/2 prompts)"
+    timing = [c.value for c in at.caption if "elapsed" in c.value]
+    assert re.fullmatch(
+        r"1 min 3\d s elapsed · about 1 min 3\d s left \(estimated from the progress so far\)",
+        plain(timing[0]),
+    )
+
+
+def test_the_estimate_waits_for_progress_and_time() -> None:
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    job = {"id": 1, "status": "running", "started_at": "2026-01-01T00:00:00.000000Z"}
+
+    def view(fraction: float, seconds: float):
+        later = start + timedelta(seconds=seconds)
+        return progress_view({"status": "running"}, [{**job, "progress": fraction}], now=later)
+
+    assert view(0.25, 60).remaining_s == pytest.approx(180.0)
+    assert view(0.25, 60).timing == (
+        "1 min 00 s elapsed · about 3 min 00 s left (estimated from the progress so far)"
+    )
+    assert view(0.01, 60).timing == "1 min 00 s elapsed"  # too little progress to extrapolate
+    assert view(0.5, 2).remaining_s is None  # too early
+    queued = progress_view({"status": "queued"}, [{**job, "status": "queued", "progress": 0}])
+    assert queued.elapsed_s is None and queued.timing is None
+    assert [duration(s) for s in (0.4, 42, 185, 3725)] == [
+        "0 s",
+        "42 s",
+        "3 min 05 s",
+        "1 h 02 min",
+    ]
+
+
+def test_every_stage_is_numbered_and_the_log_leads_with_the_projects_lines(world) -> None:
+    store = world["store"]
+    job = jobq.list_jobs(store, world["full"])[0]
+    log = jobq.job_log(store, job["id"])
+    assert "HTTP Request" not in log and "httpx" not in log
+    stages = re.findall(r"eagle3dash\.job: +\d+% (stage \d+/\d+: [^\n(]+)", log)
+    full = DiagnoseOptions(draft="d", endpoint="e", target="t", baseline="b")
+    assert plan_stages(full) == (
+        "inspecting the checkpoint",
+        "probing the endpoint",
+        "capturing the aux states the server feeds the draft",
+        "capturing every tap of the local target",
+        "layout detective: which taps does the draft perform best with?",
+        "running the standalone draft on each side's states",
+        "benchmarking the endpoint",
+        "benchmarking the baseline",
+    )
+    numbered = list(dict.fromkeys(line.split(": ", 1)[0] for line in stages))
+    assert numbered == [f"stage {k}/8" for k in range(1, 9)]
+    assert stages[0] == "stage 1/8: inspecting the checkpoint"
+    lines = [line for line in log.splitlines() if line.strip()]
+    assert "job" in lines[0] and "started" in lines[0]  # the worker's header
+    assert "stage 1/8: inspecting the checkpoint" in lines[1]
+    bare = DiagnoseOptions(draft="d", endpoint="e")
+    assert len(plan_stages(bare)) == 5
+
+
+# --- 4. tables ---------------------------------------------------------------------------------
+
+
+def test_the_runs_table_leads_with_its_key_columns_and_shows_no_none(world_home) -> None:
+    at = app()
+    no_exception(at)
+    (table,) = at.dataframe
+    runs = table.value
+    assert list(runs.columns)[:9] == [
+        "open",
+        "run",
+        "status",
+        "checkpoint",
+        "verdict",
+        "accept measured",
+        "sim training",
+        "sim serving",
+        "speedup",
+    ]
+    rows = runs.set_index("run")
+    full, bare = rows.loc[world_home["full"]], rows.loc[world_home["bare"]]
+    assert full["verdict"] == f"🛑 {ROOT_CAUSE}" and full["status"] == "✅ succeeded"
+    assert full["speedup"] > 0 and pd.isna(bare["speedup"])  # no baseline: no speedup
+    assert full["findings"].startswith("layout-mismatch")
+    assert table.proto.placeholder == "—"  # a missing number shows a dash, never "None"
+    assert table.proto.row_height > 64  # tall enough for a long verdict to wrap
+    config = json.loads(table.proto.columns)
+    assert config["verdict"]["width"] >= 300 and "help" in config["verdict"]
+    widths = [config[c]["width"] for c in ("open", "run", "status", "checkpoint", "verdict")]
+    narrow = [config[c]["width"] for c in ("accept measured", "sim training", "sim serving")]
+    assert sum(widths) + sum(narrow) + config["speedup"]["width"] <= 1000  # fits 1400 px
+
+
+def test_a_runs_verdict_in_words() -> None:
+    cause = {"root_cause": {"title": "It is shifted."}, "problems_found": True}
+    warned = {"root_cause": None, "problems_found": True, "not_checked": []}
+    clean = {"root_cause": None, "problems_found": False, "not_checked": ["speedup"]}
+    assert words.run_verdict({"verdict": cause}) == "🛑 It is shifted."
+    assert words.run_verdict({"verdict": warned, "worst_finding_title": "Odd."}) == "⚠️ Odd."
+    assert words.run_verdict({"verdict": clean}) == (
+        "✅ no problems found in what was checked (not checked: speedup)"
+    )
+    assert words.run_verdict({"status": "failed", "error": "boom\ntraceback"}) == "failed: boom"
+    assert words.run_verdict({"status": "cancelled"}) == "cancelled"
+    assert words.run_verdict({"status": "running"}) == "—"
+
+
+def test_compare_shows_the_speedup_above_the_table_and_keeps_the_match_column(world_home) -> None:
+    a, b = world_home["full"], world_home["bare"]
+    at = app("compare", a=str(a), b=str(b))
+    no_exception(at)
+    metrics = {m.label: m.value for m in at.metric}
+    full = db.get_run(world_home["store"], a)
+    assert metrics[f"Speedup, run A #{a}"] == f"{full['speedup']:.2f}x"
+    assert metrics[f"Speedup, run B #{b}"] == "—"
+    assert f"Measured accept length, run B #{b}" in metrics
+    # The comparison is a static table: long text wraps instead of hiding in a scroll box.
+    (table,) = at.table
+    assert table.value.columns.tolist() == ["quantity", "run A", "run B", "change (B - A)"]
+    # Each run's slot table, half a page wide: the match right after the slot, taps in words.
+    slot_tables = [d for d in at.dataframe if "match" in d.value.columns]
+    assert len(slot_tables) == 2
+    for d in slot_tables:
+        assert list(d.proto.column_order) == ["slot", "match", "training feeds", "serving feeds"]
+
+
+# --- 5. charts ---------------------------------------------------------------------------------
+
+
+def test_the_run_charts_tell_their_series_apart(world_home) -> None:
+    at = app("run", run=str(world_home["full"]))
+    no_exception(at)
+    charts = chart_specs(at)
+    accuracy = charts["Standalone draft: accuracy and acceptance per step"]
+    lines, points = accuracy["layer"]
+    assert lines["encoding"]["color"]["scale"]["range"] == ["#0072B2", "#E69F00"]  # Okabe-Ito
+    assert points["encoding"]["shape"]["scale"]["range"] == ["circle", "triangle-up"]
+    assert lines["encoding"]["strokeDash"]["scale"]["range"] == [[1, 0], [6, 3]]
+    assert (lines["encoding"]["color"]["legend"]["title"], "metric") == (
+        "side",
+        lines["encoding"]["strokeDash"]["legend"]["title"],
+    )
+
+
+# --- 6. search ---------------------------------------------------------------------------------
+
+
+def test_search_finds_runs_by_any_findings_rule_id_or_title(world, home) -> None:
+    full = stored(world, "full")
+    slow = {
+        **full,
+        "findings": [f for f in full["findings"] if f["id"] != "layout-mismatch"],
+    }
+    with_layout = copy_run(home, full, "http://gpu-a:30000")
+    without = copy_run(home, slow, "http://gpu-b:30000")
+    clean = copy_run(home, {**full, "findings": []}, "http://gpu-c:30000")
+    at = app()
+    at.text_input(key="runs_search").set_value("layout-mismatch").run()
+    no_exception(at)
+    assert at.dataframe[0].value["run"].tolist() == [with_layout]
+    second = next(f["title"] for f in slow["findings"])
+    at.text_input(key="runs_search").set_value(second[:25]).run()
+    assert sorted(at.dataframe[0].value["run"]) == sorted([with_layout, without])
+    at.text_input(key="runs_search").set_value("gpu-c").run()
+    assert at.dataframe[0].value["run"].tolist() == [clean]
+
+
+# --- 7. measured acceptance per draft position -------------------------------------------------
+
+
+def test_the_run_page_draws_measured_acceptance_per_position_beside_both_simulations(
+    world_home,
+) -> None:
+    diagnosis = stored(world_home, "full")
+    assert diagnosis["measured"]["per_position"] is not None
+    at = app("run", run=str(world_home["full"]))
+    no_exception(at)
+    spec = chart_specs(at)["Acceptance per draft position: measured on the endpoint vs simulated"]
+    rows = spec["rows"]
+    steps = diagnosis["steps"]
+    measured = [r["value"] for r in rows if r["side"] == "endpoint (measured)"]
+    shares = diagnosis["measured"]["per_position"]
+    assert measured == shares + [0.0] * (steps - len(shares))  # past the histogram: no round
+    for side in ("training", "serving"):
+        simulated = [r["value"] for r in rows if r["side"] == f"{side} layout"]
+        assert simulated == diagnosis[side]["eval"]["acceptance"]
+    assert "not reported" not in texts(at, "caption")
+
+
+def test_a_server_without_the_histogram_is_named_under_the_chart(world, home) -> None:
+    diagnosis = stored(world, "full")
+    older = {**diagnosis, "measured": {**diagnosis["measured"], "per_position": None}}
+    run_id = copy_run(home, older)
+    at = app("run", run=str(run_id))
+    no_exception(at)
+    spec = chart_specs(at)["Acceptance per draft position: measured on the endpoint vs simulated"]
+    assert {r["how"] for r in spec["rows"]} == {"simulated"}
+    assert (
+        "Measured acceptance per position: not reported, as the server predates SGLang's "
+        "spec_correct_drafts_histogram; only the simulated sides are drawn."
+    ) in texts(at, "caption")
+
+
+# --- 8. the double's speed ---------------------------------------------------------------------
+
+
+def test_a_run_on_the_double_says_its_speed_is_modelled(world_home) -> None:
+    diagnosis = stored(world_home, "full")
+    info = diagnosis["server"]["server_info"]
+    assert info["eagle3dash_double"] is True and info["eagle3dash_double_delay_s"] == DELAY_S
+    at = app("run", run=str(world_home["full"]))
+    no_exception(at)
+    captions = [plain(c.value) for c in at.caption]
+    assert f"ℹ️ {DOUBLE_NOTE}" in captions  # under the banner's speedup, and under tok/s
+    assert captions.count(f"ℹ️ {DOUBLE_NOTE}") == 2
+
+
+def test_a_real_server_gets_no_double_note(world, home) -> None:
+    diagnosis = stored(world, "full")
+    info = {k: v for k, v in diagnosis["server"]["server_info"].items() if "eagle3dash" not in k}
+    real = {**diagnosis, "server": {**diagnosis["server"], "server_info": info}}
+    at = app("run", run=str(copy_run(home, real)))
+    no_exception(at)
+    assert "SGLang API double" not in texts(at)
+    assert words.double_note({"server_info": {"eagle3dash_double": True}}) == (
+        "This endpoint is eagle3dash's SGLang API double, a test and demo stand-in, not a serving "
+        "engine: its tok/s and the speedup come from the double's modelled cost (each target "
+        "forward sleeps a set delay and each draft step a tenth of it), not from measured serving "
+        "speed."
+    )
