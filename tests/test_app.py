@@ -522,7 +522,7 @@ def test_the_runs_page_lists_runs_with_links_and_headline_numbers(world_home) ->
     assert {f"run?run={i}" for i in ids} == set(runs["open"])
     row = runs.set_index("run").loc[world_home["mismatch"]]
     assert row["status"] == "✅ succeeded" and row["verdict"] == f"🛑 {ROOT_CAUSE}"
-    assert row["accept measured"] > 1.0 and row["checkpoint"] == "draft"
+    assert row["measured"] > 1.0 and row["checkpoint"] == "draft"
     # Filters: search and status.
     at.text_input(key="runs_search").set_value(f"#{world_home['matching']}").run()
     assert list(frame_with(at, "open")["run"]) == [world_home["matching"]]

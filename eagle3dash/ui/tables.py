@@ -38,7 +38,7 @@ RUNS_COLUMNS = (
     "status",
     "checkpoint",
     "verdict",
-    "accept measured",
+    "measured",
     "sim training",
     "sim serving",
     "speedup",
@@ -80,7 +80,7 @@ def runs_frame(runs: Iterable[Mapping[str, Any]], base_url: str = "") -> pd.Data
                 "status": status_label(r.get("status")),
                 "checkpoint": checkpoint_label(r),
                 "verdict": run_verdict(r),
-                "accept measured": _float(r.get("measured_accept_length")),
+                "measured": _float(r.get("measured_accept_length")),
                 "sim training": _float(r.get("sim_accept_training")),
                 "sim serving": _float(r.get("sim_accept_serving")),
                 "speedup": _float(r.get("speedup")),
@@ -350,6 +350,7 @@ def server_summary(server: Mapping[str, Any] | None) -> pd.DataFrame:
 
 # --- compare -----------------------------------------------------------------------------------
 
+# (label, summary column, decimals); the speedup reads as a ratio ('0.73x').
 _HEADLINES = (
     ("measured accept length", "measured_accept_length", 2),
     ("simulated accept length (training)", "sim_accept_training", 2),
@@ -358,6 +359,10 @@ _HEADLINES = (
     ("baseline tok/s", "baseline_tok_s", 1),
     ("speedup", "speedup", 2),
 )
+
+
+def _headline(key: str, value: Any, digits: int) -> str:
+    return ratio(value) if key == "speedup" else num(value, digits)
 
 
 def compare_frame(a: Mapping[str, Any], b: Mapping[str, Any]) -> pd.DataFrame:
@@ -384,8 +389,8 @@ def compare_frame(a: Mapping[str, Any], b: Mapping[str, Any]) -> pd.DataFrame:
         rows.append(
             (
                 label,
-                num(a.get(key), digits),
-                num(b.get(key), digits),
+                _headline(key, a.get(key), digits),
+                _headline(key, b.get(key), digits),
                 delta(a.get(key), b.get(key), digits),
             )
         )

@@ -71,6 +71,18 @@ def show_error(error: BaseException) -> None:
 # --- runs --------------------------------------------------------------------------------------
 
 RUNS_ROW_HEIGHT = 72  # px: over Streamlit's 4rem, so a verdict wraps onto three lines
+# The key columns' widths in px: together they fit the 940 px a table gets in a 1400 px window.
+RUNS_KEY_WIDTHS = {
+    "open": 44,
+    "run": 44,
+    "status": 100,
+    "checkpoint": 120,
+    "verdict": 300,
+    "measured": 76,
+    "sim training": 84,
+    "sim serving": 80,
+    "speedup": 70,
+}
 
 
 def runs_table(rows: Sequence[Mapping[str, Any]]) -> None:
@@ -78,6 +90,7 @@ def runs_table(rows: Sequence[Mapping[str, Any]]) -> None:
     accept lengths, speedup) so they fit 1400 px; long verdicts wrap; no value shows a dash."""
     number = st.column_config.NumberColumn
     text = st.column_config.TextColumn
+    width = RUNS_KEY_WIDTHS
     st.dataframe(
         tables.runs_frame(rows, base_url()),
         hide_index=True,
@@ -85,43 +98,47 @@ def runs_table(rows: Sequence[Mapping[str, Any]]) -> None:
         row_height=RUNS_ROW_HEIGHT,
         placeholder=DASH,
         column_config={
-            "open": st.column_config.LinkColumn("open", display_text="open", width=48),
-            "run": number("run", format="%d", width=48),
-            "status": text("status", width=100),
-            "checkpoint": text("checkpoint", width=130, help="The draft checkpoint diagnosed."),
+            "open": st.column_config.LinkColumn("open", display_text="open", width=width["open"]),
+            "run": number("run", format="%d", width=width["run"]),
+            "status": text("status", width=width["status"]),
+            "checkpoint": text(
+                "checkpoint", width=width["checkpoint"], help="The draft checkpoint diagnosed."
+            ),
             "verdict": text(
                 "verdict",
-                width=340,
+                width=width["verdict"],
                 help="The root cause, else the worst finding, else what was checked. Click a "
                 "cell to read it whole.",
             ),
-            "accept measured": number(
-                "accept measured",
+            "measured": number(
+                "measured",
                 format="%.2f",
-                width=78,
+                width=width["measured"],
                 help="Measured accept length: completion tokens per verify round on the endpoint.",
             ),
             "sim training": number(
                 "sim training",
                 format="%.2f",
-                width=78,
+                width=width["sim training"],
                 help="Simulated accept length of the standalone draft on the training layout.",
             ),
             "sim serving": number(
                 "sim serving",
                 format="%.2f",
-                width=78,
+                width=width["sim serving"],
                 help="Simulated accept length of the standalone draft on the states the server "
                 "feeds it.",
             ),
             "speedup": number(
                 "speedup",
                 format="%.2fx",
-                width=72,
+                width=width["speedup"],
                 help="The endpoint's output tok/s over the baseline's (no speculation).",
             ),
             "tok/s": number("tok/s", format="%.1f", help="The endpoint's output tok/s."),
-            "findings": text("findings", help="The rule ids of every finding, worst first."),
+            "findings": text(
+                "findings", help="The rule ids of every finding, as the Run page lists them."
+            ),
         },
     )
 
