@@ -524,6 +524,10 @@ def test_a_real_server_gets_no_double_note(world, home) -> None:
     at = app("run", run=str(copy_run(home, real)))
     no_exception(at)
     assert "SGLang API double" not in texts(at)
+    zero = {"server_info": {"eagle3dash_double": True, "eagle3dash_double_delay_s": 0.0}}
+    assert "come from the double's tiny models computing on this machine (no modelled cost " in (
+        words.double_note(zero)
+    )
     assert words.double_note({"server_info": {"eagle3dash_double": True}}) == (
         "This endpoint is eagle3dash's SGLang API double, a test and demo stand-in, not a serving "
         "engine: its tok/s and the speedup come from the double's modelled cost (each target "

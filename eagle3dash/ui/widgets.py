@@ -100,7 +100,11 @@ def runs_table(rows: Sequence[Mapping[str, Any]]) -> None:
         column_config={
             "open": st.column_config.LinkColumn("open", display_text="open", width=width["open"]),
             "run": number("run", format="%d", width=width["run"]),
-            "status": text("status", width=width["status"]),
+            "status": text(
+                "status",
+                width=width["status"],
+                help="queued, running, succeeded, failed or cancelled.",
+            ),
             "checkpoint": text(
                 "checkpoint", width=width["checkpoint"], help="The draft checkpoint diagnosed."
             ),

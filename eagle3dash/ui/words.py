@@ -127,17 +127,20 @@ def double_note(server: Mapping[str, Any] | None) -> str | None:
         return None
     delay = info.get("eagle3dash_double_delay_s")
     if isinstance(delay, int | float) and delay > 0:
-        cost = (
-            f"each target forward sleeps {delay * 1000:g} ms and each draft step {delay * 100:g} ms"
+        source = (
+            f"the double's modelled cost (each target forward sleeps {delay * 1000:g} ms and each "
+            f"draft step {delay * 100:g} ms)"
         )
     elif delay == 0:
-        cost = "no delay set: the tiny models' own compute on this machine"
+        source = "the double's tiny models computing on this machine (no modelled cost set)"
     else:
-        cost = "each target forward sleeps a set delay and each draft step a tenth of it"
+        source = (
+            "the double's modelled cost (each target forward sleeps a set delay and each draft "
+            "step a tenth of it)"
+        )
     return (
         "This endpoint is eagle3dash's SGLang API double, a test and demo stand-in, not a serving "
-        f"engine: its tok/s and the speedup come from the double's modelled cost ({cost}), not "
-        "from measured serving speed."
+        f"engine: its tok/s and the speedup come from {source}, not from measured serving speed."
     )
 
 
