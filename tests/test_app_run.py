@@ -14,6 +14,7 @@ import json
 import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -24,7 +25,8 @@ from streamlit.testing.v1 import AppTest
 from eagle3dash import jobs as jobq
 from eagle3dash import store as db
 from eagle3dash.diagnosis.options import DiagnoseOptions
-from eagle3dash.diagnosis.stages import plan_stages
+from eagle3dash.diagnosis.stages import plan_stages, target_depth
+from eagle3dash.errors import InputError
 from eagle3dash.job_kinds import JOB_KINDS
 from eagle3dash.jobs.worker import run_worker
 from eagle3dash.submit import submit_diagnosis
@@ -533,4 +535,15 @@ def test_a_real_server_gets_no_double_note(world, home) -> None:
         "engine: its tok/s and the speedup come from the double's modelled cost (each target "
         "forward sleeps a set delay and each draft step a tenth of it), not from measured serving "
         "speed."
+    )
+
+
+def test_a_library_error_names_the_form_field_beside_the_flag() -> None:
+    server = SimpleNamespace(model_path="/models/on-the-gpu-box")
+    with pytest.raises(InputError) as raised:
+        target_depth(DiagnoseOptions(draft="d", endpoint="e"), server)  # type: ignore[arg-type]
+    assert str(raised.value) == (
+        "cannot tell how many layers the target has: '/models/on-the-gpu-box' is not a local "
+        "checkpoint here; give --target-layers ('Target layers N' on New run) or --target "
+        "('Local target path (for training-side states)' on New run)"
     )

@@ -200,5 +200,5 @@ def test_prompt_ids_tokenize_text_with_the_local_target_only(models, tmp_path) -
         list(b"hi!"),
         [5, 6, 7],
     ]
-    with pytest.raises(InputError, match="--target PATH"):
+    with pytest.raises(InputError, match=r"give --target \('Local target path"):
         prompt_ids(text, str(tmp_path / "nothing"))

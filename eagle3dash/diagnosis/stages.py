@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eagle3dash.checkpoint import InspectReport, inspect
-from eagle3dash.diagnosis.options import DiagnoseOptions
+from eagle3dash.diagnosis.options import SCHEMA, DiagnoseOptions
 from eagle3dash.diagnosis.result import (
     CONFIG,
     DECLARED,
@@ -94,6 +94,13 @@ class Stages:
         self.progress(fraction, f"stage {number}/{len(self.names)}: {detail or stage}")
 
 
+def _option(name: str) -> str:
+    """An option as both interfaces name it: "--target-layers ('Target layers N' on New run)";
+    a library error reaches the CLI and the Run page alike."""
+    option = SCHEMA[name]
+    return f"{option.flag} ('{option.label}' on New run)"
+
+
 def target_depth(options: DiagnoseOptions, server: ServerReport) -> int:
     """Target depth N: the flag, else the local target's config, else the served model's config."""
     from eagle3dash.capture import num_target_layers
@@ -105,7 +112,7 @@ def target_depth(options: DiagnoseOptions, server: ServerReport) -> int:
             return num_target_layers(path)
     raise InputError(
         f"cannot tell how many layers the target has: {server.model_path!r} is not a local "
-        "checkpoint here; pass --target-layers N (or --target PATH)"
+        f"checkpoint here; give {_option('target_layers')} or {_option('target')}"
     )
 
 
@@ -132,9 +139,9 @@ def local_tokenizer(*paths: str | None):
             continue
     tried = ", ".join(repr(p) for p in paths if p) or "none"
     raise InputError(
-        f"cannot tokenize the text prompts: no local tokenizer (tried {tried}); pass --target "
-        "PATH (a local copy of the target, or just its tokenizer files) or give prompts as token "
-        'ids ({"input_ids": [...]} lines)'
+        f"cannot tokenize the text prompts: no local tokenizer (tried {tried}); give "
+        f"{_option('target')} (a local copy of the target, or just its tokenizer files) or give "
+        'prompts as token ids ({"input_ids": [...]} lines)'
     )
 
 
