@@ -277,4 +277,6 @@ def test_the_run_page_shows_the_detective_when_a_detect_job_succeeded(
     assert sweep_table["layout"].iloc[0] == "[0,1,2]"
     assert any("fingerprint" in s.value for s in at.subheader)
     specs = [json.loads(c.proto.spec) for c in at.get("vega_lite_chart")]
-    assert any("Slot vs tap" in json.dumps(spec.get("title", "")) for spec in specs)
+    assert "Which tap each slot carries: the match score of every slot and tap" in [
+        spec.get("title") for spec in specs
+    ]
