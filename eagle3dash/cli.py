@@ -215,6 +215,15 @@ def cmd_probe(args: argparse.Namespace) -> int:
             ids = list(ds.aux_layer_ids) if ds.aux_layer_ids is not None else None
             read += f": {ds.format} format, aux layer ids {ids} ({ds.aux_ids_location})"
         rows.append(("draft checkpoint", read))
+    if found.target is not None:
+        t = found.target
+        rows.append(
+            (
+                "served model here",
+                f"{t.path} ({t.num_layers} layers, {t.weight_bytes / 1e9:.2f} GB of weights): "
+                "--target it to measure the training side and the served slots",
+            )
+        )
     print(server.url)
     print(_rows(rows))
     _print_findings([f.to_dict() for f in found.findings])

@@ -169,3 +169,27 @@ def test_the_cli_prints_the_mode_and_the_draft(tmp_path: Path, capsys) -> None:
         "layer ids [1, 2, 3] (eagle_config)"
     ) in out
     assert "[warning] hidden-states-last-only" in out
+
+
+def test_the_served_model_on_this_machine_is_proposed_as_the_target(tmp_path, capsys) -> None:
+    model = tmp_path / "target"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"text_config": {"num_hidden_layers": 61}}))
+    (model / "model-00001.safetensors").write_bytes(b"\0" * 1000)
+    (model / "model-00002.safetensors").write_bytes(b"\0" * 234)
+    (model / "tokenizer.json").write_bytes(b"{}" * 100)  # not a weight file
+    info = json.loads(json.dumps(load_fixture("get_server_info.json")))
+    info["model_path"] = str(model)
+    with serve(replay_app(info)) as served:
+        found = probe(served.url)
+        assert main(["probe", served.url]) == 0
+    out = capsys.readouterr().out
+    assert found.target is not None
+    assert (found.target.path, found.target.num_layers) == (str(model), 61)
+    assert found.target.weight_bytes == 1234
+    assert found.to_dict()["target"]["num_layers"] == 61
+    assert f"served model here          {model} (61 layers, 0.00 GB of weights)" in out
+    # A model path that is no folder here (a hub id) proposes nothing.
+    info["model_path"] = "moonshotai/Kimi-K2"
+    with serve(replay_app(info)) as served:
+        assert probe(served.url).target is None
