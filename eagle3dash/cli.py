@@ -17,6 +17,8 @@ from eagle3dash.errors import InputError
 from eagle3dash.layout import Tap, bracketed, format_layout, parse_layout
 from eagle3dash.sglang_rules import DEFAULT_SGLANG_VERSION
 
+DEBUG_ENV = "EAGLE3DASH_DEBUG"
+
 
 class UsageError(InputError):
     """A bad combination of command-line arguments."""
@@ -533,3 +535,14 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into `head`: stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # a bug, not the user's input: still one line, no traceback
+        if os.environ.get(DEBUG_ENV):
+            raise
+        print(
+            f"error: unexpected {type(e).__name__}: {e} (a bug in eagle3dash, not in your "
+            f"input; {DEBUG_ENV}=1 shows the traceback)",
+            file=sys.stderr,
+        )
+        return 1

@@ -94,11 +94,12 @@ def _one_line(text: str, limit: int = _SNIPPET) -> str:
 
 
 def _error_text(resp: httpx.Response) -> str:
-    """The server's own error message: SGLang answers {"error": {"message": ...}} or similar."""
+    """The server's own error message when it answers SGLang's way ({"error": {"message": ...}}
+    or a "message"/"detail" string); never the body of a foreign reply, which may be any page."""
     try:
         body = resp.json()
     except ValueError:
-        return _one_line(resp.text) or "(empty body)"
+        return f"no SGLang error message: {_describe_body(resp)}"
     if isinstance(body, dict):
         err = body.get("error")
         if isinstance(err, dict) and err.get("message"):
@@ -106,16 +107,14 @@ def _error_text(resp: httpx.Response) -> str:
         for key in ("message", "detail", "error"):
             if isinstance(body.get(key), str) and body[key]:
                 return _one_line(body[key])
-    return _one_line(resp.text) or "(empty body)"
+    return f"no SGLang error message: {_describe_body(resp)}"
 
 
 def _describe_body(resp: httpx.Response) -> str:
+    """A reply's kind and size, never its content."""
     kind = resp.headers.get("content-type", "no content type").split(";")[0]
-    try:
-        text = resp.text
-    except UnicodeDecodeError:
-        text = repr(resp.content[:80])
-    return f"{kind}: {_one_line(text, 80)!r}" if text.strip() else f"{kind}, empty body"
+    size = len(resp.content)
+    return f"{kind}, {size:,} bytes" if size else f"{kind}, empty body"
 
 
 # --- reports --------------------------------------------------------------------------------------
@@ -346,7 +345,7 @@ def _histogram(value: Any, url: str) -> list[int] | None:
     ):
         raise EndpointError(
             f"POST {url}/generate: meta_info.spec_correct_drafts_histogram is not a list of "
-            f"counts ({_one_line(repr(value), 80)}): is this an SGLang server?",
+            f"counts (a {type(value).__name__}): is this an SGLang server?",
             url=url,
             kind=EndpointError.BAD_RESPONSE,
         )
@@ -362,8 +361,8 @@ def parse_generate(
     hidden_states[0] as `prefill_states`."""
     if not isinstance(body, dict) or not isinstance(body.get("meta_info"), dict):
         raise EndpointError(
-            f"POST {url}/generate returned JSON without meta_info "
-            f"({_one_line(repr(body), 80)}): is this an SGLang server?",
+            f"POST {url}/generate returned JSON without meta_info (a {type(body).__name__}): "
+            "is this an SGLang server?",
             url=url,
             kind=EndpointError.BAD_RESPONSE,
         )
@@ -601,7 +600,7 @@ class SGLangClient:
                 body = None
                 what = f"a body that is not JSON ({_describe_body(resp)})"
             else:
-                what = f"JSON without model_path ({_one_line(repr(body), 80)})"
+                what = f"JSON without model_path ({_describe_body(resp)})"
             if not isinstance(body, dict) or "model_path" not in body:
                 raise self._err(
                     f"{self.url} does not look like an SGLang server: GET {path} returned {what}",

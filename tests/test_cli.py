@@ -218,3 +218,16 @@ def test_diagnose_prints_measured_acceptance_per_position_beside_the_simulations
     d["training"]["eval"], d["measured"] = None, None  # nothing to show
     _print_per_position(d)
     assert capsys.readouterr().out == ""
+
+
+def test_an_unexpected_exception_is_one_line_not_a_traceback(monkeypatch, capsys) -> None:
+    import eagle3dash.cli as cli
+
+    def broken(args):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(cli, "cmd_inspect", broken)
+    assert cli.main(["inspect", "anything"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: unexpected RuntimeError: boom (a bug in eagle3dash")
+    assert err.count("\n") == 1 and "Traceback" not in err

@@ -526,6 +526,20 @@ def test_not_sglang_html_page() -> None:
         info.value, s.url, "does not look like an SGLang server: GET /server_info returned"
     )
     assert "text/html" in str(info.value)
+    # The tool is no proxy: what answers at a typed URL is classified, never shown.
+    assert "Grafana" not in str(info.value) and f"{len(page)} bytes" in str(info.value)
+
+
+@pytest.mark.parametrize("status", [200, 500, 418])
+def test_a_foreign_body_is_never_echoed(status: int) -> None:
+    secret = "<html><body>internal-dashboard token=SECRET123</body></html>"
+    with serve(lambda req: Reply(status, secret, "text/html")) as s:
+        with pytest.raises(EndpointError) as probe:
+            SGLangClient(s.url, retries=1).probe()
+        with pytest.raises(EndpointError) as generate:
+            SGLangClient(s.url, retries=1).generate(input_ids=[1, 2], max_new_tokens=1)
+    for error in (probe.value, generate.value):
+        assert "SECRET123" not in str(error) and "internal-dashboard" not in str(error)
 
 
 def test_not_sglang_other_json() -> None:
