@@ -136,7 +136,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     layout = parse_layout(args.layout)
     dtype = getattr(torch, args.dtype)
-    spec, tensors, _ = load(args.draft)
+    spec, tensors, report = load(args.draft)
+    if report.nonfinite:
+        raise InputError(
+            f"{args.draft}: {', '.join(report.nonfinite)} hold NaN or Inf values: the checkpoint "
+            "is broken, so an evaluation of it would mean nothing"
+        )
     if len(layout) != spec.num_aux:
         raise UsageError(
             f"--layout has {len(layout)} taps but the draft's fc takes {spec.num_aux} slots"

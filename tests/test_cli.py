@@ -231,3 +231,16 @@ def test_an_unexpected_exception_is_one_line_not_a_traceback(monkeypatch, capsys
     err = capsys.readouterr().err
     assert err.startswith("error: unexpected RuntimeError: boom (a bug in eagle3dash")
     assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_eval_refuses_a_draft_with_nan_weights(tmp_path: Path) -> None:
+    spec = format_spec("specforge", has_embed=True)
+    tensors = random_tensors(spec, seed=0, with_embed=True)
+    tensors["fc.weight"][0, :2] = float("nan")
+    path = save(spec, tensors, tmp_path / "nan-draft", "specforge")
+    out = run_cli("eval", "--draft", str(path), "--capture", str(tmp_path), "--layout", "1,2,3")
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert out.stderr == (
+        f"error: {path}: fc.weight hold NaN or Inf values: the checkpoint is broken, so an "
+        "evaluation of it would mean nothing\n"
+    )
