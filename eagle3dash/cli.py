@@ -130,7 +130,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     """Standalone draft evaluation over a capture under one layout."""
     import torch
 
-    from eagle3dash.capture import read_capture
+    from eagle3dash.capture import read_capture, read_target_embedding
     from eagle3dash.checkpoint import load
     from eagle3dash.draft import build_draft, evaluate_capture
 
@@ -148,7 +148,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         )
     capture = read_capture(args.capture, layout=layout, num_target_layers=args.target_layers)
     draft = build_draft(spec, tensors, device=args.device, dtype=dtype)
-    result = evaluate_capture(draft, capture, layout, steps=args.steps)
+    embed = read_target_embedding(args.target) if args.target else None
+    result = evaluate_capture(draft, capture, layout, steps=args.steps, embed_weight=embed)
     if args.json:
         _print_json(result.to_dict())
         return 0
@@ -459,6 +460,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--steps", type=int, default=5, help="chain draft steps S")
     p.add_argument("--target-layers", type=int, help="target depth N (for training dumps)")
+    p.add_argument(
+        "--target",
+        help="a local copy of the target: only its embedding is read, for drafts without "
+        "embed_tokens (serving gives them the target's)",
+    )
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--dtype", default="float32", help="float32 or bfloat16")
     p.add_argument("--json", action="store_true", help="print one JSON object")

@@ -69,6 +69,13 @@ ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
 # --------------------------------------------------------------------------------------------
 
 
+# Serving gives a draft without embed_tokens the target's embedding (SGLang's set_embed).
+NO_EMBEDDING = (
+    "this draft has no embed_tokens (serving gives it the target's): pass the target's "
+    "embedding (CLI: eval --target PATH, or a capture that stores it)"
+)
+
+
 class RMSNorm(nn.Module):
     """`w * (x.float() * rsqrt(mean(x^2) + eps)).to(dtype)`, as Llama/SpecForge/speculators."""
 
@@ -403,7 +410,7 @@ class Draft(nn.Module):
         if self.embed_tokens is not None:
             return self.embed_tokens(ids.to(self.device))
         if embed_weight is None:
-            raise ValueError("this draft has no embed_tokens; pass the target's embedding")
+            raise ValueError(NO_EMBEDDING)
         return embed_weight[ids.to(embed_weight.device)].to(self.device, self.dtype)
 
     def logits(self, h: Tensor) -> Tensor:
@@ -587,7 +594,7 @@ def evaluate(
     if steps < 1:
         raise ValueError("steps must be >= 1")
     if draft.embed_tokens is None and embed_weight is None:
-        raise ValueError("this draft has no embed_tokens; pass the target's embedding")
+        raise ValueError(NO_EMBEDDING)
     ids = input_ids.reshape(-1).to(torch.int64)
     L = ids.shape[0]
     if states.shape[0] != L:

@@ -244,3 +244,30 @@ def test_eval_refuses_a_draft_with_nan_weights(tmp_path: Path) -> None:
         f"error: {path}: fc.weight hold NaN or Inf values: the checkpoint is broken, so an "
         "evaluation of it would mean nothing\n"
     )
+
+
+def test_eval_of_a_draft_without_embed_tokens_takes_the_targets_embedding(tmp_path: Path) -> None:
+    from safetensors.torch import save_file
+
+    path = write_draft(tmp_path, "specforge", with_embed=False)
+    spec = format_spec("specforge", has_embed=False)
+    gen = torch.Generator().manual_seed(0)
+    seqs = [
+        Sequence(
+            input_ids=torch.randint(0, 64, (30,), generator=gen),
+            states={Tap(d): torch.randn(30, 32, generator=gen) for d in (1, 2, 3)},
+        )
+    ]
+    save_capture(
+        Capture(taps=(Tap(1), Tap(2), Tap(3)), sequences=seqs, hidden_size=32), tmp_path / "cap"
+    )
+    args = ("eval", "--draft", str(path), "--capture", str(tmp_path / "cap"), "--layout", "1,2,3")
+    out = run_cli(*args)
+    assert out.returncode == 1 and "eval --target PATH" in out.stderr
+    target = tmp_path / "target"
+    target.mkdir()
+    embed = torch.randn(spec.vocab_size, 32, generator=gen)
+    save_file({"model.embed_tokens.weight": embed}, str(target / "model.safetensors"))
+    out = run_cli(*args, "--target", str(target), "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["steps"] == 5
