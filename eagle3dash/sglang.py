@@ -42,6 +42,9 @@ HIDDEN_STATES_REFUSED = "not configured to return"
 # return_hidden_states mode exceeds the server maximum `last`. ..." (tokenizer_manager.py, 0.5.23).
 HIDDEN_STATES_ABOVE_MODE = "exceeds the server maximum"
 _SNIPPET = 200
+# The largest reply to a request without hidden states (server_info, a generation's text and
+# meta_info): far above any real one, far below what would exhaust memory.
+MAX_REPLY_BYTES = 64 << 20
 
 
 class EndpointError(InputError):
@@ -551,13 +554,16 @@ class SGLangClient:
     def _request(
         self, method: str, path: str, json: Any = None, *, stream: bool = False
     ) -> httpx.Response:
-        """The response (its body unread with `stream`: the caller closes it)."""
+        """The response, read whole within the request's total deadline (`timeout`) and
+        MAX_REPLY_BYTES; with `stream` its body is left unread (the caller closes it)."""
         last: Exception | None = None
         for attempt in range(self.retries):
+            deadline = time.monotonic() + self.timeout
             try:
                 client = self._client()
                 request = client.build_request(method, self.url + path, json=json)
-                return client.send(request, stream=stream)
+                resp = client.send(request, stream=True)
+                return resp if stream else self._read_bounded(resp, method, path, deadline)
             except httpx.ConnectError as exc:
                 last = exc
                 if attempt + 1 < self.retries:
@@ -567,13 +573,63 @@ class SGLangClient:
         assert last is not None
         raise self._down(method, path, last) from None
 
+    def _read_bounded(
+        self, resp: httpx.Response, method: str, path: str, deadline: float
+    ) -> httpx.Response:
+        """The response with its body read, refused past the deadline or MAX_REPLY_BYTES: httpx's
+        timeout is per read, so a server sending a byte a second would hold a request forever."""
+        chunks, size = [], 0
+        try:
+            for chunk in resp.iter_bytes():
+                size += len(chunk)
+                self._bound(size, deadline, method, path)
+                chunks.append(chunk)
+        finally:
+            resp.close()
+        return httpx.Response(
+            resp.status_code, headers=resp.headers, content=b"".join(chunks), request=resp.request
+        )
+
+    def _bound(self, size: int, deadline: float, method: str, path: str) -> None:
+        """Refuse a reply being read once it is larger than MAX_REPLY_BYTES or past its deadline."""
+        if size > MAX_REPLY_BYTES:
+            raise self._err(
+                f"{method} {self.url}{path}: the reply is larger than {MAX_REPLY_BYTES >> 20} MiB, "
+                "more than any SGLang answer to it: refused (does the URL point at an SGLang "
+                "server?)",
+                EndpointError.TOO_LARGE,
+            )
+        if time.monotonic() > deadline:
+            raise self._err(
+                f"{method} {self.url}{path} is slow: no complete answer within {self.timeout:g} s "
+                "(is the server overloaded or stuck? raise the timeout for long generations)",
+                EndpointError.TIMEOUT,
+            )
+
     async def _arequest(
         self, session: httpx.AsyncClient, method: str, path: str, json: Any = None
     ) -> httpx.Response:
+        """`_request` for the benchmark's concurrent requests (same deadline and size bound)."""
         last: Exception | None = None
         for attempt in range(self.retries):
+            deadline = time.monotonic() + self.timeout
             try:
-                return await session.request(method, self.url + path, json=json)
+                request = session.build_request(method, self.url + path, json=json)
+                resp = await session.send(request, stream=True)
+                chunks, size = [], 0
+                try:
+                    async for chunk in resp.aiter_bytes():
+                        size += len(chunk)
+                        self._bound(size, deadline, method, path)
+                        chunks.append(chunk)
+                finally:
+                    await resp.aclose()
+                return httpx.Response(
+                    resp.status_code,
+                    headers=resp.headers,
+                    content=b"".join(chunks),
+                    request=resp.request,
+                )
             except httpx.ConnectError as exc:
                 last = exc
                 if attempt + 1 < self.retries:
