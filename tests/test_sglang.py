@@ -681,17 +681,19 @@ def test_hidden_states_need_token_ids(replay: Served) -> None:
 def test_a_slow_drip_is_refused_at_the_requests_total_deadline() -> None:
     # 300 bytes at a byte every 0.1 s: each read comes quickly, the whole takes 30 s.
     info = json.dumps({"model_path": "x", "pad": "." * 260})
-    with serve(lambda req: Reply(200, info, "application/json", drip=0.1)) as s:
-        with pytest.raises(EndpointError) as err:
-            SGLangClient(s.url, timeout=1.0, retries=1).probe()
+    drip = Reply(200, info, "application/json", drip=0.1)
+    with serve(lambda req: drip) as s, pytest.raises(EndpointError) as err:
+        SGLangClient(s.url, timeout=1.0, retries=1).probe()
     assert err.value.kind == EndpointError.TIMEOUT
     assert "no complete answer within 1 s" in str(err.value)
 
 
 def test_a_huge_reply_is_refused_at_the_size_bound() -> None:
     huge = b'{"model_path": "x", "pad": "' + b"." * (65 << 20) + b'"}'
-    with serve(lambda req: Reply(200, huge, "application/json")) as s:
-        with pytest.raises(EndpointError) as err:
-            SGLangClient(s.url, retries=1).probe()
+    with (
+        serve(lambda req: Reply(200, huge, "application/json")) as s,
+        pytest.raises(EndpointError) as err,
+    ):
+        SGLangClient(s.url, retries=1).probe()
     assert err.value.kind == EndpointError.TOO_LARGE
     assert "larger than 64 MiB" in str(err.value)
