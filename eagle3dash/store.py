@@ -70,6 +70,10 @@ class UnsafePathError(InputError):
     """A path that would leave the home folder (`..`, an absolute member, a symlink out)."""
 
 
+class HomeError(InputError):
+    """The home folder cannot hold the store (a file, read-only, not creatable)."""
+
+
 class SchemaTooNewError(InputError):
     """The database was written by a newer eagle3dash than this one."""
 
@@ -352,12 +356,23 @@ def open_store(home: str | os.PathLike[str] | None = None) -> Store:
     """Open (creating folders and database, applying migrations) the store at `home`."""
     root = Path(home) if home is not None else default_home()
     root = root.expanduser().resolve()
-    root.mkdir(parents=True, exist_ok=True)
-    for sub in SUBDIRS:
-        (root / sub).mkdir(exist_ok=True)
+    fix = f"set {HOME_ENV} to a folder you can write (default ./{DEFAULT_HOME})"
+    if root.exists() and not root.is_dir():
+        raise HomeError(f"the home {root} is a file, not a folder: {fix}")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        for sub in SUBDIRS:
+            (root / sub).mkdir(exist_ok=True)
+    except OSError as e:
+        raise HomeError(f"the home {root} cannot be created ({e.strerror or e}): {fix}") from None
+    if not os.access(root, os.W_OK):
+        raise HomeError(f"the home {root} is read-only: {fix}")
     store = Store(root)
     try:
         migrate(store)
+    except sqlite3.Error as e:
+        store.close()
+        raise HomeError(f"the database {store.db_path} cannot be used ({e}): {fix}") from None
     except BaseException:
         store.close()
         raise

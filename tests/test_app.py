@@ -919,3 +919,16 @@ def test_get_store_keeps_no_connection_of_finished_threads(home) -> None:
     assert db.count_runs(get_store()) == 0  # this call closes the dead threads' stores
     assert open_stores() <= 2
     assert get_store() is get_store()  # one store per thread
+
+
+@pytest.mark.parametrize("page", [None, "run", "new_run", "checkpoints", "compare"])
+def test_a_home_that_is_a_file_is_one_clear_page(tmp_path, monkeypatch, page) -> None:
+    blocker = tmp_path / "home"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("EAGLE3DASH_HOME", str(blocker))
+    at = app(page)
+    no_exception(at)
+    assert texts(at, "error") == (
+        f"the home {blocker} is a file, not a folder: set EAGLE3DASH_HOME to a folder you can "
+        "write (default ./.eagle3dash)"
+    )

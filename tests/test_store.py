@@ -577,3 +577,23 @@ def test_safe_join_refuses_paths_out_of_the_home(tmp_path: Path) -> None:
     ):
         with pytest.raises(UnsafePathError):
             safe_join(home, *parts)
+
+
+@pytest.mark.parametrize("where", ["file", "under-a-file"])
+def test_a_home_that_cannot_be_a_folder_is_one_clear_line(tmp_path, where) -> None:
+    from eagle3dash.store import HomeError
+
+    blocker = tmp_path / "blocker"
+    blocker.write_text("not a folder")
+    home = blocker if where == "file" else blocker / "home"
+    with pytest.raises(HomeError, match="EAGLE3DASH_HOME"):
+        open_store(home)
+    out = subprocess.run(
+        [sys.executable, "-m", "eagle3dash", "worker", "--once", "--home", str(home)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert out.stderr.startswith(f"error: the home {home}") and out.stderr.count("\n") == 1
