@@ -932,3 +932,22 @@ def test_a_home_that_is_a_file_is_one_clear_page(tmp_path, monkeypatch, page) ->
         f"the home {blocker} is a file, not a folder: set EAGLE3DASH_HOME to a folder you can "
         "write (default ./.eagle3dash)"
     )
+
+
+def test_loopback_asks_nothing_and_a_network_bind_asks_for_the_token(home, monkeypatch) -> None:
+    at = app()
+    assert "Access token" not in [t.label for t in at.text_input]
+    monkeypatch.setenv("EAGLE3DASH_BIND", "0.0.0.0")
+    monkeypatch.delenv("EAGLE3DASH_TOKEN", raising=False)
+    at = app()
+    no_exception(at)
+    assert "no access token is set: set EAGLE3DASH_TOKEN" in texts(at, "error")
+    assert "Runs" not in [t.value for t in at.title]
+    monkeypatch.setenv("EAGLE3DASH_TOKEN", "s3cret")
+    at = app("run", run="1")
+    assert [t.label for t in at.text_input] == ["Access token"]
+    at.text_input(key="_access_token").input("wrong").run(timeout=TIMEOUT)
+    assert "That is not the access token." in texts(at, "error")
+    at.text_input(key="_access_token").input("s3cret").run(timeout=TIMEOUT)
+    no_exception(at)
+    assert "Run #1" in [t.value for t in at.title] or "There is no run #1" in texts(at, "error")
