@@ -278,11 +278,13 @@ def test_child_fails_its_job_when_the_worker_is_killed(store: Store) -> None:
         if worker.poll() is None:
             worker.kill()
             worker.wait()
-    assert job["status"] == "failed"
-    assert "the worker exited" in job["error"]
+    reason = f"abandoned: the worker (pid {worker.pid}) exited while the job ran"
+    assert (job["status"], job["error"]) == ("failed", reason)
     wait_until(lambda: not _pid_alive(job["child_pid"]), what="the orphaned child to exit")
     run = get_run(store, run_id)
-    assert (run["status"], run["error"]) == ("failed", "abandoned: the worker exited")
+    assert (run["status"], run["error"]) == ("failed", reason)
+    # The job's log ends with why it stopped.
+    assert job_log(store, job_id).rstrip().endswith(f"{reason}; stopping")
 
 
 def _running_job(store: Store, run_id: int) -> dict:

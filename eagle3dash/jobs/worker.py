@@ -466,8 +466,11 @@ def _watch_parent(store: Store, job_id: int, parent_pid: int) -> None:
     while True:
         time.sleep(0.5)
         if os.getppid() != parent_pid:
+            reason = f"abandoned: the worker (pid {parent_pid}) exited while the job ran"
+            # stderr is the job's log: it ends with why the job stopped
+            print(f"[job {job_id}] {now_iso()} {reason}; stopping", file=sys.stderr, flush=True)
             with contextlib.suppress(Exception):
-                _finish(store, job_id, "failed", error="abandoned: the worker exited")
+                _finish(store, job_id, "failed", error=reason)
             if os.getpgrp() == os.getpid():
                 os.killpg(os.getpid(), signal.SIGKILL)
             os._exit(70)
