@@ -218,22 +218,55 @@ class ServerReport:
             )
 
 
-def _speculative(info: dict) -> SpeculativeSettings | None:
+class _Fields:
+    """Typed reads of one server_info: a value of the wrong type is one EndpointError naming the
+    field (a "3" where SGLang writes 3 is not SGLang's answer), never a TypeError later."""
+
+    def __init__(self, info: dict, url: str) -> None:
+        self.info, self.url = info, url
+
+    def _get(self, key: str, kinds: tuple[type, ...], what: str) -> Any:
+        value = self.info.get(key)
+        if value is None or (isinstance(value, kinds) and not isinstance(value, bool)):
+            return value
+        raise EndpointError(
+            f"{self.url}: server_info field {key} is {type(value).__name__} {str(value)[:40]!r}, "
+            f"not {what}: is this an SGLang server?",
+            url=self.url,
+            kind=EndpointError.BAD_RESPONSE,
+        )
+
+    def int(self, key: str) -> int | None:
+        """An integer field, or None."""
+        return self._get(key, (int,), "an integer")
+
+    def number(self, key: str) -> float | None:
+        """A numeric field, or None."""
+        value = self._get(key, (int, float), "a number")
+        return None if value is None else float(value)
+
+    def text(self, key: str) -> str | None:
+        """A string field, or None."""
+        return self._get(key, (str,), "a string")
+
+
+def _speculative(info: dict, url: str = "") -> SpeculativeSettings | None:
     algorithm = info.get("speculative_algorithm")
     if not algorithm:
         return None
+    f = _Fields(info, url)
     return SpeculativeSettings(
         algorithm=str(algorithm),
-        draft_model_path=info.get("speculative_draft_model_path"),
-        num_steps=info.get("speculative_num_steps"),
-        eagle_topk=info.get("speculative_eagle_topk"),
-        num_draft_tokens=info.get("speculative_num_draft_tokens"),
-        token_map=info.get("speculative_token_map"),
+        draft_model_path=f.text("speculative_draft_model_path"),
+        num_steps=f.int("speculative_num_steps"),
+        eagle_topk=f.int("speculative_eagle_topk"),
+        num_draft_tokens=f.int("speculative_num_draft_tokens"),
+        token_map=f.text("speculative_token_map"),
         # 0.5.8+ only; older servers quantize the draft like the target (research §3.1).
-        draft_quantization=info.get("speculative_draft_model_quantization"),
+        draft_quantization=f.text("speculative_draft_model_quantization"),
         quantization_explicitly_set=info.get("_speculative_draft_quantization_explicitly_set"),
-        accept_threshold_single=info.get("speculative_accept_threshold_single"),
-        accept_threshold_acc=info.get("speculative_accept_threshold_acc"),
+        accept_threshold_single=f.number("speculative_accept_threshold_single"),
+        accept_threshold_acc=f.number("speculative_accept_threshold_acc"),
         # 0.5.16+ (server_args.py; 0.5.23 arg_groups/fields/spec.py), after startup resolution
         adaptive=bool(info.get("speculative_adaptive")),
     )
@@ -269,19 +302,20 @@ def parse_server_report(
     info = server_info
     mi = model_info or {}
     archs = mi.get("architectures")
+    f = _Fields(info, url)
     return ServerReport(
         url=url,
         version=None if info.get("version") is None else str(info["version"]),
-        model_path=info.get("model_path") or mi.get("model_path"),
+        model_path=f.text("model_path") or mi.get("model_path"),
         served_model_name=info.get("served_model_name") or mi.get("served_model_name"),
         architectures=list(archs) if isinstance(archs, list) and archs else None,
         model_type=mi.get("model_type"),
-        tp_size=info.get("tp_size"),
+        tp_size=f.int("tp_size"),
         dtype=info.get("dtype"),
         quantization=info.get("quantization"),
         attention_backend=info.get("attention_backend"),
         device=info.get("device"),
-        speculative=_speculative(info),
+        speculative=_speculative(info, url),
         enable_return_hidden_states=bool(info.get("enable_return_hidden_states")),
         # 0.5.20+ (arg_groups/serving_hook.py); absent on older servers.
         return_hidden_states_mode=_text_or_none(info.get("return_hidden_states_mode")),
@@ -292,7 +326,7 @@ def parse_server_report(
         chunked_prefill_size=_positive_int(info.get("chunked_prefill_size")),
         disable_radix_cache=info.get("disable_radix_cache"),
         disable_cuda_graph=info.get("disable_cuda_graph"),
-        decode_log_interval=info.get("decode_log_interval"),
+        decode_log_interval=f.int("decode_log_interval"),
         avg_spec_accept_length=_avg_accept_length(info),
         healthy=healthy,
         server_info=info,

@@ -697,3 +697,23 @@ def test_a_huge_reply_is_refused_at_the_size_bound() -> None:
         SGLangClient(s.url, retries=1).probe()
     assert err.value.kind == EndpointError.TOO_LARGE
     assert "larger than 64 MiB" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("speculative_num_steps", "3"),
+        ("speculative_eagle_topk", 1.5),
+        ("tp_size", [8]),
+        ("speculative_accept_threshold_single", "1.0"),
+        ("model_path", 42),
+    ],
+)
+def test_a_server_info_field_of_the_wrong_type_is_one_line_naming_it(key, value) -> None:
+    info = spec_server_info(load_fixture("get_server_info.json"))
+    info[key] = value
+    with serve(replay_app(info)) as s, pytest.raises(EndpointError) as err:
+        SGLangClient(s.url, retries=1).probe()
+    assert err.value.kind == EndpointError.BAD_RESPONSE
+    assert f"server_info field {key} is {type(value).__name__}" in str(err.value)
+    assert "\n" not in str(err.value)
