@@ -404,24 +404,51 @@ def _layer_config(cfg: dict, fmt: str, config_path: Path) -> dict:
     return layer_cfg
 
 
+# Sanity caps for config dims: far above any real draft (Kimi: hidden 7168, vocab 163840), far
+# below what would make a headers-only inspect allocate gigabytes for a typo.
+DIM_CAPS = {
+    "hidden_size": 1 << 17,
+    "num_attention_heads": 4096,
+    "num_key_value_heads": 4096,
+    "head_dim": 1 << 14,
+    "intermediate_size": 1 << 20,
+    "num_hidden_layers": 256,
+    "vocab_size": 1 << 22,
+}
+
+
+def _dim(layer_cfg: dict, key: str, config_path: Path, where: str, default: int | None) -> int:
+    """A positive integer dim within DIM_CAPS (the default when absent); CheckpointError naming
+    the key and the file otherwise."""
+    value = layer_cfg.get(key)
+    if value is None and default is not None:
+        return default
+    if not isinstance(value, int) or isinstance(value, bool):
+        got = "missing" if value is None else f"{type(value).__name__} {str(value)[:30]!r}"
+        raise CheckpointError(
+            f"{config_path}: {where} {key} is {got}, not a whole number: fix config.json "
+            "(a draft config needs the Llama decoder dims)"
+        )
+    if not 1 <= value <= DIM_CAPS[key]:
+        raise CheckpointError(
+            f"{config_path}: {where} {key} = {value} is outside 1..{DIM_CAPS[key]:,}: fix "
+            "config.json"
+        )
+    return value
+
+
 def _dims(layer_cfg: dict, config_path: Path, where: str) -> dict:
     """Decoder dims; head_dim defaults to hidden_size // heads, kv heads to heads, layers to 1."""
-    required = ("hidden_size", "num_attention_heads", "intermediate_size", "vocab_size")
-    missing = [k for k in required if not isinstance(layer_cfg.get(k), int)]
-    if missing:
-        raise CheckpointError(
-            f"{config_path}: {where} lacks {', '.join(missing)}; "
-            "add them (a draft config needs the Llama decoder dims)"
-        )
-    h, nh = layer_cfg["hidden_size"], layer_cfg["num_attention_heads"]
+    h = _dim(layer_cfg, "hidden_size", config_path, where, None)
+    nh = _dim(layer_cfg, "num_attention_heads", config_path, where, None)
     return {
         "hidden_size": h,
         "num_heads": nh,
-        "num_kv_heads": layer_cfg.get("num_key_value_heads") or nh,
-        "head_dim": layer_cfg.get("head_dim") or h // nh,
-        "intermediate_size": layer_cfg["intermediate_size"],
-        "num_layers": layer_cfg.get("num_hidden_layers") or 1,
-        "vocab_size": layer_cfg["vocab_size"],
+        "num_kv_heads": _dim(layer_cfg, "num_key_value_heads", config_path, where, nh),
+        "head_dim": _dim(layer_cfg, "head_dim", config_path, where, max(1, h // nh)),
+        "intermediate_size": _dim(layer_cfg, "intermediate_size", config_path, where, None),
+        "num_layers": _dim(layer_cfg, "num_hidden_layers", config_path, where, 1),
+        "vocab_size": _dim(layer_cfg, "vocab_size", config_path, where, None),
     }
 
 

@@ -355,8 +355,29 @@ def test_config_errors(tmp_path):
     with pytest.raises(CheckpointError, match=r"config.json: not valid JSON \(line 2, column"):
         inspect(ckpt)
     (ckpt / CONFIG).write_text('{"hidden_size": 32}')
-    with pytest.raises(CheckpointError, match="lacks num_attention_heads, intermediate_size"):
+    with pytest.raises(CheckpointError, match="config num_attention_heads is missing"):
         inspect(ckpt)
+
+
+@pytest.mark.parametrize(
+    "key, value, says",
+    [
+        ("hidden_size", 0, "hidden_size = 0 is outside 1..131,072"),
+        ("num_attention_heads", 0, "num_attention_heads = 0 is outside 1..4,096"),
+        ("num_hidden_layers", 1_000_000_000, "num_hidden_layers = 1000000000 is outside 1..256"),
+        ("head_dim", "16", "head_dim is str '16', not a whole number"),
+        ("vocab_size", 1.5, "vocab_size is float '1.5', not a whole number"),
+        ("intermediate_size", True, "intermediate_size is bool 'True', not a whole number"),
+    ],
+)
+def test_a_config_dim_of_the_wrong_type_or_size_names_the_key(tmp_path, key, value, says):
+    ckpt, _ = write(tmp_path, tiny_spec("specforge"))
+    config = json.loads((ckpt / CONFIG).read_text())
+    config[key] = value
+    (ckpt / CONFIG).write_text(json.dumps(config))
+    with pytest.raises(CheckpointError) as err:
+        inspect(ckpt)
+    assert says in str(err.value) and str(err.value).startswith(str(ckpt / CONFIG))
 
 
 def test_truncated_and_corrupt_safetensors(tmp_path):
