@@ -223,6 +223,7 @@ def _inspect(path: str | Path) -> tuple[InspectReport, dict[str, _Raw], dict[str
     layer_cfg = _layer_config(cfg, fmt, config_path)
     where = "transformer_layer_config" if fmt == "speculators" else "config"
     dims = _dims(layer_cfg, config_path, where)
+    _check_types(cfg, layer_cfg, config_path)
     q_out, kv_out = dims["num_heads"] * dims["head_dim"], dims["num_kv_heads"] * dims["head_dim"]
     sources, problems = _sources(raw, q_out, kv_out)
     tensors = {
@@ -269,7 +270,14 @@ def _weight_files(directory: Path, given: Path) -> list[Path]:
         weight_map = _read_json(index).get("weight_map")
         if not isinstance(weight_map, dict):
             raise CheckpointError(f"{index}: no weight_map object; re-export the checkpoint")
-        shards = [directory / name for name in dict.fromkeys(weight_map.values())]
+        names = list(dict.fromkeys(weight_map.values()))
+        for name in names:  # plain names of files beside the index: never a path out of it
+            if not isinstance(name, str) or name in ("", ".", "..") or Path(name).name != name:
+                raise CheckpointError(
+                    f"{index}: weight_map names {str(name)[:60]!r}, not a file name in "
+                    f"{directory}: re-export the checkpoint"
+                )
+        shards = [directory / name for name in names]
         for shard in shards:
             if not shard.is_file():
                 raise CheckpointError(
@@ -450,6 +458,54 @@ def _dims(layer_cfg: dict, config_path: Path, where: str) -> dict:
         "num_layers": _dim(layer_cfg, "num_hidden_layers", config_path, where, 1),
         "vocab_size": _dim(layer_cfg, "vocab_size", config_path, where, None),
     }
+
+
+def _is_ids(value: object) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(i, int) and not isinstance(i, bool) for i in value
+    )
+
+
+def _check_types(cfg: dict, layer_cfg: dict, config_path: Path) -> None:
+    """The other config keys the spec reads, of the types their frameworks write; CheckpointError
+    naming the key otherwise (read once here, so nothing downstream meets a str for an int)."""
+
+    def bad(key: str, value: object, want: str) -> CheckpointError:
+        got = f"{type(value).__name__} {str(value)[:30]!r}"
+        return CheckpointError(f"{config_path}: {key} is {got}, not {want}: fix config.json")
+
+    nested = cfg.get("eagle_config")
+    if nested is not None and not isinstance(nested, dict):
+        raise bad("eagle_config", nested, "an object")
+    for key, value in (
+        (
+            "eagle_config.eagle_aux_hidden_state_layer_ids",
+            (nested or {}).get("eagle_aux_hidden_state_layer_ids"),
+        ),
+        ("eagle_aux_hidden_state_layer_ids", cfg.get("eagle_aux_hidden_state_layer_ids")),
+    ):
+        if value is not None and not _is_ids(value):
+            raise bad(key, value, "a list of whole numbers")
+    target = cfg.get("target_hidden_size")
+    if target is not None and not (
+        isinstance(target, int) and 0 < target <= DIM_CAPS["hidden_size"]
+    ):
+        raise bad("target_hidden_size", target, f"a whole number in 1..{DIM_CAPS['hidden_size']}")
+    if cfg.get("speculators_config") is not None and not isinstance(
+        cfg["speculators_config"], dict
+    ):
+        raise bad("speculators_config", cfg["speculators_config"], "an object")
+    types = layer_cfg.get("layer_types")
+    if types is not None and not (
+        isinstance(types, list) and all(isinstance(t, str) for t in types)
+    ):
+        raise bad("layer_types", types, "a list of strings")
+    theta = layer_cfg.get("rope_theta")
+    if theta is not None and (not isinstance(theta, int | float) or isinstance(theta, bool)):
+        raise bad("rope_theta", theta, "a number")
+    for key in ("rope_scaling", "rope_parameters"):
+        if layer_cfg.get(key) is not None and not isinstance(layer_cfg[key], dict):
+            raise bad(key, layer_cfg[key], "an object")
 
 
 def _canonical_name(raw: str) -> str | None:

@@ -468,3 +468,38 @@ def test_inspect_reads_only_headers(tmp_path):
         [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize(
+    "patch, says",
+    [
+        ({"eagle_config": "yes"}, "eagle_config is str 'yes', not an object"),
+        (
+            {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, "2", 3]}},
+            "eagle_config.eagle_aux_hidden_state_layer_ids is list \"[1, '2', 3]\", not a list",
+        ),
+        ({"eagle_aux_hidden_state_layer_ids": 7}, "eagle_aux_hidden_state_layer_ids is int '7'"),
+        ({"target_hidden_size": "4096"}, "target_hidden_size is str '4096', not a whole number"),
+        ({"layer_types": 3}, "layer_types is int '3', not a list of strings"),
+        ({"rope_theta": "1e6"}, "rope_theta is str '1e6', not a number"),
+        ({"rope_scaling": "yarn"}, "rope_scaling is str 'yarn', not an object"),
+    ],
+)
+def test_a_config_key_of_the_wrong_type_is_one_message_naming_it(tmp_path, patch, says):
+    ckpt, _ = write(tmp_path, tiny_spec("specforge"))
+    config = json.loads((ckpt / CONFIG).read_text())
+    config.update(patch)
+    (ckpt / CONFIG).write_text(json.dumps(config))
+    with pytest.raises(CheckpointError) as err:
+        inspect(ckpt)
+    assert says in str(err.value)
+
+
+@pytest.mark.parametrize("name", ["../../etc/passwd", "/tmp/x.safetensors", "", 3])
+def test_an_index_may_only_name_shards_beside_it(tmp_path, name):
+    ckpt, _ = write(tmp_path, tiny_spec("specforge"))
+    (ckpt / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {"fc.weight": name}})
+    )
+    with pytest.raises(CheckpointError, match="not a file name in"):
+        inspect(ckpt)
