@@ -254,6 +254,10 @@ def _read_json(path: Path) -> dict:
             f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}); "
             "fix the file or copy it again from the trainer's output"
         ) from e
+    except RecursionError:
+        raise CheckpointError(
+            f"{path}: nested too deeply to be a config; fix the file or copy it again"
+        ) from None
     except UnicodeDecodeError as e:
         raise CheckpointError(f"{path}: not UTF-8 text ({e}); is this really a JSON file?") from e
     if not isinstance(data, dict):
@@ -322,7 +326,7 @@ def _safetensors_header(path: Path) -> dict[str, tuple[list[int], str]]:
         text = f.read(n)
     try:
         header = json.loads(text)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise CheckpointError(f"{path}: corrupt header: not JSON ({e}); copy the file again") from e
     if not isinstance(header, dict):
         raise CheckpointError(f"{path}: corrupt header: not a JSON object; copy the file again")

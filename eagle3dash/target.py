@@ -27,7 +27,7 @@ def read_config(target_path: str | Path) -> tuple[Path, dict]:
         raise TargetError(f"{path}: no config.json; not a Hugging Face model directory")
     try:
         config = json.loads(cfg.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise TargetError(f"{cfg}: cannot be read as JSON: {e}") from e
     if not isinstance(config, dict):
         raise TargetError(f"{cfg}: expected a JSON object, got {type(config).__name__}")

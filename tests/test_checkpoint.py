@@ -503,3 +503,10 @@ def test_an_index_may_only_name_shards_beside_it(tmp_path, name):
     )
     with pytest.raises(CheckpointError, match="not a file name in"):
         inspect(ckpt)
+
+
+def test_a_deeply_nested_config_is_one_message_not_a_recursion_error(tmp_path):
+    ckpt, _ = write(tmp_path, tiny_spec("specforge"))
+    (ckpt / CONFIG).write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(CheckpointError, match="nested too deeply"):
+        inspect(ckpt)

@@ -190,7 +190,7 @@ def _read_manifest(path: Path) -> dict:
         raise CaptureError(f"{path}: no {MANIFEST}; not an eagle3dash capture")
     try:
         manifest = json.loads(mpath.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise CaptureError(f"{mpath}: cannot be read as JSON: {e}") from e
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         got = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__

@@ -60,7 +60,7 @@ def read_target_embedding(target_path: str | Path) -> Tensor:
         if index.is_file():
             try:
                 weight_map = json.loads(index.read_text()).get("weight_map") or {}
-            except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as e:
+            except (OSError, ValueError, AttributeError, RecursionError) as e:
                 raise CaptureError(f"{index}: cannot read its weight_map: {e}") from e
             for name in EMBED_NAMES:
                 if name in weight_map:

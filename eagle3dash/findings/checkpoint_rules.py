@@ -28,7 +28,7 @@ def _raw_config(report: InspectReport | None) -> dict:
         return {}
     try:
         data = json.loads((Path(report.path) / "config.json").read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return {}
     return data if isinstance(data, dict) else {}
 
