@@ -951,3 +951,20 @@ def test_loopback_asks_nothing_and_a_network_bind_asks_for_the_token(home, monke
     at.text_input(key="_access_token").input("s3cret").run(timeout=TIMEOUT)
     no_exception(at)
     assert "Run #1" in [t.value for t in at.title] or "There is no run #1" in texts(at, "error")
+
+
+def test_guard_turns_an_unexpected_exception_into_one_box(home) -> None:
+    def page() -> None:
+        from eagle3dash.ui import widgets
+
+        def broken() -> None:
+            raise RuntimeError("internal detail")
+
+        widgets.guard(broken)
+
+    at = AppTest.from_function(page, default_timeout=TIMEOUT).run()
+    no_exception(at)
+    assert texts(at, "error") == (
+        "Something unexpected went wrong (RuntimeError): a bug in eagle3dash, not in your input. "
+        "The details are in the app's log."
+    )

@@ -7,6 +7,7 @@ Nothing here uses `unsafe_allow_html`: findings, paths, URLs and messages go thr
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
@@ -341,11 +342,20 @@ def query_int(name: str) -> tuple[int | None, str | None]:
 
 
 def guard(fn, *args: Any, **kwargs: Any) -> Any:
-    """Call fn; show an InputError's message instead of a traceback (then return None)."""
+    """Call fn; show an InputError's message, or one box for anything unexpected (its traceback
+    goes to the app's log), instead of a traceback on the page; then return None."""
     try:
         return fn(*args, **kwargs)
     except InputError as e:
         show_error(e)
+        return None
+    except Exception as e:
+        logging.getLogger("eagle3dash.app").exception("unexpected error in %s", fn)
+        st.error(
+            f"Something unexpected went wrong ({md_escape(type(e).__name__)}): a bug in "
+            "eagle3dash, not in your input. The details are in the app's log.",
+            icon="🚫",
+        )
         return None
 
 
