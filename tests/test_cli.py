@@ -218,3 +218,15 @@ def test_diagnose_prints_measured_acceptance_per_position_beside_the_simulations
     d["training"]["eval"], d["measured"] = None, None  # nothing to show
     _print_per_position(d)
     assert capsys.readouterr().out == ""
+
+
+def test_inspect_refuses_a_target_model_in_one_line(tmp_path: Path) -> None:
+    from eagle3dash.testing.tiny import make_tiny_target
+
+    target = make_tiny_target(tmp_path / "target", num_layers=4)
+    out = run_cli("inspect", str(target))
+    assert out.returncode == 1 and out.stdout == ""
+    assert out.stderr == (
+        f"error: {target}: this looks like a target model (a causal LM), not an EAGLE-3 draft: "
+        "no fc.weight, 4 decoder layers; give the EAGLE-3 draft's folder\n"
+    )
