@@ -289,7 +289,9 @@ def test_a_checkpoint_lists_its_runs_and_starts_a_new_run_with_it(world, home) -
     mine = db.add_checkpoint(home, world["draft"], name="mine")
     other = db.add_checkpoint(home, world["other"], name="other")
     runs = [db.create_run(home, mine, "http://gpubox:30000") for _ in range(2)]
-    db.update_run(home, runs[1], status="succeeded", options={"demo": "mismatched"})
+    demo = {"demo": "mismatched", "demo_fixed_run": 9}
+    db.update_run(home, runs[1], status="succeeded", options=demo, endpoint_url="http://x:1")
+    db.mark_endpoint_stopped(home, "http://x:1")
     at = app("checkpoints")
     no_exception(at)
     links = [(link.proto.label, link.proto.query_string) for link in at.get("page_link")]
@@ -297,7 +299,11 @@ def test_a_checkpoint_lists_its_runs_and_starts_a_new_run_with_it(world, home) -
         f"run={runs[1]}",
         f"run={runs[0]}",
     ]
-    assert any(label.endswith("· demo: mismatched") for label, _ in links)
+    assert any(
+        label.startswith(f"Run #{runs[1]} · ✅ succeeded · ")
+        and label.endswith(" · demo: mismatched, fixed by run #9 · endpoint stopped")
+        for label, _ in links
+    )
     assert ("New run with this checkpoint", f"checkpoint={mine}") in links
     assert "Used by 2 runs:" in texts(at, "caption") and "No run has used it yet." in texts(at)
     # The link's page: New run with that checkpoint picked (and the other one stays pickable).

@@ -111,9 +111,10 @@ def try_the_demo() -> None:
         if urls:
             st.info(
                 f"The demo runs on this machine: endpoint {md_escape(urls[0])} (draft A, "
-                f"mismatched) and baseline {md_escape(urls[1])} (no speculation), both "
-                f"{md_escape(DOUBLE_WORDS)}. {md_escape(COST_MODEL_WORDS)} The form below is "
-                "filled in: press **Run the diagnosis**.",
+                f"mismatched) and baseline {md_escape(urls[1])} (no speculation), both served "
+                "by the SGLang API double (not a serving engine). "
+                f"{md_escape(COST_MODEL_WORDS)} The form below is filled in: press **Run the "
+                "diagnosis**.",
                 icon="🧪",
             )
 
@@ -202,6 +203,19 @@ def before_submit_warnings(found: Probe | None, draft_path: str | None) -> list[
 # --- checkpoints -------------------------------------------------------------------------------
 
 
+def run_link_label(run: Mapping[str, Any]) -> str:
+    """'Run #1 · ✅ succeeded · <when> · demo: mismatched, fixed by run #3 · endpoint stopped'."""
+    options = run.get("options") or {}
+    label = f"Run #{run['id']} · {status_label(run['status'])} · {when(run['created_at'])}"
+    if options.get("demo"):
+        label += f" · demo: {options['demo']}"
+        if options.get("demo_fixed_run"):
+            label += f", fixed by run #{options['demo_fixed_run']}"
+    if run.get("endpoint_stopped_at"):
+        label += " · endpoint stopped"
+    return label
+
+
 def checkpoint_runs(checkpoint: Mapping[str, Any], limit: int = 10) -> None:
     """The runs that used a checkpoint (links to their pages), and a new run with it."""
     store = get_store()
@@ -213,11 +227,9 @@ def checkpoint_runs(checkpoint: Mapping[str, Any], limit: int = 10) -> None:
             + (f" (the latest {limit}):" if total > limit else ":")
         )
         for run in db.checkpoint_runs(store, checkpoint_id, limit):
-            demo = (run.get("options") or {}).get("demo")
             st.page_link(
                 widgets.RUN_PAGE,
-                label=f"Run #{run['id']} · {status_label(run['status'])} · "
-                f"{when(run['created_at'])}" + (f" · demo: {demo}" if demo else ""),
+                label=run_link_label(run),
                 query_params={"run": str(run["id"])},
             )
     else:
@@ -250,7 +262,7 @@ def remove_with_confirmation(checkpoint: Mapping[str, Any]) -> str | None:
         "used it keep their results.",
         icon="⚠️",
     )
-    yes, no = st.columns(2)
+    yes, no, _ = st.columns([1, 1, 4])
     if no.button("Keep it", key=f"remove-no-{checkpoint_id}"):
         del st.session_state[asking]
         st.rerun()
