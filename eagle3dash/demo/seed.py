@@ -124,17 +124,35 @@ def seed(
 ) -> list[DemoRun]:
     """Queue the three demo deployments' diagnoses and serve them until a worker has run them
     (this process's own with `worker`); skipped when they succeeded before."""
+    with db.open_store(home) as store:
+        if seeded(store) and not force:
+            progress("the demo runs are already there (use --force to make them again)")
+            return []
+        cut = cancel_unfinished(store, demo_runs(store), "its demo endpoints stopped before it ran")
+        if cut:
+            progress(f"cancelled the unfinished demo runs of an earlier seed: {cut}")
+        run_ids = _serve_until_run(store, progress, num_prompts, max_new_tokens, worker)
+        results = []
+        for name, run_id in run_ids.items():
+            run = db.get_run(store, run_id)
+            assert run is not None  # made by _serve_until_run
+            results.append(DemoRun(name, run_id, run["status"], run.get("diagnosis")))
+        return results
+
+
+def _serve_until_run(
+    store: db.Store,
+    progress: Callable[[str], None],
+    num_prompts: int,
+    max_new_tokens: int,
+    worker: bool,
+) -> dict[str, int]:
+    """Serve the deployments, queue their runs, wait for them; then stop the endpoints and
+    mark them stopped, and cancel what did not run (on an interrupt)."""
     from eagle3dash.demo.serve import demo_options, serve_baseline, serve_deployment
     from eagle3dash.submit import submit_diagnosis
     from eagle3dash.uploads import register_path
 
-    store = db.open_store(home)
-    if seeded(store) and not force:
-        progress("the demo runs are already there (use --force to make them again)")
-        return []
-    cut = cancel_unfinished(store, demo_runs(store), "its demo endpoints stopped before it ran")
-    if cut:
-        progress(f"cancelled the unfinished demo runs of an earlier seed: {cut}")
     plans = deployments()
     fix_ids = plans["fixed"].aux_layer_ids_override
     assert fix_ids is not None  # the fixed deployment names the ids the fix writes
@@ -173,13 +191,7 @@ def seed(
             server.stop()
             db.mark_endpoint_stopped(store, server.url)
         cancel_unfinished(store, list(run_ids.values()), "the demo seed stopped before it ran")
-    results = []
-    for name, run_id in run_ids.items():
-        run = db.get_run(store, run_id)
-        assert run is not None  # made above
-        results.append(DemoRun(name, run_id, run["status"], run.get("diagnosis")))
-    store.close()
-    return results
+    return run_ids
 
 
 def summary(run: DemoRun) -> str:
