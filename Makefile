@@ -36,11 +36,13 @@ typecheck: install
 test: lint typecheck browser
 	$(PY) -m pytest -q
 
-# The demo's runs are made on first start (about a minute); then one worker runs the queued
-# diagnoses and the app serves on :8501 (.streamlit/config.toml).
+# The app serves on :8501 (.streamlit/config.toml) at once, beside one worker that runs the
+# queued diagnoses; on first start `demo seed` queues the demo's three runs in the background and
+# serves their endpoints until the worker has run them (the Runs page shows them arriving).
 run: install
-	$(PY) -m eagle3dash demo seed
-	$(PY) -m eagle3dash worker & worker=$$!; trap "kill $$worker" EXIT INT TERM; \
+	$(PY) -m eagle3dash worker & worker=$$!; \
+	  $(PY) -m eagle3dash demo seed & seed=$$!; \
+	  trap "kill $$seed $$worker 2>/dev/null" EXIT INT TERM; \
 	  $(VENV)/bin/streamlit run app.py
 
 # Every CPU benchmark in bench/, each with its defaults (bench/gpu_check.sh is for a GPU machine).

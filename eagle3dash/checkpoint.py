@@ -229,6 +229,7 @@ def _inspect(path: str | Path) -> tuple[InspectReport, dict[str, _Raw], dict[str
     tensors = {
         c: (_piece_shape(raw[s.raw].shape, s.rows), raw[s.raw].dtype) for c, s in sources.items()
     }
+    _refuse_non_draft(directory, tensors)
     dropped = [n for n in raw if _canonical_name(n) is None]
     spec = _build_spec(cfg, layer_cfg, fmt, dims, tensors, dropped)
     problems += _problems(spec, cfg, tensors, sources)
@@ -243,6 +244,25 @@ def _inspect(path: str | Path) -> tuple[InspectReport, dict[str, _Raw], dict[str
         problems=problems,
     )
     return report, raw, sources
+
+
+def _refuse_non_draft(directory: Path, tensors: dict[str, tuple[list[int], str]]) -> None:
+    """Every EAGLE draft projects the target's states through `fc`: a checkpoint without
+    fc.weight is not one, most often the target model itself given by mistake."""
+    if "fc.weight" in tensors:
+        return
+    blocks = {int(m[1]) for name in tensors if (m := re.match(r"layers\.(\d+)\.", name))}
+    if blocks:
+        layers = len(blocks)
+        raise CheckpointError(
+            f"{directory}: this looks like a target model (a causal LM), not an EAGLE-3 draft: "
+            f"no fc.weight, {layers} decoder layer{'s' if layers != 1 else ''}; give the "
+            "EAGLE-3 draft's folder"
+        )
+    raise CheckpointError(
+        f"{directory}: not an EAGLE-3 draft: no fc.weight (the draft's projection of the "
+        "target's hidden states); give the EAGLE-3 draft's folder"
+    )
 
 
 def _read_json(path: Path) -> dict:

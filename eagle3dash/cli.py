@@ -179,11 +179,15 @@ def _print_findings(findings: list[dict]) -> None:
 
 def cmd_probe(args: argparse.Namespace) -> int:
     """Report an SGLang endpoint, the draft it serves (when readable here) and the findings."""
-    from eagle3dash.probe import probe
+    from eagle3dash.checkpoint import inspect
+    from eagle3dash.probe import before_submit, probe
 
+    if args.draft is not None:
+        inspect(args.draft)  # an unusable checkpoint is an error here, not a silent skip
     found = probe(args.url, timeout=args.timeout)
+    findings = found.findings if args.draft is None else before_submit(found, args.draft)
     if args.json:
-        _print_json(found.to_dict())
+        _print_json({**found.to_dict(), "findings": [f.to_dict() for f in findings]})
         return 0
     server = found.server
     spec = server.speculative
@@ -234,7 +238,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
         )
     print(server.url)
     print(_rows(rows))
-    _print_findings([f.to_dict() for f in found.findings])
+    _print_findings([f.to_dict() for f in findings])
     return 0
 
 
@@ -474,6 +478,11 @@ def build_parser() -> argparse.ArgumentParser:
         "probe", help="report an SGLang endpoint, its draft (when readable here) and the findings"
     )
     p.add_argument("url", help="the endpoint, e.g. http://127.0.0.1:30000")
+    p.add_argument(
+        "--draft",
+        help="a checkpoint to diagnose against it: also says whether the server serves it and "
+        "whether its algorithm fits (New run's warnings before submit)",
+    )
     p.add_argument("--timeout", type=float, default=30.0, help="seconds per request")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_probe)

@@ -34,6 +34,7 @@ from typing import IO, Any, Protocol
 from eagle3dash import store as db
 from eagle3dash.checkpoint import CONFIG, inspect
 from eagle3dash.errors import InputError
+from eagle3dash.identity import checkpoint_digest
 from eagle3dash.servebench import PromptFileError, parse_prompt_lines
 
 CHUNK = 1 << 20
@@ -81,6 +82,7 @@ class UploadedCheckpoint:
     report: dict
     already_stored: bool = False  # the same content was in checkpoints/ already
     files: list[str] = field(default_factory=list)
+    already_registered: bool = False  # a checkpoint with this content was registered before
 
 
 # --- names -------------------------------------------------------------------------------------
@@ -214,24 +216,30 @@ def extract_archive(
         return _extract_zip(archive, dest, budget, label)
     try:
         tf = tarfile.open(archive, "r:*")  # noqa: SIM115 - closed by the with below
-    except (tarfile.TarError, OSError, EOFError) as e:
+    except (tarfile.TarError, OSError, EOFError):
         raise UploadError(
-            f"{label}: not a zip or tar archive ({e}); upload a .zip, .tar or .tar.gz of the "
-            "checkpoint folder"
+            f"{label}: not a zip or tar archive, or one cut short; upload a .zip, .tar or "
+            ".tar.gz of the checkpoint folder"
         ) from None
     with tf:
         try:
             return _extract_tar(tf, dest, budget, label)
-        except (tarfile.TarError, EOFError, zlib.error) as e:
-            raise UploadError(f"{label}: broken archive ({e}); pack and upload it again") from None
+        except (tarfile.TarError, EOFError, zlib.error):
+            raise UploadError(
+                f"{label}: the archive is damaged or cut short; pack the checkpoint folder and "
+                "upload it again"
+            ) from None
 
 
 def _extract_zip(archive: Path, dest: Path, budget: _Budget, label: str) -> dict[str, str]:
     hashes: dict[str, str] = {}
     try:
         zf = zipfile.ZipFile(archive)
-    except (zipfile.BadZipFile, OSError) as e:
-        raise UploadError(f"{label}: broken zip archive ({e}); pack it again") from None
+    except (zipfile.BadZipFile, OSError):
+        raise UploadError(
+            f"{label}: the zip archive is damaged or cut short; pack the checkpoint folder and "
+            "upload it again"
+        ) from None
     with zf:
         infos = zf.infolist()
         if len(infos) > budget.limits.max_members:
@@ -258,8 +266,11 @@ def _extract_zip(archive: Path, dest: Path, budget: _Budget, label: str) -> dict
             try:
                 with zf.open(info) as src:
                     hashes[rel] = _copy(src, target, budget)
-            except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as e:
-                raise UploadError(f"{label}: member {rel} is broken ({e}); pack it again") from None
+            except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError):
+                raise UploadError(
+                    f"{label}: {rel} inside the archive is damaged (or packed with a method "
+                    "zip cannot read); pack the checkpoint folder again with plain zip or tar"
+                ) from None
     return hashes
 
 
@@ -403,25 +414,79 @@ def register_upload(
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     report = inspect(final)
-    checkpoint_name = name or default_name or f"upload-{sha[:12]}"
-    checkpoint_id = db.add_checkpoint(
+    registered = _register(
         store,
         final,
-        name=checkpoint_name,
-        format=report.spec.format,
-        report=report.to_json(),
+        report.to_json(),
+        name,
+        default_name or f"upload-{sha[:12]}",
         sha256=sha,
         uploaded=True,
     )
+    if registered.path != final and not already:
+        shutil.rmtree(final, ignore_errors=True)  # the same content is registered elsewhere
     return UploadedCheckpoint(
-        checkpoint_id=checkpoint_id,
+        checkpoint_id=registered.checkpoint_id,
         sha256=sha,
-        path=final,
-        name=checkpoint_name,
+        path=registered.path,
+        name=registered.name,
         report=report.to_json(),
         already_stored=already,
         files=sorted(hashes),
+        already_registered=registered.known,
     )
+
+
+@dataclass(frozen=True)
+class Registered:
+    """The checkpoint a registration ended in: a new one, or one with the same content."""
+
+    checkpoint_id: int
+    path: Path
+    name: str
+    known: bool  # a live checkpoint with the same config and weights was registered before
+
+
+def _same_content(store: db.Store, digest: str) -> dict | None:
+    """The oldest live checkpoint whose files still have this content digest."""
+    for row in db.checkpoints_with_digest(store, digest):
+        try:
+            if checkpoint_digest(row["path"], store) == digest:
+                return row
+        except OSError:  # moved or deleted since: not this content any more
+            continue
+    return None
+
+
+def _register(
+    store: db.Store,
+    path: Path,
+    report: dict,
+    name: str | None,
+    default_name: str,
+    sha256: str | None = None,
+    uploaded: bool = False,
+) -> Registered:
+    """Register a checkpoint folder, or return the live one with the same content (its name
+    kept unless `name` is given): the same draft by path and by upload is one checkpoint."""
+    digest = checkpoint_digest(path, store)
+    known = _same_content(store, digest)
+    if known is not None and Path(known["path"]) != path:
+        checkpoint_id = db.add_checkpoint(store, known["path"], name=name, content_digest=digest)
+        return Registered(checkpoint_id, Path(known["path"]), name or known["name"], True)
+    checkpoint_id = db.add_checkpoint(
+        store,
+        path,
+        name=name if known is not None else name or default_name,
+        format=report.get("format"),
+        report=report,
+        sha256=sha256,
+        uploaded=uploaded,
+        content_digest=digest,
+    )
+    row = db.get_checkpoint(store, checkpoint_id)
+    assert row is not None  # just registered
+    return Registered(checkpoint_id, path, str(row["name"]), known is not None)
 
 
 def register_path(
@@ -429,21 +494,16 @@ def register_path(
 ) -> tuple[int, dict]:
     """Inspect a checkpoint on this machine and register it (files are left where they are).
 
-    Returns the checkpoint id and its inspect report; a CheckpointError names what is wrong.
+    Returns the checkpoint id and its inspect report; a CheckpointError names what is wrong. A
+    checkpoint with the same content (an upload of it, say) is that checkpoint, its name kept.
     """
     text = str(path).strip()
     if not text:
         raise InputError("give the checkpoint's folder (or its config.json) on this machine")
     report = inspect(text)
     directory = Path(report.path)
-    checkpoint_id = db.add_checkpoint(
-        store,
-        directory,
-        name=name or directory.name,
-        format=report.spec.format,
-        report=report.to_json(),
-    )
-    return checkpoint_id, report.to_json()
+    registered = _register(store, directory, report.to_json(), name, directory.name)
+    return registered.checkpoint_id, report.to_json()
 
 
 # --- prompts -----------------------------------------------------------------------------------

@@ -719,7 +719,7 @@ def test_new_run_probes_the_endpoint_and_submits_to_the_run_page(world, home) ->
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["SGLang version"] == "0.5.23" and metrics["Speculative"] == "EAGLE3"
     assert metrics["Draft steps"] == "3" and metrics["Hidden states"] == "on"
-    assert "Server-side findings" in texts(at)
+    assert "Before you submit" in texts(at)  # the probe checked against the checkpoint
     assert db.get_endpoint(home, world["url"]) is not None  # the probe is remembered
     at.text_input(key="opt_training_layout").set_value("0,1,2").run()
     at.button(key="submit").click().run()
@@ -779,6 +779,7 @@ def test_the_checkpoints_page_removes_an_upload_but_keeps_its_runs(home, tmp_pat
     no_exception(at)
     assert any("up" in m.value and "uploaded" in m.value for m in at.markdown)
     at.button(key=f"remove-{uploaded.checkpoint_id}").click().run()
+    at.button(key=f"remove-yes-{uploaded.checkpoint_id}").click().run()  # asked to confirm
     no_exception(at)
     assert "its uploaded files were deleted" in texts(at, "success")
     assert not uploaded.path.exists()

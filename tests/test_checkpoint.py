@@ -510,3 +510,26 @@ def test_a_deeply_nested_config_is_one_message_not_a_recursion_error(tmp_path):
     (ckpt / CONFIG).write_text("[" * 100_000 + "]" * 100_000)
     with pytest.raises(CheckpointError, match="nested too deeply"):
         inspect(ckpt)
+
+
+def test_a_target_model_is_refused_as_a_draft(tmp_path: Path) -> None:
+    from eagle3dash.testing.tiny import make_tiny_target
+
+    target = make_tiny_target(tmp_path / "target", num_layers=3)
+    with pytest.raises(CheckpointError) as err:
+        inspect(target)
+    assert str(err.value) == (
+        f"{target}: this looks like a target model (a causal LM), not an EAGLE-3 draft: no "
+        "fc.weight, 3 decoder layers; give the EAGLE-3 draft's folder"
+    )
+
+
+def test_a_checkpoint_without_fc_or_layers_is_not_a_draft(tmp_path: Path) -> None:
+    from tests.specs import tiny_spec
+
+    spec = tiny_spec(format="specforge")
+    ckpt = save(spec, {}, tmp_path / "headless", "specforge")
+    head = torch.zeros(spec.draft_vocab_size, spec.hidden_size)
+    save_file({"lm_head.weight": head}, str(ckpt / SAFETENSORS))
+    with pytest.raises(CheckpointError, match=r"not an EAGLE-3 draft: no fc\.weight"):
+        inspect(ckpt)

@@ -271,3 +271,15 @@ def test_eval_of_a_draft_without_embed_tokens_takes_the_targets_embedding(tmp_pa
     out = run_cli(*args, "--target", str(target), "--json")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["steps"] == 5
+
+
+def test_inspect_refuses_a_target_model_in_one_line(tmp_path: Path) -> None:
+    from eagle3dash.testing.tiny import make_tiny_target
+
+    target = make_tiny_target(tmp_path / "target", num_layers=4)
+    out = run_cli("inspect", str(target))
+    assert out.returncode == 1 and out.stdout == ""
+    assert out.stderr == (
+        f"error: {target}: this looks like a target model (a causal LM), not an EAGLE-3 draft: "
+        "no fc.weight, 4 decoder layers; give the EAGLE-3 draft's folder\n"
+    )
