@@ -3,6 +3,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell sha1sum requirements.txt | cut -c1-12)
 export EAGLE3DASH_HOME ?= $(CURDIR)/.eagle3dash
+# Where the app listens: loopback (reach it through an SSH tunnel); a network address asks every
+# browser session for EAGLE3DASH_TOKEN (eagle3dash/ui/access.py).
+BIND ?= 127.0.0.1
 
 .PHONY: install browser test lint typecheck run bench
 
@@ -43,7 +46,7 @@ run: install
 	$(PY) -m eagle3dash worker & worker=$$!; \
 	  $(PY) -m eagle3dash demo seed & seed=$$!; \
 	  trap "kill $$seed $$worker 2>/dev/null" EXIT INT TERM; \
-	  $(VENV)/bin/streamlit run app.py
+	  EAGLE3DASH_BIND=$(BIND) $(VENV)/bin/streamlit run app.py --server.address $(BIND)
 
 # Every CPU benchmark in bench/, each with its defaults (bench/gpu_check.sh is for a GPU machine).
 BENCHES := $(sort $(wildcard bench/*.py))

@@ -331,3 +331,16 @@ def test_remove_asks_first(world, home) -> None:
     at.button(key=f"remove-yes-{mine}").click().run()
     assert f"Removed checkpoint #{mine}; no files were touched." in texts(at, "success")
     assert db.list_checkpoints(home) == [] and world["draft"].is_dir()
+
+
+def test_the_served_models_local_folder_is_proposed_as_the_target(world, home) -> None:
+    at = app("new_run")
+    at.text_input(key="endpoint").set_value(world["url"]).run()
+    no_exception(at)
+    target = str(Path(world["target"]).resolve())
+    (proposal,) = [plain(i.value) for i in at.info if "served model is on this machine" in i.value]
+    assert proposal.startswith(f"The served model is on this machine: {target} (4 layers, ")
+    at.button(key="use_served_target").click().run()
+    no_exception(at)
+    assert at.text_input(key="opt_target").value == target
+    assert not [i for i in at.info if "served model is on this machine" in i.value]

@@ -79,6 +79,7 @@ endpoint = widgets.option_input(st, "endpoint", key="endpoint")
 probe = widgets.probe_panel(endpoint, key="endpoint", findings_title=None)
 newrun.before_submit_warnings(probe, draft_path)
 newrun.follow_server_steps(probe)
+newrun.propose_target(probe)
 baseline = widgets.option_input(st, "baseline", key="baseline")
 if baseline.strip():
     with st.expander("Baseline server", expanded=False):

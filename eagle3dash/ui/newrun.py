@@ -168,6 +168,24 @@ def follow_server_steps(found: Probe | None) -> None:
         st.session_state[STEPS_FROM_SERVER] = steps
 
 
+def propose_target(found: Probe | None) -> None:
+    """When the served model's folder is on this machine, offer it as the local target path
+    (with its size: capturing every tap loads the whole target once)."""
+    target = found.target if found is not None else None
+    if target is None or st.session_state.get("opt_target"):
+        return
+    st.info(
+        f"The served model is on this machine: {md_escape(target.path)} "
+        f"({target.num_layers} layers, {target.weight_bytes / 1e9:,.2f} GB of weights). Given as "
+        f"the '{md_escape(SCHEMA['target'].label)}', the run measures the training side and "
+        "which taps the server really feeds, from one forward of the target.",
+        icon="💡",
+    )
+    if st.button("Use it as the local target path", key="use_served_target"):
+        st.session_state["opt_target"] = target.path
+        st.rerun()
+
+
 # --- before submit -----------------------------------------------------------------------------
 
 
