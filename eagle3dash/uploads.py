@@ -45,6 +45,8 @@ UPLOAD_TYPES = ("json", "safetensors", "bin", "zip", "tar", "gz", "tgz")
 PROMPT_TYPES = ("jsonl", "json", "txt")
 MAX_TOTAL_BYTES = 64 << 30  # a Kimi-sized draft is ~5 GB; 64 GiB leaves room for big fp32 ones
 MAX_MEMBERS = 10_000
+MAX_EXPANSION = 100.0
+EXPANSION_FLOOR = 16 << 20
 MAX_PROMPT_BYTES = 64 << 20
 _SKIPPED_PREFIXES = ("__MACOSX/",)  # macOS Finder archive junk
 _SKIPPED_NAMES = (".DS_Store",)
@@ -69,6 +71,10 @@ class UploadLimits:
 
     max_total_bytes: int = MAX_TOTAL_BYTES
     max_members: int = MAX_MEMBERS
+    # Trained weights barely compress; an archive that grows past this ratio (and the floor, for
+    # tiny test drafts) is a bomb, stopped while extracting.
+    max_expansion: float = MAX_EXPANSION
+    expansion_floor: int = EXPANSION_FLOOR
 
 
 @dataclass
@@ -143,11 +149,17 @@ def _plain_file_name(name: str) -> str:
 class _Budget:
     """Counts bytes and members written for one upload against its limits."""
 
-    def __init__(self, limits: UploadLimits, label: str) -> None:
+    def __init__(self, limits: UploadLimits, label: str, archive_bytes: int | None = None) -> None:
         self.limits = limits
         self.label = label
         self.bytes = 0
         self.members = 0
+        # What an archive of this size may expand to (None: not an archive).
+        self.expands_to = (
+            None
+            if archive_bytes is None
+            else max(limits.expansion_floor, int(limits.max_expansion * archive_bytes))
+        )
 
     def add_member(self) -> None:
         self.members += 1
@@ -158,12 +170,19 @@ class _Budget:
             )
 
     def check_size(self, n: int) -> None:
-        """Refuse early when `n` more bytes (a member's declared size) would pass the cap."""
-        if self.bytes + n > self.limits.max_total_bytes:
+        """Refuse early when `n` more bytes (a member's declared size) would pass a cap."""
+        over_expansion = self.expands_to is not None and self.bytes + n > self.expands_to
+        if over_expansion or self.bytes + n > self.limits.max_total_bytes:
             self.add_bytes(n)
 
     def add_bytes(self, n: int) -> None:
         self.bytes += n
+        if self.expands_to is not None and self.bytes > self.expands_to:
+            raise UploadError(
+                f"{self.label}: expands to more than {_size(self.expands_to)}, over "
+                f"{self.limits.max_expansion:.0f}x its own size, which trained weights never do "
+                "(a zip bomb, or padding): refused and removed; pack only the checkpoint folder"
+            )
         if self.bytes > self.limits.max_total_bytes:
             raise UploadError(
                 f"{self.label}: larger than the {_size(self.limits.max_total_bytes)} cap on one "
@@ -210,7 +229,7 @@ def extract_archive(
     caller removes `dest`).
     """
     label = label or archive.name
-    budget = _Budget(limits, label)
+    budget = _Budget(limits, label, archive.stat().st_size)
     dest.mkdir(parents=True, exist_ok=True)
     if zipfile.is_zipfile(archive):
         return _extract_zip(archive, dest, budget, label)

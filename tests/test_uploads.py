@@ -378,3 +378,16 @@ def test_a_junk_archive_is_one_line_in_plain_words(store, ckpt, name, blob, says
         register_upload(store, [Upload(name, blob)])
     assert str(err.value) == says
     assert nothing_left(store)
+
+
+@pytest.mark.parametrize("pack", ["zip", "tgz"])
+def test_an_archive_bomb_is_stopped_while_extracting_and_removed(store, ckpt, pack) -> None:
+    # A valid draft plus 40 MiB of zeros: the archive is a few hundred KB, so past 100x (and the
+    # 16 MiB floor) it is refused, before the zeros are all written, and nothing stays.
+    padded = {**ckpt, "padding.bin": bytes(40 << 20)}
+    blob = zip_of(padded) if pack == "zip" else tar_of(padded)
+    assert len(blob) * 100 < (16 << 20)  # so the floor decides here
+    with pytest.raises(UploadError) as err:
+        register_upload(store, [Upload(f"bomb.{pack}", blob)])
+    assert "expands to more than 16.0 MiB, over 100x its own size" in str(err.value)
+    assert nothing_left(store)
