@@ -3,6 +3,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell sha1sum requirements.txt | cut -c1-12)
 export EAGLE3DASH_HOME ?= $(CURDIR)/.eagle3dash
+# Where the app listens: loopback (reach it through an SSH tunnel); a network address asks every
+# browser session for EAGLE3DASH_TOKEN (eagle3dash/ui/access.py).
+BIND ?= 127.0.0.1
 
 .PHONY: install browser test lint typecheck run bench
 
@@ -36,12 +39,14 @@ typecheck: install
 test: lint typecheck browser
 	$(PY) -m pytest -q
 
-# The demo's runs are made on first start (about a minute); then one worker runs the queued
-# diagnoses and the app serves on :8501 (.streamlit/config.toml).
+# The app serves on :8501 (.streamlit/config.toml) at once, beside one worker that runs the
+# queued diagnoses; on first start `demo seed` queues the demo's three runs in the background and
+# serves their endpoints until the worker has run them (the Runs page shows them arriving).
 run: install
-	$(PY) -m eagle3dash demo seed
-	$(PY) -m eagle3dash worker & worker=$$!; trap "kill $$worker" EXIT INT TERM; \
-	  $(VENV)/bin/streamlit run app.py
+	$(PY) -m eagle3dash worker & worker=$$!; \
+	  $(PY) -m eagle3dash demo seed & seed=$$!; \
+	  trap "kill $$seed $$worker 2>/dev/null" EXIT INT TERM; \
+	  EAGLE3DASH_BIND=$(BIND) $(VENV)/bin/streamlit run app.py --server.address $(BIND)
 
 # Every CPU benchmark in bench/, each with its defaults (bench/gpu_check.sh is for a GPU machine).
 BENCHES := $(sort $(wildcard bench/*.py))

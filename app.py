@@ -1,12 +1,16 @@
 """eagle3dash: the dashboard. `streamlit run app.py` (port, upload size: .streamlit/config.toml).
 
 The pages live in views/ and draw with eagle3dash.ui; the home folder is EAGLE3DASH_HOME. (Not in
-pages/: that folder name turns on Streamlit's old multipage mode, whose deep links skip this file.)
+pages/: that folder name turns on Streamlit's old multipage mode, whose deep links skip this file;
+see ARCHITECTURE.md.) It listens on 127.0.0.1; a network bind needs a token (eagle3dash.ui.access).
 """
 
 import streamlit as st
 
+from eagle3dash.ui.access import require_access
+
 st.set_page_config(page_title="eagle3dash", page_icon="🦅", layout="wide")
+require_access()  # a network bind asks for the token first (loopback: nothing to ask)
 page = st.navigation(
     [
         st.Page("views/runs.py", title="Runs", icon="📋", default=True),

@@ -62,9 +62,14 @@ def main(argv: list[str] | None = None) -> int:
             progress=lambda m: print(m, file=sys.stderr),
             num_prompts=args.num_prompts,
             max_new_tokens=args.max_new_tokens,
+            worker=True,  # no `make run` worker here: the seed runs its queued diagnoses itself
         )
         seed_s = time.perf_counter() - start
-    runs = {r.deployment: r.diagnosis for r in seeded}
+    failed = [f"{r.deployment}: {r.status}" for r in seeded if r.diagnosis is None]
+    if failed:
+        print(f"demo runs that did not succeed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    runs = {r.deployment: r.diagnosis for r in seeded if r.diagnosis is not None}
     build = json.loads((FIXTURES / "build.json").read_text())
     build_s = float(build["wall_seconds"]["total"])
     results = checks(runs, seed_s, build_s)

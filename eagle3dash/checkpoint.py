@@ -223,11 +223,13 @@ def _inspect(path: str | Path) -> tuple[InspectReport, dict[str, _Raw], dict[str
     layer_cfg = _layer_config(cfg, fmt, config_path)
     where = "transformer_layer_config" if fmt == "speculators" else "config"
     dims = _dims(layer_cfg, config_path, where)
+    _check_types(cfg, layer_cfg, config_path)
     q_out, kv_out = dims["num_heads"] * dims["head_dim"], dims["num_kv_heads"] * dims["head_dim"]
     sources, problems = _sources(raw, q_out, kv_out)
     tensors = {
         c: (_piece_shape(raw[s.raw].shape, s.rows), raw[s.raw].dtype) for c, s in sources.items()
     }
+    _refuse_non_draft(directory, tensors)
     dropped = [n for n in raw if _canonical_name(n) is None]
     spec = _build_spec(cfg, layer_cfg, fmt, dims, tensors, dropped)
     problems += _problems(spec, cfg, tensors, sources)
@@ -244,6 +246,25 @@ def _inspect(path: str | Path) -> tuple[InspectReport, dict[str, _Raw], dict[str
     return report, raw, sources
 
 
+def _refuse_non_draft(directory: Path, tensors: dict[str, tuple[list[int], str]]) -> None:
+    """Every EAGLE draft projects the target's states through `fc`: a checkpoint without
+    fc.weight is not one, most often the target model itself given by mistake."""
+    if "fc.weight" in tensors:
+        return
+    blocks = {int(m[1]) for name in tensors if (m := re.match(r"layers\.(\d+)\.", name))}
+    if blocks:
+        layers = len(blocks)
+        raise CheckpointError(
+            f"{directory}: this looks like a target model (a causal LM), not an EAGLE-3 draft: "
+            f"no fc.weight, {layers} decoder layer{'s' if layers != 1 else ''}; give the "
+            "EAGLE-3 draft's folder"
+        )
+    raise CheckpointError(
+        f"{directory}: not an EAGLE-3 draft: no fc.weight (the draft's projection of the "
+        "target's hidden states); give the EAGLE-3 draft's folder"
+    )
+
+
 def _read_json(path: Path) -> dict:
     """A JSON object from a file, or a CheckpointError that says where it is broken."""
     try:
@@ -253,6 +274,10 @@ def _read_json(path: Path) -> dict:
             f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}); "
             "fix the file or copy it again from the trainer's output"
         ) from e
+    except RecursionError:
+        raise CheckpointError(
+            f"{path}: nested too deeply to be a config; fix the file or copy it again"
+        ) from None
     except UnicodeDecodeError as e:
         raise CheckpointError(f"{path}: not UTF-8 text ({e}); is this really a JSON file?") from e
     if not isinstance(data, dict):
@@ -269,7 +294,14 @@ def _weight_files(directory: Path, given: Path) -> list[Path]:
         weight_map = _read_json(index).get("weight_map")
         if not isinstance(weight_map, dict):
             raise CheckpointError(f"{index}: no weight_map object; re-export the checkpoint")
-        shards = [directory / name for name in dict.fromkeys(weight_map.values())]
+        names = list(dict.fromkeys(weight_map.values()))
+        for name in names:  # plain names of files beside the index: never a path out of it
+            if not isinstance(name, str) or name in ("", ".", "..") or Path(name).name != name:
+                raise CheckpointError(
+                    f"{index}: weight_map names {str(name)[:60]!r}, not a file name in "
+                    f"{directory}: re-export the checkpoint"
+                )
+        shards = [directory / name for name in names]
         for shard in shards:
             if not shard.is_file():
                 raise CheckpointError(
@@ -314,7 +346,7 @@ def _safetensors_header(path: Path) -> dict[str, tuple[list[int], str]]:
         text = f.read(n)
     try:
         header = json.loads(text)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise CheckpointError(f"{path}: corrupt header: not JSON ({e}); copy the file again") from e
     if not isinstance(header, dict):
         raise CheckpointError(f"{path}: corrupt header: not a JSON object; copy the file again")
@@ -404,25 +436,100 @@ def _layer_config(cfg: dict, fmt: str, config_path: Path) -> dict:
     return layer_cfg
 
 
+# Sanity caps for config dims: far above any real draft (Kimi: hidden 7168, vocab 163840), far
+# below what would make a headers-only inspect allocate gigabytes for a typo.
+DIM_CAPS = {
+    "hidden_size": 1 << 17,
+    "num_attention_heads": 4096,
+    "num_key_value_heads": 4096,
+    "head_dim": 1 << 14,
+    "intermediate_size": 1 << 20,
+    "num_hidden_layers": 256,
+    "vocab_size": 1 << 22,
+}
+
+
+def _dim(layer_cfg: dict, key: str, config_path: Path, where: str, default: int | None) -> int:
+    """A positive integer dim within DIM_CAPS (the default when absent); CheckpointError naming
+    the key and the file otherwise."""
+    value = layer_cfg.get(key)
+    if value is None and default is not None:
+        return default
+    if not isinstance(value, int) or isinstance(value, bool):
+        got = "missing" if value is None else f"{type(value).__name__} {str(value)[:30]!r}"
+        raise CheckpointError(
+            f"{config_path}: {where} {key} is {got}, not a whole number: fix config.json "
+            "(a draft config needs the Llama decoder dims)"
+        )
+    if not 1 <= value <= DIM_CAPS[key]:
+        raise CheckpointError(
+            f"{config_path}: {where} {key} = {value} is outside 1..{DIM_CAPS[key]:,}: fix "
+            "config.json"
+        )
+    return value
+
+
 def _dims(layer_cfg: dict, config_path: Path, where: str) -> dict:
     """Decoder dims; head_dim defaults to hidden_size // heads, kv heads to heads, layers to 1."""
-    required = ("hidden_size", "num_attention_heads", "intermediate_size", "vocab_size")
-    missing = [k for k in required if not isinstance(layer_cfg.get(k), int)]
-    if missing:
-        raise CheckpointError(
-            f"{config_path}: {where} lacks {', '.join(missing)}; "
-            "add them (a draft config needs the Llama decoder dims)"
-        )
-    h, nh = layer_cfg["hidden_size"], layer_cfg["num_attention_heads"]
+    h = _dim(layer_cfg, "hidden_size", config_path, where, None)
+    nh = _dim(layer_cfg, "num_attention_heads", config_path, where, None)
     return {
         "hidden_size": h,
         "num_heads": nh,
-        "num_kv_heads": layer_cfg.get("num_key_value_heads") or nh,
-        "head_dim": layer_cfg.get("head_dim") or h // nh,
-        "intermediate_size": layer_cfg["intermediate_size"],
-        "num_layers": layer_cfg.get("num_hidden_layers") or 1,
-        "vocab_size": layer_cfg["vocab_size"],
+        "num_kv_heads": _dim(layer_cfg, "num_key_value_heads", config_path, where, nh),
+        "head_dim": _dim(layer_cfg, "head_dim", config_path, where, max(1, h // nh)),
+        "intermediate_size": _dim(layer_cfg, "intermediate_size", config_path, where, None),
+        "num_layers": _dim(layer_cfg, "num_hidden_layers", config_path, where, 1),
+        "vocab_size": _dim(layer_cfg, "vocab_size", config_path, where, None),
     }
+
+
+def _is_ids(value: object) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(i, int) and not isinstance(i, bool) for i in value
+    )
+
+
+def _check_types(cfg: dict, layer_cfg: dict, config_path: Path) -> None:
+    """The other config keys the spec reads, of the types their frameworks write; CheckpointError
+    naming the key otherwise (read once here, so nothing downstream meets a str for an int)."""
+
+    def bad(key: str, value: object, want: str) -> CheckpointError:
+        got = f"{type(value).__name__} {str(value)[:30]!r}"
+        return CheckpointError(f"{config_path}: {key} is {got}, not {want}: fix config.json")
+
+    nested = cfg.get("eagle_config")
+    if nested is not None and not isinstance(nested, dict):
+        raise bad("eagle_config", nested, "an object")
+    for key, value in (
+        (
+            "eagle_config.eagle_aux_hidden_state_layer_ids",
+            (nested or {}).get("eagle_aux_hidden_state_layer_ids"),
+        ),
+        ("eagle_aux_hidden_state_layer_ids", cfg.get("eagle_aux_hidden_state_layer_ids")),
+    ):
+        if value is not None and not _is_ids(value):
+            raise bad(key, value, "a list of whole numbers")
+    target = cfg.get("target_hidden_size")
+    if target is not None and not (
+        isinstance(target, int) and 0 < target <= DIM_CAPS["hidden_size"]
+    ):
+        raise bad("target_hidden_size", target, f"a whole number in 1..{DIM_CAPS['hidden_size']}")
+    if cfg.get("speculators_config") is not None and not isinstance(
+        cfg["speculators_config"], dict
+    ):
+        raise bad("speculators_config", cfg["speculators_config"], "an object")
+    types = layer_cfg.get("layer_types")
+    if types is not None and not (
+        isinstance(types, list) and all(isinstance(t, str) for t in types)
+    ):
+        raise bad("layer_types", types, "a list of strings")
+    theta = layer_cfg.get("rope_theta")
+    if theta is not None and (not isinstance(theta, int | float) or isinstance(theta, bool)):
+        raise bad("rope_theta", theta, "a number")
+    for key in ("rope_scaling", "rope_parameters"):
+        if layer_cfg.get(key) is not None and not isinstance(layer_cfg[key], dict):
+            raise bad(key, layer_cfg[key], "an object")
 
 
 def _canonical_name(raw: str) -> str | None:

@@ -17,6 +17,8 @@ from eagle3dash.errors import InputError
 from eagle3dash.layout import Tap, bracketed, format_layout, parse_layout
 from eagle3dash.sglang_rules import DEFAULT_SGLANG_VERSION
 
+DEBUG_ENV = "EAGLE3DASH_DEBUG"
+
 
 class UsageError(InputError):
     """A bad combination of command-line arguments."""
@@ -131,20 +133,26 @@ def cmd_eval(args: argparse.Namespace) -> int:
     """Standalone draft evaluation over a capture under one layout."""
     import torch
 
-    from eagle3dash.capture import read_capture
+    from eagle3dash.capture import read_capture, read_target_embedding
     from eagle3dash.checkpoint import load
     from eagle3dash.draft import build_draft, evaluate_capture
 
     layout = parse_layout(args.layout)
     dtype = getattr(torch, args.dtype)
-    spec, tensors, _ = load(args.draft)
+    spec, tensors, report = load(args.draft)
+    if report.nonfinite:
+        raise InputError(
+            f"{args.draft}: {', '.join(report.nonfinite)} hold NaN or Inf values: the checkpoint "
+            "is broken, so an evaluation of it would mean nothing"
+        )
     if len(layout) != spec.num_aux:
         raise UsageError(
             f"--layout has {len(layout)} taps but the draft's fc takes {spec.num_aux} slots"
         )
     capture = read_capture(args.capture, layout=layout, num_target_layers=args.target_layers)
     draft = build_draft(spec, tensors, device=args.device, dtype=dtype)
-    result = evaluate_capture(draft, capture, layout, steps=args.steps)
+    embed = read_target_embedding(args.target) if args.target else None
+    result = evaluate_capture(draft, capture, layout, steps=args.steps, embed_weight=embed)
     if args.json:
         _print_json(result.to_dict())
         return 0
@@ -174,11 +182,15 @@ def _print_findings(findings: list[dict]) -> None:
 
 def cmd_probe(args: argparse.Namespace) -> int:
     """Report an SGLang endpoint, the draft it serves (when readable here) and the findings."""
-    from eagle3dash.probe import probe
+    from eagle3dash.checkpoint import inspect
+    from eagle3dash.probe import before_submit, probe
 
+    if args.draft is not None:
+        inspect(args.draft)  # an unusable checkpoint is an error here, not a silent skip
     found = probe(args.url, timeout=args.timeout)
+    findings = found.findings if args.draft is None else before_submit(found, args.draft)
     if args.json:
-        _print_json(found.to_dict())
+        _print_json({**found.to_dict(), "findings": [f.to_dict() for f in findings]})
         return 0
     server = found.server
     spec = server.speculative
@@ -218,9 +230,18 @@ def cmd_probe(args: argparse.Namespace) -> int:
             ids = list(ds.aux_layer_ids) if ds.aux_layer_ids is not None else None
             read += f": {ds.format} format, aux layer ids {ids} ({ds.aux_ids_location})"
         rows.append(("draft checkpoint", read))
+    if found.target is not None:
+        t = found.target
+        rows.append(
+            (
+                "served model here",
+                f"{t.path} ({t.num_layers} layers, {t.weight_bytes / 1e9:.2f} GB of weights): "
+                "--target it to measure the training side and the served slots",
+            )
+        )
     print(server.url)
     print(_rows(rows))
-    _print_findings([f.to_dict() for f in found.findings])
+    _print_findings([f.to_dict() for f in findings])
     return 0
 
 
@@ -446,6 +467,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--steps", type=int, default=5, help="chain draft steps S")
     p.add_argument("--target-layers", type=int, help="target depth N (for training dumps)")
+    p.add_argument(
+        "--target",
+        help="a local copy of the target: only its embedding is read, for drafts without "
+        "embed_tokens (serving gives them the target's)",
+    )
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--dtype", default="float32", help="float32 or bfloat16")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -455,6 +481,11 @@ def build_parser() -> argparse.ArgumentParser:
         "probe", help="report an SGLang endpoint, its draft (when readable here) and the findings"
     )
     p.add_argument("url", help="the endpoint, e.g. http://127.0.0.1:30000")
+    p.add_argument(
+        "--draft",
+        help="a checkpoint to diagnose against it: also says whether the server serves it and "
+        "whether its algorithm fits (New run's warnings before submit)",
+    )
     p.add_argument("--timeout", type=float, default=30.0, help="seconds per request")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_probe)
@@ -527,3 +558,14 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into `head`: stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # a bug, not the user's input: still one line, no traceback
+        if os.environ.get(DEBUG_ENV):
+            raise
+        print(
+            f"error: unexpected {type(e).__name__}: {e} (a bug in eagle3dash, not in your "
+            f"input; {DEBUG_ENV}=1 shows the traceback)",
+            file=sys.stderr,
+        )
+        return 1

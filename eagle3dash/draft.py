@@ -35,6 +35,7 @@ from .spec import OPTIONAL_TENSORS, DraftSpec, expected_shapes
 
 if TYPE_CHECKING:
     from .capture import Capture
+    from .checkpoint import InspectReport
     from .layout import Layout
     from .metrics import DraftEval
 
@@ -66,6 +67,13 @@ ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
 # --------------------------------------------------------------------------------------------
 # Building blocks
 # --------------------------------------------------------------------------------------------
+
+
+# Serving gives a draft without embed_tokens the target's embedding (SGLang's set_embed).
+NO_EMBEDDING = (
+    "this draft has no embed_tokens (serving gives it the target's): pass the target's "
+    "embedding (CLI: eval --target PATH, or a capture that stores it)"
+)
 
 
 class RMSNorm(nn.Module):
@@ -402,7 +410,7 @@ class Draft(nn.Module):
         if self.embed_tokens is not None:
             return self.embed_tokens(ids.to(self.device))
         if embed_weight is None:
-            raise ValueError("this draft has no embed_tokens; pass the target's embedding")
+            raise ValueError(NO_EMBEDDING)
         return embed_weight[ids.to(embed_weight.device)].to(self.device, self.dtype)
 
     def logits(self, h: Tensor) -> Tensor:
@@ -501,13 +509,14 @@ def build_draft(
     return draft.eval().requires_grad_(False)
 
 
-def load_draft(
+def load_draft_reported(
     path: str | Path,
     device: str | torch.device = "cpu",
     dtype: torch.dtype = torch.float32,
     target_embedding: Tensor | None = None,
-) -> Draft:
-    """A draft checkpoint built the way SGLang runs it.
+) -> tuple[Draft, InspectReport]:
+    """A draft checkpoint built the way SGLang runs it, and the load's report (NaN/Inf tensors,
+    d2t problems: what only reading the tensor data finds).
 
     SGLang replaces the draft's own embedding with the target's (set_embed) when the widths match,
     so with the target's embedding at hand the draft's own is dropped and evaluations pass the
@@ -515,11 +524,21 @@ def load_draft(
     """
     from .checkpoint import load
 
-    spec, tensors, _ = load(path)
+    spec, tensors, report = load(path)
     if target_embedding is not None and spec.target_hidden_size == spec.hidden_size:
         tensors.pop("embed_tokens.weight", None)
         spec = replace(spec, has_embed=False)
-    return build_draft(spec, tensors, device=device, dtype=dtype)
+    return build_draft(spec, tensors, device=device, dtype=dtype), report
+
+
+def load_draft(
+    path: str | Path,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype = torch.float32,
+    target_embedding: Tensor | None = None,
+) -> Draft:
+    """`load_draft_reported` without the report."""
+    return load_draft_reported(path, device, dtype, target_embedding)[0]
 
 
 # --------------------------------------------------------------------------------------------
@@ -575,7 +594,7 @@ def evaluate(
     if steps < 1:
         raise ValueError("steps must be >= 1")
     if draft.embed_tokens is None and embed_weight is None:
-        raise ValueError("this draft has no embed_tokens; pass the target's embedding")
+        raise ValueError(NO_EMBEDDING)
     ids = input_ids.reshape(-1).to(torch.int64)
     L = ids.shape[0]
     if states.shape[0] != L:

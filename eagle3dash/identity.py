@@ -96,6 +96,20 @@ def weights_digest(path: str | Path, cache: DigestCache | None = None) -> str:
     return h.hexdigest()
 
 
+def checkpoint_digest(path: str | Path, cache: DigestCache | None = None) -> str:
+    """One digest over a checkpoint's config.json and weight files: the same draft wherever it
+    lies (a path of yours, an upload). The same weights under another config (a fixed
+    `eagle_aux_hidden_state_layer_ids`) are another checkpoint."""
+    p = Path(path)
+    folder = p if p.is_dir() else p.parent
+    h = hashlib.sha256()
+    config = folder / "config.json"
+    if config.is_file():
+        h.update(f"config.json\0{file_digest(config)}\n".encode())
+    h.update(weights_digest(folder, cache).encode())
+    return h.hexdigest()
+
+
 def compare_drafts(
     checkpoint: str | Path,
     served: str | None,

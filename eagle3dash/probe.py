@@ -9,8 +9,9 @@ from pathlib import Path
 from eagle3dash.checkpoint import InspectReport, inspect
 from eagle3dash.errors import InputError
 from eagle3dash.findings import Evidence, Finding, diagnose
-from eagle3dash.identity import DraftIdentity, is_local_url
+from eagle3dash.identity import DigestCache, DraftIdentity, compare_drafts, is_local_url
 from eagle3dash.sglang import ServerReport, SGLangClient
+from eagle3dash.target import LocalTarget, local_target
 
 
 @dataclass(frozen=True)
@@ -38,12 +39,14 @@ class Probe:
     server: ServerReport
     findings: list[Finding]
     draft: ServedDraft | None = None  # None when the server runs no speculative decoding
+    target: LocalTarget | None = None  # the served model, when its folder is on this machine
 
     def to_dict(self) -> dict:
-        """JSON-ready: {"server": ..., "draft": ... or None, "findings": [...]}."""
+        """JSON-ready: {"server", "draft" (or None), "target" (or None), "findings"}."""
         return {
             "server": self.server.to_dict(),
             "draft": None if self.draft is None else self.draft.to_dict(),
+            "target": None if self.target is None else self.target.to_dict(),
             "findings": [f.to_dict() for f in self.findings],
         }
 
@@ -84,4 +87,27 @@ def probe(url: str, timeout: float = 60.0, retries: int = 3) -> Probe:
         evidence.report, evidence.draft_path = draft.report, draft.path
         # The draft read is the served one by construction: no digest needed.
         evidence.identity = DraftIdentity("same", None, None, draft.path, draft.reason)
-    return Probe(server=server, findings=diagnose(evidence), draft=draft)
+    target = local_target(server.model_path) if is_local_url(server.url) else None
+    return Probe(server=server, findings=diagnose(evidence), draft=draft, target=target)
+
+
+def before_submit(
+    found: Probe, draft: str | None, cache: DigestCache | None = None
+) -> list[Finding]:
+    """The findings a diagnosis of the checkpoint `draft` (a path here) against this endpoint
+    can make before it runs: the server's settings (hidden states off or not every token, no
+    speculation), whether the server serves this checkpoint (by the weights' content when both
+    are here, else by path), an algorithm that does not fit it, and the checkpoint's own. Without
+    a readable checkpoint, the probe's findings."""
+    if not draft:
+        return list(found.findings)
+    try:
+        report = inspect(draft)
+    except InputError:  # the checkpoint's own error is shown where it is chosen
+        return list(found.findings)
+    server, identity = found.server, None
+    served = server.speculative.draft_model_path if server.speculative else None
+    if served:
+        identity = compare_drafts(report.path, served, is_local_url(server.url), cache)
+    evidence = Evidence(server=server, report=report, draft_path=report.path, identity=identity)
+    return diagnose(evidence)

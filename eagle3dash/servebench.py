@@ -128,6 +128,8 @@ def parse_prompt_lines(lines: Sequence[str], name: str) -> list[Prompt]:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
             raise PromptFileError(f"{where}: not valid JSON ({exc.msg})") from None
+        except RecursionError:
+            raise PromptFileError(f"{where}: nested too deeply to be a prompt") from None
         prompts.append(_parse_line(obj, where))
     if not prompts:
         raise PromptFileError(f"{name}: no prompts (one JSON object per line)")

@@ -42,6 +42,9 @@ HIDDEN_STATES_REFUSED = "not configured to return"
 # return_hidden_states mode exceeds the server maximum `last`. ..." (tokenizer_manager.py, 0.5.23).
 HIDDEN_STATES_ABOVE_MODE = "exceeds the server maximum"
 _SNIPPET = 200
+# The largest reply to a request without hidden states (server_info, a generation's text and
+# meta_info): far above any real one, far below what would exhaust memory.
+MAX_REPLY_BYTES = 64 << 20
 
 
 class EndpointError(InputError):
@@ -94,11 +97,12 @@ def _one_line(text: str, limit: int = _SNIPPET) -> str:
 
 
 def _error_text(resp: httpx.Response) -> str:
-    """The server's own error message: SGLang answers {"error": {"message": ...}} or similar."""
+    """The server's own error message when it answers SGLang's way ({"error": {"message": ...}}
+    or a "message"/"detail" string); never the body of a foreign reply, which may be any page."""
     try:
         body = resp.json()
     except ValueError:
-        return _one_line(resp.text) or "(empty body)"
+        return f"no SGLang error message: {_describe_body(resp)}"
     if isinstance(body, dict):
         err = body.get("error")
         if isinstance(err, dict) and err.get("message"):
@@ -106,16 +110,14 @@ def _error_text(resp: httpx.Response) -> str:
         for key in ("message", "detail", "error"):
             if isinstance(body.get(key), str) and body[key]:
                 return _one_line(body[key])
-    return _one_line(resp.text) or "(empty body)"
+    return f"no SGLang error message: {_describe_body(resp)}"
 
 
 def _describe_body(resp: httpx.Response) -> str:
+    """A reply's kind and size, never its content."""
     kind = resp.headers.get("content-type", "no content type").split(";")[0]
-    try:
-        text = resp.text
-    except UnicodeDecodeError:
-        text = repr(resp.content[:80])
-    return f"{kind}: {_one_line(text, 80)!r}" if text.strip() else f"{kind}, empty body"
+    size = len(resp.content)
+    return f"{kind}, {size:,} bytes" if size else f"{kind}, empty body"
 
 
 # --- reports --------------------------------------------------------------------------------------
@@ -216,22 +218,55 @@ class ServerReport:
             )
 
 
-def _speculative(info: dict) -> SpeculativeSettings | None:
+class _Fields:
+    """Typed reads of one server_info: a value of the wrong type is one EndpointError naming the
+    field (a "3" where SGLang writes 3 is not SGLang's answer), never a TypeError later."""
+
+    def __init__(self, info: dict, url: str) -> None:
+        self.info, self.url = info, url
+
+    def _get(self, key: str, kinds: tuple[type, ...], what: str) -> Any:
+        value = self.info.get(key)
+        if value is None or (isinstance(value, kinds) and not isinstance(value, bool)):
+            return value
+        raise EndpointError(
+            f"{self.url}: server_info field {key} is {type(value).__name__} {str(value)[:40]!r}, "
+            f"not {what}: is this an SGLang server?",
+            url=self.url,
+            kind=EndpointError.BAD_RESPONSE,
+        )
+
+    def int(self, key: str) -> int | None:
+        """An integer field, or None."""
+        return self._get(key, (int,), "an integer")
+
+    def number(self, key: str) -> float | None:
+        """A numeric field, or None."""
+        value = self._get(key, (int, float), "a number")
+        return None if value is None else float(value)
+
+    def text(self, key: str) -> str | None:
+        """A string field, or None."""
+        return self._get(key, (str,), "a string")
+
+
+def _speculative(info: dict, url: str = "") -> SpeculativeSettings | None:
     algorithm = info.get("speculative_algorithm")
     if not algorithm:
         return None
+    f = _Fields(info, url)
     return SpeculativeSettings(
         algorithm=str(algorithm),
-        draft_model_path=info.get("speculative_draft_model_path"),
-        num_steps=info.get("speculative_num_steps"),
-        eagle_topk=info.get("speculative_eagle_topk"),
-        num_draft_tokens=info.get("speculative_num_draft_tokens"),
-        token_map=info.get("speculative_token_map"),
+        draft_model_path=f.text("speculative_draft_model_path"),
+        num_steps=f.int("speculative_num_steps"),
+        eagle_topk=f.int("speculative_eagle_topk"),
+        num_draft_tokens=f.int("speculative_num_draft_tokens"),
+        token_map=f.text("speculative_token_map"),
         # 0.5.8+ only; older servers quantize the draft like the target (research §3.1).
-        draft_quantization=info.get("speculative_draft_model_quantization"),
+        draft_quantization=f.text("speculative_draft_model_quantization"),
         quantization_explicitly_set=info.get("_speculative_draft_quantization_explicitly_set"),
-        accept_threshold_single=info.get("speculative_accept_threshold_single"),
-        accept_threshold_acc=info.get("speculative_accept_threshold_acc"),
+        accept_threshold_single=f.number("speculative_accept_threshold_single"),
+        accept_threshold_acc=f.number("speculative_accept_threshold_acc"),
         # 0.5.16+ (server_args.py; 0.5.23 arg_groups/fields/spec.py), after startup resolution
         adaptive=bool(info.get("speculative_adaptive")),
     )
@@ -267,19 +302,20 @@ def parse_server_report(
     info = server_info
     mi = model_info or {}
     archs = mi.get("architectures")
+    f = _Fields(info, url)
     return ServerReport(
         url=url,
         version=None if info.get("version") is None else str(info["version"]),
-        model_path=info.get("model_path") or mi.get("model_path"),
+        model_path=f.text("model_path") or mi.get("model_path"),
         served_model_name=info.get("served_model_name") or mi.get("served_model_name"),
         architectures=list(archs) if isinstance(archs, list) and archs else None,
         model_type=mi.get("model_type"),
-        tp_size=info.get("tp_size"),
+        tp_size=f.int("tp_size"),
         dtype=info.get("dtype"),
         quantization=info.get("quantization"),
         attention_backend=info.get("attention_backend"),
         device=info.get("device"),
-        speculative=_speculative(info),
+        speculative=_speculative(info, url),
         enable_return_hidden_states=bool(info.get("enable_return_hidden_states")),
         # 0.5.20+ (arg_groups/serving_hook.py); absent on older servers.
         return_hidden_states_mode=_text_or_none(info.get("return_hidden_states_mode")),
@@ -290,7 +326,7 @@ def parse_server_report(
         chunked_prefill_size=_positive_int(info.get("chunked_prefill_size")),
         disable_radix_cache=info.get("disable_radix_cache"),
         disable_cuda_graph=info.get("disable_cuda_graph"),
-        decode_log_interval=info.get("decode_log_interval"),
+        decode_log_interval=f.int("decode_log_interval"),
         avg_spec_accept_length=_avg_accept_length(info),
         healthy=healthy,
         server_info=info,
@@ -346,7 +382,7 @@ def _histogram(value: Any, url: str) -> list[int] | None:
     ):
         raise EndpointError(
             f"POST {url}/generate: meta_info.spec_correct_drafts_histogram is not a list of "
-            f"counts ({_one_line(repr(value), 80)}): is this an SGLang server?",
+            f"counts (a {type(value).__name__}): is this an SGLang server?",
             url=url,
             kind=EndpointError.BAD_RESPONSE,
         )
@@ -362,8 +398,8 @@ def parse_generate(
     hidden_states[0] as `prefill_states`."""
     if not isinstance(body, dict) or not isinstance(body.get("meta_info"), dict):
         raise EndpointError(
-            f"POST {url}/generate returned JSON without meta_info "
-            f"({_one_line(repr(body), 80)}): is this an SGLang server?",
+            f"POST {url}/generate returned JSON without meta_info (a {type(body).__name__}): "
+            "is this an SGLang server?",
             url=url,
             kind=EndpointError.BAD_RESPONSE,
         )
@@ -552,13 +588,16 @@ class SGLangClient:
     def _request(
         self, method: str, path: str, json: Any = None, *, stream: bool = False
     ) -> httpx.Response:
-        """The response (its body unread with `stream`: the caller closes it)."""
+        """The response, read whole within the request's total deadline (`timeout`) and
+        MAX_REPLY_BYTES; with `stream` its body is left unread (the caller closes it)."""
         last: Exception | None = None
         for attempt in range(self.retries):
+            deadline = time.monotonic() + self.timeout
             try:
                 client = self._client()
                 request = client.build_request(method, self.url + path, json=json)
-                return client.send(request, stream=stream)
+                resp = client.send(request, stream=True)
+                return resp if stream else self._read_bounded(resp, method, path, deadline)
             except httpx.ConnectError as exc:
                 last = exc
                 if attempt + 1 < self.retries:
@@ -568,13 +607,63 @@ class SGLangClient:
         assert last is not None
         raise self._down(method, path, last) from None
 
+    def _read_bounded(
+        self, resp: httpx.Response, method: str, path: str, deadline: float
+    ) -> httpx.Response:
+        """The response with its body read, refused past the deadline or MAX_REPLY_BYTES: httpx's
+        timeout is per read, so a server sending a byte a second would hold a request forever."""
+        chunks, size = [], 0
+        try:
+            for chunk in resp.iter_bytes():
+                size += len(chunk)
+                self._bound(size, deadline, method, path)
+                chunks.append(chunk)
+        finally:
+            resp.close()
+        return httpx.Response(
+            resp.status_code, headers=resp.headers, content=b"".join(chunks), request=resp.request
+        )
+
+    def _bound(self, size: int, deadline: float, method: str, path: str) -> None:
+        """Refuse a reply being read once it is larger than MAX_REPLY_BYTES or past its deadline."""
+        if size > MAX_REPLY_BYTES:
+            raise self._err(
+                f"{method} {self.url}{path}: the reply is larger than {MAX_REPLY_BYTES >> 20} MiB, "
+                "more than any SGLang answer to it: refused (does the URL point at an SGLang "
+                "server?)",
+                EndpointError.TOO_LARGE,
+            )
+        if time.monotonic() > deadline:
+            raise self._err(
+                f"{method} {self.url}{path} is slow: no complete answer within {self.timeout:g} s "
+                "(is the server overloaded or stuck? raise the timeout for long generations)",
+                EndpointError.TIMEOUT,
+            )
+
     async def _arequest(
         self, session: httpx.AsyncClient, method: str, path: str, json: Any = None
     ) -> httpx.Response:
+        """`_request` for the benchmark's concurrent requests (same deadline and size bound)."""
         last: Exception | None = None
         for attempt in range(self.retries):
+            deadline = time.monotonic() + self.timeout
             try:
-                return await session.request(method, self.url + path, json=json)
+                request = session.build_request(method, self.url + path, json=json)
+                resp = await session.send(request, stream=True)
+                chunks, size = [], 0
+                try:
+                    async for chunk in resp.aiter_bytes():
+                        size += len(chunk)
+                        self._bound(size, deadline, method, path)
+                        chunks.append(chunk)
+                finally:
+                    await resp.aclose()
+                return httpx.Response(
+                    resp.status_code,
+                    headers=resp.headers,
+                    content=b"".join(chunks),
+                    request=resp.request,
+                )
             except httpx.ConnectError as exc:
                 last = exc
                 if attempt + 1 < self.retries:
@@ -601,7 +690,7 @@ class SGLangClient:
                 body = None
                 what = f"a body that is not JSON ({_describe_body(resp)})"
             else:
-                what = f"JSON without model_path ({_one_line(repr(body), 80)})"
+                what = f"JSON without model_path ({_describe_body(resp)})"
             if not isinstance(body, dict) or "model_path" not in body:
                 raise self._err(
                     f"{self.url} does not look like an SGLang server: GET {path} returned {what}",

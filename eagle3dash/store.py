@@ -70,6 +70,10 @@ class UnsafePathError(InputError):
     """A path that would leave the home folder (`..`, an absolute member, a symlink out)."""
 
 
+class HomeError(InputError):
+    """The home folder cannot hold the store (a file, read-only, not creatable)."""
+
+
 class SchemaTooNewError(InputError):
     """The database was written by a newer eagle3dash than this one."""
 
@@ -203,11 +207,21 @@ _V3 = (
     )""",
 )
 
+_V4 = (
+    # One digest of a checkpoint's config and weights (identity.checkpoint_digest): the same
+    # draft registered by path and uploaded is one checkpoint.
+    "ALTER TABLE checkpoints ADD COLUMN content_digest TEXT",
+    "CREATE INDEX checkpoints_content_digest ON checkpoints(content_digest)",
+    # An endpoint known to be gone (the demo's doubles after seeding): its runs' URLs are dead.
+    "ALTER TABLE endpoints ADD COLUMN stopped_at TEXT",
+)
+
 # (version, name, statements) in order.
 MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
     (1, "initial schema", _V1),
     (2, "removed checkpoints, job cancel flag and worker host", _V2),
     (3, "the diagnosis as one JSON form, weight-file digests", _V3),
+    (4, "checkpoint content digests, stopped endpoints", _V4),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
@@ -352,12 +366,23 @@ def open_store(home: str | os.PathLike[str] | None = None) -> Store:
     """Open (creating folders and database, applying migrations) the store at `home`."""
     root = Path(home) if home is not None else default_home()
     root = root.expanduser().resolve()
-    root.mkdir(parents=True, exist_ok=True)
-    for sub in SUBDIRS:
-        (root / sub).mkdir(exist_ok=True)
+    fix = f"set {HOME_ENV} to a folder you can write (default ./{DEFAULT_HOME})"
+    if root.exists() and not root.is_dir():
+        raise HomeError(f"the home {root} is a file, not a folder: {fix}")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        for sub in SUBDIRS:
+            (root / sub).mkdir(exist_ok=True)
+    except OSError as e:
+        raise HomeError(f"the home {root} cannot be created ({e.strerror or e}): {fix}") from None
+    if not os.access(root, os.W_OK):
+        raise HomeError(f"the home {root} is read-only: {fix}")
     store = Store(root)
     try:
         migrate(store)
+    except sqlite3.Error as e:
+        store.close()
+        raise HomeError(f"the database {store.db_path} cannot be used ({e}): {fix}") from None
     except BaseException:
         store.close()
         raise
@@ -552,10 +577,12 @@ def add_checkpoint(
     report: Mapping[str, Any] | None = None,
     sha256: str | None = None,
     uploaded: bool = False,
+    content_digest: str | None = None,
 ) -> int:
     """Register a checkpoint (a user's path, or an upload under checkpoints/); return its id.
 
-    A live checkpoint with the same path is updated and its id returned.
+    A live checkpoint with the same path is updated (its name only when one is given) and its id
+    returned. `content_digest` is `identity.checkpoint_digest` of its files.
     """
     text = str(path)
     with store.transaction() as db:
@@ -564,7 +591,12 @@ def add_checkpoint(
             (text,),
         ).fetchone()
         if same is not None:
-            given = {"name": name, "format": format, "sha256": sha256}
+            given = {
+                "name": name,
+                "format": format,
+                "sha256": sha256,
+                "content_digest": content_digest,
+            }
             changes: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
             if report is not None:
                 changes["report_json"] = to_json(report)
@@ -584,8 +616,19 @@ def add_checkpoint(
                 "report_json": None if report is None else to_json(report),
                 "created_at": now_iso(),
                 "uploaded": int(uploaded),
+                "content_digest": content_digest,
             },
         )
+
+
+def checkpoints_with_digest(store: Store, content_digest: str) -> list[dict]:
+    """Live checkpoints registered with this content digest, oldest first."""
+    rows = store.db.query(
+        "SELECT id, path, name, format, uploaded FROM checkpoints "
+        "WHERE content_digest = ? AND removed_at IS NULL ORDER BY id",
+        (content_digest,),
+    )
+    return [decode_row(r) for r in rows]
 
 
 def get_checkpoint(store: Store, checkpoint_id: int) -> dict | None:
@@ -600,8 +643,8 @@ def list_checkpoints(store: Store, include_removed: bool = False) -> list[dict]:
     """Checkpoints, newest first (without the report)."""
     where = "" if include_removed else "WHERE removed_at IS NULL"
     rows = store.db.query(
-        "SELECT id, path, sha256, name, format, created_at, uploaded, removed_at "
-        f"FROM checkpoints {where} ORDER BY id DESC"
+        "SELECT id, path, sha256, name, format, created_at, uploaded, removed_at, "
+        f"content_digest FROM checkpoints {where} ORDER BY id DESC"
     )
     out = []
     for r in rows:
@@ -658,8 +701,18 @@ def record_probe(store: Store, url: str, report: Mapping[str, Any]) -> None:
         "INSERT INTO endpoints (url, last_probe_json, version, created_at, probed_at) "
         "VALUES (?, ?, ?, ?, ?) ON CONFLICT(url) DO UPDATE SET "
         "last_probe_json = excluded.last_probe_json, version = excluded.version, "
-        "probed_at = excluded.probed_at",
+        "probed_at = excluded.probed_at, stopped_at = NULL",
         (url, to_json(dict(report)), None if version is None else str(version), now, now),
+    )
+
+
+def mark_endpoint_stopped(store: Store, url: str) -> None:
+    """Remember that an endpoint is gone (its runs' URLs are dead) until it answers a probe."""
+    now = now_iso()
+    store.db.execute(
+        "INSERT INTO endpoints (url, created_at, stopped_at) VALUES (?, ?, ?) "
+        "ON CONFLICT(url) DO UPDATE SET stopped_at = excluded.stopped_at",
+        (url, now, now),
     )
 
 
@@ -671,7 +724,7 @@ def get_endpoint(store: Store, url: str) -> dict | None:
 def list_endpoints(store: Store) -> list[dict]:
     """Endpoints, most recently probed first (without the probe body)."""
     rows = store.db.query(
-        "SELECT url, version, created_at, probed_at FROM endpoints "
+        "SELECT url, version, created_at, probed_at, stopped_at FROM endpoints "
         "ORDER BY COALESCE(probed_at, created_at) DESC"
     )
     return [dict(r) for r in rows]
@@ -681,8 +734,10 @@ def list_endpoints(store: Store) -> list[dict]:
 
 _RUN_JOIN = (
     ", checkpoints.name AS checkpoint_name, checkpoints.path AS checkpoint_path, "
-    "(checkpoints.removed_at IS NOT NULL) AS checkpoint_removed "
-    "FROM runs LEFT JOIN checkpoints ON checkpoints.id = runs.checkpoint_id"
+    "(checkpoints.removed_at IS NOT NULL) AS checkpoint_removed, "
+    "endpoints.stopped_at AS endpoint_stopped_at "
+    "FROM runs LEFT JOIN checkpoints ON checkpoints.id = runs.checkpoint_id "
+    "LEFT JOIN endpoints ON endpoints.url = runs.endpoint_url"
 )
 _RUN_SELECT = "SELECT runs.*" + _RUN_JOIN
 # The Runs page lists summaries: everything but the diagnosis itself, with its verdict
@@ -721,7 +776,8 @@ def create_run(
 
 
 def get_run(store: Store, run_id: int) -> dict | None:
-    """One run with `options` parsed and its checkpoint's name/path/removed flag."""
+    """One run with `options` parsed, its checkpoint's name/path/removed flag and when its
+    endpoint was marked stopped (`endpoint_stopped_at`, None while it may be up)."""
     return _one(store, f"{_RUN_SELECT} WHERE runs.id = ?", (run_id,))
 
 
@@ -786,6 +842,24 @@ def list_runs(
     sql = f"{_RUN_LIST_SELECT}{where} ORDER BY runs.created_at DESC, runs.id DESC LIMIT ? OFFSET ?"
     rows = store.db.query(sql, (*params, int(limit), int(offset)))
     return [decode_row(r) for r in rows]
+
+
+def checkpoint_runs(store: Store, checkpoint_id: int, limit: int = 20) -> list[dict]:
+    """The runs that used a checkpoint, newest first (summaries, like `list_runs`)."""
+    rows = store.db.query(
+        f"{_RUN_LIST_SELECT} WHERE runs.checkpoint_id = ? "
+        "ORDER BY runs.created_at DESC, runs.id DESC LIMIT ?",
+        (checkpoint_id, int(limit)),
+    )
+    return [decode_row(r) for r in rows]
+
+
+def count_checkpoint_runs(store: Store, checkpoint_id: int) -> int:
+    """How many runs used a checkpoint."""
+    row = store.db.execute(
+        "SELECT COUNT(*) FROM runs WHERE checkpoint_id = ?", (checkpoint_id,)
+    ).fetchone()
+    return int(row[0])
 
 
 def count_runs(store: Store, status: str | None = None, search: str | None = None) -> int:

@@ -1,20 +1,31 @@
-"""What the app imports to queue work: light (no torch, no HTTP client)."""
+"""What the app queues: light (no torch, no HTTP client)."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
+from typing import Any
 
 from eagle3dash import jobs
 from eagle3dash import store as db
 from eagle3dash.diagnosis.options import DiagnoseOptions
 
 
-def submit_diagnosis(store: db.Store, checkpoint_id: int | None, options: DiagnoseOptions) -> int:
-    """Create a run and queue its diagnose job; return the run id."""
+def submit_diagnosis(
+    store: db.Store,
+    checkpoint_id: int | None,
+    options: DiagnoseOptions,
+    labels: Mapping[str, Any] | None = None,
+) -> int:
+    """Create a run and queue its diagnose job; return the run id.
+
+    `labels` (e.g. {"demo": "mismatched"}) are kept with the run's options for the pages and
+    queries, and are not passed to the diagnosis.
+    """
     params = dataclasses.asdict(options)
     run_id = db.create_run(store, checkpoint_id, options.endpoint, options.baseline, params)
     params["capture_dir"] = params["capture_dir"] or str(db.capture_dir(store, run_id))
-    db.update_run(store, run_id, options=params)
+    db.update_run(store, run_id, options={**params, **(labels or {})})
     jobs.submit_job(
         store,
         "diagnose",

@@ -34,6 +34,7 @@ from typing import IO, Any, Protocol
 from eagle3dash import store as db
 from eagle3dash.checkpoint import CONFIG, inspect
 from eagle3dash.errors import InputError
+from eagle3dash.identity import checkpoint_digest
 from eagle3dash.servebench import PromptFileError, parse_prompt_lines
 
 CHUNK = 1 << 20
@@ -44,6 +45,8 @@ UPLOAD_TYPES = ("json", "safetensors", "bin", "zip", "tar", "gz", "tgz")
 PROMPT_TYPES = ("jsonl", "json", "txt")
 MAX_TOTAL_BYTES = 64 << 30  # a Kimi-sized draft is ~5 GB; 64 GiB leaves room for big fp32 ones
 MAX_MEMBERS = 10_000
+MAX_EXPANSION = 100.0
+EXPANSION_FLOOR = 16 << 20
 MAX_PROMPT_BYTES = 64 << 20
 _SKIPPED_PREFIXES = ("__MACOSX/",)  # macOS Finder archive junk
 _SKIPPED_NAMES = (".DS_Store",)
@@ -68,6 +71,10 @@ class UploadLimits:
 
     max_total_bytes: int = MAX_TOTAL_BYTES
     max_members: int = MAX_MEMBERS
+    # Trained weights barely compress; an archive that grows past this ratio (and the floor, for
+    # tiny test drafts) is a bomb, stopped while extracting.
+    max_expansion: float = MAX_EXPANSION
+    expansion_floor: int = EXPANSION_FLOOR
 
 
 @dataclass
@@ -81,6 +88,7 @@ class UploadedCheckpoint:
     report: dict
     already_stored: bool = False  # the same content was in checkpoints/ already
     files: list[str] = field(default_factory=list)
+    already_registered: bool = False  # a checkpoint with this content was registered before
 
 
 # --- names -------------------------------------------------------------------------------------
@@ -141,11 +149,17 @@ def _plain_file_name(name: str) -> str:
 class _Budget:
     """Counts bytes and members written for one upload against its limits."""
 
-    def __init__(self, limits: UploadLimits, label: str) -> None:
+    def __init__(self, limits: UploadLimits, label: str, archive_bytes: int | None = None) -> None:
         self.limits = limits
         self.label = label
         self.bytes = 0
         self.members = 0
+        # What an archive of this size may expand to (None: not an archive).
+        self.expands_to = (
+            None
+            if archive_bytes is None
+            else max(limits.expansion_floor, int(limits.max_expansion * archive_bytes))
+        )
 
     def add_member(self) -> None:
         self.members += 1
@@ -156,12 +170,19 @@ class _Budget:
             )
 
     def check_size(self, n: int) -> None:
-        """Refuse early when `n` more bytes (a member's declared size) would pass the cap."""
-        if self.bytes + n > self.limits.max_total_bytes:
+        """Refuse early when `n` more bytes (a member's declared size) would pass a cap."""
+        over_expansion = self.expands_to is not None and self.bytes + n > self.expands_to
+        if over_expansion or self.bytes + n > self.limits.max_total_bytes:
             self.add_bytes(n)
 
     def add_bytes(self, n: int) -> None:
         self.bytes += n
+        if self.expands_to is not None and self.bytes > self.expands_to:
+            raise UploadError(
+                f"{self.label}: expands to more than {_size(self.expands_to)}, over "
+                f"{self.limits.max_expansion:.0f}x its own size, which trained weights never do "
+                "(a zip bomb, or padding): refused and removed; pack only the checkpoint folder"
+            )
         if self.bytes > self.limits.max_total_bytes:
             raise UploadError(
                 f"{self.label}: larger than the {_size(self.limits.max_total_bytes)} cap on one "
@@ -208,30 +229,36 @@ def extract_archive(
     caller removes `dest`).
     """
     label = label or archive.name
-    budget = _Budget(limits, label)
+    budget = _Budget(limits, label, archive.stat().st_size)
     dest.mkdir(parents=True, exist_ok=True)
     if zipfile.is_zipfile(archive):
         return _extract_zip(archive, dest, budget, label)
     try:
         tf = tarfile.open(archive, "r:*")  # noqa: SIM115 - closed by the with below
-    except (tarfile.TarError, OSError, EOFError) as e:
+    except (tarfile.TarError, OSError, EOFError):
         raise UploadError(
-            f"{label}: not a zip or tar archive ({e}); upload a .zip, .tar or .tar.gz of the "
-            "checkpoint folder"
+            f"{label}: not a zip or tar archive, or one cut short; upload a .zip, .tar or "
+            ".tar.gz of the checkpoint folder"
         ) from None
     with tf:
         try:
             return _extract_tar(tf, dest, budget, label)
-        except (tarfile.TarError, EOFError, zlib.error) as e:
-            raise UploadError(f"{label}: broken archive ({e}); pack and upload it again") from None
+        except (tarfile.TarError, EOFError, zlib.error):
+            raise UploadError(
+                f"{label}: the archive is damaged or cut short; pack the checkpoint folder and "
+                "upload it again"
+            ) from None
 
 
 def _extract_zip(archive: Path, dest: Path, budget: _Budget, label: str) -> dict[str, str]:
     hashes: dict[str, str] = {}
     try:
         zf = zipfile.ZipFile(archive)
-    except (zipfile.BadZipFile, OSError) as e:
-        raise UploadError(f"{label}: broken zip archive ({e}); pack it again") from None
+    except (zipfile.BadZipFile, OSError):
+        raise UploadError(
+            f"{label}: the zip archive is damaged or cut short; pack the checkpoint folder and "
+            "upload it again"
+        ) from None
     with zf:
         infos = zf.infolist()
         if len(infos) > budget.limits.max_members:
@@ -258,8 +285,11 @@ def _extract_zip(archive: Path, dest: Path, budget: _Budget, label: str) -> dict
             try:
                 with zf.open(info) as src:
                     hashes[rel] = _copy(src, target, budget)
-            except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as e:
-                raise UploadError(f"{label}: member {rel} is broken ({e}); pack it again") from None
+            except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError):
+                raise UploadError(
+                    f"{label}: {rel} inside the archive is damaged (or packed with a method "
+                    "zip cannot read); pack the checkpoint folder again with plain zip or tar"
+                ) from None
     return hashes
 
 
@@ -403,25 +433,79 @@ def register_upload(
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     report = inspect(final)
-    checkpoint_name = name or default_name or f"upload-{sha[:12]}"
-    checkpoint_id = db.add_checkpoint(
+    registered = _register(
         store,
         final,
-        name=checkpoint_name,
-        format=report.spec.format,
-        report=report.to_json(),
+        report.to_json(),
+        name,
+        default_name or f"upload-{sha[:12]}",
         sha256=sha,
         uploaded=True,
     )
+    if registered.path != final and not already:
+        shutil.rmtree(final, ignore_errors=True)  # the same content is registered elsewhere
     return UploadedCheckpoint(
-        checkpoint_id=checkpoint_id,
+        checkpoint_id=registered.checkpoint_id,
         sha256=sha,
-        path=final,
-        name=checkpoint_name,
+        path=registered.path,
+        name=registered.name,
         report=report.to_json(),
         already_stored=already,
         files=sorted(hashes),
+        already_registered=registered.known,
     )
+
+
+@dataclass(frozen=True)
+class Registered:
+    """The checkpoint a registration ended in: a new one, or one with the same content."""
+
+    checkpoint_id: int
+    path: Path
+    name: str
+    known: bool  # a live checkpoint with the same config and weights was registered before
+
+
+def _same_content(store: db.Store, digest: str) -> dict | None:
+    """The oldest live checkpoint whose files still have this content digest."""
+    for row in db.checkpoints_with_digest(store, digest):
+        try:
+            if checkpoint_digest(row["path"], store) == digest:
+                return row
+        except OSError:  # moved or deleted since: not this content any more
+            continue
+    return None
+
+
+def _register(
+    store: db.Store,
+    path: Path,
+    report: dict,
+    name: str | None,
+    default_name: str,
+    sha256: str | None = None,
+    uploaded: bool = False,
+) -> Registered:
+    """Register a checkpoint folder, or return the live one with the same content (its name
+    kept unless `name` is given): the same draft by path and by upload is one checkpoint."""
+    digest = checkpoint_digest(path, store)
+    known = _same_content(store, digest)
+    if known is not None and Path(known["path"]) != path:
+        checkpoint_id = db.add_checkpoint(store, known["path"], name=name, content_digest=digest)
+        return Registered(checkpoint_id, Path(known["path"]), name or known["name"], True)
+    checkpoint_id = db.add_checkpoint(
+        store,
+        path,
+        name=name if known is not None else name or default_name,
+        format=report.get("format"),
+        report=report,
+        sha256=sha256,
+        uploaded=uploaded,
+        content_digest=digest,
+    )
+    row = db.get_checkpoint(store, checkpoint_id)
+    assert row is not None  # just registered
+    return Registered(checkpoint_id, path, str(row["name"]), known is not None)
 
 
 def register_path(
@@ -429,21 +513,16 @@ def register_path(
 ) -> tuple[int, dict]:
     """Inspect a checkpoint on this machine and register it (files are left where they are).
 
-    Returns the checkpoint id and its inspect report; a CheckpointError names what is wrong.
+    Returns the checkpoint id and its inspect report; a CheckpointError names what is wrong. A
+    checkpoint with the same content (an upload of it, say) is that checkpoint, its name kept.
     """
     text = str(path).strip()
     if not text:
         raise InputError("give the checkpoint's folder (or its config.json) on this machine")
     report = inspect(text)
     directory = Path(report.path)
-    checkpoint_id = db.add_checkpoint(
-        store,
-        directory,
-        name=name or directory.name,
-        format=report.spec.format,
-        report=report.to_json(),
-    )
-    return checkpoint_id, report.to_json()
+    registered = _register(store, directory, report.to_json(), name, directory.name)
+    return registered.checkpoint_id, report.to_json()
 
 
 # --- prompts -----------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ class Reply:
     content_type: str | None = None
     delay: float = 0.0
     raw: bytes | None = None  # written to the socket as-is, no HTTP framing
+    drip: float = 0.0  # seconds between the body's bytes (a server sending a byte at a time)
 
 
 App = Callable[[Request], Reply]
@@ -75,7 +76,12 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Type", ctype or "application/octet-stream")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.wfile.write(body)
+            if not reply.drip:
+                self.wfile.write(body)
+            for i in range(len(body) if reply.drip else 0):
+                self.wfile.write(body[i : i + 1])
+                self.wfile.flush()
+                time.sleep(reply.drip)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client gave up (timeout tests)
 

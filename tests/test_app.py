@@ -726,7 +726,7 @@ def test_new_run_probes_the_endpoint_and_submits_to_the_run_page(world, home) ->
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["SGLang version"] == "0.5.23" and metrics["Speculative"] == "EAGLE3"
     assert metrics["Draft steps"] == "3" and metrics["Hidden states"] == "on"
-    assert "Server-side findings" in texts(at)
+    assert "Before you submit" in texts(at)  # the probe checked against the checkpoint
     assert db.get_endpoint(home, world["url"]) is not None  # the probe is remembered
     at.text_input(key="opt_training_layout").set_value("0,1,2").run()
     at.button(key="submit").click().run()
@@ -786,6 +786,7 @@ def test_the_checkpoints_page_removes_an_upload_but_keeps_its_runs(home, tmp_pat
     no_exception(at)
     assert any("up" in m.value and "uploaded" in m.value for m in at.markdown)
     at.button(key=f"remove-{uploaded.checkpoint_id}").click().run()
+    at.button(key=f"remove-yes-{uploaded.checkpoint_id}").click().run()  # asked to confirm
     no_exception(at)
     assert "its uploaded files were deleted" in texts(at, "success")
     assert not uploaded.path.exists()
@@ -926,3 +927,52 @@ def test_get_store_keeps_no_connection_of_finished_threads(home) -> None:
     assert db.count_runs(get_store()) == 0  # this call closes the dead threads' stores
     assert open_stores() <= 2
     assert get_store() is get_store()  # one store per thread
+
+
+@pytest.mark.parametrize("page", [None, "run", "new_run", "checkpoints", "compare"])
+def test_a_home_that_is_a_file_is_one_clear_page(tmp_path, monkeypatch, page) -> None:
+    blocker = tmp_path / "home"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("EAGLE3DASH_HOME", str(blocker))
+    at = app(page)
+    no_exception(at)
+    assert texts(at, "error") == (
+        f"the home {blocker} is a file, not a folder: set EAGLE3DASH_HOME to a folder you can "
+        "write (default ./.eagle3dash)"
+    )
+
+
+def test_loopback_asks_nothing_and_a_network_bind_asks_for_the_token(home, monkeypatch) -> None:
+    at = app()
+    assert "Access token" not in [t.label for t in at.text_input]
+    monkeypatch.setenv("EAGLE3DASH_BIND", "0.0.0.0")
+    monkeypatch.delenv("EAGLE3DASH_TOKEN", raising=False)
+    at = app()
+    no_exception(at)
+    assert "no access token is set: set EAGLE3DASH_TOKEN" in texts(at, "error")
+    assert "Runs" not in [t.value for t in at.title]
+    monkeypatch.setenv("EAGLE3DASH_TOKEN", "s3cret")
+    at = app("run", run="1")
+    assert [t.label for t in at.text_input] == ["Access token"]
+    at.text_input(key="_access_token").input("wrong").run(timeout=TIMEOUT)
+    assert "That is not the access token." in texts(at, "error")
+    at.text_input(key="_access_token").input("s3cret").run(timeout=TIMEOUT)
+    no_exception(at)
+    assert "Run #1" in [t.value for t in at.title] or "There is no run #1" in texts(at, "error")
+
+
+def test_guard_turns_an_unexpected_exception_into_one_box(home) -> None:
+    def page() -> None:
+        from eagle3dash.ui import widgets
+
+        def broken() -> None:
+            raise RuntimeError("internal detail")
+
+        widgets.guard(broken)
+
+    at = AppTest.from_function(page, default_timeout=TIMEOUT).run()
+    no_exception(at)
+    assert texts(at, "error") == (
+        "Something unexpected went wrong (RuntimeError): a bug in eagle3dash, not in your input. "
+        "The details are in the app's log."
+    )

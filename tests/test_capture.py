@@ -245,3 +245,27 @@ def test_speculators_dump(tmp_path):
     (root / "hs_1.safetensors").write_bytes(b"\x00" * 20)
     with pytest.raises(CaptureError, match="hs_1.safetensors: cannot be read as safetensors"):
         read_speculators_dump(root, layout, 32)
+
+
+@pytest.mark.parametrize(
+    "patch, says",
+    [
+        ({"hidden_size": "32"}, "hidden_size is '32', not a whole number >= 1"),
+        ({"num_sequences": -1}, "num_sequences is -1, not a whole number >= 0"),
+        ({"taps": "0,1"}, "taps must be a list of {depth, post_norm} objects"),
+        ({"shards": ["../../outside.safetensors"]}, "shards must be a list of file names beside"),
+    ],
+)
+def test_a_manifest_field_of_the_wrong_type_names_it(tmp_path, patch, says) -> None:
+    capture = Capture(
+        taps=(Tap(1),),
+        sequences=[Sequence(torch.tensor([1, 2]), {Tap(1): torch.zeros(2, 4)})],
+        hidden_size=4,
+    )
+    path = save_capture(capture, tmp_path / "cap")
+    manifest = json.loads((path / "capture.json").read_text())
+    manifest.update(patch)
+    (path / "capture.json").write_text(json.dumps(manifest))
+    with pytest.raises(CaptureError) as err:
+        load_capture(path)
+    assert says in str(err.value)

@@ -355,8 +355,29 @@ def test_config_errors(tmp_path):
     with pytest.raises(CheckpointError, match=r"config.json: not valid JSON \(line 2, column"):
         inspect(ckpt)
     (ckpt / CONFIG).write_text('{"hidden_size": 32}')
-    with pytest.raises(CheckpointError, match="lacks num_attention_heads, intermediate_size"):
+    with pytest.raises(CheckpointError, match="config num_attention_heads is missing"):
         inspect(ckpt)
+
+
+@pytest.mark.parametrize(
+    "key, value, says",
+    [
+        ("hidden_size", 0, "hidden_size = 0 is outside 1..131,072"),
+        ("num_attention_heads", 0, "num_attention_heads = 0 is outside 1..4,096"),
+        ("num_hidden_layers", 1_000_000_000, "num_hidden_layers = 1000000000 is outside 1..256"),
+        ("head_dim", "16", "head_dim is str '16', not a whole number"),
+        ("vocab_size", 1.5, "vocab_size is float '1.5', not a whole number"),
+        ("intermediate_size", True, "intermediate_size is bool 'True', not a whole number"),
+    ],
+)
+def test_a_config_dim_of_the_wrong_type_or_size_names_the_key(tmp_path, key, value, says):
+    ckpt, _ = write(tmp_path, tiny_spec("specforge"))
+    config = json.loads((ckpt / CONFIG).read_text())
+    config[key] = value
+    (ckpt / CONFIG).write_text(json.dumps(config))
+    with pytest.raises(CheckpointError) as err:
+        inspect(ckpt)
+    assert says in str(err.value) and str(err.value).startswith(str(ckpt / CONFIG))
 
 
 def test_truncated_and_corrupt_safetensors(tmp_path):
@@ -447,3 +468,68 @@ def test_inspect_reads_only_headers(tmp_path):
         [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize(
+    "patch, says",
+    [
+        ({"eagle_config": "yes"}, "eagle_config is str 'yes', not an object"),
+        (
+            {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, "2", 3]}},
+            "eagle_config.eagle_aux_hidden_state_layer_ids is list \"[1, '2', 3]\", not a list",
+        ),
+        ({"eagle_aux_hidden_state_layer_ids": 7}, "eagle_aux_hidden_state_layer_ids is int '7'"),
+        ({"target_hidden_size": "4096"}, "target_hidden_size is str '4096', not a whole number"),
+        ({"layer_types": 3}, "layer_types is int '3', not a list of strings"),
+        ({"rope_theta": "1e6"}, "rope_theta is str '1e6', not a number"),
+        ({"rope_scaling": "yarn"}, "rope_scaling is str 'yarn', not an object"),
+    ],
+)
+def test_a_config_key_of_the_wrong_type_is_one_message_naming_it(tmp_path, patch, says):
+    ckpt, _ = write(tmp_path, tiny_spec("specforge"))
+    config = json.loads((ckpt / CONFIG).read_text())
+    config.update(patch)
+    (ckpt / CONFIG).write_text(json.dumps(config))
+    with pytest.raises(CheckpointError) as err:
+        inspect(ckpt)
+    assert says in str(err.value)
+
+
+@pytest.mark.parametrize("name", ["../../etc/passwd", "/tmp/x.safetensors", "", 3])
+def test_an_index_may_only_name_shards_beside_it(tmp_path, name):
+    ckpt, _ = write(tmp_path, tiny_spec("specforge"))
+    (ckpt / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {"fc.weight": name}})
+    )
+    with pytest.raises(CheckpointError, match="not a file name in"):
+        inspect(ckpt)
+
+
+def test_a_deeply_nested_config_is_one_message_not_a_recursion_error(tmp_path):
+    ckpt, _ = write(tmp_path, tiny_spec("specforge"))
+    (ckpt / CONFIG).write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(CheckpointError, match="nested too deeply"):
+        inspect(ckpt)
+
+
+def test_a_target_model_is_refused_as_a_draft(tmp_path: Path) -> None:
+    from eagle3dash.testing.tiny import make_tiny_target
+
+    target = make_tiny_target(tmp_path / "target", num_layers=3)
+    with pytest.raises(CheckpointError) as err:
+        inspect(target)
+    assert str(err.value) == (
+        f"{target}: this looks like a target model (a causal LM), not an EAGLE-3 draft: no "
+        "fc.weight, 3 decoder layers; give the EAGLE-3 draft's folder"
+    )
+
+
+def test_a_checkpoint_without_fc_or_layers_is_not_a_draft(tmp_path: Path) -> None:
+    from tests.specs import tiny_spec
+
+    spec = tiny_spec(format="specforge")
+    ckpt = save(spec, {}, tmp_path / "headless", "specforge")
+    head = torch.zeros(spec.draft_vocab_size, spec.hidden_size)
+    save_file({"lm_head.weight": head}, str(ckpt / SAFETENSORS))
+    with pytest.raises(CheckpointError, match=r"not an EAGLE-3 draft: no fc\.weight"):
+        inspect(ckpt)

@@ -226,3 +226,68 @@ def test_diagnose_prints_measured_acceptance_per_position_beside_the_simulations
     d["training"]["eval"], d["measured"] = None, None  # nothing to show
     _print_per_position(d)
     assert capsys.readouterr().out == ""
+
+
+def test_an_unexpected_exception_is_one_line_not_a_traceback(monkeypatch, capsys) -> None:
+    import eagle3dash.cli as cli
+
+    def broken(args):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(cli, "cmd_inspect", broken)
+    assert cli.main(["inspect", "anything"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: unexpected RuntimeError: boom (a bug in eagle3dash")
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_eval_refuses_a_draft_with_nan_weights(tmp_path: Path) -> None:
+    spec = format_spec("specforge", has_embed=True)
+    tensors = random_tensors(spec, seed=0, with_embed=True)
+    tensors["fc.weight"][0, :2] = float("nan")
+    path = save(spec, tensors, tmp_path / "nan-draft", "specforge")
+    out = run_cli("eval", "--draft", str(path), "--capture", str(tmp_path), "--layout", "1,2,3")
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert out.stderr == (
+        f"error: {path}: fc.weight hold NaN or Inf values: the checkpoint is broken, so an "
+        "evaluation of it would mean nothing\n"
+    )
+
+
+def test_eval_of_a_draft_without_embed_tokens_takes_the_targets_embedding(tmp_path: Path) -> None:
+    from safetensors.torch import save_file
+
+    path = write_draft(tmp_path, "specforge", with_embed=False)
+    spec = format_spec("specforge", has_embed=False)
+    gen = torch.Generator().manual_seed(0)
+    seqs = [
+        Sequence(
+            input_ids=torch.randint(0, 64, (30,), generator=gen),
+            states={Tap(d): torch.randn(30, 32, generator=gen) for d in (1, 2, 3)},
+        )
+    ]
+    save_capture(
+        Capture(taps=(Tap(1), Tap(2), Tap(3)), sequences=seqs, hidden_size=32), tmp_path / "cap"
+    )
+    args = ("eval", "--draft", str(path), "--capture", str(tmp_path / "cap"), "--layout", "1,2,3")
+    out = run_cli(*args)
+    assert out.returncode == 1 and "eval --target PATH" in out.stderr
+    target = tmp_path / "target"
+    target.mkdir()
+    embed = torch.randn(spec.vocab_size, 32, generator=gen)
+    save_file({"model.embed_tokens.weight": embed}, str(target / "model.safetensors"))
+    out = run_cli(*args, "--target", str(target), "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["steps"] == 5
+
+
+def test_inspect_refuses_a_target_model_in_one_line(tmp_path: Path) -> None:
+    from eagle3dash.testing.tiny import make_tiny_target
+
+    target = make_tiny_target(tmp_path / "target", num_layers=4)
+    out = run_cli("inspect", str(target))
+    assert out.returncode == 1 and out.stdout == ""
+    assert out.stderr == (
+        f"error: {target}: this looks like a target model (a causal LM), not an EAGLE-3 draft: "
+        "no fc.weight, 4 decoder layers; give the EAGLE-3 draft's folder\n"
+    )

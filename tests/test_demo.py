@@ -249,9 +249,16 @@ def test_seeded_demo_meets_the_gaps(tmp_path):
     serving layout's, measured within 0.15 of the serving simulation, the layout finding first.
     Correct and fixed: no layout finding, measured within 0.15 of the training simulation.
     """
-    from eagle3dash.demo.seed import seed
+    from eagle3dash import store as db
+    from eagle3dash.demo.seed import seed, seeded
 
-    runs = {r.deployment: r.diagnosis for r in seed(tmp_path, num_prompts=2, max_new_tokens=32)}
+    made = seed(tmp_path, num_prompts=2, max_new_tokens=32, worker=True)
+    assert [(r.deployment, r.status) for r in made] == [
+        ("mismatched", "succeeded"),
+        ("correct", "succeeded"),
+        ("fixed", "succeeded"),
+    ]
+    runs = {r.deployment: r.diagnosis for r in made}
     mis = runs["mismatched"]
     assert mis["findings"][0]["id"] == "layout-mismatch"
     # No training layout was given: the detective measured it.
@@ -268,6 +275,42 @@ def test_seeded_demo_meets_the_gaps(tmp_path):
         measured = d["measured"]["accept_length"]
         assert measured == pytest.approx(d["training"]["sim_accept_length"], abs=0.15)
         assert measured - mis["measured"]["accept_length"] > 1.5
+    # Each run carries its deployment's name, the mismatched one links to its fix, and the
+    # demo's endpoints are marked stopped once the runs are done.
+    ids = {r.deployment: r.run_id for r in made}
+    with db.open_store(tmp_path) as store:
+        rows = {name: db.get_run(store, run_id) for name, run_id in ids.items()}
+        assert {name: row["options"]["demo"] for name, row in rows.items()} == {
+            name: name for name in ids
+        }
+        assert rows["mismatched"]["options"]["demo_fixed_run"] == ids["fixed"]
+        assert "demo_fixed_run" not in rows["fixed"]["options"]
+        assert rows["fixed"]["checkpoint_name"] == "demo draft-a-fixed"
+        assert all(row["endpoint_stopped_at"] for row in rows.values())
+        assert len({row["endpoint_url"] for row in rows.values()}) == 3
+        assert all(e["stopped_at"] for e in db.list_endpoints(store))  # the baseline too
+        assert seeded(store)
+    assert seed(tmp_path, progress=lambda m: None) == []  # made once
+
+
+def test_a_seed_cut_short_leaves_no_run_waiting_on_its_gone_endpoints(tmp_path):
+    from eagle3dash import jobs
+    from eagle3dash import store as db
+    from eagle3dash.demo.seed import cancel_unfinished, demo_runs, seeded
+    from eagle3dash.diagnosis.options import DiagnoseOptions
+    from eagle3dash.submit import submit_diagnosis
+
+    with db.open_store(tmp_path) as store:
+        options = DiagnoseOptions(draft="/d", endpoint="http://127.0.0.1:9")
+        run_id = submit_diagnosis(store, None, options, {"demo": "mismatched"})
+        other = submit_diagnosis(store, None, options)
+        assert demo_runs(store) == [run_id] and not seeded(store)
+        assert cancel_unfinished(store, demo_runs(store), "its endpoints stopped") == [run_id]
+        run = db.get_run(store, run_id)
+        assert (run["status"], run["error"]) == ("cancelled", "its endpoints stopped")
+        assert [j["status"] for j in jobs.list_jobs(store, run_id)] == ["cancelled"]
+        assert [j["status"] for j in jobs.list_jobs(store, other)] == ["queued"]
+        assert cancel_unfinished(store, [run_id], "again") == []
 
 
 def test_the_detective_catches_a_config_that_lies(tmp_path):

@@ -245,7 +245,7 @@ def test_build_draft_errors_and_missing_embedding():
         build_draft(spec, {**tensors, "fc.weight": torch.zeros(3, 3)})
     draft = build_draft(spec, tensors)
     aux, ids = random_inputs(spec, 12)
-    with pytest.raises(ValueError, match="no embed_tokens; pass the target's embedding"):
+    with pytest.raises(ValueError, match="no embed_tokens .* pass the target's embedding"):
         evaluate(draft, aux, ids)
     assert {n for n, _ in draft.named_parameters()} | {n for n, _ in draft.named_buffers()} == set(
         tensors

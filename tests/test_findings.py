@@ -941,3 +941,12 @@ def test_a_slowdown_names_what_caps_the_accept_length_or_says_nothing_checked_di
     fast_enough = {"measured": Bench(80.0, accept_length=3.5), "baseline": Bench(100.0)}
     costly = only(diagnose(Evidence(server=Server(), **fast_enough)), "slower-than-baseline")
     assert costly.fix.startswith("The accept length is not the cause")
+
+
+def test_nan_weights_are_the_first_critical_finding() -> None:
+    broken = report(problems=["fc.weight holds 3 NaN and 0 Inf values: the checkpoint is broken"])
+    broken.nonfinite.append("fc.weight")
+    found = diagnose(Evidence(report=broken))
+    assert ids_of(found)[0] == "weights-not-finite" and found[0].severity == "critical"
+    assert "fc.weight holds 3 NaN and 0 Inf values" in found[0].evidence
+    assert "checkpoint-problems" not in ids_of(found)  # the same line is not listed twice

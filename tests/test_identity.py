@@ -6,7 +6,7 @@ import hashlib
 import os
 
 from eagle3dash import store as db
-from eagle3dash.identity import compare_drafts, weights_digest
+from eagle3dash.identity import checkpoint_digest, compare_drafts, weights_digest
 
 
 def folder(path, weights: bytes, config: bytes = b'{"hidden_size": 32}'):
@@ -55,3 +55,14 @@ def test_the_store_caches_digests_by_path_size_and_mtime(tmp_path) -> None:
     os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
     assert weights_digest(a, store) != first
     assert weights_digest(a) == weights_digest(a, store)
+
+
+def test_the_checkpoint_digest_covers_the_config_and_the_weights(tmp_path) -> None:
+    a = folder(tmp_path / "a", b"w" * 64, b'{"eagle_aux_hidden_state_layer_ids": [0, 1, 2]}')
+    copy = folder(tmp_path / "copy", b"w" * 64, b'{"eagle_aux_hidden_state_layer_ids": [0, 1, 2]}')
+    fixed = folder(
+        tmp_path / "fixed", b"w" * 64, b'{"eagle_aux_hidden_state_layer_ids": [-1, 0, 1]}'
+    )
+    assert checkpoint_digest(copy) == checkpoint_digest(a) == checkpoint_digest(a / "config.json")
+    assert checkpoint_digest(fixed) != checkpoint_digest(a)
+    assert weights_digest(fixed) == weights_digest(a)

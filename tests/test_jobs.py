@@ -172,14 +172,12 @@ def test_pipeline_stages_report_progress_messages(store: Store) -> None:
 
 
 def test_cancel_queued_job(store: Store) -> None:
-    run_id = create_run(store, None, None)
-    job_id = submit_job(store, "test-echo", {}, run_id=run_id)
+    job_id = submit_job(store, "test-echo", {})
     assert cancel_job(store, job_id) == "cancelled"
     assert run_worker(store.home, JOB_KINDS, poll_interval=POLL, once=True) == 0
     job = job_status(store, job_id)
     assert job["status"] == "cancelled" and job["started_at"] is None
-    run = get_run(store, run_id)  # the run ends with its job, as a cancel, not an error
-    assert (run["status"], run["error"]) == ("cancelled", "cancelled before it started")
+    assert job["message"] == "cancelled before it started"
     assert cancel_job(store, job_id) == "cancelled"  # idempotent
     assert cancel_job(store, 999) is None
 
@@ -284,11 +282,13 @@ def test_child_fails_its_job_when_the_worker_is_killed(store: Store) -> None:
         if worker.poll() is None:
             worker.kill()
             worker.wait()
-    assert job["status"] == "failed"
-    assert "the worker exited" in job["error"]
+    reason = f"abandoned: the worker (pid {worker.pid}) exited while the job ran"
+    assert (job["status"], job["error"]) == ("failed", reason)
     wait_until(lambda: not _pid_alive(job["child_pid"]), what="the orphaned child to exit")
     run = get_run(store, run_id)
-    assert (run["status"], run["error"]) == ("failed", "abandoned: the worker exited")
+    assert (run["status"], run["error"]) == ("failed", reason)
+    # The job's log ends with why it stopped.
+    assert job_log(store, job_id).rstrip().endswith(f"{reason}; stopping")
 
 
 def _running_job(store: Store, run_id: int) -> dict:

@@ -169,3 +169,89 @@ def test_the_cli_prints_the_mode_and_the_draft(tmp_path: Path, capsys) -> None:
         "layer ids [1, 2, 3] (eagle_config)"
     ) in out
     assert "[warning] hidden-states-last-only" in out
+
+
+def test_the_served_model_on_this_machine_is_proposed_as_the_target(tmp_path, capsys) -> None:
+    model = tmp_path / "target"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"text_config": {"num_hidden_layers": 61}}))
+    (model / "model-00001.safetensors").write_bytes(b"\0" * 1000)
+    (model / "model-00002.safetensors").write_bytes(b"\0" * 234)
+    (model / "tokenizer.json").write_bytes(b"{}" * 100)  # not a weight file
+    info = json.loads(json.dumps(load_fixture("get_server_info.json")))
+    info["model_path"] = str(model)
+    with serve(replay_app(info)) as served:
+        found = probe(served.url)
+        assert main(["probe", served.url]) == 0
+    out = capsys.readouterr().out
+    assert found.target is not None
+    assert (found.target.path, found.target.num_layers) == (str(model), 61)
+    assert found.target.weight_bytes == 1234
+    assert found.to_dict()["target"]["num_layers"] == 61
+    assert f"served model here          {model} (61 layers, 0.00 GB of weights)" in out
+    # A model path that is no folder here (a hub id) proposes nothing.
+    info["model_path"] = "moonshotai/Kimi-K2"
+    with serve(replay_app(info)) as served:
+        assert probe(served.url).target is None
+
+
+# --- before submit: the server against the chosen checkpoint ------------------------------------
+
+
+def test_before_submit_warns_of_hidden_states_off_and_another_draft_served(tmp_path: Path) -> None:
+    from eagle3dash.probe import before_submit
+
+    served = eagle3_draft(tmp_path)
+    spec = tiny_spec(aux_layer_ids=(1, 2, 3), aux_ids_location="eagle_config")
+    mine = save(spec, random_tensors(spec, seed=5), tmp_path / "epoch-7", "specforge")
+    info = spec_server_info(load_fixture("get_server_info.json"))
+    info["speculative_draft_model_path"] = str(served)
+    with serve(replay_app(info)) as endpoint:
+        found = probe(endpoint.url)
+    assert [f.id for f in before_submit(found, str(served))] == ["hidden-states-off"]
+    warned = before_submit(found, str(mine))
+    assert [(f.id, f.severity) for f in warned] == [
+        ("draft-differs", "critical"),
+        ("hidden-states-off", "warning"),
+    ]
+    assert warned[0].fix.startswith(
+        f"Restart the server with --speculative-draft-model-path {mine}"
+    )
+    # Without a usable checkpoint: what the probe alone says.
+    assert (
+        before_submit(found, None) == before_submit(found, str(tmp_path / "nope")) == found.findings
+    )
+
+
+def test_before_submit_names_an_algorithm_that_does_not_fit_the_draft(tmp_path: Path) -> None:
+    from eagle3dash.probe import before_submit
+
+    draft = eagle3_draft(tmp_path)
+    info = spec_server_info(load_fixture("get_server_info.json"))
+    info.update(
+        enable_return_hidden_states=True,
+        speculative_algorithm="EAGLE",
+        speculative_draft_model_path="drafts/elsewhere",  # not read here: the chosen one is
+    )
+    with serve(replay_app(info)) as endpoint:
+        found = probe(endpoint.url)
+    assert found.findings == []
+    assert [f.id for f in before_submit(found, str(draft))] == [
+        "algorithm-eagle",
+        "draft-path-differs",
+    ]
+
+
+def test_the_cli_probe_checks_a_draft_and_refuses_a_target(tmp_path: Path, capsys) -> None:
+    from eagle3dash.testing.tiny import make_tiny_target
+
+    spec = tiny_spec(aux_layer_ids=(1, 2, 3), aux_ids_location="eagle_config")
+    mine = save(spec, random_tensors(spec, seed=5), tmp_path / "epoch-7", "specforge")
+    info = spec_server_info(load_fixture("get_server_info.json"))
+    info["speculative_draft_model_path"] = str(eagle3_draft(tmp_path))
+    with serve(replay_app(info)) as endpoint:
+        assert main(["probe", endpoint.url, "--draft", str(mine)]) == 0
+        assert "[critical] draft-differs" in capsys.readouterr().out
+        target = make_tiny_target(tmp_path / "target")
+        assert main(["probe", endpoint.url, "--draft", str(target)]) == 1
+    assert "this looks like a target model (a causal LM)" in capsys.readouterr().err

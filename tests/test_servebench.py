@@ -362,3 +362,10 @@ def test_missing_or_empty_prompt_file(tmp_path: Path) -> None:
     empty.write_text("\n\n")
     with pytest.raises(PromptFileError, match="no prompts"):
         load_prompts(empty)
+
+
+def test_a_deeply_nested_prompt_line_is_one_message() -> None:
+    from eagle3dash.servebench import PromptFileError, parse_prompt_lines
+
+    with pytest.raises(PromptFileError, match="prompts.jsonl, line 2: nested too deeply"):
+        parse_prompt_lines(['{"prompt": "hi"}', "[" * 100_000 + "]" * 100_000], "prompts.jsonl")

@@ -526,6 +526,20 @@ def test_not_sglang_html_page() -> None:
         info.value, s.url, "does not look like an SGLang server: GET /server_info returned"
     )
     assert "text/html" in str(info.value)
+    # The tool is no proxy: what answers at a typed URL is classified, never shown.
+    assert "Grafana" not in str(info.value) and f"{len(page)} bytes" in str(info.value)
+
+
+@pytest.mark.parametrize("status", [200, 500, 418])
+def test_a_foreign_body_is_never_echoed(status: int) -> None:
+    secret = "<html><body>internal-dashboard token=SECRET123</body></html>"
+    with serve(lambda req: Reply(status, secret, "text/html")) as s:
+        with pytest.raises(EndpointError) as probe:
+            SGLangClient(s.url, retries=1).probe()
+        with pytest.raises(EndpointError) as generate:
+            SGLangClient(s.url, retries=1).generate(input_ids=[1, 2], max_new_tokens=1)
+    for error in (probe.value, generate.value):
+        assert "SECRET123" not in str(error) and "internal-dashboard" not in str(error)
 
 
 def test_not_sglang_other_json() -> None:
@@ -662,3 +676,44 @@ def test_hidden_states_that_are_not_a_block_are_a_bad_response() -> None:
 def test_hidden_states_need_token_ids(replay: Served) -> None:
     with pytest.raises(ValueError, match="needs input_ids"):
         SGLangClient(replay.url).generate(text="x", return_hidden_states=True)
+
+
+def test_a_slow_drip_is_refused_at_the_requests_total_deadline() -> None:
+    # 300 bytes at a byte every 0.1 s: each read comes quickly, the whole takes 30 s.
+    info = json.dumps({"model_path": "x", "pad": "." * 260})
+    drip = Reply(200, info, "application/json", drip=0.1)
+    with serve(lambda req: drip) as s, pytest.raises(EndpointError) as err:
+        SGLangClient(s.url, timeout=1.0, retries=1).probe()
+    assert err.value.kind == EndpointError.TIMEOUT
+    assert "no complete answer within 1 s" in str(err.value)
+
+
+def test_a_huge_reply_is_refused_at_the_size_bound() -> None:
+    huge = b'{"model_path": "x", "pad": "' + b"." * (65 << 20) + b'"}'
+    with (
+        serve(lambda req: Reply(200, huge, "application/json")) as s,
+        pytest.raises(EndpointError) as err,
+    ):
+        SGLangClient(s.url, retries=1).probe()
+    assert err.value.kind == EndpointError.TOO_LARGE
+    assert "larger than 64 MiB" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("speculative_num_steps", "3"),
+        ("speculative_eagle_topk", 1.5),
+        ("tp_size", [8]),
+        ("speculative_accept_threshold_single", "1.0"),
+        ("model_path", 42),
+    ],
+)
+def test_a_server_info_field_of_the_wrong_type_is_one_line_naming_it(key, value) -> None:
+    info = spec_server_info(load_fixture("get_server_info.json"))
+    info[key] = value
+    with serve(replay_app(info)) as s, pytest.raises(EndpointError) as err:
+        SGLangClient(s.url, retries=1).probe()
+    assert err.value.kind == EndpointError.BAD_RESPONSE
+    assert f"server_info field {key} is {type(value).__name__}" in str(err.value)
+    assert "\n" not in str(err.value)

@@ -609,3 +609,49 @@ def test_safe_join_refuses_paths_out_of_the_home(tmp_path: Path) -> None:
     ):
         with pytest.raises(UnsafePathError):
             safe_join(home, *parts)
+
+
+@pytest.mark.parametrize("where", ["file", "under-a-file"])
+def test_a_home_that_cannot_be_a_folder_is_one_clear_line(tmp_path, where) -> None:
+    from eagle3dash.store import HomeError
+
+    blocker = tmp_path / "blocker"
+    blocker.write_text("not a folder")
+    home = blocker if where == "file" else blocker / "home"
+    with pytest.raises(HomeError, match="EAGLE3DASH_HOME"):
+        open_store(home)
+    out = subprocess.run(
+        [sys.executable, "-m", "eagle3dash", "worker", "--once", "--home", str(home)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert out.stderr.startswith(f"error: the home {home}") and out.stderr.count("\n") == 1
+
+
+def test_a_stopped_endpoint_shows_on_its_runs_until_it_answers_again(store: Store) -> None:
+    from eagle3dash.store import mark_endpoint_stopped
+
+    run = create_run(store, None, "http://127.0.0.1:40001", None, {"demo": "mismatched"})
+    assert get_run(store, run)["endpoint_stopped_at"] is None
+    mark_endpoint_stopped(store, "http://127.0.0.1:40001")  # never probed: the row is made
+    stopped = get_run(store, run)["endpoint_stopped_at"]
+    assert stopped and stopped.endswith("Z")
+    assert list_runs(store)[0]["endpoint_stopped_at"] == stopped
+    assert list_endpoints(store)[0]["stopped_at"] == stopped
+    record_probe(store, "http://127.0.0.1:40001", {"version": "0.5.23"})
+    assert get_run(store, run)["endpoint_stopped_at"] is None
+
+
+def test_the_runs_of_a_checkpoint_newest_first(store: Store) -> None:
+    from eagle3dash.store import checkpoint_runs, count_checkpoint_runs
+
+    mine = add_checkpoint(store, "/d/mine", name="mine")
+    other = add_checkpoint(store, "/d/other", name="other")
+    runs = [create_run(store, ck, "http://x") for ck in (mine, other, mine, mine)]
+    assert [r["id"] for r in checkpoint_runs(store, mine)] == [runs[3], runs[2], runs[0]]
+    assert [r["id"] for r in checkpoint_runs(store, mine, limit=1)] == [runs[3]]
+    assert checkpoint_runs(store, mine)[0]["checkpoint_name"] == "mine"
+    assert (count_checkpoint_runs(store, mine), count_checkpoint_runs(store, other)) == (3, 1)

@@ -302,3 +302,92 @@ def test_prompt_files_are_validated_and_kept(store) -> None:
         save_prompt_file(store, Upload("r.jsonl", b"\xff\xfe"))
     with pytest.raises(PromptFileError, match="larger than"):
         save_prompt_file(store, Upload("s.jsonl", b"x" * 100), max_bytes=10)
+
+
+# --- the same checkpoint, however it arrives ---------------------------------------------------
+
+
+def test_a_re_upload_keeps_the_checkpoints_name(store, ckpt) -> None:
+    first = register_upload(store, [Upload("kimi-eagle3.tar.gz", tar_of(ckpt))])
+    assert (first.name, first.already_registered) == ("kimi-eagle3", False)
+    again = register_upload(store, files(ckpt))  # loose files: no archive name to take
+    assert (again.checkpoint_id, again.name, again.already_registered) == (
+        first.checkpoint_id,
+        "kimi-eagle3",
+        True,
+    )
+    assert db.get_checkpoint(store, first.checkpoint_id)["name"] == "kimi-eagle3"
+
+
+def test_a_path_and_an_upload_of_the_same_content_are_one_checkpoint(store, ckpt, tmp_path):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    for name, blob in ckpt.items():
+        (mine / name).write_bytes(blob)
+    checkpoint_id, _ = register_path(store, mine)
+    uploaded = register_upload(store, files(ckpt))
+    assert (uploaded.checkpoint_id, uploaded.path, uploaded.name) == (checkpoint_id, mine, "mine")
+    assert uploaded.already_registered
+    assert list(store.path("checkpoints").iterdir()) == []  # the copy was not kept
+    assert [c["id"] for c in db.list_checkpoints(store)] == [checkpoint_id]
+
+
+def test_an_upload_then_the_same_content_by_path_is_one_checkpoint(store, ckpt, tmp_path):
+    uploaded = register_upload(store, [Upload("draft.zip", zip_of(ckpt))], name="epoch 7")
+    mine = tmp_path / "elsewhere"
+    mine.mkdir()
+    for name, blob in ckpt.items():
+        (mine / name).write_bytes(blob)
+    assert register_path(store, mine)[0] == uploaded.checkpoint_id
+    assert [c["name"] for c in db.list_checkpoints(store)] == ["epoch 7"]
+
+
+def test_the_same_weights_under_another_config_are_another_checkpoint(store, ckpt) -> None:
+    import json
+
+    config = json.loads(ckpt["config.json"])
+    config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [-1, 0, 1]
+    fixed = {**ckpt, "config.json": json.dumps(config).encode()}
+    a = register_upload(store, files(ckpt))
+    b = register_upload(store, files(fixed))
+    assert a.checkpoint_id != b.checkpoint_id and not b.already_registered
+
+
+@pytest.mark.parametrize(
+    ("name", "blob", "says"),
+    [
+        (
+            "junk.tar.gz",
+            b"this is not an archive at all",
+            "junk.tar.gz: not a zip or tar archive, or one cut short; upload a .zip, .tar or "
+            ".tar.gz of the checkpoint folder",
+        ),
+        (
+            "cut.tar.gz",
+            None,
+            "cut.tar.gz: the archive is damaged or cut short; pack the checkpoint folder and "
+            "upload it again",
+        ),
+    ],
+)
+def test_a_junk_archive_is_one_line_in_plain_words(store, ckpt, name, blob, says) -> None:
+    if blob is None:
+        whole = tar_of(ckpt)
+        blob = whole[: len(whole) // 2]
+    with pytest.raises(UploadError) as err:
+        register_upload(store, [Upload(name, blob)])
+    assert str(err.value) == says
+    assert nothing_left(store)
+
+
+@pytest.mark.parametrize("pack", ["zip", "tgz"])
+def test_an_archive_bomb_is_stopped_while_extracting_and_removed(store, ckpt, pack) -> None:
+    # A valid draft plus 40 MiB of zeros: the archive is a few hundred KB, so past 100x (and the
+    # 16 MiB floor) it is refused, before the zeros are all written, and nothing stays.
+    padded = {**ckpt, "padding.bin": bytes(40 << 20)}
+    blob = zip_of(padded) if pack == "zip" else tar_of(padded)
+    assert len(blob) * 100 < (16 << 20)  # so the floor decides here
+    with pytest.raises(UploadError) as err:
+        register_upload(store, [Upload(f"bomb.{pack}", blob)])
+    assert "expands to more than 16.0 MiB, over 100x its own size" in str(err.value)
+    assert nothing_left(store)

@@ -1,9 +1,10 @@
-"""Checkpoints: registered and uploaded drafts with their inspect reports; register, remove."""
+"""Checkpoints: registered and uploaded drafts with their runs and inspect reports; register,
+start a new run with one, remove (after a confirmation)."""
 
 import streamlit as st
 
 from eagle3dash import store as db
-from eagle3dash.ui import widgets
+from eagle3dash.ui import newrun, widgets
 from eagle3dash.ui.fmt import md_escape, when
 from eagle3dash.ui.home import get_store
 from eagle3dash.uploads import register_path
@@ -48,11 +49,11 @@ for c in checkpoints:
             f"{kind}{removed} · added {md_escape(when(c['created_at']))}"
         )
         st.caption(md_escape(c["path"]))
+        newrun.checkpoint_runs(c)
         with st.expander("Inspect report"):
             widgets.registered_checkpoint_report(db.get_checkpoint(store, c["id"]))
-        if not c["removed"] and st.button("Remove", key=f"remove-{c['id']}"):
-            deleted = db.remove_checkpoint(store, c["id"])
-            st.session_state["checkpoints_notice"] = f"Removed checkpoint #{c['id']}" + (
-                "; its uploaded files were deleted." if deleted else "; no files were touched."
-            )
-            st.rerun()
+        if not c["removed"]:
+            removed_notice = newrun.remove_with_confirmation(c)
+            if removed_notice:
+                st.session_state["checkpoints_notice"] = removed_notice
+                st.rerun()

@@ -7,12 +7,11 @@ from eagle3dash.checkpoint import inspect
 from eagle3dash.diagnosis.options import DiagnoseOptions
 from eagle3dash.errors import InputError
 from eagle3dash.submit import submit_diagnosis
-from eagle3dash.ui import tables, widgets
+from eagle3dash.ui import newrun, tables, widgets
 from eagle3dash.ui.fmt import md_escape
 from eagle3dash.ui.home import get_store
+from eagle3dash.ui.newrun import BUILTIN, PATH, PROMPT_FILE, REGISTERED
 from eagle3dash.uploads import PROMPT_TYPES, register_path, save_prompt_file
-
-REGISTERED, PATH, UPLOAD = "A registered checkpoint", "A path on this machine", "An upload"
 
 store = get_store()
 st.title("New run")
@@ -22,10 +21,12 @@ st.caption(
     "draft standalone under the training and the serving layer layouts, benchmarks the endpoint, "
     "and says what is wrong and how to fix it."
 )
+newrun.try_the_demo()
 
 # 1. The draft checkpoint.
 st.header("1. Draft checkpoint")
 checkpoints = db.list_checkpoints(store)
+newrun.preselect_checkpoint([int(c["id"]) for c in checkpoints])
 if not checkpoints:
     st.info(
         "No checkpoints are registered yet: give the path of one on this machine or upload it "
@@ -33,7 +34,7 @@ if not checkpoints:
     )
 source = st.radio(
     "Checkpoint",
-    [REGISTERED, PATH, UPLOAD],
+    newrun.CHECKPOINT_SOURCES,
     index=0 if checkpoints else 1,
     horizontal=True,
     key="ckpt_source",
@@ -75,7 +76,10 @@ else:
 # 2. The endpoint (probed on entry) and an optional baseline.
 st.header("2. SGLang endpoint")
 endpoint = widgets.option_input(st, "endpoint", key="endpoint")
-probe = widgets.probe_panel(endpoint, key="endpoint")
+probe = widgets.probe_panel(endpoint, key="endpoint", findings_title=None)
+newrun.before_submit_warnings(probe, draft_path)
+newrun.follow_server_steps(probe)
+newrun.propose_target(probe)
 baseline = widgets.option_input(st, "baseline", key="baseline")
 if baseline.strip():
     with st.expander("Baseline server", expanded=False):
@@ -83,12 +87,12 @@ if baseline.strip():
 
 # 3. Prompts.
 st.header("3. Prompts")
-prompt_source = st.radio(
-    "Prompts", ["Built-in set", "Upload a JSONL file"], horizontal=True, key="prompt_source"
-)
+prompt_source = st.radio("Prompts", newrun.PROMPT_SOURCES, horizontal=True, key="prompt_source")
 prompts: str | None = None
-if prompt_source == "Built-in set":
+if prompt_source == BUILTIN:
     prompts = widgets.option_input(st, "prompts", key="prompt_set")
+elif prompt_source == PROMPT_FILE:
+    prompts = newrun.prompt_file_input()
 else:
     upload = st.file_uploader(
         'One JSON object a line: {"prompt": ...}, {"messages": [...]} or {"input_ids": [...]}',
@@ -117,7 +121,10 @@ if submit:
         if endpoint.strip() and probe is None:
             raise InputError("the endpoint did not answer a probe; fix the URL or the server first")
         if prompts is None:
-            raise InputError("upload a valid JSONL prompt file, or choose a built-in prompt set")
+            raise InputError(
+                "give a valid JSONL prompt file (on this machine or uploaded), or choose a "
+                "built-in prompt set"
+            )
         options = DiagnoseOptions.parse(values)
         if source == PATH:  # registered once everything else checks out
             checkpoint_id, _ = register_path(store, options.draft)

@@ -195,7 +195,7 @@ def _read_manifest(path: Path) -> dict:
         raise CaptureError(f"{path}: no {MANIFEST}; not an eagle3dash capture")
     try:
         manifest = json.loads(mpath.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise CaptureError(f"{mpath}: cannot be read as JSON: {e}") from e
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         got = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
@@ -203,7 +203,27 @@ def _read_manifest(path: Path) -> dict:
     for key in ("taps", "hidden_size", "num_sequences", "shards"):
         if key not in manifest:
             raise CaptureError(f"{mpath}: missing field {key!r}")
+    _check_manifest(manifest, mpath)
     return manifest
+
+
+def _check_manifest(manifest: dict, mpath: Path) -> None:
+    """The manifest's fields of the types save_capture writes; shards plain names beside it."""
+
+    def count(key: str, least: int) -> None:
+        value = manifest[key]
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            raise CaptureError(f"{mpath}: {key} is {value!r}, not a whole number >= {least}")
+
+    count("hidden_size", 1)
+    count("num_sequences", 0)
+    taps, shards = manifest["taps"], manifest["shards"]
+    if not isinstance(taps, list) or not all(isinstance(t, dict) for t in taps):
+        raise CaptureError(f"{mpath}: taps must be a list of {{depth, post_norm}} objects")
+    if not isinstance(shards, list) or not all(
+        isinstance(n, str) and n not in ("", ".", "..") and Path(n).name == n for n in shards
+    ):
+        raise CaptureError(f"{mpath}: shards must be a list of file names beside {MANIFEST}")
 
 
 def load_capture(path: str | Path, taps: Layout | None = None, load_embed: bool = True) -> Capture:

@@ -24,6 +24,7 @@ from eagle3dash.capture.format import (
     _dtype_name,
 )
 from eagle3dash.layout import Layout, Tap, format_layout
+from eagle3dash.target import TargetError, num_layers
 
 EMBED_NAMES = (
     "model.embed_tokens.weight",
@@ -33,31 +34,13 @@ EMBED_NAMES = (
 )
 
 
-def _read_config(target_path: str | Path) -> tuple[Path, dict]:
-    path = Path(target_path)
-    cfg = path if path.is_file() else path / "config.json"
-    if not cfg.is_file():
-        raise CaptureError(f"{path}: no config.json; not a Hugging Face model directory")
-    try:
-        config = json.loads(cfg.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CaptureError(f"{cfg}: cannot be read as JSON: {e}") from e
-    if not isinstance(config, dict):
-        raise CaptureError(f"{cfg}: expected a JSON object, got {type(config).__name__}")
-    return cfg, config
-
-
 def num_target_layers(target_path: str | Path) -> int:
-    """The target's decoder block count N from config.json (`num_hidden_layers`, top level or in
-    `text_config` for multimodal wrappers). `target_path` is the model directory or its config."""
-    cfg, config = _read_config(target_path)
-    for where in (config, config.get("text_config"), config.get("language_config")):
-        if isinstance(where, dict) and isinstance(where.get("num_hidden_layers"), int):
-            return int(where["num_hidden_layers"])
-    raise CaptureError(
-        f"{cfg}: no integer num_hidden_layers (top level or in text_config); "
-        "cannot tell how many decoder blocks the target has"
-    )
+    """The target's decoder block count N from config.json (target.num_layers); `target_path` is
+    the model directory or its config."""
+    try:
+        return num_layers(target_path)
+    except TargetError as e:
+        raise CaptureError(str(e)) from None
 
 
 def read_target_embedding(target_path: str | Path) -> Tensor:
@@ -77,7 +60,7 @@ def read_target_embedding(target_path: str | Path) -> Tensor:
         if index.is_file():
             try:
                 weight_map = json.loads(index.read_text()).get("weight_map") or {}
-            except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as e:
+            except (OSError, ValueError, AttributeError, RecursionError) as e:
                 raise CaptureError(f"{index}: cannot read its weight_map: {e}") from e
             for name in EMBED_NAMES:
                 if name in weight_map:

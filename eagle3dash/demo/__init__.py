@@ -1,6 +1,6 @@
 """The demo: a tiny target and two EAGLE-3 drafts that reproduce the layout-shift incident on a CPU.
 
-Shipped in `FIXTURES` (rebuilt by `python -m eagle3dash.demo.build --out DIR`, see build.py for
+Shipped in `FIXTURES` (rebuilt by `python -m eagle3dash demo build --out DIR`, see build.py for
 the recipe and why the published target has a no-op 4th block):
 
 - `target/`: a 4-block LlamaForCausalLM (3 trained blocks plus an exact no-op block), vocab 256,
@@ -13,7 +13,12 @@ the recipe and why the published target has a no-op 4th block):
 
 `deployments()` gives the three SGLang-double configurations the demo compares: "mismatched"
 (draft A as its config says), "correct" (draft B) and "fixed" (draft A with the ids the tool
-proposes, `layout.config_ids_for`, as `aux_layer_ids_override`).
+proposes, `layout.config_ids_for`, as `aux_layer_ids_override`). `serve.py` serves them on this
+machine (`python -m eagle3dash demo seed`, and New run's "Try it on the demo").
+
+The demo's speed is modelled, not measured: the SGLang API double sleeps DELAY_S per target
+forward and DELAY_S / 10 per draft step, so its tok/s and speedups follow that cost model; the
+tiny models' own compute is noise.
 """
 
 from __future__ import annotations
@@ -26,10 +31,15 @@ from .language import PROMPT_COUNT, PROMPT_LENGTH, demo_prompts
 
 __all__ = [
     "ARCH",
+    "CONCURRENCY",
+    "DELAY_S",
     "DEMO_PROMPTS",
+    "DEPLOYMENT_NAMES",
     "FIXTURES",
+    "MAX_NEW_TOKENS",
     "NUM_DRAFT_TOKENS",
     "NUM_LAYERS",
+    "NUM_PROMPTS",
     "NUM_STEPS",
     "PROMPT_COUNT",
     "PROMPT_LENGTH",
@@ -48,6 +58,13 @@ NUM_LAYERS = 4  # the published target's decoder blocks (the 4th a no-op)
 NUM_STEPS = 4  # --speculative-num-steps
 EAGLE_TOPK = 1
 NUM_DRAFT_TOKENS = 5  # num_steps + 1, chain drafting
+DEPLOYMENT_NAMES = ("mismatched", "correct", "fixed")
+# The double's cost model, so tok/s and speedup look like serving: a target forward sleeps
+# DELAY_S and a draft step DELAY_S / 10 (DoubleConfig.delay_s); the tiny models' compute is noise.
+DELAY_S = 0.01
+NUM_PROMPTS = 8  # a diagnosis of a demo deployment: its prompts, tokens and requests in flight
+MAX_NEW_TOKENS = 64
+CONCURRENCY = 1  # the double serves one request at a time
 
 
 def training_layouts() -> dict[str, tuple]:

@@ -1,6 +1,6 @@
 """Build the demo: a tiny target and two EAGLE-3 drafts that reproduce the layout-shift incident.
 
-    python -m eagle3dash.demo.build --out DIR       # 13-17 minutes on 2 CPU cores
+    python -m eagle3dash demo build --out DIR       # 13-17 minutes on 2 CPU cores
 
 Recipe: research/demo-recipe.md (segment-repeat language, 3-layer Llama target, one-layer drafts
 with a 4-step TTT unroll). What is written to DIR:

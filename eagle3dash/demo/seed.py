@@ -3,11 +3,17 @@
 Registers the demo drafts, applies the tool's own fix to draft A for real (a copy of it whose
 config.json carries the ids the layout finding proposes), serves each deployment through the
 SGLang API double (a test/demo double, not a serving engine) beside a baseline without
-speculation, and runs the diagnose pipeline on each, so the dashboard opens with finished runs:
+speculation, and queues one diagnosis per deployment, as New run would:
 
 - "mismatched": draft A as its config says; SGLang feeds every slot one tap too deep.
 - "correct": draft B, trained on what SGLang feeds it.
-- "fixed": draft A with the fix applied.
+- "fixed": draft A with the fix applied; the mismatched run links to it (`demo_fixed_run` in its
+  options) as the proof that the fix works.
+
+The runs are ordinary queued jobs: a worker runs them (`make run` starts one beside the app, so
+the app answers at once and the Runs page shows the demo runs arriving), while this process keeps
+the doubles serving until they finish; `--worker` runs them in this process instead, for a seed
+without a worker. Then the doubles stop and their endpoints are marked stopped in the store.
 """
 
 from __future__ import annotations
@@ -15,27 +21,29 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import signal
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from eagle3dash.demo import FIXTURES, deployments
+from eagle3dash import jobs as jobq
+from eagle3dash import store as db
+from eagle3dash.demo import DEPLOYMENT_NAMES, FIXTURES, MAX_NEW_TOKENS, NUM_PROMPTS, deployments
 
-NUM_PROMPTS = 8
-MAX_NEW_TOKENS = 64
-# Per forward, so tok/s and speedup look like serving: a target forward costs DELAY_S and a draft
-# step a tenth of it (the double's DoubleConfig.delay_s); the tiny models' own compute is noise.
-DELAY_S = 0.01
+POLL_S = 0.5
+WORKER_HINT_S = 15.0  # queued this long without a worker: say how to start one
 
 
 @dataclass(frozen=True)
 class DemoRun:
-    """One seeded run: which deployment, its run id and its headline numbers."""
+    """One seeded run: which deployment, its run id, how it ended and its diagnosis."""
 
     deployment: str
     run_id: int
-    diagnosis: dict
+    status: str
+    diagnosis: dict | None  # Diagnosis.to_dict(), None when the run did not succeed
 
 
 def fixed_draft(home: Path, ids: tuple[int, ...], fixtures: Path = FIXTURES) -> Path:
@@ -50,12 +58,60 @@ def fixed_draft(home: Path, ids: tuple[int, ...], fixtures: Path = FIXTURES) -> 
     return out
 
 
-def demo_runs(store) -> list[int]:
-    """The ids of the runs `seed` made earlier (their options carry a "demo" deployment name)."""
+def demo_runs(store: db.Store) -> list[int]:
+    """The ids of the runs `seed` made (their options carry a "demo" deployment name)."""
     rows = store.db.query(
         "SELECT id FROM runs WHERE json_extract(options_json, '$.demo') IS NOT NULL ORDER BY id"
     )
     return [int(r["id"]) for r in rows]
+
+
+def seeded(store: db.Store) -> bool:
+    """Whether every deployment has a succeeded demo run."""
+    rows = store.db.query(
+        "SELECT DISTINCT json_extract(options_json, '$.demo') AS name FROM runs "
+        "WHERE json_extract(options_json, '$.demo') IS NOT NULL AND status = 'succeeded'"
+    )
+    return {r["name"] for r in rows} >= set(DEPLOYMENT_NAMES)
+
+
+def cancel_unfinished(store: db.Store, run_ids: list[int], why: str) -> list[int]:
+    """Cancel the queued or running jobs of these runs (their doubles are gone); the runs cut."""
+    cut = []
+    for run_id in run_ids:
+        active = [j for j in jobq.list_jobs(store, run_id) if j["status"] not in jobq.FINISHED]
+        for job in active:
+            jobq.cancel_job(store, job["id"])
+        run = db.get_run(store, run_id)
+        if active and run is not None and run["status"] == "queued":
+            db.update_run(store, run_id, status="cancelled", error=why)
+        if active:
+            cut.append(run_id)
+    return cut
+
+
+def _wait(store: db.Store, run_ids: dict[str, int], progress: Callable[[str], None]) -> None:
+    """Until every run's jobs have finished; says how to start a worker if none claims them."""
+    start, hinted = time.monotonic(), False
+    done: set[str] = set()
+    while len(done) < len(run_ids):
+        for name, run_id in run_ids.items():
+            jobs = jobq.list_jobs(store, run_id)
+            if name not in done and jobs and all(j["status"] in jobq.FINISHED for j in jobs):
+                done.add(name)
+                progress(f"the {name} run #{run_id} {jobs[-1]['status']}")
+        waiting = all(
+            j["status"] == "queued"
+            for run_id in run_ids.values()
+            for j in jobq.list_jobs(store, run_id)
+        )
+        if waiting and not hinted and time.monotonic() - start > WORKER_HINT_S:
+            progress(
+                "the demo runs wait for a worker: start one with `python -m eagle3dash worker` "
+                "(make run does), or seed with --worker"
+            )
+            hinted = True
+        time.sleep(POLL_S)
 
 
 def seed(
@@ -64,78 +120,85 @@ def seed(
     progress: Callable[[str], None] = print,
     num_prompts: int = NUM_PROMPTS,
     max_new_tokens: int = MAX_NEW_TOKENS,
+    worker: bool = False,
 ) -> list[DemoRun]:
-    """Diagnose the three demo deployments and store them as runs (skipped if already there)."""
-    from eagle3dash import store as db
-    from eagle3dash.checkpoint import inspect
-    from eagle3dash.diagnosis.options import DiagnoseOptions
-    from eagle3dash.diagnosis.record import record_diagnosis
-    from eagle3dash.diagnosis.stages import run_diagnosis
-    from eagle3dash.testing.sglang_double import start_double
+    """Queue the three demo deployments' diagnoses and serve them until a worker has run them
+    (this process's own with `worker`); skipped when they succeeded before."""
+    with db.open_store(home) as store:
+        if seeded(store) and not force:
+            progress("the demo runs are already there (use --force to make them again)")
+            return []
+        cut = cancel_unfinished(store, demo_runs(store), "its demo endpoints stopped before it ran")
+        if cut:
+            progress(f"cancelled the unfinished demo runs of an earlier seed: {cut}")
+        run_ids = _serve_until_run(store, progress, num_prompts, max_new_tokens, worker)
+        results = []
+        for name, run_id in run_ids.items():
+            run = db.get_run(store, run_id)
+            assert run is not None  # made by _serve_until_run
+            results.append(DemoRun(name, run_id, run["status"], run.get("diagnosis")))
+        return results
 
-    store = db.open_store(home)
-    if demo_runs(store) and not force:
-        progress("the demo runs are already there (use --force to make them again)")
-        return []
+
+def _serve_until_run(
+    store: db.Store,
+    progress: Callable[[str], None],
+    num_prompts: int,
+    max_new_tokens: int,
+    worker: bool,
+) -> dict[str, int]:
+    """Serve the deployments, queue their runs, wait for them; then stop the endpoints and
+    mark them stopped, and cancel what did not run (on an interrupt)."""
+    from eagle3dash.demo.serve import demo_options, serve_baseline, serve_deployment
+    from eagle3dash.submit import submit_diagnosis
+    from eagle3dash.uploads import register_path
+
     plans = deployments()
     fix_ids = plans["fixed"].aux_layer_ids_override
     assert fix_ids is not None  # the fixed deployment names the ids the fix writes
-    fixed_path = fixed_draft(store.home, fix_ids)
     drafts = {
         "mismatched": plans["mismatched"].draft_path,
         "correct": plans["correct"].draft_path,
-        "fixed": fixed_path,
+        "fixed": fixed_draft(store.home, fix_ids),
     }
-    target = plans["mismatched"].target_path
-    prompts = FIXTURES / "prompts.jsonl"
-    results = []
-    baseline_config = plans["mismatched"].double_config(
-        draft_path=None, speculative_algorithm=None, delay_s=DELAY_S
-    )
-    with start_double(baseline_config) as baseline:
-        for name in ("mismatched", "correct", "fixed"):
-            plan = plans[name]
-            path = drafts[name]
-            report = inspect(path)
-            checkpoint_id = db.add_checkpoint(
-                store,
-                path,
-                name=f"demo {path.name}",
-                format=report.spec.format,
-                report=report.to_json(),
+    servers = []
+    run_ids: dict[str, int] = {}
+    try:
+        baseline = serve_baseline(plans["mismatched"])
+        servers.append(baseline)
+        for name in DEPLOYMENT_NAMES:
+            server = serve_deployment(plans[name], drafts[name])
+            servers.append(server)
+            checkpoint_id, _ = register_path(store, drafts[name], name=f"demo {drafts[name].name}")
+            options = demo_options(
+                drafts[name], server.url, baseline.url, num_prompts, max_new_tokens
             )
-            config = plan.double_config(
-                draft_path=path,
-                aux_layer_ids_override=None,  # the checkpoint on disk says it all
-                enable_return_hidden_states=True,
-                delay_s=DELAY_S,
-            )
-            with start_double(config) as server:
-                options = DiagnoseOptions(
-                    draft=str(path),
-                    endpoint=server.url,
-                    baseline=baseline.url,
-                    prompts=str(prompts),
-                    num_prompts=num_prompts,
-                    max_new_tokens=max_new_tokens,
-                    concurrency=1,  # the double serves one request at a time
-                    # The training side comes from the tensors (the layout detective), as it
-                    # would for a user who knows nothing of how the draft was trained.
-                    target=str(target),
-                    steps=config.num_steps,
-                )
-                params = {**options.__dict__, "demo": name}
-                run_id = db.create_run(store, checkpoint_id, server.url, baseline.url, params)
-                progress(f"diagnosing the {name} deployment ({plan.description})")
-                diagnosis = run_diagnosis(options, digest_cache=store)
-            record_diagnosis(store, run_id, diagnosis)
-            results.append(DemoRun(name, run_id, diagnosis.to_dict()))
-    return results
+            run_ids[name] = submit_diagnosis(store, checkpoint_id, options, {"demo": name})
+            progress(f"queued the {name} run #{run_ids[name]} ({plans[name].description})")
+        mismatched = db.get_run(store, run_ids["mismatched"])
+        assert mismatched is not None  # queued above
+        link = {"demo_fixed_run": run_ids["fixed"]}
+        db.update_run(store, run_ids["mismatched"], options={**mismatched["options"], **link})
+        if worker:
+            from eagle3dash.job_kinds import JOB_KINDS
+            from eagle3dash.jobs.worker import run_worker
+
+            run_worker(store.home, JOB_KINDS, poll_interval=0.1, once=True)
+        else:
+            _wait(store, run_ids, progress)
+    finally:
+        for server in servers:
+            server.stop()
+            db.mark_endpoint_stopped(store, server.url)
+        cancel_unfinished(store, list(run_ids.values()), "the demo seed stopped before it ran")
+    return run_ids
 
 
 def summary(run: DemoRun) -> str:
     """One line of headline numbers for a seeded run."""
     d = run.diagnosis
+    if d is None:
+        return f"run #{run.run_id} {run.deployment}: {run.status}"
     first = d["findings"][0]["id"] if d["findings"] else "no findings"
     train, serve, measured = d["training"], d["serving"], d["measured"] or {}
     return (
@@ -146,12 +209,33 @@ def summary(run: DemoRun) -> str:
     )
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     """`python -m eagle3dash demo seed`: make the demo runs in the store."""
     parser = argparse.ArgumentParser(prog="python -m eagle3dash demo seed", description=__doc__)
     parser.add_argument("--home", help="data folder (default $EAGLE3DASH_HOME or ./.eagle3dash)")
     parser.add_argument("--force", action="store_true", help="make the runs even if they exist")
+    parser.add_argument(
+        "--worker",
+        action="store_true",
+        help="run the demo's diagnoses in this process (when no `python -m eagle3dash worker` "
+        "runs); it runs every queued job until the queue is empty",
+    )
     args = parser.parse_args(argv)
-    for run in seed(args.home, force=args.force, progress=lambda m: print(m, file=sys.stderr)):
+    signal.signal(signal.SIGTERM, _interrupt)  # `make run` stopping: stop the doubles cleanly
+    try:
+        runs = seed(
+            args.home,
+            force=args.force,
+            progress=lambda m: print(m, file=sys.stderr, flush=True),
+            worker=args.worker,
+        )
+    except KeyboardInterrupt:
+        print("demo seed stopped; its unfinished runs are cancelled", file=sys.stderr)
+        return 130
+    for run in runs:
         print(summary(run))
     return 0

@@ -307,11 +307,14 @@ def load_standalone_draft(run: _Run) -> None:
     """The draft built once, the way SGLang runs it (the target's embedding when at hand)."""
     import torch
 
-    from eagle3dash.draft import load_draft
+    from eagle3dash.draft import load_draft_reported
 
     run.embed = target_embedding(run.options, run.server)
     dtype = getattr(torch, run.options.dtype)
-    run.draft = load_draft(run.options.draft, run.options.device, dtype, run.embed)
+    run.draft, loaded = load_draft_reported(run.options.draft, run.options.device, dtype, run.embed)
+    # What only the tensor data shows (NaN/Inf, d2t): the findings read it from the report.
+    run.report.nonfinite = loaded.nonfinite
+    run.report.problems = list(dict.fromkeys(run.report.problems + loaded.problems))
 
 
 def capture_target(run: _Run) -> None:

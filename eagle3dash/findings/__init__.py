@@ -17,6 +17,7 @@ from eagle3dash.findings.checkpoint_rules import (
     rule_lm_head_missing,
     rule_norm_before_residual,
     rule_unknown_tensors,
+    rule_weights_not_finite,
 )
 from eagle3dash.findings.core import SEVERITIES, Evidence, Finding
 from eagle3dash.findings.layout_rules import (
@@ -48,6 +49,7 @@ __all__ = ["RULES", "SEVERITIES", "Evidence", "Finding", "diagnose"]
 
 # The order decides how findings of equal severity are listed.
 RULES: tuple[Callable[[Evidence], list[Finding]], ...] = (
+    rule_weights_not_finite,
     rule_layout_mismatch,
     rule_server_feeds_other_taps,
     rule_detected_layout,

@@ -28,9 +28,30 @@ def _raw_config(report: InspectReport | None) -> dict:
         return {}
     try:
         data = json.loads((Path(report.path) / "config.json").read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def rule_weights_not_finite(e: Evidence) -> list[Finding]:
+    """Draft tensors holding NaN or Inf (checkpoint.py `load`, which reads the tensor data): a
+    server runs them as they are (llama_eagle3.py load_weights copies what it finds), so every
+    draft token is garbage and nothing measured of this draft means anything."""
+    if e.report is None or not e.report.nonfinite:
+        return []
+    names = e.report.nonfinite
+    return [
+        Finding(
+            "weights-not-finite",
+            "critical",
+            f"{len(names)} draft tensor{'s hold' if len(names) > 1 else ' holds'} NaN or Inf "
+            "values: the checkpoint is broken, and every number measured with it is too.",
+            "; ".join(p for p in e.report.problems if p.startswith(tuple(names))) + ".",
+            "Export the draft again from a checkpoint saved before training diverged (or redo the "
+            "conversion that produced it), then run the diagnosis again.",
+            {"tensors": list(names)},
+        )
+    ]
 
 
 def rule_lm_head_missing(e: Evidence) -> list[Finding]:
@@ -215,7 +236,7 @@ _DEDICATED_PROBLEMS = ("unknown tensor", "lm_head.weight missing")
 
 
 def rule_checkpoint_problems(e: Evidence) -> list[Finding]:
-    """Other problems `checkpoint.inspect` found (shapes, missing tensors, ids, NaN).
+    """Other problems `checkpoint.inspect` found (shapes, missing tensors, ids).
 
     Each problem line names what SGLang does with it: model_runner.py (ids), llama_eagle3.py
     (architectures, shapes, names), eagle_worker.py (vocab mapping).
@@ -227,6 +248,7 @@ def rule_checkpoint_problems(e: Evidence) -> list[Finding]:
         p
         for p in e.report.problems
         if not p.startswith(_DEDICATED_PROBLEMS)
+        and not p.startswith(tuple(e.report.nonfinite))  # rule_weights_not_finite
         and not (
             p.startswith("draft_vocab_size") and "no d2t" in p and not spec.has_d2t
         )  # rule_d2t_missing

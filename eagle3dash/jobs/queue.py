@@ -29,12 +29,6 @@ CANCELLED_WHILE_RUNNING = "cancelled while it ran"
 
 LOG_TAIL_BYTES = 64 * 1024
 
-# A job that ends without success takes its unfinished run with it: (status, error, job id).
-SETTLE_RUN = """
-UPDATE runs SET status = ?, error = ?
-WHERE id = (SELECT run_id FROM jobs WHERE id = ?) AND status IN ('queued', 'running')
-"""
-
 
 class JobCancelled(BaseException):
     """Raised inside a job (by `progress` or SIGTERM) when the job is to stop."""
@@ -102,8 +96,8 @@ def list_jobs(store: Store, run_id: int | None = None, status: str | None = None
 
 
 def cancel_job(store: Store, job_id: int) -> str | None:
-    """Cancel a job: a queued one at once (with its unfinished run), a running one via its
-    worker (which ends the run too); return the new status."""
+    """Cancel a job: a queued one at once, a running one via its worker (which ends its run
+    too); return the new status."""
     with store.transaction() as db:
         row = db.execute("SELECT status FROM jobs WHERE id = ?", (job_id,)).fetchone()
         if row is None:
@@ -115,7 +109,6 @@ def cancel_job(store: Store, job_id: int) -> str | None:
                 "message = ? WHERE id = ?",
                 (now_iso(), CANCELLED_BEFORE_START, job_id),
             )
-            db.execute(SETTLE_RUN, ("cancelled", CANCELLED_BEFORE_START, job_id))
             return "cancelled"
         if status == "running":
             db.execute(

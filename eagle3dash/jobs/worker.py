@@ -37,7 +37,6 @@ from typing import IO, Any
 from eagle3dash.jobs import queue
 from eagle3dash.jobs.queue import (
     CANCELLED_WHILE_RUNNING,
-    SETTLE_RUN,
     JobCancelled,
     JobFn,
     job_status,
@@ -240,6 +239,12 @@ def _start_child(store: Store, job: dict, refs: Mapping[str, str]) -> _Child | N
     return _Child(job=job, proc=proc, log=logf)
 
 
+_SETTLE_RUN = """
+UPDATE runs SET status = ?, error = ?
+WHERE id = (SELECT run_id FROM jobs WHERE id = ?) AND status IN ('queued', 'running')
+"""
+
+
 def _finish(
     store: Store,
     job_id: int,
@@ -268,7 +273,7 @@ def _finish(
         )
         done = cur.rowcount > 0
         if done and status != "succeeded":
-            db.execute(SETTLE_RUN, (status, reason or error or message, job_id))
+            db.execute(_SETTLE_RUN, (status, reason or error or message, job_id))
     return done
 
 
@@ -470,8 +475,11 @@ def _watch_parent(store: Store, job_id: int, parent_pid: int) -> None:
     while True:
         time.sleep(0.5)
         if os.getppid() != parent_pid:
+            reason = f"abandoned: the worker (pid {parent_pid}) exited while the job ran"
+            # stderr is the job's log: it ends with why the job stopped
+            print(f"[job {job_id}] {now_iso()} {reason}; stopping", file=sys.stderr, flush=True)
             with contextlib.suppress(Exception):
-                _finish(store, job_id, "failed", error="abandoned: the worker exited")
+                _finish(store, job_id, "failed", error=reason)
             if os.getpgrp() == os.getpid():
                 os.killpg(os.getpid(), signal.SIGKILL)
             os._exit(70)

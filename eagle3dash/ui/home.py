@@ -15,6 +15,8 @@ from pathlib import Path
 import streamlit as st
 
 from eagle3dash import store as db
+from eagle3dash.errors import InputError
+from eagle3dash.ui.fmt import md_escape
 
 _lock = threading.Lock()
 _stores: dict[int, tuple[threading.Thread, db.Store]] = {}
@@ -35,7 +37,11 @@ def _prepared_home(home: str) -> Path:
 def get_store() -> db.Store:
     """This script thread's Store on the configured home."""
     home = home_dir()
-    prepared = _prepared_home(str(home))
+    try:
+        prepared = _prepared_home(str(home))
+    except InputError as e:  # a home that is a file, read-only, not creatable: one clear page
+        st.error(md_escape(str(e)), icon="🚫")
+        st.stop()
     if not (prepared / db.DB_NAME).is_file():  # deleted behind our back: prepare it again
         _prepared_home.clear()
         prepared = _prepared_home(str(home))

@@ -7,6 +7,7 @@ Nothing here uses `unsafe_allow_html`: findings, paths, URLs and messages go thr
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
@@ -475,11 +476,20 @@ def query_int(name: str) -> tuple[int | None, str | None]:
 
 
 def guard(fn, *args: Any, **kwargs: Any) -> Any:
-    """Call fn; show an InputError's message instead of a traceback (then return None)."""
+    """Call fn; show an InputError's message, or one box for anything unexpected (its traceback
+    goes to the app's log), instead of a traceback on the page; then return None."""
     try:
         return fn(*args, **kwargs)
     except InputError as e:
         show_error(e)
+        return None
+    except Exception as e:
+        logging.getLogger("eagle3dash.app").exception("unexpected error in %s", fn)
+        st.error(
+            f"Something unexpected went wrong ({md_escape(type(e).__name__)}): a bug in "
+            "eagle3dash, not in your input. The details are in the app's log.",
+            icon="🚫",
+        )
         return None
 
 
@@ -540,7 +550,8 @@ def upload_checkpoint(key: str = "upload") -> int | None:
     store = get_store()
     outcomes: dict = st.session_state.setdefault("_upload_outcomes", {})
     signature = (key, _signature(files))
-    outcome = outcomes.get(signature)
+    # ("ok", checkpoint id, registered before) or ("error", message, False)
+    outcome: tuple[str, Any, bool] | None = outcomes.get(signature)
     if outcome is not None and outcome[0] == "ok":
         row = db.get_checkpoint(store, outcome[1])
         if row is None or row["removed"]:
@@ -550,28 +561,38 @@ def upload_checkpoint(key: str = "upload") -> int | None:
             try:
                 result = register_upload(store, files)
             except InputError as e:
-                outcome = ("error", str(e))
+                outcome = ("error", str(e), False)
             else:
-                outcome = ("ok", result.checkpoint_id)
+                outcome = ("ok", result.checkpoint_id, result.already_registered)
         outcomes[signature] = outcome
     if outcome[0] == "error":
         st.error("Upload rejected, nothing registered: " + md_escape(outcome[1]), icon="🚫")
         return None
     row = db.get_checkpoint(store, int(outcome[1]))
     assert row is not None  # registered just now, or found live above
-    st.success(
-        f"Registered checkpoint #{row['id']} {md_escape(row['name'])} "
-        f"({md_escape(row['format'])}), stored as {md_escape(row['sha256'][:12])}",
-        icon="📦",
-    )
+    name = f"checkpoint #{row['id']} {md_escape(row['name'])} ({md_escape(row['format'] or '?')})"
+    if outcome[2]:
+        st.success(
+            f"Already registered as {name}: the same config and weights; using it.", icon="📦"
+        )
+    else:
+        st.success(
+            f"Registered {name}, stored as {md_escape((row['sha256'] or '')[:12])}", icon="📦"
+        )
     with st.expander("Inspect report", expanded=True):
         checkpoint_report(row.get("report"))
     return int(row["id"])
 
 
-def probe_panel(url: str, key: str, findings_title: str = "Server-side findings") -> Probe | None:
+HIDDEN_STATES_WORDS = {"full": "on", "last": "last token only", None: "off"}
+
+
+def probe_panel(
+    url: str, key: str, findings_title: str | None = "Server-side findings"
+) -> Probe | None:
     """Probe an endpoint once per URL and session; show version, model, speculative settings and
-    the findings a probe alone can make. Returns the Probe, or None (error shown)."""
+    (under `findings_title`, unless None) the findings a probe alone can make. Returns the
+    Probe, or None (error shown)."""
     from eagle3dash import store as db
 
     url = (url or "").strip()
@@ -599,12 +620,13 @@ def probe_panel(url: str, key: str, findings_title: str = "Server-side findings"
     cols[0].metric("SGLang version", server.version or "unknown")
     cols[1].metric("Speculative", spec.algorithm if spec else "none")
     cols[2].metric("Draft steps", str(spec.num_steps) if spec else "—")
-    cols[3].metric("Hidden states", "on" if server.enable_return_hidden_states else "off")
+    cols[3].metric("Hidden states", HIDDEN_STATES_WORDS.get(server.hidden_states, "off"))
     st.caption("Model: " + md_escape(server.model_path or "unknown"))
     if spec:
         st.caption("Draft on the server: " + md_escape(spec.draft_model_path or "unknown"))
-    st.markdown(f"**{md_escape(findings_title)}**")
-    findings_list([f.to_dict() for f in value.findings])
+    if findings_title is not None:
+        st.markdown(f"**{md_escape(findings_title)}**")
+        findings_list([f.to_dict() for f in value.findings])
     with st.expander("Server settings"):
         server_settings(server.to_dict())
     return value

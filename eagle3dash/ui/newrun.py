@@ -1,0 +1,293 @@
+"""New run's and Checkpoints' Streamlit pieces: the demo in one click, where the checkpoint and
+the prompts come from, the warnings before submit, and a checkpoint's runs.
+
+The demo's endpoints are SGLang API doubles started in the app's process (`demo.serve`), kept by
+`st.cache_resource` for the life of the process and reused by every rerun and session.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import streamlit as st
+
+from eagle3dash import store as db
+from eagle3dash.demo import DELAY_S, SGLANG_VERSION
+from eagle3dash.diagnosis.options import SCHEMA, DiagnoseOptions
+from eagle3dash.errors import InputError
+from eagle3dash.findings import Finding
+from eagle3dash.probe import Probe, before_submit
+from eagle3dash.ui import widgets
+from eagle3dash.ui.fmt import md_escape, status_label, when
+from eagle3dash.ui.home import get_store
+
+# Where the checkpoint comes from (the radio's entries, key ckpt_source).
+REGISTERED, PATH, UPLOAD = "A registered checkpoint", "A path on this machine", "An upload"
+CHECKPOINT_SOURCES = (REGISTERED, PATH, UPLOAD)
+# Where the prompts come from (key prompt_source).
+BUILTIN, PROMPT_FILE, PROMPT_UPLOAD = (
+    "Built-in set",
+    "A file on this machine",
+    "Upload a JSONL file",
+)
+PROMPT_SOURCES = (BUILTIN, PROMPT_FILE, PROMPT_UPLOAD)
+STEPS_FROM_SERVER = "_steps_from_server"  # the steps value last taken from a probe
+DEMO_ON = "_demo_urls"  # (endpoint, baseline) of the demo this session started
+
+DOUBLE_WORDS = (
+    f"the SGLang API double, a test and demo double that answers like SGLang {SGLANG_VERSION} "
+    "on this machine's CPU with tiny models (not a serving engine)"
+)
+COST_MODEL_WORDS = (
+    f"Its tok/s and speedup come from the double's cost model (each target forward sleeps "
+    f"{DELAY_S * 1000:.0f} ms, each draft step {DELAY_S * 100:.0f} ms), not from measured serving."
+)
+
+
+# --- the demo ----------------------------------------------------------------------------------
+
+
+@st.cache_resource(show_spinner=False)
+def _demo() -> Any:
+    from eagle3dash.demo.serve import start_demo
+
+    return start_demo()
+
+
+def demo_endpoints() -> Any:
+    """The demo's endpoints in this app process (`demo.serve.DemoEndpoints`): started on first
+    use, started again if they stopped."""
+    demo = _demo()
+    if not demo.alive():
+        _demo.clear()
+        demo = _demo()
+    return demo
+
+
+def fill_form(options: DiagnoseOptions) -> None:
+    """Put a diagnosis's options into New run's widgets (before they are drawn in this run)."""
+    st.session_state.update(
+        {
+            "ckpt_source": PATH,
+            "ckpt_path": options.draft,
+            "endpoint": options.endpoint,
+            "baseline": options.baseline or "",
+            "prompt_source": PROMPT_FILE,
+            "prompt_path": options.prompts,
+            "opt_target": options.target or "",
+            "opt_num_prompts": options.num_prompts,
+            "opt_max_new_tokens": options.max_new_tokens,
+            "opt_concurrency": options.concurrency,
+            "opt_steps": options.steps,
+            STEPS_FROM_SERVER: options.steps,
+        }
+    )
+
+
+def try_the_demo() -> None:
+    """ "Try it on the demo": one click starts the demo's mismatched deployment and a baseline on
+    this machine and fills in the form; then Run the diagnosis reproduces the seeded run."""
+    with st.container(border=True):
+        st.markdown("**New here? Try it on the demo.**")
+        st.caption(
+            "Starts the built-in demo on this machine, served by "
+            + md_escape(DOUBLE_WORDS)
+            + ": a tiny target with draft A as shipped (its layer ids mean something else to "
+            "SGLang: the mismatched deployment, hidden states returned) and the same target "
+            "without speculation as the baseline. It fills in the form with draft A, both "
+            "endpoints, the local target and the demo's prompts."
+        )
+        if st.button("Try it on the demo", key="demo_try", icon="🧪"):
+            try:
+                with st.spinner("Starting the demo's endpoints..."):
+                    demo = demo_endpoints()
+            except (InputError, OSError) as e:
+                widgets.show_error(InputError(f"the demo's endpoints did not start: {e}"))
+            else:
+                fill_form(demo.options())
+                st.session_state[DEMO_ON] = (demo.endpoint.url, demo.baseline.url)
+        urls = st.session_state.get(DEMO_ON)
+        if urls:
+            st.info(
+                f"The demo runs on this machine: endpoint {md_escape(urls[0])} (draft A, "
+                f"mismatched) and baseline {md_escape(urls[1])} (no speculation), both served "
+                "by the SGLang API double (not a serving engine). "
+                f"{md_escape(COST_MODEL_WORDS)} The form below is filled in: press **Run the "
+                "diagnosis**.",
+                icon="🧪",
+            )
+
+
+# --- the form's sources ------------------------------------------------------------------------
+
+
+def preselect_checkpoint(live_ids: list[int]) -> None:
+    """`?checkpoint=<id>` (Checkpoints' "New run with this checkpoint"): pick it, once."""
+    picked, bad = widgets.query_int("checkpoint")
+    if picked is None and bad is None:
+        return
+    if picked in live_ids:
+        st.session_state["ckpt_source"] = REGISTERED
+        st.session_state["ckpt_pick"] = picked
+    else:
+        st.warning(f"No registered checkpoint #{md_escape(str(bad or picked))}: pick one below.")
+    del st.query_params["checkpoint"]
+
+
+def prompt_file_input() -> str | None:
+    """A JSONL prompt file on this machine, checked; its path, or None."""
+    from eagle3dash.servebench import load_prompts
+
+    path = st.text_input(
+        'JSONL file on this machine: one {"prompt": ...}, {"messages": [...]} or '
+        '{"input_ids": [...]} a line',
+        key="prompt_path",
+    ).strip()
+    if not path:
+        return None
+    prompts = widgets.guard(load_prompts, path)
+    if prompts is None:
+        return None
+    st.caption(f"{len(prompts)} prompts in {md_escape(path)}")
+    return path
+
+
+def follow_server_steps(found: Probe | None) -> None:
+    """Draft steps evaluated takes the server's --speculative-num-steps from the probe, unless
+    the user has set a value of their own."""
+    spec = found.server.speculative if found is not None else None
+    steps = spec.num_steps if spec is not None else None
+    if not isinstance(steps, int) or steps < 1:
+        return
+    current = st.session_state.get("opt_steps")
+    taken = st.session_state.get(STEPS_FROM_SERVER)
+    untouched = current is None or current == (SCHEMA["steps"].default if taken is None else taken)
+    if untouched and current != steps:
+        st.session_state["opt_steps"] = steps
+        st.session_state[STEPS_FROM_SERVER] = steps
+
+
+def propose_target(found: Probe | None) -> None:
+    """When the served model's folder is on this machine, offer it as the local target path
+    (with its size: capturing every tap loads the whole target once)."""
+    target = found.target if found is not None else None
+    if target is None or st.session_state.get("opt_target"):
+        return
+    st.info(
+        f"The served model is on this machine: {md_escape(target.path)} "
+        f"({target.num_layers} layers, {target.weight_bytes / 1e9:,.2f} GB of weights). Given as "
+        f"the '{md_escape(SCHEMA['target'].label)}', the run measures the training side and "
+        "which taps the server really feeds, from one forward of the target.",
+        icon="💡",
+    )
+    if st.button("Use it as the local target path", key="use_served_target"):
+        st.session_state["opt_target"] = target.path
+        st.rerun()
+
+
+# --- before submit -----------------------------------------------------------------------------
+
+
+def _show(finding: Finding) -> None:
+    text = f"**{md_escape(finding.title)}**"
+    if finding.fix:
+        text += "  \nFix: " + md_escape(finding.fix)
+    if finding.severity == "critical":
+        st.error(text, icon="🛑")
+    elif finding.severity == "warning":
+        st.warning(text, icon="⚠️")
+    else:
+        st.info(text, icon="ℹ️")
+
+
+def before_submit_warnings(found: Probe | None, draft_path: str | None) -> list[Finding]:
+    """What the probe says about this run before it is submitted: the server's settings, whether
+    it serves the chosen checkpoint, whether its algorithm fits it. Returns the findings."""
+    if found is None:
+        return []
+    with st.spinner("Checking the server against the checkpoint..."):
+        findings = before_submit(found, draft_path, cache=get_store())
+    st.markdown("**Before you submit**")
+    if not findings:
+        st.success("No problems found in the server's settings or against this checkpoint.")
+    for finding in findings:
+        _show(finding)
+    if not draft_path:
+        st.caption("Choose the draft checkpoint above to check the server against it too.")
+    return findings
+
+
+# --- checkpoints -------------------------------------------------------------------------------
+
+
+def run_link_label(run: Mapping[str, Any]) -> str:
+    """'Run #1 · ✅ succeeded · <when> · demo: mismatched, fixed by run #3 · endpoint stopped'."""
+    options = run.get("options") or {}
+    label = f"Run #{run['id']} · {status_label(run['status'])} · {when(run['created_at'])}"
+    if options.get("demo"):
+        label += f" · demo: {options['demo']}"
+        if options.get("demo_fixed_run"):
+            label += f", fixed by run #{options['demo_fixed_run']}"
+    if run.get("endpoint_stopped_at"):
+        label += " · endpoint stopped"
+    return label
+
+
+def checkpoint_runs(checkpoint: Mapping[str, Any], limit: int = 10) -> None:
+    """The runs that used a checkpoint (links to their pages), and a new run with it."""
+    store = get_store()
+    checkpoint_id = int(checkpoint["id"])
+    total = db.count_checkpoint_runs(store, checkpoint_id)
+    if total:
+        st.caption(
+            f"Used by {total} run{'s' if total != 1 else ''}"
+            + (f" (the latest {limit}):" if total > limit else ":")
+        )
+        for run in db.checkpoint_runs(store, checkpoint_id, limit):
+            st.page_link(
+                widgets.RUN_PAGE,
+                label=run_link_label(run),
+                query_params={"run": str(run["id"])},
+            )
+    else:
+        st.caption("No run has used it yet.")
+    if not checkpoint.get("removed"):
+        st.page_link(
+            widgets.NEW_RUN_PAGE,
+            label="New run with this checkpoint",
+            icon="➕",
+            query_params={"checkpoint": str(checkpoint_id)},
+        )
+
+
+def remove_with_confirmation(checkpoint: Mapping[str, Any]) -> str | None:
+    """Remove asks first; returns the notice once removed (else None)."""
+    checkpoint_id = int(checkpoint["id"])
+    asking = f"_confirm_remove_{checkpoint_id}"
+    if not st.session_state.get(asking):
+        if st.button("Remove", key=f"remove-{checkpoint_id}"):
+            st.session_state[asking] = True
+            st.rerun()
+        return None
+    what = (
+        "Its uploaded files are deleted from the home folder."
+        if checkpoint.get("uploaded")
+        else "Your files stay where they are; it is only unregistered."
+    )
+    st.warning(
+        f"Remove checkpoint #{checkpoint_id} {md_escape(checkpoint['name'])}? {what} Runs that "
+        "used it keep their results.",
+        icon="⚠️",
+    )
+    yes, no, _ = st.columns([1, 1, 4])
+    if no.button("Keep it", key=f"remove-no-{checkpoint_id}"):
+        del st.session_state[asking]
+        st.rerun()
+    if yes.button("Yes, remove it", key=f"remove-yes-{checkpoint_id}", type="primary"):
+        del st.session_state[asking]
+        deleted = db.remove_checkpoint(get_store(), checkpoint_id)
+        return f"Removed checkpoint #{checkpoint_id}" + (
+            "; its uploaded files were deleted." if deleted else "; no files were touched."
+        )
+    return None

@@ -1,0 +1,346 @@
+"""New run and Checkpoints under Streamlit's AppTest: the demo in one click, the warnings before
+submit, a target refused as a draft, the steps the server runs, uploads that keep their name, and
+a checkpoint's runs, its new run and its confirmed removal.
+
+A module fixture serves a tiny target with a random draft through the SGLang API double WITHOUT
+hidden states (3 draft steps); the demo test starts the demo's own endpoints from the page.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import zipfile
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from eagle3dash import store as db
+from eagle3dash.checkpoint import save
+from eagle3dash.demo import FIXTURES
+from eagle3dash.job_kinds import JOB_KINDS
+from eagle3dash.jobs.worker import run_worker
+from eagle3dash.testing.sglang_double import DoubleConfig, start_double
+from eagle3dash.testing.tensors import random_tensors
+from eagle3dash.ui import newrun
+from tests.specs import served_draft_spec, tiny_models
+
+ROOT = Path(__file__).resolve().parent.parent
+APP = str(ROOT / "app.py")
+TIMEOUT = 60
+
+
+# --- fixtures (the small ones copied from test_app.py) -----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """A tiny target and draft; the double serves them with hidden states OFF, 3 draft steps."""
+    root = tmp_path_factory.mktemp("new-run")
+    models = tiny_models(root)
+    other = save(
+        served_draft_spec(),
+        random_tensors(served_draft_spec(), seed=7),
+        root / "epoch-7",
+        "specforge",
+    )
+    server = start_double(
+        DoubleConfig(
+            target_path=str(models["target"]),
+            draft_path=str(models["draft"]),
+            speculative_algorithm="EAGLE3",
+            num_steps=3,
+            num_draft_tokens=4,
+        )
+    )
+    try:
+        yield {**models, "other": other, "url": server.url}
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    """A fresh, empty home for the app."""
+    path = tmp_path / "home"
+    monkeypatch.setenv("EAGLE3DASH_HOME", str(path))
+    store = db.open_store(path)
+    yield store
+    store.close()
+
+
+def app(page: str | None = None, **params: str) -> AppTest:
+    """The app on a page with query params, run once."""
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    if page:
+        at.switch_page(f"views/{page}.py")
+    for key, value in params.items():
+        at.query_params[key] = value
+    return at.run(timeout=TIMEOUT)
+
+
+def no_exception(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def plain(text: str) -> str:
+    """Markdown source as the reader sees it: backslash escapes removed."""
+    return re.sub(r"\\(.)", r"\1", text)
+
+
+def texts(at: AppTest, *kinds: str) -> str:
+    """The page's text elements (of `kinds`, default all), escapes removed."""
+    kinds = kinds or (
+        "title",
+        "header",
+        "subheader",
+        "markdown",
+        "caption",
+        "info",
+        "error",
+        "warning",
+        "success",
+    )
+    return plain("\n".join(str(e.value) for kind in kinds for e in at.get(kind)))
+
+
+def ckpt_files(path: Path) -> list[tuple[str, bytes, str]]:
+    """A checkpoint folder's files as a file_uploader value."""
+    return [(p.name, p.read_bytes(), "application/octet-stream") for p in sorted(path.iterdir())]
+
+
+def upload(at: AppTest, files: list[tuple[str, bytes, str]]) -> AppTest:
+    at.radio(key="ckpt_source").set_value("An upload").run()
+    at.file_uploader(key="ckpt_upload").set_value(files).run()
+    return at
+
+
+# --- the demo in one click ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def demo_stopped_after():
+    """The demo's endpoints live in this process's st.cache_resource: stop them afterwards."""
+    yield
+    newrun._demo().stop()
+    newrun._demo.clear()
+
+
+def test_try_it_on_the_demo_fills_the_form_and_reaches_the_mismatch(home, demo_stopped_after):
+    at = app("new_run")
+    at.button(key="demo_try").click().run()
+    no_exception(at)
+    demo = newrun.demo_endpoints()  # the app's, reused
+    assert at.text_input(key="ckpt_path").value == str(FIXTURES / "draft-a")
+    assert at.text_input(key="endpoint").value == demo.endpoint.url
+    assert at.text_input(key="baseline").value == demo.baseline.url
+    assert at.text_input(key="opt_target").value == str(FIXTURES / "target")
+    assert at.text_input(key="prompt_path").value == str(FIXTURES / "prompts.jsonl")
+    numbers = {k: at.number_input(key=k).value for k in ("opt_num_prompts", "opt_concurrency")}
+    assert numbers == {"opt_num_prompts": 8, "opt_concurrency": 1}
+    shown = texts(at)
+    assert "16 prompts in " + str(FIXTURES / "prompts.jsonl") in shown
+    assert f"The demo runs on this machine: endpoint {demo.endpoint.url} (draft A" in shown
+    assert "not a serving engine" in shown
+    assert "each target forward sleeps 10 ms, each draft step 1 ms" in shown
+    endpoint, baseline = at.metric[:4], at.metric[4:]  # the baseline's panel comes second
+    assert [(m.label, m.value) for m in endpoint] == [
+        ("SGLang version", "0.5.23"),
+        ("Speculative", "EAGLE3"),
+        ("Draft steps", "4"),
+        ("Hidden states", "on"),
+    ]
+    assert [m.value for m in baseline] == ["0.5.23", "none", "—", "off"]
+    assert at.number_input(key="opt_steps").value == 4
+    assert "No problems found in the server's settings or against this checkpoint." in shown
+    # A rerun reuses the endpoints; the same click again keeps them.
+    at.button(key="demo_try").click().run()
+    assert (
+        newrun.demo_endpoints() is demo and at.text_input(key="endpoint").value == demo.endpoint.url
+    )
+    # Smaller than the seeded run, the same verdict: the layout finding first, the fix [-1, 0, 1].
+    at.number_input(key="opt_num_prompts").set_value(2).run()
+    at.number_input(key="opt_max_new_tokens").set_value(32).run()
+    at.button(key="submit").click().run()
+    no_exception(at)
+    (run,) = db.list_runs(home)
+    assert run["checkpoint_name"] == "draft-a" and run["baseline_url"] == demo.baseline.url
+    assert at.query_params["run"] == str(run["id"])
+    run_worker(home.home, JOB_KINDS, poll_interval=0.1, once=True)
+    diagnosis = db.get_run(home, run["id"])["diagnosis"]
+    assert diagnosis["findings"][0]["id"] == "layout-mismatch"
+    assert "[-1, 0, 1]" in diagnosis["findings"][0]["fix"]
+    assert diagnosis["speedup"]["speedup"] < 1.0  # slower than no speculation, as in the incident
+
+
+# --- before submit -----------------------------------------------------------------------------
+
+
+def test_hidden_states_off_is_a_warning_before_submit(world, home) -> None:
+    at = app("new_run")
+    at.text_input(key="ckpt_path").set_value(str(world["draft"])).run()
+    at.text_input(key="endpoint").set_value(world["url"]).run()
+    no_exception(at)
+    assert {m.label: m.value for m in at.metric}["Hidden states"] == "off"
+    (warning,) = [w.value for w in at.warning]
+    assert plain(warning).startswith(
+        "**The server does not return hidden states, so what it feeds the draft cannot be "
+        "captured and the serving side is only predicted.**"
+    )
+    assert "Fix: Restart the server with --enable-return-hidden-states" in plain(warning)
+    assert at.error == []  # the server serves this very checkpoint
+
+
+def test_another_draft_served_is_an_error_before_submit(world, home) -> None:
+    other = db.add_checkpoint(home, world["other"], name="epoch 7")
+    at = app("new_run")
+    assert at.radio(key="ckpt_source").value == "A registered checkpoint"
+    assert at.selectbox(key="ckpt_pick").value == other
+    at.text_input(key="endpoint").set_value(world["url"]).run()
+    no_exception(at)
+    (error,) = [plain(e.value) for e in at.error]
+    assert error.startswith(
+        "**The endpoint serves another draft than the checkpoint under diagnosis: their weights "
+        "differ.**"
+    )
+    assert f"Fix: Restart the server with --speculative-draft-model-path {world['other']}" in error
+    assert len(at.warning) == 1  # and hidden states off
+
+
+def test_draft_steps_follow_the_server_unless_set_by_hand(world, home) -> None:
+    at = app("new_run")
+    assert at.number_input(key="opt_steps").value == 5  # no server yet: the option's default
+    at.text_input(key="endpoint").set_value(world["url"]).run()
+    assert at.number_input(key="opt_steps").value == 3  # the server's --speculative-num-steps
+    at = app("new_run")
+    at.number_input(key="opt_steps").set_value(6).run()
+    at.text_input(key="endpoint").set_value(world["url"]).run()
+    assert at.number_input(key="opt_steps").value == 6
+
+
+def test_a_target_typed_as_the_draft_is_refused(world, home) -> None:
+    at = app("new_run")
+    at.text_input(key="ckpt_path").set_value(str(world["target"])).run()
+    no_exception(at)
+    assert texts(at, "error") == (
+        f"{world['target']}: this looks like a target model (a causal LM), not an EAGLE-3 draft: "
+        "no fc.weight, 4 decoder layers; give the EAGLE-3 draft's folder"
+    )
+    assert at.success == []
+    at.button(key="submit").click().run()
+    assert db.list_runs(home) == [] and db.list_checkpoints(home) == []
+
+
+def test_a_prompt_file_on_this_machine(home, tmp_path) -> None:
+    at = app("new_run")
+    at.radio(key="prompt_source").set_value("A file on this machine").run()
+    at.text_input(key="prompt_path").set_value(str(FIXTURES / "prompts.jsonl")).run()
+    assert f"16 prompts in {FIXTURES / 'prompts.jsonl'}" in texts(at, "caption")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "hi"}\n[1]\n')
+    at.text_input(key="prompt_path").set_value(str(bad)).run()
+    no_exception(at)
+    assert f"{bad}, line 2" in texts(at, "error")
+
+
+# --- uploads -----------------------------------------------------------------------------------
+
+
+def test_a_re_upload_keeps_the_checkpoints_name(world, home) -> None:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for name, blob, _ in ckpt_files(world["draft"]):
+            zf.writestr(f"my-draft/{name}", blob)
+    at = upload(app("new_run"), [("my-draft.zip", buf.getvalue(), "application/zip")])
+    assert "Registered checkpoint #1 my-draft (specforge)" in texts(at, "success")
+    at = upload(app("new_run"), ckpt_files(world["draft"]))  # the loose files, another session
+    no_exception(at)
+    assert (
+        "Already registered as checkpoint #1 my-draft (specforge): the same config and weights; "
+        "using it." in texts(at, "success")
+    )
+    assert [c["name"] for c in db.list_checkpoints(home)] == ["my-draft"]
+
+
+def test_a_path_and_an_upload_of_one_draft_are_one_checkpoint(world, home) -> None:
+    at = app("checkpoints")
+    at.text_input(key="register_path").set_value(str(world["draft"])).run()
+    at.button(key="register_go").click().run()
+    at = upload(app("new_run"), ckpt_files(world["draft"]))
+    assert "Already registered as checkpoint #1 draft (specforge)" in texts(at, "success")
+    assert len(db.list_checkpoints(home)) == 1
+    assert list(home.path("checkpoints").iterdir()) == []
+
+
+def test_a_junk_upload_says_so_in_one_line(home) -> None:
+    at = upload(app("new_run"), [("junk.tar.gz", b"not an archive", "application/gzip")])
+    no_exception(at)
+    assert texts(at, "error") == (
+        "Upload rejected, nothing registered: junk.tar.gz: not a zip or tar archive, or one cut "
+        "short; upload a .zip, .tar or .tar.gz of the checkpoint folder"
+    )
+
+
+# --- checkpoints -------------------------------------------------------------------------------
+
+
+def test_a_checkpoint_lists_its_runs_and_starts_a_new_run_with_it(world, home) -> None:
+    mine = db.add_checkpoint(home, world["draft"], name="mine")
+    other = db.add_checkpoint(home, world["other"], name="other")
+    runs = [db.create_run(home, mine, "http://gpubox:30000") for _ in range(2)]
+    demo = {"demo": "mismatched", "demo_fixed_run": 9}
+    db.update_run(home, runs[1], status="succeeded", options=demo, endpoint_url="http://x:1")
+    db.mark_endpoint_stopped(home, "http://x:1")
+    at = app("checkpoints")
+    no_exception(at)
+    links = [(link.proto.label, link.proto.query_string) for link in at.get("page_link")]
+    assert [q for label, q in links if label.startswith("Run #")] == [
+        f"run={runs[1]}",
+        f"run={runs[0]}",
+    ]
+    assert any(
+        label.startswith(f"Run #{runs[1]} · ✅ succeeded · ")
+        and label.endswith(" · demo: mismatched, fixed by run #9 · endpoint stopped")
+        for label, _ in links
+    )
+    assert ("New run with this checkpoint", f"checkpoint={mine}") in links
+    assert "Used by 2 runs:" in texts(at, "caption") and "No run has used it yet." in texts(at)
+    # The link's page: New run with that checkpoint picked (and the other one stays pickable).
+    at = app("new_run", checkpoint=str(mine))
+    no_exception(at)
+    assert at.radio(key="ckpt_source").value == "A registered checkpoint"
+    assert at.selectbox(key="ckpt_pick").value == mine != other
+    assert "checkpoint" not in at.query_params  # picked once; the user may change it
+    at = app("new_run", checkpoint="999")
+    assert "No registered checkpoint #999: pick one below." in texts(at, "warning")
+
+
+def test_remove_asks_first(world, home) -> None:
+    mine = db.add_checkpoint(home, world["draft"], name="mine")
+    at = app("checkpoints")
+    at.button(key=f"remove-{mine}").click().run()
+    no_exception(at)
+    assert texts(at, "warning") == (
+        f"Remove checkpoint #{mine} mine? Your files stay where they are; it is only "
+        "unregistered. Runs that used it keep their results."
+    )
+    at.button(key=f"remove-no-{mine}").click().run()
+    assert at.warning == [] and len(db.list_checkpoints(home)) == 1
+    at.button(key=f"remove-{mine}").click().run()
+    at.button(key=f"remove-yes-{mine}").click().run()
+    assert f"Removed checkpoint #{mine}; no files were touched." in texts(at, "success")
+    assert db.list_checkpoints(home) == [] and world["draft"].is_dir()
+
+
+def test_the_served_models_local_folder_is_proposed_as_the_target(world, home) -> None:
+    at = app("new_run")
+    at.text_input(key="endpoint").set_value(world["url"]).run()
+    no_exception(at)
+    target = str(Path(world["target"]).resolve())
+    (proposal,) = [plain(i.value) for i in at.info if "served model is on this machine" in i.value]
+    assert proposal.startswith(f"The served model is on this machine: {target} (4 layers, ")
+    at.button(key="use_served_target").click().run()
+    no_exception(at)
+    assert at.text_input(key="opt_target").value == target
+    assert not [i for i in at.info if "served model is on this machine" in i.value]

@@ -1,0 +1,253 @@
+"""New run in a real headless Chromium: the demo in one click to the mismatched verdict, the
+warnings before submit, a target refused as a draft, a re-upload that keeps its name.
+
+A module fixture makes a tiny 4-layer target and a random draft served by the SGLang API double
+WITHOUT hidden states, registers another draft (other weights) as the checkpoint to diagnose, and
+starts a real worker and the real app as subprocesses on a fresh home. The demo's endpoints are
+started by the app itself ("Try it on the demo"). Playwright drives Debian's /usr/bin/chromium.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+import zipfile
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from eagle3dash import store as db
+from eagle3dash.checkpoint import save
+from eagle3dash.testing.sglang_double import DoubleConfig, start_double
+from eagle3dash.testing.tensors import random_tensors
+from eagle3dash.uploads import register_path
+from tests.specs import served_draft_spec, tiny_models
+from tests.test_browser import (  # skips this module too when chromium is missing
+    ROOT,
+    RUN_S,
+    START_S,
+    _fill,
+    _free_port,
+    _idle,
+    _no_exception,
+    _page,
+    _stop,
+    _tail,
+    browser,  # noqa: F401 - the module's Chromium, a fixture
+)
+
+ENDPOINT = "Endpoint URL (the server running the target with this draft)"
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """A double without hidden states, another draft registered, the worker and the app."""
+    root = tmp_path_factory.mktemp("browser-new-run")
+    models = tiny_models(root)
+    other = save(
+        served_draft_spec(),
+        random_tensors(served_draft_spec(), seed=7),
+        root / "epoch-7",
+        "specforge",
+    )
+    home = root / "home"
+    store = db.open_store(home)
+    other_id, _ = register_path(store, other, name="epoch 7")
+    env = {
+        **os.environ,
+        "EAGLE3DASH_HOME": str(home),
+        "PYTHONUNBUFFERED": "1",
+        "OMP_NUM_THREADS": "1",
+    }
+    logs = {"app": root / "app.log", "worker": root / "worker.log"}
+    port = _free_port()
+    server = start_double(
+        DoubleConfig(
+            target_path=str(models["target"]),
+            draft_path=str(models["draft"]),
+            speculative_algorithm="EAGLE3",
+            num_steps=3,
+            num_draft_tokens=4,
+        )
+    )
+    procs: list[subprocess.Popen] = []
+    try:
+        commands = {
+            "worker": [sys.executable, "-m", "eagle3dash", "worker", "--home", str(home)],
+            "app": [
+                sys.executable,
+                "-m",
+                "streamlit",
+                "run",
+                "app.py",
+                "--server.port",
+                str(port),
+                "--server.address",
+                "127.0.0.1",
+                "--server.headless",
+                "true",
+            ],
+        }
+        for name, command in commands.items():
+            with logs[name].open("wb") as log:
+                procs.append(
+                    subprocess.Popen(
+                        command,
+                        cwd=ROOT,
+                        env=env,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                )
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + START_S
+        while True:
+            for proc, name in zip(procs, commands, strict=True):
+                if proc.poll() is not None:
+                    pytest.fail(f"the {name} exited ({proc.returncode}):\n{_tail(logs[name])}")
+            try:
+                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+                    if r.read().decode().strip() == "ok":
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"the app was not healthy within {START_S} s:\n{_tail(logs['app'])}")
+            time.sleep(0.3)
+        yield {
+            "url": url,
+            "store": store,
+            "logs": logs,
+            "double": server.url,
+            **models,
+            "other": other,
+            "other_id": other_id,
+        }
+    finally:
+        for proc in reversed(procs):
+            _stop(proc)
+        server.stop()
+        store.close()
+
+
+@pytest.fixture
+def logs_on_failure(world):
+    """The app's and the worker's logs, printed at teardown: pytest shows them when a test fails."""
+    yield
+    for name, path in world["logs"].items():
+        print(f"\n===== {name} log ({path}) =====\n{_tail(path)}")
+
+
+def _new_run(browser, world, query: str = "") -> Page:  # noqa: F811 - the fixture's value
+    page = _page(browser)
+    page.goto(f"{world['url']}/new_run{query}")
+    expect(page.get_by_role("heading", name="New run")).to_be_visible()
+    _idle(page)
+    return page
+
+
+def _alert(page: Page, text: str):
+    return page.get_by_test_id("stAlert").filter(has_text=text)
+
+
+def test_the_demo_in_one_click_reaches_the_mismatched_verdict(
+    world,
+    browser,  # noqa: F811
+    logs_on_failure,
+) -> None:
+    page = _new_run(browser, world)
+    page.get_by_role("button", name="Try it on the demo").click()
+    _idle(page)
+    banner = _alert(page, "The demo runs on this machine")
+    expect(banner).to_contain_text("not a serving engine")
+    expect(banner).to_contain_text("each target forward sleeps 10 ms")
+    expect(page.get_by_label(ENDPOINT, exact=True)).to_have_value(re.compile(r"^http://127\."))
+    metrics = page.get_by_test_id("stMetric")
+    expect(metrics.filter(has_text="Hidden states").first).to_contain_text("on")
+    expect(metrics.filter(has_text="Draft steps").first).to_contain_text("4")
+    # Fewer prompts than the seeded run, for the test's time; the verdict is the same.
+    page.get_by_test_id("stExpander").filter(has_text="Number of prompts").locator(
+        "summary"
+    ).click()
+    _fill(page, "Number of prompts", "2")
+    _fill(page, "Max new tokens", "32")
+    _no_exception(page)
+    page.get_by_role("button", name="Run the diagnosis").click()
+    page.wait_for_url(re.compile(r"/run\?run=\d+$"))
+    expect(page.get_by_role("heading", name="Findings")).to_be_visible(timeout=RUN_S * 1000)
+    _idle(page)
+    expect(page.get_by_text(re.compile(r"^rule ")).first).to_have_text("rule layout-mismatch")
+    expect(page.get_by_test_id("stCode").filter(has_text="[-1, 0, 1]").first).to_be_visible()
+    _no_exception(page)
+    page.context.close()
+
+
+def test_warnings_before_submit_hidden_states_off_and_another_draft_served(
+    world,
+    browser,  # noqa: F811
+    logs_on_failure,
+) -> None:
+    page = _new_run(browser, world, f"?checkpoint={world['other_id']}")  # Checkpoints' link
+    picked = page.get_by_role("combobox", name="Registered checkpoint")
+    expect(picked).to_have_value(f"#{world['other_id']} epoch 7 (specforge)")
+    _fill(page, ENDPOINT, world["double"])
+    expect(page.get_by_text("Before you submit")).to_be_visible()
+    expect(
+        _alert(page, "serves another draft than the checkpoint under diagnosis")
+    ).to_contain_text(f"--speculative-draft-model-path {world['other']}")
+    expect(_alert(page, "does not return hidden states")).to_contain_text(
+        "--enable-return-hidden-states"
+    )
+    metrics = page.get_by_test_id("stMetric")
+    expect(metrics.filter(has_text="Hidden states")).to_contain_text("off")
+    _no_exception(page)
+    page.context.close()
+
+
+def test_a_target_typed_as_the_draft_is_refused(world, browser, logs_on_failure) -> None:  # noqa: F811
+    page = _new_run(browser, world)
+    page.get_by_test_id("stRadio").first.get_by_text("A path on this machine", exact=True).click()
+    _idle(page)
+    _fill(
+        page,
+        "Checkpoint folder on this machine (or its config.json / .safetensors)",
+        str(world["target"]),
+    )
+    expect(_alert(page, "this looks like a target model (a causal LM)")).to_contain_text(
+        "no fc.weight, 4 decoder layers; give the EAGLE-3 draft's folder"
+    )
+    expect(page.get_by_text("export draft at")).to_have_count(0)
+    _no_exception(page)
+    page.context.close()
+
+
+def test_a_re_upload_keeps_its_name(world, browser, logs_on_failure) -> None:  # noqa: F811
+    draft = world["draft"]
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for path in sorted(draft.iterdir()):
+            zf.writestr(f"my-draft/{path.name}", path.read_bytes())
+    archive = draft.parent / "my-draft.zip"
+    archive.write_bytes(buf.getvalue())
+    for files, says in (
+        ([archive], re.compile(r"^Registered checkpoint #(\d+) my-draft \(specforge\)")),
+        (
+            [draft / "config.json", draft / "model.safetensors"],
+            re.compile(r"^Already registered as checkpoint #(\d+) my-draft \(specforge\)"),
+        ),
+    ):
+        page = _new_run(browser, world)
+        page.get_by_test_id("stRadio").first.get_by_text("An upload", exact=True).click()
+        _idle(page)
+        page.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(files)
+        expect(page.get_by_text(says)).to_be_visible()
+        _no_exception(page)
+        page.context.close()
+    names = [c["name"] for c in db.list_checkpoints(world["store"])]
+    assert names.count("my-draft") == 1 and "epoch 7" in names
