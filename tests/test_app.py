@@ -976,3 +976,19 @@ def test_guard_turns_an_unexpected_exception_into_one_box(home) -> None:
         "Something unexpected went wrong (RuntimeError): a bug in eagle3dash, not in your input. "
         "The details are in the app's log."
     )
+
+
+def test_a_demo_run_names_its_deployment_its_fixed_run_and_its_stopped_endpoint(home) -> None:
+    url = "http://127.0.0.1:9"
+    db.record_probe(home, url, {"version": "0.5.23"})
+    run_id = db.create_run(home, None, url, None, {"demo": "mismatched", "demo_fixed_run": 7})
+    db.mark_endpoint_stopped(home, url)
+    at = app("run", run=str(run_id))
+    no_exception(at)
+    captions = [c.value for c in at.caption]
+    assert (
+        "demo deployment **mismatched** · its endpoint has stopped since (the URL no longer "
+        "answers)"
+    ) in captions
+    labels = [link.proto.label for link in at.get("page_link")]
+    assert "The same draft with the fix applied: run #7" in labels

@@ -47,6 +47,7 @@ st.markdown(
     + (f" · baseline **{md_escape(run['baseline_url'])}**" if run.get("baseline_url") else "")
     + f" · created {md_escape(when(run.get('created_at')))}"
 )
+widgets.demo_context(run)
 if diagnosis:
     widgets.verdict_banner(diagnosis)
 widgets.share_link("run", run=run_id)

@@ -64,6 +64,26 @@ def share_link(page: str, **params: Any) -> None:
     st.code(url if base else "/" + url, language=None)
 
 
+def demo_context(run: Mapping[str, Any]) -> None:
+    """A demo run's deployment, its fixed run (proof that the fix works) and a stopped endpoint."""
+    options = run.get("options") or {}
+    parts = []
+    if options.get("demo"):
+        parts.append(f"demo deployment **{md_escape(options['demo'])}**")
+    if run.get("endpoint_stopped_at"):
+        parts.append("its endpoint has stopped since (the URL no longer answers)")
+    if parts:
+        st.caption(" · ".join(parts))
+    fixed = options.get("demo_fixed_run")
+    if fixed:
+        st.page_link(
+            RUN_PAGE,
+            label=f"The same draft with the fix applied: run #{int(fixed)}",
+            query_params={"run": str(int(fixed))},
+            icon="🔧",
+        )
+
+
 def show_error(error: BaseException) -> None:
     """An InputError's message (no traceback)."""
     st.error(md_escape(str(error)), icon="🚫")
