@@ -13,3 +13,15 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    """A fresh, empty home for the app (EAGLE3DASH_HOME points at it)."""
+    from eagle3dash import store as db
+
+    path = tmp_path / "home"
+    monkeypatch.setenv("EAGLE3DASH_HOME", str(path))
+    store = db.open_store(path)
+    yield store
+    store.close()

@@ -32,12 +32,8 @@ from eagle3dash.ui import charts, tables
 from eagle3dash.ui.fmt import md_escape
 from eagle3dash.ui.progress import cancel_run, progress_view
 from eagle3dash.uploads import register_upload
+from tests.appkit import ROOT, TIMEOUT, app, no_exception, plain, texts
 from tests.specs import served_draft_spec, tiny_models
-
-ROOT = Path(__file__).resolve().parent.parent
-APP = str(ROOT / "app.py")
-TIMEOUT = 30
-
 
 # --- fixtures ----------------------------------------------------------------------------------
 
@@ -103,41 +99,6 @@ def world(tmp_path_factory):
 def world_home(world, monkeypatch):
     monkeypatch.setenv("EAGLE3DASH_HOME", str(world["home"]))
     return world
-
-
-@pytest.fixture
-def home(tmp_path, monkeypatch):
-    """A fresh, empty home for the app."""
-    path = tmp_path / "home"
-    monkeypatch.setenv("EAGLE3DASH_HOME", str(path))
-    store = db.open_store(path)
-    yield store
-    store.close()
-
-
-def app(page: str | None = None, **params: str) -> AppTest:
-    """The app on a page with query params, run once."""
-    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
-    if page:
-        at.switch_page(f"views/{page}.py")
-    for key, value in params.items():
-        at.query_params[key] = value
-    return at.run(timeout=TIMEOUT)
-
-
-def no_exception(at: AppTest) -> None:
-    assert not at.exception, [e.value for e in at.exception]
-
-
-def plain(text: str) -> str:
-    """Markdown source as the reader sees it: backslash escapes removed."""
-    return re.sub(r"\\(.)", r"\1", text)
-
-
-def texts(at: AppTest, *kinds: str) -> str:
-    """The page's text elements (of `kinds`, default all), escapes removed."""
-    kinds = kinds or ("title", "header", "subheader", "markdown", "caption", "info", "error")
-    return plain("\n".join(str(e.value) for kind in kinds for e in at.get(kind)))
 
 
 def frames(at: AppTest) -> list[pd.DataFrame]:

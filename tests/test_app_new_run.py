@@ -9,7 +9,6 @@ hidden states (3 draft steps); the demo test starts the demo's own endpoints fro
 from __future__ import annotations
 
 import io
-import re
 import zipfile
 from pathlib import Path
 
@@ -24,12 +23,8 @@ from eagle3dash.jobs.worker import run_worker
 from eagle3dash.testing.sglang_double import DoubleConfig, start_double
 from eagle3dash.testing.tensors import random_tensors
 from eagle3dash.ui import newrun
+from tests.appkit import app, no_exception, plain, texts
 from tests.specs import served_draft_spec, tiny_models
-
-ROOT = Path(__file__).resolve().parent.parent
-APP = str(ROOT / "app.py")
-TIMEOUT = 60
-
 
 # --- fixtures (the small ones copied from test_app.py) -----------------------------------------
 
@@ -58,51 +53,6 @@ def world(tmp_path_factory):
         yield {**models, "other": other, "url": server.url}
     finally:
         server.stop()
-
-
-@pytest.fixture
-def home(tmp_path, monkeypatch):
-    """A fresh, empty home for the app."""
-    path = tmp_path / "home"
-    monkeypatch.setenv("EAGLE3DASH_HOME", str(path))
-    store = db.open_store(path)
-    yield store
-    store.close()
-
-
-def app(page: str | None = None, **params: str) -> AppTest:
-    """The app on a page with query params, run once."""
-    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
-    if page:
-        at.switch_page(f"views/{page}.py")
-    for key, value in params.items():
-        at.query_params[key] = value
-    return at.run(timeout=TIMEOUT)
-
-
-def no_exception(at: AppTest) -> None:
-    assert not at.exception, [e.value for e in at.exception]
-
-
-def plain(text: str) -> str:
-    """Markdown source as the reader sees it: backslash escapes removed."""
-    return re.sub(r"\\(.)", r"\1", text)
-
-
-def texts(at: AppTest, *kinds: str) -> str:
-    """The page's text elements (of `kinds`, default all), escapes removed."""
-    kinds = kinds or (
-        "title",
-        "header",
-        "subheader",
-        "markdown",
-        "caption",
-        "info",
-        "error",
-        "warning",
-        "success",
-    )
-    return plain("\n".join(str(e.value) for kind in kinds for e in at.get(kind)))
 
 
 def ckpt_files(path: Path) -> list[tuple[str, bytes, str]]:

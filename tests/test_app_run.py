@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import re
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from types import SimpleNamespace
 
 import pandas as pd
@@ -34,11 +33,9 @@ from eagle3dash.testing.sglang_double import DoubleConfig, start_double
 from eagle3dash.ui import words
 from eagle3dash.ui.fmt import duration
 from eagle3dash.ui.progress import progress_view
+from tests.appkit import app, no_exception, plain, texts
 from tests.specs import tiny_models
 
-ROOT = Path(__file__).resolve().parent.parent
-APP = str(ROOT / "app.py")
-TIMEOUT = 30
 DELAY_S = 0.002
 ROOT_CAUSE = (
     "Serving feeds the draft the layers after 1, 2 and 3 blocks, but training fed the embedding "
@@ -111,52 +108,6 @@ def world(tmp_path_factory):
 def world_home(world, monkeypatch):
     monkeypatch.setenv("EAGLE3DASH_HOME", str(world["home"]))
     return world
-
-
-@pytest.fixture
-def home(tmp_path, monkeypatch):
-    """A fresh, empty home for the app."""
-    path = tmp_path / "home"
-    monkeypatch.setenv("EAGLE3DASH_HOME", str(path))
-    store = db.open_store(path)
-    yield store
-    store.close()
-
-
-def app(page: str | None = None, **params: str) -> AppTest:
-    """The app on a page with query params, run once."""
-    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
-    if page:
-        at.switch_page(f"views/{page}.py")
-    for key, value in params.items():
-        at.query_params[key] = value
-    return at.run(timeout=TIMEOUT)
-
-
-def no_exception(at: AppTest) -> None:
-    assert not at.exception, [e.value for e in at.exception]
-
-
-def plain(text: str) -> str:
-    """Markdown source as the reader sees it: backslash escapes removed."""
-    return re.sub(r"\\(.)", r"\1", text)
-
-
-def texts(at: AppTest, *kinds: str) -> str:
-    """The page's text elements (of `kinds`, default all), escapes removed."""
-    kinds = kinds or (
-        "title",
-        "header",
-        "subheader",
-        "markdown",
-        "caption",
-        "info",
-        "error",
-        "warning",
-        "success",
-        "code",
-    )
-    return plain("\n".join(str(e.value) for kind in kinds for e in at.get(kind)))
 
 
 def frames(at: AppTest) -> list[pd.DataFrame]:
