@@ -105,6 +105,24 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.wait(timeout=10)
 
 
+def wait_healthy(url: str, procs: dict[str, subprocess.Popen], logs: dict[str, Path]) -> None:
+    """Until the app at url answers its health check; fail with the log of a process that died."""
+    deadline = time.monotonic() + START_S
+    while True:
+        for name, proc in procs.items():
+            if proc.poll() is not None:
+                pytest.fail(f"the {name} exited ({proc.returncode}):\n{_tail(logs[name])}")
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+                if r.read().decode().strip() == "ok":
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            pytest.fail(f"the app was not healthy within {START_S} s:\n{_tail(logs['app'])}")
+        time.sleep(0.3)
+
+
 def _tail(path: Path, chars: int = 6000) -> str:
     text = path.read_text(errors="replace") if path.exists() else "(no log)"
     return text[-chars:]
@@ -166,20 +184,7 @@ def world(tmp_path_factory):
                 )
             )
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + START_S
-        while True:
-            for proc, name in zip(procs, ("worker", "app"), strict=True):
-                if proc.poll() is not None:
-                    pytest.fail(f"the {name} exited ({proc.returncode}):\n{_tail(logs[name])}")
-            try:
-                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
-                    if r.read().decode().strip() == "ok":
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"the app was not healthy within {START_S} s:\n{_tail(logs['app'])}")
-            time.sleep(0.3)
+        wait_healthy(url, dict(zip(("worker", "app"), procs, strict=True)), logs)
         yield {
             "url": url,
             "home": home,

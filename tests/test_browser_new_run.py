@@ -14,8 +14,6 @@ import os
 import re
 import subprocess
 import sys
-import time
-import urllib.request
 import zipfile
 
 import pytest
@@ -30,7 +28,6 @@ from tests.specs import served_draft_spec, tiny_models
 from tests.test_browser import (  # skips this module too when chromium is missing
     ROOT,
     RUN_S,
-    START_S,
     _fill,
     _free_port,
     _idle,
@@ -39,6 +36,7 @@ from tests.test_browser import (  # skips this module too when chromium is missi
     _stop,
     _tail,
     browser,  # noqa: F401 - the module's Chromium, a fixture
+    wait_healthy,
 )
 
 ENDPOINT = "Endpoint URL (the server running the target with this draft)"
@@ -106,20 +104,7 @@ def world(tmp_path_factory):
                     )
                 )
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + START_S
-        while True:
-            for proc, name in zip(procs, commands, strict=True):
-                if proc.poll() is not None:
-                    pytest.fail(f"the {name} exited ({proc.returncode}):\n{_tail(logs[name])}")
-            try:
-                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
-                    if r.read().decode().strip() == "ok":
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"the app was not healthy within {START_S} s:\n{_tail(logs['app'])}")
-            time.sleep(0.3)
+        wait_healthy(url, dict(zip(commands, procs, strict=True)), logs)
         yield {
             "url": url,
             "store": store,
