@@ -495,7 +495,7 @@ def test_a_config_key_of_the_wrong_type_is_one_message_naming_it(tmp_path, patch
     assert says in str(err.value)
 
 
-@pytest.mark.parametrize("name", ["../../etc/passwd", "/tmp/x.safetensors", "", 3])
+@pytest.mark.parametrize("name", ["../../etc/passwd", "/etc/x.safetensors", "", 3])
 def test_an_index_may_only_name_shards_beside_it(tmp_path, name):
     ckpt, _ = write(tmp_path, tiny_spec("specforge"))
     (ckpt / "model.safetensors.index.json").write_text(

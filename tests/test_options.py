@@ -42,7 +42,7 @@ def test_text_from_the_cli_becomes_typed_values(tmp_path: Path) -> None:
         steps="3",
         device="cuda",
         dtype="bfloat16",
-        capture_dir="/tmp/cap",
+        capture_dir="/data/cap",
     )
     assert options == DiagnoseOptions(
         draft="/d",
@@ -60,7 +60,7 @@ def test_text_from_the_cli_becomes_typed_values(tmp_path: Path) -> None:
         steps=3,
         device="cuda",
         dtype="bfloat16",
-        capture_dir="/tmp/cap",
+        capture_dir="/data/cap",
     )
 
 
