@@ -36,11 +36,11 @@ from eagle3dash.diagnosis.result import (
 from eagle3dash.errors import InputError
 from eagle3dash.findings import Evidence, Finding, diagnose
 from eagle3dash.identity import DigestCache, DraftIdentity, compare_drafts, is_local_url
-from eagle3dash.layout import Layout, LayoutResult, Tap, bracketed, parse_layout
+from eagle3dash.layout import Layout, LayoutResult, Tap, bracketed, diff, parse_layout
 from eagle3dash.prediction import LayoutComparison, predict_layouts
 from eagle3dash.servebench import BenchResult, Prompt, load_prompts, run_bench
 from eagle3dash.sglang import EndpointError, ServerReport, SGLangClient
-from eagle3dash.sglang_rules import DEFAULT_SGLANG_VERSION
+from eagle3dash.sglang_rules import DEFAULT_SGLANG_VERSION, default_capture, nested_ids
 
 if TYPE_CHECKING:
     from eagle3dash.capture import Capture
@@ -542,9 +542,6 @@ def benchmark(run: _Run, prompts: list[Prompt]) -> tuple[BenchResult, BenchResul
 def effective_layouts(run: _Run, training: Side, serving: Side) -> LayoutComparison:
     """The sides as the layout rules read them: the strongest evidence on each side, with
     SGLang's rule, notes and capture error kept on the serving side."""
-    from eagle3dash.layout import diff
-    from eagle3dash.sglang_rules import default_capture, nested_ids
-
     predicted = run.prediction.serving
     served = LayoutResult(
         serving.layout,
