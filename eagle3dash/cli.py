@@ -11,8 +11,9 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
-from eagle3dash.diagnosis.options import EXCLUSIVE, SCHEMA, DiagnoseOptions
+from eagle3dash.diagnosis.options import EXCLUSIVE, SCHEMA, DiagnoseOptions, Kind
 from eagle3dash.errors import InputError
 from eagle3dash.layout import Tap, bracketed, format_layout, parse_layout
 from eagle3dash.sglang_rules import DEFAULT_SGLANG_VERSION
@@ -276,10 +277,13 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     values = {name: getattr(args, name) for name in SCHEMA}
     options = DiagnoseOptions.parse(values, naming="flag")
     diagnosis = run_diagnosis(options, progress=None if args.json else _progress_bar)
+    d = diagnosis.to_dict()
+    if args.profile_out:
+        _write_profile(d, Path(args.profile_out))
     if args.json:
-        _print_json(diagnosis.to_dict())
+        _print_json(d)
         return 0
-    _print_diagnosis(diagnosis.to_dict())
+    _print_diagnosis(d)
     return 0
 
 
@@ -317,11 +321,72 @@ def _print_diagnosis(d: dict) -> None:
         print("layout detective:")
         for line in d["detective"]["verdict"]:
             print(f"  {line}")
+    _print_profile(d)
     _print_findings(d["findings"])
     for item in d["not_checked"]:
         print(f"not checked: {not_checked_text(item, interface='cli')}")
     for line in d["warnings"]:
         print(f"warning: {line}")
+
+
+def _write_profile(d: dict, path: Path) -> None:
+    """The profile as one JSON file at `path` and its CSV beside it (same name, .csv)."""
+    from eagle3dash.profile_export import profile_csv, profile_json
+
+    if d.get("profile") is None:
+        raise UsageError("--profile-out needs the profile: drop --no-profile")
+    csv_path = path.with_suffix(".csv")
+    try:
+        path.write_text(profile_json(d), "utf-8")
+        csv_path.write_text(profile_csv(d), "utf-8")
+    except OSError as e:
+        raise InputError(f"cannot write the profile to {path}: {e.strerror or e}") from None
+    print(f"profile written to {path} and {csv_path}", file=sys.stderr)
+
+
+def _print_profile(d: dict) -> None:
+    """The acceptance profile: categories, prompt formats, temperatures, the steps advice."""
+    from eagle3dash.ui.words import not_checked_text
+
+    profile = d.get("profile")
+    if not profile:
+        return
+    print(
+        f"{'category':30}{'prompts':>9}{'measured':>10}{'sim train':>10}{'sim serve':>10}"
+        f"{'tok/s':>9}{'speedup':>9}"
+    )
+    for r in profile["per_category"]:
+        print(
+            f"  {r['category']:28}{r['prompts']:>9}{_fmt(r['measured_accept_length']):>10}"
+            f"{_fmt(r['sim_accept_training']):>10}{_fmt(r['sim_accept_serving']):>10}"
+            f"{_fmt(r['tok_s'], '.1f'):>9}{_fmt(r['speedup']):>9}"
+        )
+    for r in profile["prompt_format"]:
+        print(
+            f"prompt format {r['format']}: measured accept length "
+            f"{_fmt(r['measured_accept_length'])}, simulated {_fmt(r['sim_accept_serving'])}"
+        )
+    for r in profile["temperature"]:
+        print(
+            f"temperature {r['temperature']:g}: measured accept length "
+            f"{_fmt(r['measured_accept_length'])}, {_fmt(r['tok_s'], '.1f')} tok/s"
+        )
+    if profile["steps_advice"]:
+        print(f"{'--speculative-num-steps':30}{'accept length':>14}{'tok/s':>10}  source")
+        for r in profile["steps_advice"]:
+            print(
+                f"  {r['num_steps']:<28}{_fmt(r['predicted_accept_length']):>14}"
+                f"{_fmt(r['predicted_tok_s'], '.1f'):>10}  {r['source']}"
+            )
+    best = profile["recommended"]
+    if best:
+        print(
+            f"recommended: {best['flags']} (predicted {_fmt(best['predicted_tok_s'], '.1f')} "
+            f"tok/s at {best['num_steps']} steps, {_fmt(best['current_tok_s'], '.1f')} measured "
+            f"at {best['current_num_steps']})"
+        )
+    for item in profile["not_profiled"]:
+        print(f"not profiled: {not_checked_text(item, interface='cli')}")
 
 
 def _print_per_position(d: dict) -> None:
@@ -420,6 +485,11 @@ def _add_diagnose_options(parser: argparse.ArgumentParser) -> None:
         groups.update(dict.fromkeys(pair, group))
     for name, option in SCHEMA.items():
         where = groups.get(name, parser)
+        if option.kind is Kind.SWITCH:
+            where.add_argument(
+                option.flag, dest=name, action="store_const", const=False, help=option.help
+            )
+            continue
         where.add_argument(option.flag, required=option.required, help=option.describe())
 
 
@@ -493,6 +563,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("diagnose", help="the whole diagnosis of a draft against an endpoint")
     _add_diagnose_options(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument(
+        "--profile-out",
+        metavar="PATH",
+        help="write the acceptance profile as JSON to PATH and as CSV beside it (PATH.csv)",
+    )
     p.set_defaults(func=cmd_diagnose)
 
     p = sub.add_parser("detect", help="which taps a draft performs best with (layout sweep)")

@@ -111,7 +111,8 @@ class DraftEval:
     # Serving rounds replayed over the sequences (see served_rounds): comparable to a measured
     # accept length. None when no sequence has counted rows.
     served_accept_length: float | None = None
-    # Per sequence (rows, leading correct steps), to replay rounds at fewer steps; not saved.
+    # Per sequence, in the capture's order (rows, leading correct steps), to replay rounds at
+    # fewer steps or over some sequences; not saved.
     chains: list[tuple[Tensor, Tensor]] = field(default_factory=list, repr=False, compare=False)
     budget: int | None = field(default=None, repr=False, compare=False)  # tokens per request
 
@@ -126,13 +127,23 @@ class DraftEval:
         served = self.served_accept_length_at(steps)
         return served if served is not None else self.accept_length_at(steps)
 
-    def served_accept_length_at(self, steps: int) -> float | None:
-        """The replayed serving accept length with `steps` <= S draft tokens per round."""
+    def served_accept_length_at(
+        self, steps: int, sequences: Iterable[int] | None = None
+    ) -> float | None:
+        """The replayed serving accept length with `steps` <= S draft tokens per round, over
+        every sequence or over the given sequence indices."""
         if not self.chains:
-            return self.served_accept_length if steps >= self.steps else None
-        totals = [served_rounds(leading, rows, steps, self.budget) for rows, leading in self.chains]
+            return self.served_accept_length if steps >= self.steps and sequences is None else None
+        picked = range(len(self.chains)) if sequences is None else sequences
+        totals = [
+            served_rounds(self.chains[i][1], self.chains[i][0], steps, self.budget) for i in picked
+        ]
         rounds = sum(r for _, r in totals)
         return sum(t for t, _ in totals) / rounds if rounds else None
+
+    def simulated_accept_length_over(self, sequences: Iterable[int], steps: int) -> float | None:
+        """The replayed serving accept length over some sequences (a prompt category's)."""
+        return self.served_accept_length_at(min(steps, self.steps), sequences)
 
     def to_dict(self) -> dict:
         """JSON-ready dict (NaN per-sequence values become None)."""
@@ -191,7 +202,6 @@ def build_eval(
         result.chains = [
             (rows, leading_correct(m))
             for rows, m in zip(rows_per_sequence, per_sequence, strict=True)
-            if m.shape[0]
         ]
         result.budget = budget
         result.served_accept_length = result.served_accept_length_at(steps)

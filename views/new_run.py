@@ -113,6 +113,7 @@ with st.expander("Options", expanded=False):
     values |= widgets.option_row("device", "dtype", "target_layers", "arch")
     values |= widgets.option_row("training_layout", "trainer")
     values |= widgets.option_row("target", "train_states")
+    values |= widgets.option_row("profile", "temperatures")
 
 # Submit.
 submit = st.button("Run the diagnosis", type="primary", key="submit")

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from eagle3dash.errors import InputError
 from eagle3dash.layout import format_layout, parse_layout
+from eagle3dash.profile import parse_temperatures
 from eagle3dash.servebench import BUILTIN_PROMPT_SETS
 from eagle3dash.sglang import normalize_url
 from eagle3dash.trainers import TRAINERS
@@ -35,6 +36,8 @@ class Kind(Enum):
     CHOICE = "one of a list"
     SET_OR_FILE = "a built-in set or an existing file"
     LAYOUT = "taps, e.g. 0,3,31"
+    TEMPERATURES = "temperatures, e.g. 0,0.7"
+    SWITCH = "on unless switched off (the CLI's --no-<name>)"
 
 
 @dataclass(frozen=True)
@@ -53,8 +56,8 @@ class Option:
 
     @property
     def flag(self) -> str:
-        """The command-line flag, e.g. --num-prompts."""
-        return "--" + self.name.replace("_", "-")
+        """The command-line flag, e.g. --num-prompts (--no-profile for a switch)."""
+        return ("--no-" if self.kind is Kind.SWITCH else "--") + self.name.replace("_", "-")
 
     def named(self, naming: Naming) -> str:
         """The option's name in a message: its form label or its CLI flag."""
@@ -127,6 +130,16 @@ def _layout(option: Option, value: object) -> str:
     return format_layout(parse_layout(str(value)))
 
 
+def _temperatures(option: Option, value: object) -> str:
+    return ",".join(f"{t:g}" for t in parse_temperatures(str(value)))
+
+
+def _switch(option: Option, value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise ValueError(f"must be on or off, got {value!r}")
+
+
 _READERS: dict[Kind, Callable[[Option, object], Any]] = {
     Kind.TEXT: _text,
     Kind.PATH: _path,
@@ -135,6 +148,8 @@ _READERS: dict[Kind, Callable[[Option, object], Any]] = {
     Kind.CHOICE: _choice,
     Kind.SET_OR_FILE: _set_or_file,
     Kind.LAYOUT: _layout,
+    Kind.TEMPERATURES: _temperatures,
+    Kind.SWITCH: _switch,
 }
 
 
@@ -250,6 +265,19 @@ class DiagnoseOptions:
     )
     capture_dir: str | None = _option(
         None, "Capture folder", "keep the serving capture in this folder"
+    )
+    profile: bool = _option(
+        True,
+        "Acceptance profile",
+        "profile acceptance per category, prompt format, temperature and draft steps (a few "
+        "more requests); off skips it",
+        kind=Kind.SWITCH,
+    )
+    temperatures: str = _option(
+        "0,0.7",
+        "Temperatures to profile",
+        "the temperatures you serve with, e.g. 0,0.7 (each one more benchmark of the prompts)",
+        kind=Kind.TEMPERATURES,
     )
     timeout: float = 120.0  # seconds per request to the endpoint; set by code, not by users
 

@@ -30,6 +30,7 @@ from eagle3dash.findings import Finding
 from eagle3dash.identity import DraftIdentity
 from eagle3dash.layout import Layout, LayoutDiff, diff
 from eagle3dash.prediction import LayoutComparison
+from eagle3dash.profile import Profile
 from eagle3dash.servebench import BenchResult, compare_to_baseline
 from eagle3dash.sglang import ServerReport
 
@@ -137,6 +138,7 @@ class Diagnosis:
     findings: list[Finding] = field(default_factory=list)
     not_checked: list[NotChecked] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    profile: Profile | None = None  # None: --no-profile
 
     @property
     def layout_diff(self) -> LayoutDiff:
@@ -194,6 +196,7 @@ class Diagnosis:
             "steps": self.steps,
             "not_checked": [n.to_dict() for n in self.not_checked],
             "warnings": self.warnings,
+            "profile": None if self.profile is None else self.profile.to_dict(),
             "options": dataclasses.asdict(self.options),
             "checkpoint": self.report.to_json(),
             "server": self.server.to_dict(),

@@ -38,6 +38,18 @@ from eagle3dash.findings import Evidence, Finding, diagnose
 from eagle3dash.identity import DigestCache, DraftIdentity, compare_drafts, is_local_url
 from eagle3dash.layout import Layout, LayoutResult, Tap, bracketed, diff, parse_layout
 from eagle3dash.prediction import LayoutComparison, predict_layouts
+from eagle3dash.profile import (
+    MAX_ADVICE_STEPS,
+    FormatRow,
+    NotProfiled,
+    Profile,
+    TemperatureRow,
+    category_rows,
+    parse_temperatures,
+    per_position,
+    step_costs,
+    steps_advice,
+)
 from eagle3dash.servebench import BenchResult, Prompt, load_prompts, run_bench
 from eagle3dash.sglang import EndpointError, ServerReport, SGLangClient
 from eagle3dash.sglang_rules import DEFAULT_SGLANG_VERSION, default_capture, nested_ids
@@ -60,6 +72,7 @@ DETECT = "layout detective: which taps does the draft perform best with?"
 EVALUATE = "running the standalone draft on each side's states"
 BENCHMARK = "benchmarking the endpoint"
 BASELINE = "benchmarking the baseline"
+PROFILE = "profiling acceptance: categories, prompt formats, temperatures, steps"
 
 
 def _no_progress(fraction: float, message: str) -> None:
@@ -78,6 +91,7 @@ def plan_stages(options: DiagnoseOptions) -> tuple[str, ...]:
         EVALUATE,
         BENCHMARK,
         *((BASELINE,) if options.baseline else ()),
+        *((PROFILE,) if options.profile else ()),
     )
 
 
@@ -164,7 +178,8 @@ def simulation_steps(server: ServerReport, options: DiagnoseOptions) -> tuple[in
     enough evaluated steps to simulate them."""
     served = server.speculative.num_steps if server.speculative else None
     steps = served if isinstance(served, int) and served > 0 else options.steps
-    return steps, max(steps, options.steps)
+    advice = MAX_ADVICE_STEPS if options.profile else 0  # the steps advice simulates 1..8
+    return steps, max(steps, options.steps, advice)
 
 
 @dataclass
@@ -238,7 +253,7 @@ def within_prefill_chunk(
 
 def capture_serving(run: _Run, prompts: list[Prompt]) -> None:
     """The aux states the server feeds its draft, on its own greedy completions."""
-    from eagle3dash.capture import CaptureError, capture_from_sglang, save_capture
+    from eagle3dash.capture import CaptureError, save_capture
     from eagle3dash.capture.from_sglang import REFERENCE_TAIL
 
     server, predicted = run.server, run.prediction.serving
@@ -282,18 +297,7 @@ def capture_serving(run: _Run, prompts: list[Prompt]) -> None:
         )
     run.stages.report(CAPTURE_SERVING, 0.08)
     try:
-        capture = capture_from_sglang(
-            SGLangClient(run.options.endpoint, timeout=run.options.timeout),
-            tokens,
-            predicted.layout,
-            max_new_tokens=run.options.max_new_tokens,
-            hidden_size=run.report.spec.target_hidden_size,  # bounds the reply, checks the width
-            report=server,
-            progress=lambda done, total: run.stages.report(
-                CAPTURE_SERVING, 0.08 + 0.27 * done / total, f"capturing ({done}/{total} prompts)"
-            ),
-            warn=run.warnings.append,
-        )
+        capture = _capture(run, tokens, CAPTURE_SERVING, 0.08, 0.27)
     except (CaptureError, EndpointError) as e:
         run.capture_error = str(e)
         return
@@ -301,6 +305,24 @@ def capture_serving(run: _Run, prompts: list[Prompt]) -> None:
         save_capture(capture, run.options.capture_dir)
     run.serving_capture = capture
     run.tokens = [seq.input_ids.tolist() for seq in capture.sequences]
+
+
+def _capture(run: _Run, tokens: list[list[int]], stage: str, start: float, span: float) -> Capture:
+    """The aux states the server feeds its draft on these prompts' greedy completions."""
+    from eagle3dash.capture import capture_from_sglang
+
+    return capture_from_sglang(
+        SGLangClient(run.options.endpoint, timeout=run.options.timeout),
+        tokens,
+        run.prediction.serving.layout,
+        max_new_tokens=run.options.max_new_tokens,
+        hidden_size=run.report.spec.target_hidden_size,  # bounds the reply, checks the width
+        report=run.server,
+        progress=lambda done, total: run.stages.report(
+            stage, start + span * done / total, f"capturing ({done}/{total} prompts)"
+        ),
+        warn=run.warnings.append,
+    )
 
 
 def load_standalone_draft(run: _Run) -> None:
@@ -539,6 +561,144 @@ def benchmark(run: _Run, prompts: list[Prompt]) -> tuple[BenchResult, BenchResul
     return measured, baseline
 
 
+def _bench(run: _Run, prompts: list[Prompt], **how: Any) -> BenchResult | None:
+    """One more benchmark of the endpoint for the profile; None when every request fails."""
+    options = run.options
+    how = {"concurrency": options.concurrency, "max_new_tokens": options.max_new_tokens} | how
+    try:
+        return run_bench(options.endpoint, prompts, timeout=options.timeout, **how)
+    except EndpointError as e:
+        run.warnings.append(f"profile: a benchmark of {options.endpoint} failed: {e}")
+        return None
+
+
+def profile_temperatures(run: _Run, prompts: list[Prompt], measured: BenchResult) -> list:
+    """Measured accept length and tok/s at each temperature (0 is the benchmark itself)."""
+    rows = []
+    for temperature in parse_temperatures(run.options.temperatures):
+        run.stages.report(PROFILE, 0.96, f"profiling: temperature {temperature:g}")
+        bench = measured if temperature == 0 else _bench(run, prompts, temperature=temperature)
+        rows.append(
+            TemperatureRow(
+                temperature,
+                None if bench is None else bench.accept_length,
+                None if bench is None else bench.output_tok_s_aggregate,
+            )
+        )
+    return rows
+
+
+def profile_formats(
+    run: _Run, prompts: list[Prompt], measured: BenchResult, serving: Side
+) -> tuple[list[FormatRow], NotProfiled | None]:
+    """The same prompts raw and through the served model's chat template (and its thinking
+    switch): measured accept length, and the standalone draft on a capture of each."""
+    from eagle3dash.capture import CaptureError
+    from eagle3dash.capture.from_sglang import REFERENCE_TAIL
+    from eagle3dash.prompt_format import RAW, format_prompts
+
+    try:
+        tokenizer = local_tokenizer(run.options.target, run.server.model_path)
+    except InputError:
+        return [], NotProfiled(
+            "prompt_format",
+            "no local tokenizer of the target to apply its chat template with",
+            option="target",
+        )
+    formatted, reason = format_prompts(prompts, tokenizer)
+    rows = []
+    for variant in formatted:
+        # The benchmark and the serving capture sent the prompts raw: their row is reused.
+        if variant.format == RAW:
+            rows.append(
+                FormatRow(
+                    RAW,
+                    len(prompts),
+                    measured.accept_length,
+                    serving.sim_accept_length,
+                    measured.output_tok_s_aggregate,
+                )
+            )
+            continue
+        run.stages.report(PROFILE, 0.97, f"profiling: prompt format {variant.format}")
+        as_ids = [Prompt(text="", input_ids=tuple(ids)) for ids in variant.input_ids]
+        bench = _bench(run, as_ids)
+        sim = None
+        if run.serving_capture is not None and run.draft is not None:
+            chunk = run.server.chunked_prefill_size
+            generated = run.options.max_new_tokens + REFERENCE_TAIL
+            tokens, _ = within_prefill_chunk(variant.input_ids, chunk, generated)
+            try:
+                capture = _capture(run, tokens, PROFILE, 0.97, 0.0)
+            except (CaptureError, EndpointError) as e:
+                run.warnings.append(f"profile: the {variant.format} capture failed: {e}")
+            else:
+                evaluated = _evaluate(run, capture, tuple(capture.taps))
+                sim = None if evaluated is None else evaluated.simulated_accept_length(run.steps)
+        rows.append(
+            FormatRow(
+                variant.format,
+                len(prompts),
+                None if bench is None else bench.accept_length,
+                sim,
+                None if bench is None else bench.output_tok_s_aggregate,
+            )
+        )
+    missing = None if reason is None else NotProfiled("prompt_format", reason)
+    return rows, missing
+
+
+def profile_stage(
+    run: _Run,
+    prompts: list[Prompt],
+    training: Side,
+    serving: Side,
+    measured: BenchResult,
+    baseline: BenchResult | None,
+) -> Profile:
+    """The acceptance profile from the run's own captures and requests, plus a few requests per
+    temperature and prompt format (eagle3dash/profile.py)."""
+    run.stages.report(PROFILE, 0.95)
+    steps = run.steps
+    # A training dump holds other sequences than the prompts: no per-category training side.
+    training_eval = training.eval if training.source != TRAINING_DUMP else None
+    profile = Profile(
+        steps=steps,
+        per_position=per_position(steps, training.eval, serving.eval, measured),
+        per_category=category_rows(
+            [p.category for p in prompts], steps, measured, baseline, training_eval, serving.eval
+        ),
+    )
+    profile.temperature = profile_temperatures(run, prompts, measured)
+    profile.prompt_format, missing = profile_formats(run, prompts, measured, serving)
+    if missing is not None:
+        profile.not_profiled.append(missing)
+    if run.server.speculative is None:
+        profile.not_profiled.append(
+            NotProfiled("steps_advice", "the endpoint runs no speculative decoding")
+        )
+        return profile
+    one_token = _bench(run, prompts[:3], max_new_tokens=1, concurrency=1, warmup=0)
+    latencies = (
+        []
+        if one_token is None
+        else [r.latency_s for r in one_token.requests if r.latency_s is not None]
+    )
+    profile.step_costs = step_costs(measured, latencies, steps, baseline)
+    profile.steps_advice, profile.recommended = steps_advice(
+        steps, measured, serving.eval, profile.step_costs
+    )
+    if serving.eval is None:
+        profile.not_profiled.append(
+            NotProfiled(
+                "steps_advice",
+                "settings past the server's steps need the standalone draft on the served states",
+                action="restart the server with --enable-return-hidden-states",
+            )
+        )
+    return profile
+
+
 def effective_layouts(run: _Run, training: Side, serving: Side) -> LayoutComparison:
     """The sides as the layout rules read them: the strongest evidence on each side, with
     SGLang's rule, notes and capture error kept on the serving side."""
@@ -583,6 +743,7 @@ def find(run: _Run, diagnosis: Diagnosis) -> list[Finding]:
             identity=diagnosis.identity,
             measured=diagnosis.measured,
             baseline=diagnosis.baseline,
+            profile=diagnosis.profile,
         )
     )
 
@@ -607,6 +768,11 @@ def run_diagnosis(
     serving = serving_side(run, training)
     identity = draft_identity(run, digest_cache)
     measured, baseline = benchmark(run, prompts)
+    profile = (
+        profile_stage(run, prompts, training, serving, measured, baseline)
+        if options.profile
+        else None
+    )
     diagnosis = Diagnosis(
         options=options,
         report=run.report,
@@ -623,6 +789,7 @@ def run_diagnosis(
         identity=identity,
         not_checked=run.not_checked,
         warnings=run.warnings,
+        profile=profile,
     )
     diagnosis.findings = find(run, diagnosis)
     progress(1.0, "done")

@@ -33,6 +33,11 @@ from eagle3dash.findings.measurement_rules import (
     rule_slower_than_baseline,
     rule_training_serving_gap,
 )
+from eagle3dash.findings.profile_rules import (
+    rule_category_far_below,
+    rule_num_steps_advice,
+    rule_prompt_format_gap,
+)
 from eagle3dash.findings.server_rules import (
     rule_algorithm_eagle,
     rule_draft_differs,
@@ -72,6 +77,9 @@ RULES: tuple[Callable[[Evidence], list[Finding]], ...] = (
     rule_hidden_states_last_only,
     rule_checkpoint_problems,
     rule_hidden_states_truncated,
+    rule_prompt_format_gap,
+    rule_category_far_below,
+    rule_num_steps_advice,
 )
 
 

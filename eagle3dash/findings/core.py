@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from eagle3dash.identity import DraftIdentity
     from eagle3dash.metrics import DraftEval
     from eagle3dash.prediction import LayoutComparison
+    from eagle3dash.profile import Profile
     from eagle3dash.servebench import BenchResult
     from eagle3dash.sglang import ServerReport
     from eagle3dash.spec import DraftSpec
@@ -100,6 +101,7 @@ class Evidence:
     trainer: str | None = None  # a layout.TRAINERS key, when known
     training_sglang_version: str | None = None  # SpecForge SGLang backend: version used to train
     detection: Detection | None = None  # the layout detective's case: what the tensors say
+    profile: Profile | None = None  # acceptance by category, prompt format, temperature, steps
 
     @property
     def spec(self) -> DraftSpec | None:

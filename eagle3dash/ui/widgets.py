@@ -523,6 +523,8 @@ def option_input(where: Any, name: str, key: str | None = None) -> Any:
     if option.kind is Kind.INT:
         low, high = option.bounds or (None, None)
         return where.number_input(label, low, high, option.default, step=1, help=help_text, key=key)
+    if option.kind is Kind.SWITCH:
+        return where.checkbox(label, value=bool(option.default), help=help_text, key=key)
     if option.kind in (Kind.CHOICE, Kind.SET_OR_FILE):  # a file comes by an upload instead
         entries = list(option.choices) if option.default is not None else [None, *option.choices]
         return where.selectbox(

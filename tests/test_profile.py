@@ -1,0 +1,309 @@
+"""The acceptance profile's arithmetic (eagle3dash/profile.py), on hand-computed numbers.
+
+The benchmark side is real `servebench.RequestStat`/`BenchResult` rows; the standalone draft is a
+stand-in with the two methods the profile reads, returning literals.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from eagle3dash.profile import (
+    FROM_BASELINE,
+    FROM_ONE_TOKEN,
+    MEASURED,
+    SIMULATED,
+    Profile,
+    StepCosts,
+    accept_lengths_by_steps,
+    category_rows,
+    flags_for,
+    parse_temperatures,
+    per_position,
+    step_costs,
+    steps_advice,
+)
+from eagle3dash.servebench import BenchResult, RequestStat
+
+
+def bench(requests: list[RequestStat], histogram: list[int] | None = None, tok_s: float = 100.0):
+    """A BenchResult around these rows (the aggregates the profile reads given directly)."""
+    return BenchResult(
+        url="http://127.0.0.1:1",
+        num_requests=len(requests),
+        concurrency=1,
+        max_new_tokens=64,
+        warmup=0,
+        wall_s=1.0,
+        completion_tokens=sum(r.completion_tokens or 0 for r in requests),
+        output_tok_s_aggregate=tok_s,
+        output_tok_s_per_request=[],
+        output_tok_s_per_request_mean=None,
+        accept_length=None,
+        accept_length_per_request=[],
+        correct_drafts_histogram=histogram,
+        latency_p50=None,
+        latency_p90=None,
+        latency_p99=None,
+        server_latency_p50=None,
+        server_latency_p90=None,
+        server_latency_p99=None,
+        errors=0,
+        requests=requests,
+    )
+
+
+class Sim:
+    """A standalone draft's evaluation: acceptance per step and literal replayed accept lengths."""
+
+    def __init__(self, acceptance: list[float], by_steps: dict[int, float], over=None):
+        self.acceptance = acceptance
+        self.steps = len(acceptance)
+        self.by_steps = by_steps
+        self.over = over or {}
+
+    def simulated_accept_length(self, steps: int) -> float:
+        return self.by_steps[steps]
+
+    def simulated_accept_length_over(self, sequences, steps: int) -> float:
+        return self.over[frozenset(sequences)]
+
+
+def test_per_position_pads_the_measured_shares_past_the_histogram():
+    # rounds by accepted drafts [2, 1, 1]: at least 1 in 2 of 4 rounds, at least 2 in 1 of 4
+    measured = bench([], histogram=[2, 1, 1])
+    sim = Sim([0.9, 0.7, 0.5, 0.3, 0.1], {})
+    got = per_position(4, sim, None, measured)
+    assert got.positions == [1, 2, 3, 4]
+    assert got.measured == [0.5, 0.25, 0.0, 0.0]
+    assert got.simulated_training == [0.9, 0.7, 0.5, 0.3]
+    assert got.simulated_serving is None
+
+
+def test_per_position_without_a_histogram_is_none_not_zeros():
+    assert per_position(3, None, None, bench([])).measured is None
+
+
+def test_category_rows_split_requests_and_replays_by_category():
+    requests = [
+        RequestStat(0, completion_tokens=10, spec_verify_ct=4, latency_s=1.0),
+        RequestStat(1, completion_tokens=10, spec_verify_ct=8, latency_s=2.0),
+        RequestStat(2, completion_tokens=12, spec_verify_ct=4, latency_s=1.0),
+        RequestStat(3, error="boom"),
+    ]
+    base = [
+        RequestStat(0, completion_tokens=10, latency_s=2.0),
+        RequestStat(1, completion_tokens=10, latency_s=2.0),
+        RequestStat(2, completion_tokens=12, latency_s=2.0),
+    ]
+    serving = Sim([0.5], {}, over={frozenset({0, 2}): 2.5, frozenset({1, 3}): 1.2})
+    rows = category_rows(
+        ["chat", "code", "chat", "code"], 4, bench(requests), bench(base), None, serving
+    )
+    assert [r.category for r in rows] == ["chat", "code"]
+    chat, code = rows
+    assert chat.prompts == 2
+    assert chat.measured_accept_length == pytest.approx(22 / 8)
+    assert chat.tok_s == pytest.approx(22 / 2.0)
+    assert chat.baseline_tok_s == pytest.approx(22 / 4.0)
+    assert chat.speedup == pytest.approx(2.0)
+    assert chat.sim_accept_serving == 2.5 and chat.sim_accept_training is None
+    # the failed request counts in the prompts, not in the numbers
+    assert code.prompts == 2
+    assert code.measured_accept_length == pytest.approx(10 / 8)
+    assert code.tok_s == pytest.approx(5.0)
+    assert code.sim_accept_serving == 1.2
+
+
+def test_prompts_without_a_category_share_one_row():
+    rows = category_rows([None, None], 4, None)
+    assert [(r.category, r.prompts, r.measured_accept_length) for r in rows] == [
+        ("uncategorised", 2, None)
+    ]
+
+
+def test_step_costs_from_one_token_requests():
+    # fixed 0.02 s; a request of 10 verify rounds took 0.52 s: 0.05 s a round; verify = the
+    # one-token latency 0.02, so 4 draft steps share 0.03
+    measured = bench([RequestStat(0, completion_tokens=30, spec_verify_ct=10, latency_s=0.52)])
+    costs = step_costs(measured, [0.03, 0.02, 0.01], steps=4)
+    assert costs is not None
+    assert costs.request_fixed_s == pytest.approx(0.02)
+    assert costs.verify_s == pytest.approx(0.02)
+    assert costs.draft_step_s == pytest.approx(0.0075)
+    assert costs.source == FROM_ONE_TOKEN
+
+
+def test_step_costs_take_the_verify_cost_from_the_baseline():
+    measured = bench([RequestStat(0, completion_tokens=30, spec_verify_ct=10, latency_s=0.52)])
+    # the baseline: 64 tokens in 0.02 + 63 * 0.01 s
+    baseline = bench([RequestStat(0, completion_tokens=64, latency_s=0.65)])
+    costs = step_costs(measured, [0.02], steps=4, baseline=baseline)
+    assert costs is not None
+    assert costs.verify_s == pytest.approx(0.01)
+    assert costs.draft_step_s == pytest.approx(0.01)
+    assert costs.source == FROM_BASELINE
+
+
+def test_step_costs_need_timings():
+    measured = bench([RequestStat(0, completion_tokens=30, spec_verify_ct=10, latency_s=0.5)])
+    assert step_costs(measured, [], steps=4) is None
+    assert step_costs(bench([RequestStat(0, error="x")]), [0.02], steps=4) is None
+
+
+# Measured shares at the served 4 steps and a simulation to 8 steps (hand-computed below).
+SHARES_HISTOGRAM = [2, 2, 2, 2, 2]  # 10 rounds: >=1: 0.8, >=2: 0.6, >=3: 0.4, >=4: 0.2
+SIM = {1: 1.9, 2: 2.6, 3: 3.1, 4: 3.5, 5: 3.8, 6: 4.0, 7: 4.1, 8: 4.15}
+
+
+def test_accept_lengths_measured_up_to_the_served_steps_then_scaled_simulation():
+    measured = bench([], histogram=SHARES_HISTOGRAM)
+    rows = accept_lengths_by_steps(4, measured, Sim([0.0] * 8, SIM))
+    # measured: 1 + 0.8, + 0.6, + 0.4, + 0.2; past 4: 1 + (sim - 1) * (3.0 - 1) / (3.5 - 1)
+    expected = [
+        (1, 1.8, MEASURED),
+        (2, 2.4, MEASURED),
+        (3, 2.8, MEASURED),
+        (4, 3.0, MEASURED),
+        (5, 3.24, SIMULATED),
+        (6, 3.4, SIMULATED),
+        (7, 3.48, SIMULATED),
+        (8, 3.52, SIMULATED),
+    ]
+    assert [(s, round(e, 6), src) for s, e, src in rows] == expected
+
+
+def test_accept_lengths_without_a_simulation_stop_at_the_served_steps():
+    rows = accept_lengths_by_steps(4, bench([], histogram=SHARES_HISTOGRAM), None)
+    assert [s for s, _, _ in rows] == [1, 2, 3, 4]
+
+
+def test_steps_advice_prices_each_setting_and_prefers_fewer_steps_within_one_percent():
+    requests = [RequestStat(0, completion_tokens=64, spec_verify_ct=21, latency_s=0.3)]
+    measured = bench(requests, histogram=SHARES_HISTOGRAM, tok_s=100.0)
+    costs = StepCosts(verify_s=0.01, draft_step_s=0.001, request_fixed_s=0.02, source="x")
+    rows, best = steps_advice(4, measured, Sim([0.0] * 8, SIM), costs)
+    # time(s) = 0.02 + 63 / E(s) * (0.01 + s * 0.001); tok/s(s) = 100 * time(4) / time(s)
+    expected = {1: 77.531, 2: 93.731, 3: 100.48, 4: 100.0, 5: 100.749, 6: 99.219, 8: 91.77}
+    got = {r.num_steps: round(r.predicted_tok_s, 3) for r in rows}
+    assert {s: got[s] for s in expected} == expected
+    # 5 steps is fastest (100.749), but 3 steps is within 1% of it with fewer draft steps
+    assert best is not None
+    assert best.num_steps == 3
+    assert best.current_num_steps == 4 and best.current_tok_s == 100.0
+    assert best.flags == (
+        "--speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4"
+    )
+
+
+def test_steps_advice_without_costs_predicts_accept_length_only():
+    measured = bench([], histogram=SHARES_HISTOGRAM)
+    rows, best = steps_advice(4, measured, None, None)
+    assert [r.predicted_tok_s for r in rows] == [None] * 4
+    assert best is None
+
+
+def test_flags_for_chain_drafting():
+    assert flags_for(1) == (
+        "--speculative-num-steps 1 --speculative-eagle-topk 1 --speculative-num-draft-tokens 2"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("0,0.7", (0.0, 0.7)), (" 1, 0 ,0.70,", (0.0, 0.7, 1.0)), ("0.5", (0.5,))],
+)
+def test_parse_temperatures(text, expected):
+    assert parse_temperatures(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("hot", "'hot' is not a number"), ("3", "outside 0..2"), (",", "at least one")],
+)
+def test_parse_temperatures_refuses(text, message):
+    with pytest.raises(ValueError, match=message):
+        parse_temperatures(text)
+
+
+def test_profile_round_trips_through_its_json_form():
+    measured = bench([], histogram=SHARES_HISTOGRAM)
+    rows, _ = steps_advice(4, measured, None, None)
+    profile = Profile(steps=4, per_position=per_position(4, None, None, measured))
+    profile.steps_advice = rows
+    again = Profile.from_dict(profile.to_dict())
+    assert again == profile
+    assert again.to_dict()["per_position"]["measured"] == [0.8, 0.6, 0.4, 0.2]
+
+
+# --- the profile's findings ------------------------------------------------------------------
+
+
+def findings_of(profile: Profile) -> dict[str, list]:
+    from eagle3dash.findings import Evidence
+    from eagle3dash.findings.profile_rules import (
+        rule_category_far_below,
+        rule_num_steps_advice,
+        rule_prompt_format_gap,
+    )
+
+    e = Evidence(profile=profile)
+    rules = (rule_category_far_below, rule_prompt_format_gap, rule_num_steps_advice)
+    return {rule.__name__: rule(e) for rule in rules}
+
+
+def profile_with(**parts) -> Profile:
+    return Profile(steps=4, per_position=per_position(4, None, None, None), **parts)
+
+
+def test_a_category_far_below_the_others_is_named():
+    from eagle3dash.profile import CategoryRow
+
+    rows = [
+        CategoryRow("chat", 2, measured_accept_length=3.0),
+        CategoryRow("code", 2, measured_accept_length=2.8),
+        CategoryRow("math", 2, measured_accept_length=1.9),  # 0.9 below the median 2.9
+        CategoryRow("json", 2, measured_accept_length=None, sim_accept_serving=2.9),
+    ]
+    (finding,) = findings_of(profile_with(per_category=rows))["rule_category_far_below"]
+    assert finding.id == "category-far-below" and finding.severity == "warning"
+    assert finding.data == {"categories": ["math"]}
+    assert "math: accept length 1.90 against 2.90" in finding.evidence
+
+
+def test_categories_close_together_make_no_finding():
+    from eagle3dash.profile import CategoryRow
+
+    # 2.5 is 0.5 below 3.0 but above 80% of it: not far below
+    rows = [CategoryRow("chat", 2, 3.0), CategoryRow("code", 2, 2.5), CategoryRow("x", 2, 3.0)]
+    assert findings_of(profile_with(per_category=rows))["rule_category_far_below"] == []
+
+
+def test_a_prompt_format_gap_names_both_formats():
+    from eagle3dash.profile import FormatRow
+
+    rows = [FormatRow("raw", 8, 1.3, 1.4), FormatRow("chat-template", 8, 2.9, 3.0)]
+    (finding,) = findings_of(profile_with(prompt_format=rows))["rule_prompt_format_gap"]
+    assert finding.id == "prompt-format-gap"
+    assert "2.90 on chat-template prompts but 1.30 on raw prompts" in finding.title
+    assert finding.data == {"best": "chat-template", "worst": "raw"}
+
+
+def test_formats_alike_make_no_finding():
+    from eagle3dash.profile import FormatRow
+
+    rows = [FormatRow("raw", 8, 2.8), FormatRow("chat-template", 8, 2.9)]
+    assert findings_of(profile_with(prompt_format=rows))["rule_prompt_format_gap"] == []
+
+
+def test_a_faster_steps_setting_is_advised_from_five_percent():
+    from eagle3dash.profile import Recommendation
+
+    def advice(predicted: float) -> list:
+        best = Recommendation(2, 2.4, predicted, 4, 100.0, flags_for(2))
+        return findings_of(profile_with(recommended=best))["rule_num_steps_advice"]
+
+    (finding,) = advice(110.0)
+    assert finding.severity == "info" and finding.fix == flags_for(2)
+    assert finding.title.startswith("--speculative-num-steps 2 is predicted 10% faster")
+    assert advice(104.0) == []
