@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import json
 import math
 import time
@@ -39,6 +40,7 @@ from eagle3dash.sglang import EndpointError, GenerateResult, SGLangClient
 
 __all__ = [
     "BUILTIN_PROMPT_SETS",
+    "PROMPT_CATEGORIES",
     "BenchResult",
     "Prompt",
     "PromptFileError",
@@ -52,7 +54,18 @@ __all__ = [
     "sum_histograms",
 ]
 
-BUILTIN_PROMPT_SETS = ("chat", "code")
+# One JSONL file per category in prompts/; "all" interleaves them (load_prompts).
+PROMPT_CATEGORIES = (
+    "chat",
+    "code",
+    "math",
+    "reasoning",
+    "summarisation",
+    "translation",
+    "json",
+    "long-context",
+)
+BUILTIN_PROMPT_SETS = (*PROMPT_CATEGORIES, "all")
 PROMPTS_DIR = Path(__file__).parent / "prompts"
 _MAX_ERROR_MESSAGES = 5
 
@@ -65,11 +78,13 @@ class PromptFileError(InputError, ValueError):
 
 @dataclass(frozen=True)
 class Prompt:
-    """One prompt: text (or token ids) for /generate, and the chat messages it came from."""
+    """One prompt: text (or token ids) for /generate, the chat messages it came from, and the
+    category it counts in (a built-in set's name, or a prompt file's "category")."""
 
     text: str
     messages: tuple[tuple[str, str], ...] | None = None
     input_ids: tuple[int, ...] | None = None  # sent instead of the text when given
+    category: str | None = None
 
     def request(self) -> dict:
         """The prompt part of a /generate request: {"input_ids": ...} or {"text": ...}."""
@@ -86,10 +101,20 @@ def render_messages(messages: Sequence[tuple[str, str]]) -> str:
 def _parse_line(obj: object, where: str) -> Prompt:
     forms = (
         'expected {"prompt": "..."}, {"messages": [{"role": ..., "content": ...}, ...]} '
-        'or {"input_ids": [int, ...]}'
+        'or {"input_ids": [int, ...]}, each with an optional "category": "..."'
     )
     if not isinstance(obj, dict):
         raise PromptFileError(f"{where}: {forms}, got {type(obj).__name__}")
+    category = obj.get("category")
+    if category is not None and (not isinstance(category, str) or not category.strip()):
+        raise PromptFileError(
+            f'{where}: "category" must be a non-empty string (the category this prompt counts '
+            f"in), got {json.dumps(category)}"
+        )
+    return dataclasses.replace(_parse_form(obj, where, forms), category=category)
+
+
+def _parse_form(obj: dict, where: str, forms: str) -> Prompt:
     if "prompt" in obj:
         text = obj["prompt"]
         if not isinstance(text, str) or not text.strip():
@@ -136,12 +161,25 @@ def parse_prompt_lines(lines: Sequence[str], name: str) -> list[Prompt]:
     return prompts
 
 
+def _builtin_set(name: str) -> list[Prompt]:
+    text = (PROMPTS_DIR / f"{name}.jsonl").read_text("utf-8")
+    return parse_prompt_lines(text.splitlines(), f"built-in prompt set {name!r}")
+
+
+def _round_robin(sets: Sequence[Sequence[Prompt]]) -> list[Prompt]:
+    """The first of each set, then the second of each, ...: any first N cover the sets evenly."""
+    longest = max((len(s) for s in sets), default=0)
+    return [s[i] for i in range(longest) for s in sets if i < len(s)]
+
+
 def load_prompts(name_or_path: str | Path) -> list[Prompt]:
-    """A built-in prompt set ("chat", "code") or a JSONL file of prompts."""
+    """A built-in prompt set (BUILTIN_PROMPT_SETS; "all" interleaves every category) or a JSONL
+    file of prompts."""
     name = str(name_or_path)
+    if name == "all":
+        return _round_robin([_builtin_set(c) for c in PROMPT_CATEGORIES])
     if name in BUILTIN_PROMPT_SETS:
-        text = (PROMPTS_DIR / f"{name}.jsonl").read_text("utf-8")
-        return parse_prompt_lines(text.splitlines(), f"built-in prompt set {name!r}")
+        return _builtin_set(name)
     path = Path(name_or_path).expanduser()
     if not path.is_file():
         builtins = ", ".join(BUILTIN_PROMPT_SETS)

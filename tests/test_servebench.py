@@ -11,6 +11,8 @@ import pytest
 
 from eagle3dash.servebench import (
     BUILTIN_PROMPT_SETS,
+    PROMPT_CATEGORIES,
+    PROMPTS_DIR,
     Prompt,
     PromptFileError,
     RequestStat,
@@ -301,14 +303,6 @@ def test_compare_to_baseline() -> None:
 # --- prompts --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", BUILTIN_PROMPT_SETS)
-def test_builtin_prompt_sets(name: str) -> None:
-    prompts = load_prompts(name)
-    assert 16 <= len(prompts) <= 64
-    assert all(p.text.strip() for p in prompts)
-    assert len({p.text for p in prompts}) == len(prompts)
-
-
 def test_jsonl_every_form(tmp_path: Path) -> None:
     path = tmp_path / "mine.jsonl"
     lines = [
@@ -369,3 +363,81 @@ def test_a_deeply_nested_prompt_line_is_one_message() -> None:
 
     with pytest.raises(PromptFileError, match="prompts.jsonl, line 2: nested too deeply"):
         parse_prompt_lines(['{"prompt": "hi"}', "[" * 100_000 + "]" * 100_000], "prompts.jsonl")
+
+
+# --- prompt categories ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", PROMPT_CATEGORIES)
+def test_every_builtin_set_is_its_category(name: str) -> None:
+    prompts = load_prompts(name)
+    assert 12 <= len(prompts) <= 20
+    assert {p.category for p in prompts} == {name}
+    assert all(p.text.strip() for p in prompts)
+    assert len({p.text for p in prompts}) == len(prompts)
+
+
+def test_the_builtin_sets() -> None:
+    assert BUILTIN_PROMPT_SETS == (
+        "chat",
+        "code",
+        "math",
+        "reasoning",
+        "summarisation",
+        "translation",
+        "json",
+        "long-context",
+        "all",
+    )
+    long = load_prompts("long-context")
+    assert min(len(p.text) for p in long) >= 2000  # a few thousand characters each
+    assert (PROMPTS_DIR / "long-context.jsonl").stat().st_size < 150_000
+
+
+def test_all_interleaves_the_categories() -> None:
+    everything = load_prompts("all")
+    assert [p.category for p in everything[:9]] == [
+        "chat",
+        "code",
+        "math",
+        "reasoning",
+        "summarisation",
+        "translation",
+        "json",
+        "long-context",
+        "chat",
+    ]
+    chat, code = load_prompts("chat"), load_prompts("code")
+    assert everything[0] == chat[0] and everything[1] == code[0] and everything[8] == chat[1]
+    # every prompt of every set once, shorter sets simply running out
+    sets = {name: load_prompts(name) for name in PROMPT_CATEGORIES}
+    assert sorted(p.text for p in everything) == sorted(p.text for s in sets.values() for p in s)
+
+
+def test_a_prompt_file_carries_categories(tmp_path: Path) -> None:
+    path = tmp_path / "mine.jsonl"
+    lines = [
+        {"prompt": "Copy this: abc abc", "category": "copy-heavy"},
+        {"messages": [{"role": "user", "content": "Hi!"}], "category": "chat"},
+        {"input_ids": [5, 6], "category": "novel"},
+        {"prompt": "No category"},
+    ]
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    prompts = load_prompts(path)
+    assert [p.category for p in prompts] == ["copy-heavy", "chat", "novel", None]
+    assert prompts[1].text == "user: Hi!\nassistant:" and prompts[2].input_ids == (5, 6)
+    assert prompts[0].request() == {"text": "Copy this: abc abc"}  # the category is not sent
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"), [("3", "3"), ('""', '""'), ('"  "', '"  "'), ('["a"]', '["a"]')]
+)
+def test_a_category_that_is_not_a_name(tmp_path: Path, value: str, shown: str) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"prompt": "ok"}\n\n{"prompt": "x", "category": ' + value + "}\n")
+    with pytest.raises(PromptFileError) as info:
+        load_prompts(path)
+    assert str(info.value) == (
+        f'{path}, line 3: "category" must be a non-empty string (the category this prompt '
+        f"counts in), got {shown}"
+    )
