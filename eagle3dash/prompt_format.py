@@ -27,7 +27,8 @@ from eagle3dash.servebench import Prompt
 
 __all__ = ["FORMATS", "FormattedPrompts", "format_prompts", "has_thinking_switch"]
 
-FORMATS = ("raw", "chat-template", "chat-template, thinking on", "chat-template, thinking off")
+RAW = "raw"  # what servebench sends: the benchmark's own format
+FORMATS = (RAW, "chat-template", "chat-template, thinking on", "chat-template, thinking off")
 # The content an ids prompt's template is rendered around: text no template rewrites.
 _SENTINEL = "Eagle3dashPromptIds"
 _THINKING = {"chat-template, thinking on": True, "chat-template, thinking off": False}

@@ -54,7 +54,9 @@ __all__ = [
     "sum_histograms",
 ]
 
-# One JSONL file per category in prompts/; "all" interleaves them (load_prompts).
+# One JSONL file per category in prompts/; "all" interleaves them (load_prompts), but for
+# long-context: a capture of its few thousand tokens' hidden states from a large target is
+# gigabytes of JSON, so long context is a set of its own, chosen on purpose.
 PROMPT_CATEGORIES = (
     "chat",
     "code",
@@ -65,6 +67,7 @@ PROMPT_CATEGORIES = (
     "json",
     "long-context",
 )
+LONG_CONTEXT = "long-context"
 BUILTIN_PROMPT_SETS = (*PROMPT_CATEGORIES, "all")
 PROMPTS_DIR = Path(__file__).parent / "prompts"
 _MAX_ERROR_MESSAGES = 5
@@ -173,11 +176,11 @@ def _round_robin(sets: Sequence[Sequence[Prompt]]) -> list[Prompt]:
 
 
 def load_prompts(name_or_path: str | Path) -> list[Prompt]:
-    """A built-in prompt set (BUILTIN_PROMPT_SETS; "all" interleaves every category) or a JSONL
-    file of prompts."""
+    """A built-in prompt set (BUILTIN_PROMPT_SETS; "all" interleaves every category but long
+    context) or a JSONL file of prompts."""
     name = str(name_or_path)
     if name == "all":
-        return _round_robin([_builtin_set(c) for c in PROMPT_CATEGORIES])
+        return _round_robin([_builtin_set(c) for c in PROMPT_CATEGORIES if c != LONG_CONTEXT])
     if name in BUILTIN_PROMPT_SETS:
         return _builtin_set(name)
     path = Path(name_or_path).expanduser()

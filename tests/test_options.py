@@ -19,7 +19,7 @@ def parse(naming: str = "label", **values: object) -> DiagnoseOptions:
 def test_empty_values_take_the_defaults() -> None:
     options = parse(baseline="", arch="  ", target_layers=None, trainer=None, prompts="")
     assert options == DiagnoseOptions(draft="/d", endpoint="http://gpubox:30000")
-    assert options.prompts == "chat" and options.num_prompts == 16 and options.steps == 5
+    assert options.prompts == "all" and options.num_prompts == 16 and options.steps == 5
     assert options.device == "cpu" and options.dtype == "float32" and options.trainer is None
 
 
@@ -131,6 +131,8 @@ def test_the_schema_holds_every_user_option_in_field_order() -> None:
         "device",
         "dtype",
         "capture_dir",
+        "profile",
+        "temperatures",
     ]
     steps = SCHEMA["steps"]
     assert (steps.flag, steps.kind, steps.bounds) == ("--steps", Kind.INT, (1, 64))
@@ -141,3 +143,14 @@ def test_the_schema_holds_every_user_option_in_field_order() -> None:
         "the draft's dtype for its standalone evaluation; one of float32, bfloat16, float16; "
         "default float32"
     )
+
+
+def test_the_profile_switch_and_temperatures() -> None:
+    base = {"draft": str(Path(__file__)), "endpoint": "http://127.0.0.1:1"}
+    options = DiagnoseOptions.parse(base)
+    assert options.profile is True and options.temperatures == "0,0.7"
+    options = DiagnoseOptions.parse(base | {"profile": False, "temperatures": " 1, 0.50 ,0"})
+    assert options.profile is False and options.temperatures == "0,0.5,1"
+    with pytest.raises(InputError, match=r"^--temperatures: temperature 5 is outside 0..2$"):
+        DiagnoseOptions.parse(base | {"temperatures": "0,5"}, naming="flag")
+    assert SCHEMA["profile"].flag == "--no-profile"

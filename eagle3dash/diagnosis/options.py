@@ -184,7 +184,7 @@ class DiagnoseOptions:
         placeholder="http://gpubox:30001",
     )
     prompts: str = _option(
-        "chat",
+        "all",
         "Prompt set",
         "a built-in prompt set or a JSONL file of prompts",
         kind=Kind.SET_OR_FILE,

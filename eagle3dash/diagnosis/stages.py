@@ -621,13 +621,12 @@ def profile_formats(
             )
             continue
         run.stages.report(PROFILE, 0.97, f"profiling: prompt format {variant.format}")
-        as_ids = [Prompt(text="", input_ids=tuple(ids)) for ids in variant.input_ids]
-        bench = _bench(run, as_ids)
+        bench = _bench(run, list(variant.prompts))
         sim = None
         if run.serving_capture is not None and run.draft is not None:
             chunk = run.server.chunked_prefill_size
             generated = run.options.max_new_tokens + REFERENCE_TAIL
-            tokens, _ = within_prefill_chunk(variant.input_ids, chunk, generated)
+            tokens, _ = within_prefill_chunk(variant.ids, chunk, generated)
             try:
                 capture = _capture(run, tokens, PROFILE, 0.97, 0.0)
             except (CaptureError, EndpointError) as e:

@@ -1,0 +1,99 @@
+"""The steps advice checked against the world: `python bench/bench_steps_advice.py`.
+
+Serves the demo's "correct" deployment (draft B) at --speculative-num-steps 4 with the SGLang API
+double, runs the diagnosis with its profile, and takes the predicted tok/s for other settings from
+`profile.steps_advice`. Then serves the same draft at each of those settings and measures them with
+the same prompts, concurrency and tokens. Prints predicted, measured (median of --repeats runs)
+and their ratio per setting; exits 1 when one is more than 15% off.
+
+The double's speed is a modelled cost (each target forward sleeps DELAY_S, each draft step a tenth
+of it, plus the tiny models' compute on this CPU): the numbers check the prediction's arithmetic
+against a world with that cost, not SGLang's speed on a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from eagle3dash.demo import DELAY_S, deployments  # noqa: E402
+from eagle3dash.demo.serve import demo_options, serve_baseline  # noqa: E402
+from eagle3dash.diagnosis.stages import run_diagnosis  # noqa: E402
+from eagle3dash.servebench import load_prompts, run_bench  # noqa: E402
+from eagle3dash.testing.sglang_double import start_double  # noqa: E402
+
+TOLERANCE = 0.15
+
+
+def measure(plan, steps: int, options, repeats: int) -> float:
+    """Median tok/s of the deployment served at `steps` draft steps, the diagnosis's requests."""
+    config = plan.double_config(
+        num_steps=steps,
+        num_draft_tokens=steps + 1,
+        enable_return_hidden_states=True,
+        delay_s=DELAY_S,
+    )
+    prompts = load_prompts(options.prompts)[: options.num_prompts]
+    with start_double(config) as server:
+        runs = [
+            run_bench(
+                server.url,
+                prompts,
+                concurrency=options.concurrency,
+                max_new_tokens=options.max_new_tokens,
+            ).output_tok_s_aggregate
+            for _ in range(repeats)
+        ]
+    return statistics.median(runs)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Predict from one diagnosis at 4 steps, measure three other settings, print the ratios."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--settings", default="1,2,6", help="the steps settings to measure")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--baseline", action="store_true", help="verify cost from a baseline")
+    args = parser.parse_args(argv)
+    plan = deployments()["correct"]
+    served = plan.double_config().num_steps
+    with start_double(
+        plan.double_config(enable_return_hidden_states=True, delay_s=DELAY_S)
+    ) as server:
+        baseline = serve_baseline(plan) if args.baseline else None
+        try:
+            options = demo_options(plan.draft_path, server.url, baseline.url if baseline else None)
+            diagnosis = run_diagnosis(options)
+        finally:
+            if baseline is not None:
+                baseline.stop()
+    profile = diagnosis.profile
+    assert profile is not None and profile.step_costs is not None
+    predicted = {row.num_steps: row for row in profile.steps_advice}
+    costs = profile.step_costs
+    print(
+        f"served at {served} steps: {diagnosis.measured.output_tok_s_aggregate:.1f} tok/s; costs "
+        f"({costs.source}): verify {costs.verify_s * 1000:.1f} ms, draft step "
+        f"{costs.draft_step_s * 1000:.2f} ms, request {costs.request_fixed_s * 1000:.1f} ms"
+    )
+    print(f"{'steps':>5} {'source':>9} {'predicted':>10} {'measured':>10} {'ratio':>7}")
+    worst = 0.0
+    for steps in (int(s) for s in args.settings.split(",")):
+        row = predicted[steps]
+        got = measure(plan, steps, options, args.repeats)
+        ratio = (row.predicted_tok_s or 0.0) / got
+        worst = max(worst, abs(ratio - 1.0))
+        print(f"{steps:>5} {row.source:>9} {row.predicted_tok_s:>10.1f} {got:>10.1f} {ratio:>7.3f}")
+    recommended = profile.recommended
+    if recommended is not None:
+        print(f"recommended: {recommended.flags}")
+    print(f"largest error {worst:.1%} (target <= {TOLERANCE:.0%})")
+    return 0 if worst <= TOLERANCE else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
