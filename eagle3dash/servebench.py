@@ -15,7 +15,8 @@ field (or a request without it) leaves both None, never zeros. With adaptive spe
 (speculative_adaptive) rounds draft different numbers of steps, and a round that drafted fewer
 than k never counts as accepting k.
 
-Prompts are sent to /generate as text (as token ids for `{"input_ids": [...]}` lines), greedy, with
+Prompts are sent to /generate as text (as token ids for `{"input_ids": [...]}` lines), at
+run_bench's `temperature` (0, greedy, unless given; top_p and top_k the server's defaults), with
 a fixed number of new tokens (`ignore_eos`), so runs against a speculative and a baseline server
 generate the same lengths. Chat prompts (`{"messages": [...]}`) are rendered as plain "role:
 content" lines ending with "assistant:", not with the model's chat template: the app has no
@@ -290,6 +291,7 @@ class BenchResult:
     server_latency_p90: float | None
     server_latency_p99: float | None
     errors: int
+    temperature: float = 0.0  # sent with every request; accept length falls as it rises
     error_messages: list[str] = field(default_factory=list)
     requests: list[RequestStat] = field(default_factory=list, repr=False)
 
@@ -311,6 +313,7 @@ def _summarize(
     max_new_tokens: int,
     warmup: int,
     wall_s: float,
+    temperature: float = 0.0,
 ) -> BenchResult:
     ok = [s for s in stats if s.error is None]
     completion = sum(s.completion_tokens or 0 for s in ok)
@@ -352,6 +355,7 @@ def _summarize(
         server_latency_p90=percentile(server_lat, 90),
         server_latency_p99=percentile(server_lat, 99),
         errors=len(errors),
+        temperature=temperature,
         error_messages=list(dict.fromkeys(errors))[:_MAX_ERROR_MESSAGES],
         requests=stats,
     )
@@ -376,6 +380,7 @@ async def _bench(
     max_new_tokens: int,
     warmup: int,
     progress: Progress | None,
+    temperature: float = 0.0,
 ) -> BenchResult:
     sem = asyncio.Semaphore(concurrency)
     async with client.async_client(max_connections=concurrency) as session:
@@ -385,7 +390,7 @@ async def _bench(
                 return await client.agenerate(
                     **prompt.request(),
                     max_new_tokens=max_new_tokens,
-                    temperature=0.0,
+                    temperature=temperature,
                     ignore_eos=True,
                     session=session,
                 )
@@ -412,7 +417,9 @@ async def _bench(
         start = time.perf_counter()
         stats = await asyncio.gather(*(measured(i, p) for i, p in enumerate(prompts)))
         wall = time.perf_counter() - start
-    return _summarize(client.url, list(stats), concurrency, max_new_tokens, warmup, wall)
+    return _summarize(
+        client.url, list(stats), concurrency, max_new_tokens, warmup, wall, temperature
+    )
 
 
 def run_bench(
@@ -425,8 +432,10 @@ def run_bench(
     timeout: float = 300.0,
     *,
     retries: int = 3,
+    temperature: float = 0.0,
 ) -> BenchResult:
-    """Send every prompt once at the given concurrency (after `warmup` unmeasured requests).
+    """Send every prompt once at the given concurrency (after `warmup` unmeasured requests), at
+    `temperature` (0: greedy).
 
     Raises EndpointError when a warm-up request fails or every measured request fails.
     """
@@ -434,8 +443,10 @@ def run_bench(
         raise ValueError("run_bench needs at least one prompt")
     if concurrency < 1 or max_new_tokens < 1 or warmup < 0:
         raise ValueError("concurrency and max_new_tokens must be >= 1, warmup >= 0")
+    if not math.isfinite(temperature) or temperature < 0:
+        raise ValueError(f"temperature must be a finite number >= 0, got {temperature}")
     client = SGLangClient(url, timeout=timeout, retries=retries)
-    coro = _bench(client, list(prompts), concurrency, max_new_tokens, warmup, progress)
+    coro = _bench(client, list(prompts), concurrency, max_new_tokens, warmup, progress, temperature)
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -463,7 +474,7 @@ def compare_to_baseline(spec_result: BenchResult, baseline_result: BenchResult) 
     p50 = b.latency_p50 / s.latency_p50 if s.latency_p50 and b.latency_p50 else None
     warnings = [
         f"{name} differs: {getattr(s, name)} vs baseline {getattr(b, name)}"
-        for name in ("num_requests", "concurrency", "max_new_tokens")
+        for name in ("num_requests", "concurrency", "max_new_tokens", "temperature")
         if getattr(s, name) != getattr(b, name)
     ]
     if s.errors or b.errors:

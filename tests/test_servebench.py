@@ -62,8 +62,10 @@ class FakeGenerate:
         spec: bool = True,
         fail: str = "",
         histograms: bool = False,
+        temperature: float = 0.0,
     ) -> None:
         self.warmup = warmup
+        self.temperature = temperature  # what every request must carry
         self.histograms = histograms  # send HISTOGRAMS (and [1] for warm-up requests)
         self.delay = delay
         self.spec = spec
@@ -81,7 +83,7 @@ class FakeGenerate:
         n = payload["sampling_params"]["max_new_tokens"]
         assert payload["sampling_params"] == {
             "max_new_tokens": n,
-            "temperature": 0.0,
+            "temperature": self.temperature,
             "ignore_eos": True,
         }
         with self.lock:
@@ -152,7 +154,19 @@ def test_bench_accept_length_concurrency_progress_warmup() -> None:
     assert 0.05 <= result.latency_p50 <= result.latency_p90 <= result.latency_p99
     assert result.server_latency_p50 == pytest.approx(0.05)
     assert [r.index for r in result.requests] == list(range(8))
+    assert result.temperature == 0.0  # greedy unless asked
     json.dumps(result.to_dict())
+
+
+def test_bench_sends_its_temperature_and_records_it() -> None:
+    fake = FakeGenerate(warmup=1, temperature=0.7)  # asserts 0.7 in every request it gets
+    with serve(fake) as s:
+        result = run_bench(
+            s.url, PROMPTS[:3], concurrency=2, max_new_tokens=16, warmup=1, temperature=0.7
+        )
+    assert fake.seen == 4 and result.errors == 0  # warm-up included: the same temperature
+    assert result.temperature == 0.7
+    assert result.to_dict()["temperature"] == 0.7
 
 
 def test_bench_without_speculation_has_no_accept_length() -> None:
@@ -237,6 +251,8 @@ def test_bench_rejects_bad_settings() -> None:
         run_bench("http://127.0.0.1:1", [], warmup=0)
     with pytest.raises(ValueError):
         run_bench("http://127.0.0.1:1", PROMPTS, concurrency=0)
+    with pytest.raises(ValueError, match="temperature must be a finite number >= 0, got -0.5"):
+        run_bench("http://127.0.0.1:1", PROMPTS, temperature=-0.5)
 
 
 def test_summarize_aggregates_by_hand() -> None:
@@ -294,6 +310,9 @@ def test_compare_to_baseline() -> None:
     other = compare_to_baseline(spec, dataclasses.replace(base, max_new_tokens=64))
     assert other["comparable"] is False
     assert "max_new_tokens differs" in other["warnings"][0]
+    hot = compare_to_baseline(spec, dataclasses.replace(base, temperature=0.7))
+    assert hot["comparable"] is False
+    assert hot["warnings"] == ["temperature differs: 0.0 vs baseline 0.7"]
     assert (
         compare_to_baseline(spec, dataclasses.replace(base, output_tok_s_aggregate=0.0))["speedup"]
         is None

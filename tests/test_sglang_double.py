@@ -177,7 +177,9 @@ def test_speculative_output_equals_plain_greedy(models):
     cfg = DoubleConfig(models["target"], models["draft"], "EAGLE3")
     with start_double(cfg) as d:
         r = generate(
-            d.url, input_ids=PROMPTS, sampling_params={"max_new_tokens": n, "ignore_eos": True}
+            d.url,
+            input_ids=PROMPTS,
+            sampling_params={"temperature": 0, "max_new_tokens": n, "ignore_eos": True},
         )
         assert r.status_code == 200
         for prompt, one in zip(PROMPTS, r.json(), strict=True):
@@ -186,11 +188,11 @@ def test_speculative_output_equals_plain_greedy(models):
             assert meta["finish_reason"] == {"type": "length", "length": n}
             assert meta["prompt_tokens"] == len(prompt) and meta["cached_tokens"] == 0
             check_spec_accounting(meta, 3)
-        # text prompts use the byte-level scheme; temperature is accepted and decoding stays greedy
+        # text prompts use the byte-level scheme
         r = generate(
             d.url,
             text="hi!",
-            sampling_params={"max_new_tokens": 9, "ignore_eos": True, "temperature": 0.7},
+            sampling_params={"temperature": 0, "max_new_tokens": 9, "ignore_eos": True},
         ).json()
         assert r["output_ids"] == greedy(hf, list(b"hi!"), 9)
         assert r["text"] == bytes(r["output_ids"]).decode("utf-8", errors="replace")
@@ -201,7 +203,9 @@ def test_plain_greedy_without_speculation_and_stop_tokens(models):
     ref = greedy(hf, prompt, 16)
     with start_double(DoubleConfig(models["target"])) as d:
         r = generate(
-            d.url, input_ids=prompt, sampling_params={"max_new_tokens": 16, "ignore_eos": True}
+            d.url,
+            input_ids=prompt,
+            sampling_params={"temperature": 0, "max_new_tokens": 16, "ignore_eos": True},
         )
         body = r.json()
         assert body["output_ids"] == ref
@@ -210,13 +214,22 @@ def test_plain_greedy_without_speculation_and_stop_tokens(models):
         r = generate(
             d.url,
             input_ids=prompt,
-            sampling_params={"max_new_tokens": 16, "ignore_eos": True, "stop_token_ids": [stop]},
+            sampling_params={
+                "temperature": 0,
+                "max_new_tokens": 16,
+                "ignore_eos": True,
+                "stop_token_ids": [stop],
+            },
         ).json()
         assert r["output_ids"] == ref[: ref.index(stop) + 1]
         assert r["meta_info"]["finish_reason"] == {"type": "stop", "matched": stop}
         chat = httpx.post(
             d.url + "/v1/chat/completions",
-            json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
+            json={
+                "messages": [{"role": "user", "content": "hi"}],
+                "max_tokens": 4,
+                "temperature": 0,
+            },
         ).json()
         assert chat["object"] == "chat.completion" and chat["usage"]["completion_tokens"] == 4
 
@@ -260,7 +273,9 @@ def test_verify_count_is_honest_and_a_good_draft_is_accepted(models):
     )
     with start_double(cfg) as d:
         meta = generate(
-            d.url, input_ids=prompt, sampling_params={"max_new_tokens": n, "ignore_eos": True}
+            d.url,
+            input_ids=prompt,
+            sampling_params={"temperature": 0, "max_new_tokens": n, "ignore_eos": True},
         )
         body = meta.json()
         assert body["output_ids"] == ref
@@ -279,7 +294,12 @@ def test_verify_count_is_honest_and_a_good_draft_is_accepted(models):
         r = generate(
             d.url,
             input_ids=prompt,
-            sampling_params={"max_new_tokens": n, "ignore_eos": True, "stop_token_ids": [token]},
+            sampling_params={
+                "temperature": 0,
+                "max_new_tokens": n,
+                "ignore_eos": True,
+                "stop_token_ids": [token],
+            },
         ).json()
         assert r["output_ids"] == ref[: ref.index(token) + 1]
         assert r["meta_info"]["finish_reason"] == {"type": "stop", "matched": token}
@@ -296,7 +316,9 @@ def test_topk1_forces_num_draft_tokens(models):
         assert info["speculative_num_draft_tokens"] == 2
         assert TOPK1_WARNING in info["eagle3dash_double_warnings"]
         r = generate(
-            d.url, input_ids=PROMPTS[0], sampling_params={"max_new_tokens": 12, "ignore_eos": True}
+            d.url,
+            input_ids=PROMPTS[0],
+            sampling_params={"temperature": 0, "max_new_tokens": 12, "ignore_eos": True},
         )
         body = r.json()
         assert body["output_ids"] == greedy(models["hf"], PROMPTS[0], 12)
@@ -328,7 +350,9 @@ def test_mode_last_turns_hidden_states_on_but_refuses_every_token(models):
     with start_double(cfg) as d:
         info = httpx.get(d.url + "/server_info").json()
         refused = generate(d.url, input_ids=PROMPTS[0], return_hidden_states=True)
-        plain = generate(d.url, input_ids=PROMPTS[0], sampling_params={"max_new_tokens": 4})
+        plain = generate(
+            d.url, input_ids=PROMPTS[0], sampling_params={"temperature": 0, "max_new_tokens": 4}
+        )
         report = SGLangClient(d.url).probe()
     assert (info["enable_return_hidden_states"], info["return_hidden_states_mode"]) == (
         True,
@@ -354,7 +378,7 @@ def test_mode_full_alone_returns_hidden_states(models):
             d.url,
             input_ids=PROMPTS[0],
             return_hidden_states=True,
-            sampling_params={"max_new_tokens": 2},
+            sampling_params={"temperature": 0, "max_new_tokens": 2},
         )
     assert r.status_code == 200
     assert len(r.json()["meta_info"]["hidden_states"][0]) == len(PROMPTS[0])
@@ -374,7 +398,7 @@ def test_a_prompt_longer_than_a_prefill_chunk_returns_its_last_chunk_rows(models
             d.url,
             input_ids=PROMPTS[1],  # 7 tokens: chunks [0, 3), [3, 6), [6, 7)
             return_hidden_states=True,
-            sampling_params={"max_new_tokens": 1},
+            sampling_params={"temperature": 0, "max_new_tokens": 1},
         ).json()
     assert info["chunked_prefill_size"] == 3
     assert len(body["meta_info"]["hidden_states"][0]) == 1
@@ -402,7 +426,7 @@ def test_hidden_states_are_the_predicted_taps(models):
             d.url,
             input_ids=prompt,
             return_hidden_states=True,
-            sampling_params={"max_new_tokens": n, "ignore_eos": True},
+            sampling_params={"temperature": 0, "max_new_tokens": n, "ignore_eos": True},
         ).json()
     out = body["output_ids"]
     hidden = body["meta_info"]["hidden_states"]
@@ -430,7 +454,7 @@ def test_default_ids_are_sglangs_defaults_in_layer_order(models):
             d.url,
             input_ids=PROMPTS[0],
             return_hidden_states=True,
-            sampling_params={"max_new_tokens": 2, "ignore_eos": True},
+            sampling_params={"temperature": 0, "max_new_tokens": 2, "ignore_eos": True},
         ).json()
     block = torch.tensor(body["meta_info"]["hidden_states"][0])
     assert block.shape == (len(PROMPTS[0]), 3 * 64)
@@ -457,7 +481,7 @@ def test_cuda_graph_emulation_uses_default_taps_for_verify(tmp_path):
             d.url,
             input_ids=prompt,
             return_hidden_states=True,
-            sampling_params={"max_new_tokens": n, "ignore_eos": True},
+            sampling_params={"temperature": 0, "max_new_tokens": n, "ignore_eos": True},
         ).json()
         info = httpx.get(d.url + "/server_info").json()
     assert info["version"] == "0.5.10"
@@ -537,6 +561,7 @@ def stock_view(info: dict) -> dict:
     view["launch_command"] = view["launch_command"].replace(f"--port {info['port']}", "--port P")
     for where in (view, view["internal_states"][0]):
         where.pop("startup_time")
+        where.pop("random_seed")  # drawn at each start, as SGLang draws it
         where["port"] = "P"
     return view
 
@@ -546,7 +571,7 @@ def served(url: str, prompt: list[int], n: int) -> dict:
         url,
         input_ids=prompt,
         return_hidden_states=True,
-        sampling_params={"max_new_tokens": n, "ignore_eos": True},
+        sampling_params={"temperature": 0, "max_new_tokens": n, "ignore_eos": True},
     ).json()
 
 
@@ -636,7 +661,7 @@ def test_eagle_algorithm_with_an_eagle3_draft_skips_capture(models):
             d.url,
             input_ids=prompt,
             return_hidden_states=True,
-            sampling_params={"max_new_tokens": n, "ignore_eos": True},
+            sampling_params={"temperature": 0, "max_new_tokens": n, "ignore_eos": True},
         ).json()
     assert info["speculative_algorithm"] == "EAGLE"
     assert info["eagle3dash_double_capture"]["feed"] == "last"

@@ -2,8 +2,8 @@
 
 This module serves a tiny `transformers` causal LM over HTTP on 127.0.0.1 and answers the endpoints
 `eagle3dash.sglang` uses with SGLang 0.5.23's JSON shapes (`fixtures/sglang-0.5.23/`,
-`research/sglang-eagle3.md` §2.2, §3, §4). With a draft it runs real greedy *chain* speculative
-decoding through the package's own draft forward (`draft.Draft`), so acceptance, `spec_verify_ct`
+`research/sglang-eagle3.md` §2.2, §3, §4). With a draft it runs real *chain* speculative decoding
+through the package's own draft forward (`draft.Draft`), so acceptance, `spec_verify_ct`
 and the aux states it returns are measured, not invented. It exists so that tests and the demo can
 exercise the client, the capture and the diagnosis on a CPU. server_info and model_info carry
 `"eagle3dash_double": true` (plus `eagle3dash_double_*` details in server_info), and every log line
@@ -27,12 +27,42 @@ What it models
   != hidden_size, then its own; its own `lm_head` (the target's when it has none and the
   vocabularies match); `d2t` maps draft ids to target ids. EAGLE (the non-EAGLE3 branch of
   eagle_worker.py): the target's embedding AND lm_head (`set_embed_and_head`), no d2t.
-- Chain drafting (eagle_topk == 1): each round the draft proposes `num_steps` tokens greedily, the
-  target verifies them in ONE forward over the sequence plus the proposals (no KV cache: the tiny
-  target is recomputed), the longest matching prefix plus the target's bonus token is accepted,
-  `spec_verify_ct` counts rounds. The output equals plain greedy decoding of the target. SGLang's
-  topk == 1 rule is applied: num_draft_tokens != num_steps + 1 becomes num_steps + 1 (the warning
-  SGLang logs is logged and listed under `eagle3dash_double_warnings` in server_info).
+- Chain drafting (eagle_topk == 1): each round the draft proposes `num_steps` tokens greedily (its
+  top-1 at any temperature, as topk 1 drafting does), the target verifies them in ONE forward over
+  the sequence plus the proposals (no KV cache: the tiny target is recomputed), and the accepted
+  drafts plus one token from the target are emitted; `spec_verify_ct` counts rounds. At
+  temperature 0 the longest prefix matching the target's argmax is accepted and the output equals
+  plain greedy decoding of the target. SGLang's topk == 1 rule is applied: num_draft_tokens !=
+  num_steps + 1 becomes num_steps + 1 (the warning SGLang logs is logged and listed under
+  `eagle3dash_double_warnings` in server_info).
+- Sampling and verification, per request (`temperature`, `top_p`, `top_k`, `sampling_seed` in
+  sampling_params; /v1/chat/completions reads them from the body). Defaults and normalisation of
+  SGLang's SamplingParams (`srt/sampling/sampling_params.py`, read in the current source):
+  temperature 1.0 when not sent; a temperature below 1e-6 means greedy (top_k = 1); top_k -1 means
+  the whole vocabulary; verify()'s range checks answer 400 with its texts. A request is greedy when
+  top_k <= 1 (`sampling_batch_info.py`: is_all_greedy). Otherwise:
+  - the first token (prefill) and every plain-decode token are drawn from `target_probs`;
+  - verification is SGLang's target-only speculative sampling (`eagle_info.py` 0.5.4 l.272-341;
+    `eagle_utils.py::eagle_sample` in the current source): `tree_speculative_sampling_target_only`
+    with `draft_probs = zeros`, kernel `sgl-kernel/csrc/speculative/speculative_sampling.cuh`
+    TreeSpeculativeSamplingTargetOnly; `verify_chain` here): target_probs = softmax(logits / T),
+    top-k then top-p renormalised; draft j is accepted when coin_j <= p_target(draft_j) /
+    max(threshold_acc, 1e-9) or p_target(draft_j) >= threshold_single (with the default thresholds
+    1.0: with probability p_target(draft_j)); at the first rejection the next token is drawn from
+    the target's row with the rejected token zeroed, renormalised; after S accepted drafts the
+    bonus token is drawn from the target's row. One coin per draft-tree node plus one for the final
+    draw, as eagle_info.py draws them. `speculative_accept_threshold_single` / `_acc` (DoubleConfig,
+    defaults 1.0 as SGLang's server args) are reported in server_info.
+  - `cpu_greedy_verify`: SGLang on CPU (and XPU) always verifies greedily (0.5.23
+    `eagle_utils.py::_verify_uses_greedy`: is_all_greedy or is_cpu or is_xpu or (is_hip and not
+    rejection sampling)): the prefill token is still sampled, every verify round commits the
+    target's argmax. Off by default, so the double behaves as a CUDA deployment (whose accept
+    length falls with temperature) while server_info keeps reporting `device: cpu`;
+    `eagle3dash_double_verification` in server_info says which rule runs.
+  - Determinism: `random_seed` (SGLang's --random-seed, reported as server_info `random_seed`;
+    None draws one at start, as SGLang does) seeds one stream the server's requests draw from in
+    turn, so the same seed and the same requests in the same order give the same outputs. A
+    request's `sampling_seed` gives it a stream of its own, seeded with it.
 - The draft is recomputed over the whole prefix each round (`Draft.chain` over every row, last row
   used): its step-0 states at earlier positions are exactly the KV a real server keeps, computed
   from the aux states the target captured at those positions.
@@ -75,9 +105,14 @@ With either knob the stock SGLang fields look as they would without it; only the
 `eagle3dash_double_*` details (`eagle3dash_double_capture`, `eagle3dash_double_draft_path`) tell.
 
 What it does not model
-- Sampling: temperature, top_p, top_k are accepted and ignored; decoding is always greedy (as SGLang
-  verification is on CPU). `stop` strings, logprobs, streaming, LoRA, multimodal input: not served
-  (`stream: true` is answered 400).
+- Sampling beyond temperature/top_p/top_k: min_p, penalties, logit_bias, n are accepted and
+  ignored; model-provided defaults (`--sampling-defaults model`, generation_config.json) are not
+  read. The random numbers are torch.Generator draws, not SGLang's (CUDA RNG, or murmur-hash coins
+  under sampling_seed), so a seed reproduces the double's outputs, never a real server's. Plain
+  sampling uses the verify path's top-k-then-top-p filter, and one inverse-CDF draw, not the
+  sampler backend's own. Rejection sampling with draft probabilities
+  (`--speculative-use-rejection-sampling`) is not modelled. `stop` strings, logprobs, streaming,
+  LoRA, multimodal input: not served (`stream: true` is answered 400).
 - Tree drafting (eagle_topk > 1): refused at start. Batching: requests run one at a time under a
   lock; a batch of prompts is decoded prompt after prompt.
 - Radix/prefix caching (`cached_tokens` is always 0), quantization (the flags are only reported),
@@ -95,6 +130,8 @@ import argparse
 import copy
 import json
 import logging
+import math
+import random
 import signal
 import sys
 import threading
@@ -127,8 +164,13 @@ __all__ = [
     "HIDDEN_STATES_ABOVE_LAST",
     "HIDDEN_STATES_DISABLED",
     "RunningDouble",
+    "Sampling",
     "main",
+    "parse_sampling",
+    "sample_from",
     "start_double",
+    "target_probs",
+    "verify_chain",
 ]
 
 TAG = "[eagle3dash SGLang double]"
@@ -202,6 +244,12 @@ class DoubleConfig:
     decode_log_interval: int = 40
     delay_s: float = 0.0
     dtype: str = "float32"  # the compute dtype of target and draft
+    random_seed: int | None = None  # --random-seed; None: drawn at start, as SGLang does
+    speculative_accept_threshold_single: float = 1.0
+    speculative_accept_threshold_acc: float = 1.0
+    # SGLang's CPU rule (eagle_utils.py _verify_uses_greedy): verification commits the argmax at
+    # any temperature. False: the sampling verification of a CUDA server.
+    cpu_greedy_verify: bool = False
 
 
 # ---------------------------------------------------------------------------------------------
@@ -251,6 +299,129 @@ def _content_text(content: Any) -> str:
     if isinstance(content, list):  # OpenAI content parts
         return "".join(p.get("text", "") for p in content if isinstance(p, dict))
     return "" if content is None else str(content)
+
+
+# ---------------------------------------------------------------------------------------------
+# Sampling (module docstring, "Sampling and verification")
+
+SAMPLING_EPS = 1e-6  # sampling_params.py: a temperature below this is greedy (top_k = 1)
+TOP_K_ALL = 1 << 30  # sampling_params.py: top_k -1, the whole vocabulary
+MIN_THRESHOLD_ACC = 1e-9  # speculative_sampling.cuh: threshold_acc is capped below at this
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """One request's sampling parameters, normalised as SGLang's SamplingParams does."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = TOP_K_ALL
+    seed: int | None = None  # sampling_seed
+
+    @property
+    def greedy(self) -> bool:
+        """top_k <= 1: SGLang's is_all_greedy for a batch of this one request."""
+        return self.top_k <= 1
+
+
+GREEDY = Sampling(top_k=1)
+
+
+def parse_sampling(params: dict) -> Sampling:
+    """SamplingParams defaults, __post_init__ and verify() for temperature, top_p, top_k and
+    sampling_seed; a bad value raises ValueError with SGLang's text."""
+
+    def number(name: str, default: float) -> float:
+        value = params.get(name)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"{name} must be a number, got {value!r}.")
+        return float(value)
+
+    temperature = number("temperature", 1.0)
+    top_p = number("top_p", 1.0)
+    top_k_value = number("top_k", -1)
+    if top_k_value != int(top_k_value):
+        raise ValueError(f"top_k must be an integer, got {top_k_value}.")
+    top_k = int(top_k_value)
+    seed = params.get("sampling_seed")
+    integer = isinstance(seed, int) and not isinstance(seed, bool)
+    if seed is not None and (not integer or not 0 <= seed < 1 << 64):  # a torch seed
+        raise ValueError(f"sampling_seed must be a non-negative integer, got {seed!r}.")
+    if 0 <= temperature < SAMPLING_EPS:  # greedy: temperature 1, top_k 1
+        temperature, top_k = 1.0, 1
+    if top_k == -1:
+        top_k = TOP_K_ALL
+    if not math.isfinite(temperature) or temperature < 0:
+        raise ValueError(f"temperature must be a non-negative finite number, got {temperature}.")
+    if not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}.")
+    if top_k < 1:
+        raise ValueError(f"top_k must be -1 (disable) or at least 1, got {top_k}.")
+    return Sampling(temperature, top_p, top_k, seed)
+
+
+def target_probs(logits: Tensor, s: Sampling) -> Tensor:
+    """Rows of softmax(logits / temperature), then top-k and top-p renormalised, as eagle_info.py
+    builds target_probs for verification (float64 here)."""
+    probs = torch.softmax(logits.double() / s.temperature, dim=-1)
+    if s.top_k < probs.shape[-1]:  # top_k_renorm_prob: keep the k largest, renormalise
+        kth = probs.topk(s.top_k, dim=-1).values[..., -1:]
+        probs = torch.where(probs >= kth, probs, 0.0)
+        probs = probs / probs.sum(-1, keepdim=True)
+    if s.top_p < 1.0:  # top_p_renorm_prob: the smallest top set reaching top_p, renormalised
+        sorted_p, order = probs.sort(dim=-1, descending=True)
+        drop = (sorted_p.cumsum(-1) - sorted_p) > s.top_p
+        sorted_p = sorted_p.masked_fill(drop, 0.0)
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
+        probs = probs / probs.sum(-1, keepdim=True)
+    return probs
+
+
+def sample_from(weights: Tensor, coin: float) -> int:
+    """Inverse-CDF sampling of a 1-D non-negative weight vector with a uniform `coin`, as the
+    kernel's final sampling: the first id whose running sum exceeds coin * total; when none does,
+    the last id of positive weight (the last id if every weight is 0)."""
+    w = weights.double().clamp(min=0)
+    u = coin * float(w.sum())
+    hit = ((w > 0) & (w.cumsum(0) > u)).nonzero()
+    if len(hit):
+        return int(hit[0, 0])
+    positive = (w > 0).nonzero()
+    return int(positive[-1, 0]) if len(positive) else len(w) - 1
+
+
+def verify_chain(
+    probs: Tensor,
+    drafts: list[int],
+    coins: list[float],
+    final_coin: float,
+    threshold_single: float = 1.0,
+    threshold_acc: float = 1.0,
+) -> tuple[int, int]:
+    """TreeSpeculativeSamplingTargetOnly for a chain: (accepted drafts, the token after them).
+
+    probs[j] is the target distribution after j accepted drafts (S + 1 rows for S drafts). Draft
+    j is accepted when coins[j] <= p / max(threshold_acc, 1e-9) or p >= threshold_single, with p
+    = probs[j][drafts[j]] (a chain has no siblings, so prob_acc is p alone). The first rejected
+    draft's probability is zeroed ("target-only": the draft's own probabilities are zeros) and
+    the next token is drawn from what remains of that row, renormalised, with final_coin; when
+    every draft is accepted the bonus token is drawn from probs[S] unchanged.
+    """
+    acc = max(threshold_acc, MIN_THRESHOLD_ACC)
+    accepted, rejected = 0, None
+    for j, token in enumerate(drafts):
+        p = float(probs[j, token])
+        if coins[j] <= p / acc or p >= threshold_single:
+            accepted += 1
+        else:
+            rejected = token
+            break
+    row = probs[accepted].clone()
+    if rejected is not None:
+        row[rejected] = 0.0  # relu(target - draft_probs), draft_probs[rejected] = target's
+    return accepted, sample_from(row, final_coin)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -329,6 +500,10 @@ class _Engine:
         self._total_forward_ct = 0
         self._last_gen_throughput = 0.0
         self._template = json.loads(TEMPLATE_PATH.read_text())
+        # server_args.py: an unset --random-seed is drawn at start; it seeds the server's stream
+        seed = config.random_seed
+        self.random_seed = random.randint(0, 1 << 30) if seed is None else int(seed)
+        self._rng = torch.Generator().manual_seed(self.random_seed)
 
     # -- loading ----------------------------------------------------------------------------
 
@@ -554,19 +729,63 @@ class _Engine:
     # -- generation -------------------------------------------------------------------------
 
     def generate(
-        self, prompt: list[int], max_new_tokens: int, stop_ids: set[int], want_hidden: bool
+        self,
+        prompt: list[int],
+        max_new_tokens: int,
+        stop_ids: set[int],
+        want_hidden: bool,
+        sampling: Sampling = GREEDY,
     ) -> _Result:
         with self._lock:
-            return self._generate(prompt, max_new_tokens, stop_ids, want_hidden)
+            # sampling_seed: a stream of the request's own; else the server's, seeded at start
+            rng = (
+                self._rng if sampling.seed is None else torch.Generator().manual_seed(sampling.seed)
+            )
+            return self._generate(prompt, max_new_tokens, stop_ids, want_hidden, sampling, rng)
+
+    def _pick(self, logits: Tensor, s: Sampling, rng: torch.Generator) -> int:
+        """The sampler after a prefill or a plain decode: argmax, or a draw from target_probs."""
+        if s.greedy:
+            return int(logits.argmax())
+        coin = float(torch.rand((), generator=rng, dtype=torch.float64))
+        return sample_from(target_probs(logits, s), coin)
+
+    def _verify(
+        self, logits: Tensor, proposals: list[int], s: Sampling, rng: torch.Generator
+    ) -> tuple[int, int]:
+        """One verify round over logits [S + 1, V]: (accepted drafts, the token after them)."""
+        S, cfg = len(proposals), self.config
+        if s.greedy or cfg.cpu_greedy_verify:  # verify_tree_greedy on the argmax
+            predicted = [int(t) for t in logits.argmax(dim=-1)]
+            accepted = 0
+            while accepted < S and proposals[accepted] == predicted[accepted]:
+                accepted += 1
+            return accepted, predicted[accepted]
+        # eagle_info.py: one coin per draft-tree node (S + 1, the last unused by a chain) and
+        # one for the final sampling
+        coins = torch.rand(S + 2, generator=rng, dtype=torch.float64).tolist()
+        return verify_chain(
+            target_probs(logits, s),
+            proposals,
+            coins[: S + 1],
+            coins[S + 1],
+            cfg.speculative_accept_threshold_single,
+            cfg.speculative_accept_threshold_acc,
+        )
 
     def _generate(
-        self, prompt: list[int], max_new: int, stop_ids: set[int], want_hidden: bool
+        self,
+        prompt: list[int],
+        max_new: int,
+        stop_ids: set[int],
+        want_hidden: bool,
+        sampling: Sampling,
+        rng: torch.Generator,
     ) -> _Result:
         t0 = time.perf_counter()
         n_prompt = len(prompt)
         out: list[int] = []
         hidden_rows: list[Tensor] = []
-        S = self.num_steps
         result = _Result([], {}, n_prompt, 0.0)
 
         def emit(token: int) -> dict | None:
@@ -593,16 +812,16 @@ class _Engine:
         )
         finish: dict | None = {"type": "length", "length": 0} if max_new <= 0 else None
         if finish is None:
-            finish = emit(int(logits[-1].argmax()))
+            finish = emit(self._pick(logits[-1], sampling, rng))
             seq.append(out[-1])
         while finish is None:
             tic = time.perf_counter()
-            if self.feed is None:  # plain greedy decode: one target forward per token
+            if self.feed is None:  # plain decode: one target forward per token
                 n = len(seq)
                 logits, hs = self._target(seq)
                 if want_hidden:
                     hidden_rows.append(hs[self.num_layers][n - 1 : n])
-                finish = emit(int(logits[-1].argmax()))
+                finish = emit(self._pick(logits[-1], sampling, rng))
                 seq.append(out[-1])
                 self._decode_forward_done(1, len(seq), time.perf_counter() - tic)
                 continue
@@ -610,11 +829,10 @@ class _Engine:
             proposals = self._propose(feed_rows, seq)
             n = len(seq)
             logits, hs = self._target(seq + proposals)  # verify: a CUDA-graph replay on a server
-            predicted = [int(t) for t in logits[n - 1 : n + S].argmax(dim=-1)]  # S + 1 tokens
-            accepted = 0
-            while accepted < S and proposals[accepted] == predicted[accepted]:
-                accepted += 1
-            new = proposals[:accepted] + [predicted[accepted]]
+            accepted, following = self._verify(
+                logits[n - 1 : n + len(proposals)], proposals, sampling, rng
+            )
+            new = proposals[:accepted] + [following]
             emitted = 0
             for token in new:
                 emitted += 1
@@ -768,6 +986,11 @@ class _Engine:
             launch.append(f"--chunked-prefill-size {cfg.chunked_prefill_size or -1}")
         if cfg.quantization:
             launch.append(f"--quantization {cfg.quantization}")
+        if cfg.random_seed is not None:
+            launch.append(f"--random-seed {cfg.random_seed}")
+        for name in ("speculative_accept_threshold_single", "speculative_accept_threshold_acc"):
+            if getattr(cfg, name) != 1.0:
+                launch.append(f"--{name.replace('_', '-')} {getattr(cfg, name)}")
         return {
             "model_path": self.model_path,
             "tokenizer_path": self.model_path,
@@ -795,6 +1018,9 @@ class _Engine:
             "speculative_eagle_topk": cfg.eagle_topk if spec_on else None,
             "speculative_num_draft_tokens": self.num_draft_tokens if spec_on else None,
             "speculative_draft_model_quantization": draft_q if spec_on else None,
+            "speculative_accept_threshold_single": cfg.speculative_accept_threshold_single,
+            "speculative_accept_threshold_acc": cfg.speculative_accept_threshold_acc,
+            "random_seed": self.random_seed,
             "_speculative_draft_quantization_explicitly_set": cfg.draft_quantization is not None,
             "launch_command": " ".join(launch),
         }
@@ -832,6 +1058,12 @@ class _Engine:
         # The modelled cost behind its tok/s: each target forward sleeps this, each draft step
         # a tenth of it.
         info["eagle3dash_double_delay_s"] = self.config.delay_s
+        # How verification decides at temperature > 0 (a stock server_info does not say)
+        info["eagle3dash_double_verification"] = (
+            "greedy at any temperature (SGLang's CPU rule)"
+            if self.config.cpu_greedy_verify
+            else "target-only speculative sampling at temperature > 0 (SGLang on CUDA)"
+        )
         return info
 
     def model_info(self) -> dict:
@@ -890,14 +1122,15 @@ class _Engine:
         per_prompt = params if isinstance(params, list) else [params] * len(prompts)
         if len(per_prompt) != len(prompts):
             raise _RequestError("sampling_params must be one dict or one per prompt")
+        samplings = [parse_sampling(sp or {}) for sp in per_prompt]  # refuse before any runs
         results = []
-        for ids, sp in zip(prompts, per_prompt, strict=True):
+        for ids, sp, sampling in zip(prompts, per_prompt, samplings, strict=True):
             sp = sp or {}
             max_new = sp.get("max_new_tokens")
             max_new = DEFAULT_MAX_NEW_TOKENS if max_new is None else int(max_new)
             stop_ids = set() if sp.get("ignore_eos") else set(self.eos_ids)
             stop_ids |= {int(i) for i in sp.get("stop_token_ids") or ()}
-            r = self.generate(ids, max_new, stop_ids, want_hidden)
+            r = self.generate(ids, max_new, stop_ids, want_hidden, sampling)
             results.append(
                 {
                     "text": self.tokenizer.decode(r.output_ids),
@@ -908,7 +1141,7 @@ class _Engine:
         return results if batch else results[0]
 
     def handle_chat(self, body: dict) -> dict:
-        """POST /v1/chat/completions, minimal: messages in, one choice out (greedy)."""
+        """POST /v1/chat/completions, minimal: messages in, one choice out."""
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             raise _RequestError("messages must be a non-empty list")
@@ -916,7 +1149,7 @@ class _Engine:
         max_new = body.get("max_completion_tokens") or body.get("max_tokens")
         max_new = DEFAULT_MAX_NEW_TOKENS if max_new is None else int(max_new)
         stop_ids = set() if body.get("ignore_eos") else set(self.eos_ids)
-        r = self.generate(ids, max_new, stop_ids, False)
+        r = self.generate(ids, max_new, stop_ids, False, parse_sampling(body))
         n = len(r.output_ids)
         return {
             "id": uuid.uuid4().hex,
@@ -1194,6 +1427,14 @@ def main(
         "--delay", type=float, default=0.0, help="seconds per target forward (draft: delay/10)"
     )
     p.add_argument("--dtype", default="float32")
+    p.add_argument("--random-seed", type=int, help="seeds the sampling (default: drawn at start)")
+    p.add_argument("--speculative-accept-threshold-single", type=float, default=1.0)
+    p.add_argument("--speculative-accept-threshold-acc", type=float, default=1.0)
+    p.add_argument(
+        "--cpu-greedy-verify",
+        action="store_true",
+        help="verify greedily at any temperature, as SGLang on CPU does",
+    )
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     algorithm = args.algorithm or ("EAGLE3" if args.draft else "none")
@@ -1219,6 +1460,10 @@ def main(
         decode_log_interval=args.decode_log_interval,
         delay_s=args.delay,
         dtype=args.dtype,
+        random_seed=args.random_seed,
+        speculative_accept_threshold_single=args.speculative_accept_threshold_single,
+        speculative_accept_threshold_acc=args.speculative_accept_threshold_acc,
+        cpu_greedy_verify=args.cpu_greedy_verify,
     )
     try:
         running = start_double(config, args.host, args.port)
