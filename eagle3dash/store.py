@@ -355,14 +355,13 @@ def connect(
     """A connection in autocommit mode (explicit BEGINs only), WAL, busy timeout, foreign keys;
     `read_only`: opened with SQLite's mode=ro, which reads a WAL database in a read-only folder."""
     if read_only:
-        conn = sqlite3.connect(
-            f"file:{urllib.parse.quote(str(db_path))}?mode=ro",
-            uri=True,
-            timeout=timeout,
-            isolation_level=None,
-            check_same_thread=False,
-        )
-        conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
+        uri = f"file:{urllib.parse.quote(str(db_path))}"
+        try:
+            conn = _read_only(f"{uri}?mode=ro", timeout)
+        except sqlite3.OperationalError:
+            # On a read-only file system SQLite cannot make a WAL database's -shm file; nothing
+            # there can change the database, so it may be read as immutable.
+            conn = _read_only(f"{uri}?immutable=1", timeout)
         return conn
     conn = sqlite3.connect(
         str(db_path), timeout=timeout, isolation_level=None, check_same_thread=False
@@ -373,6 +372,19 @@ def connect(
         conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("PRAGMA synchronous = NORMAL")
     conn.execute("PRAGMA foreign_keys = ON")
+    return conn
+
+
+def _read_only(uri: str, timeout: float) -> sqlite3.Connection:
+    conn = sqlite3.connect(
+        uri, uri=True, timeout=timeout, isolation_level=None, check_same_thread=False
+    )
+    conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
+    try:
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.Error:
+        conn.close()
+        raise
     return conn
 
 
