@@ -626,6 +626,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     func: Callable[[argparse.Namespace], int] = args.func
     try:
+        if isinstance(getattr(args, "target_layers", None), int):  # layout, eval, detect
+            args.target_layers = SCHEMA["target_layers"].parse(args.target_layers, "flag")
         return func(args)
     except (InputError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -25,6 +25,7 @@ import shutil
 import sqlite3
 import tempfile
 import threading
+import urllib.parse
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -72,6 +73,10 @@ class UnsafePathError(InputError):
 
 class HomeError(InputError):
     """The home folder cannot hold the store (a file, read-only, not creatable)."""
+
+
+class ReadOnlyHomeError(HomeError):
+    """A home folder that exists but cannot be written; the app still shows it, read-only."""
 
 
 class SchemaTooNewError(InputError):
@@ -267,8 +272,9 @@ def _from_json(text: str | None) -> Any:
 class Store:
     """A home folder and its SQLite database; `db` is this thread's sqlite-utils connection."""
 
-    def __init__(self, home: Path) -> None:
+    def __init__(self, home: Path, read_only: bool = False) -> None:
         self.home = home
+        self.read_only = read_only
         self.db_path = home / DB_NAME
         self._local = threading.local()
         self._lock = threading.Lock()
@@ -282,7 +288,7 @@ class Store:
         """This thread's `sqlite_utils.Database` (opened on first use: WAL, busy timeout)."""
         db = getattr(self._local, "db", None)
         if db is None:
-            conn = connect(self.db_path)
+            conn = connect(self.db_path, read_only=self.read_only)
             with self._lock:
                 self._conns.append(conn)
             db = Database(conn, execute_plugins=False)
@@ -343,8 +349,20 @@ class Store:
         self.close()
 
 
-def connect(db_path: Path, timeout: float = BUSY_TIMEOUT_S) -> sqlite3.Connection:
-    """A connection in autocommit mode (explicit BEGINs only), WAL, busy timeout, foreign keys."""
+def connect(
+    db_path: Path, timeout: float = BUSY_TIMEOUT_S, read_only: bool = False
+) -> sqlite3.Connection:
+    """A connection in autocommit mode (explicit BEGINs only), WAL, busy timeout, foreign keys;
+    `read_only`: opened with SQLite's mode=ro, which reads a WAL database in a read-only folder."""
+    if read_only:
+        uri = f"file:{urllib.parse.quote(str(db_path))}"
+        try:
+            conn = _read_only(f"{uri}?mode=ro", timeout)
+        except sqlite3.OperationalError:
+            # On a read-only file system SQLite cannot make a WAL database's -shm file; nothing
+            # there can change the database, so it may be read as immutable.
+            conn = _read_only(f"{uri}?immutable=1", timeout)
+        return conn
     conn = sqlite3.connect(
         str(db_path), timeout=timeout, isolation_level=None, check_same_thread=False
     )
@@ -354,6 +372,19 @@ def connect(db_path: Path, timeout: float = BUSY_TIMEOUT_S) -> sqlite3.Connectio
         conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("PRAGMA synchronous = NORMAL")
     conn.execute("PRAGMA foreign_keys = ON")
+    return conn
+
+
+def _read_only(uri: str, timeout: float) -> sqlite3.Connection:
+    conn = sqlite3.connect(
+        uri, uri=True, timeout=timeout, isolation_level=None, check_same_thread=False
+    )
+    conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
+    try:
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.Error:
+        conn.close()
+        raise
     return conn
 
 
@@ -376,7 +407,7 @@ def open_store(home: str | os.PathLike[str] | None = None) -> Store:
     except OSError as e:
         raise HomeError(f"the home {root} cannot be created ({e.strerror or e}): {fix}") from None
     if not os.access(root, os.W_OK):
-        raise HomeError(f"the home {root} is read-only: {fix}")
+        raise ReadOnlyHomeError(f"the home {root} is read-only: {fix}")
     store = Store(root)
     try:
         migrate(store)
@@ -386,6 +417,30 @@ def open_store(home: str | os.PathLike[str] | None = None) -> Store:
     except BaseException:
         store.close()
         raise
+    return store
+
+
+def open_read_only(home: str | os.PathLike[str] | None = None) -> Store:
+    """A read-only home's store, to show its runs: nothing created, nothing migrated; HomeError
+    when it has no database of this eagle3dash's schema version."""
+    root = (Path(home) if home is not None else default_home()).expanduser().resolve()
+    fix = f"set {HOME_ENV} to a folder you can write, or make {root} writable"
+    if not (root / DB_NAME).is_file():
+        raise HomeError(f"the home {root} is read-only and has no database: {fix}")
+    store = Store(root, read_only=True)
+    try:
+        version = schema_version(store.db)
+    except sqlite3.Error as e:
+        store.close()
+        raise HomeError(f"the database {store.db_path} cannot be read ({e}): {fix}") from None
+    if version != SCHEMA_VERSION:
+        store.close()
+        if version > SCHEMA_VERSION:
+            raise SchemaTooNewError(_too_new(store, version))
+        raise HomeError(
+            f"the home {root} is read-only and its database is from an older eagle3dash "
+            f"(schema {version}, this one needs {SCHEMA_VERSION}): {fix}"
+        )
     return store
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -32,6 +33,7 @@ from pathlib import Path, PurePosixPath
 from typing import IO, Any, Protocol
 
 from eagle3dash import store as db
+from eagle3dash.checkpoint import _MAX_HEADER as MAX_HEADER_BYTES
 from eagle3dash.checkpoint import CONFIG, inspect
 from eagle3dash.errors import InputError
 from eagle3dash.identity import checkpoint_digest
@@ -48,6 +50,7 @@ MAX_MEMBERS = 10_000
 MAX_EXPANSION = 100.0
 EXPANSION_FLOOR = 16 << 20
 MAX_PROMPT_BYTES = 64 << 20
+UNDECLARED_MARGIN = 16 << 20  # configs, tokenizers, readmes: what no safetensors header declares
 _SKIPPED_PREFIXES = ("__MACOSX/",)  # macOS Finder archive junk
 _SKIPPED_NAMES = (".DS_Store",)
 _DRIVE = re.compile(r"^[A-Za-z]:")
@@ -75,6 +78,9 @@ class UploadLimits:
     # tiny test drafts) is a bomb, stopped while extracting.
     max_expansion: float = MAX_EXPANSION
     expansion_floor: int = EXPANSION_FLOOR
+    # Every byte written is declared by a .safetensors header (its header and tensors), is in a
+    # .bin state dict, or counts against this margin; padding past a header stops the upload.
+    undeclared_margin: int = UNDECLARED_MARGIN
 
 
 @dataclass
@@ -149,11 +155,19 @@ def _plain_file_name(name: str) -> str:
 class _Budget:
     """Counts bytes and members written for one upload against its limits."""
 
-    def __init__(self, limits: UploadLimits, label: str, archive_bytes: int | None = None) -> None:
+    def __init__(
+        self,
+        limits: UploadLimits,
+        label: str,
+        archive_bytes: int | None = None,
+        headers_bound: bool = True,
+    ) -> None:
         self.limits = limits
         self.label = label
         self.bytes = 0
         self.members = 0
+        self.headers_bound = headers_bound  # False for the archive itself, before extraction
+        self.undeclared = 0
         # What an archive of this size may expand to (None: not an archive).
         self.expands_to = (
             None
@@ -189,6 +203,44 @@ class _Budget:
                 "upload; give the checkpoint's path on this machine instead"
             )
 
+    def add_undeclared(self, n: int, name: str) -> None:
+        """Count bytes (negative: fewer) no .safetensors header declares; refuse past the margin."""
+        self.undeclared += n
+        if self.headers_bound and self.undeclared > self.limits.undeclared_margin:
+            raise UploadError(
+                f"{self.label}: {name} takes the files past what their .safetensors headers "
+                f"declare by more than {_size(self.limits.undeclared_margin)} (padding, or files "
+                "that are not the checkpoint): refused and removed; upload only the config, the "
+                "weights and the tokenizer"
+            )
+
+
+def _declared_size(path: Path, written: int) -> int | None:
+    """The size a .safetensors file's header declares (its 8 length bytes, the header and the
+    tensors' data), 0 if the header is unreadable, None while its header is not all written."""
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        if not 0 < n <= MAX_HEADER_BYTES:
+            return 0
+        if written < 8 + n:
+            return None
+        try:
+            header = json.loads(f.read(n))
+        except (ValueError, RecursionError):
+            return 0
+    if not isinstance(header, dict):
+        return 0
+    ends = [
+        entry["data_offsets"][1]
+        for key, entry in header.items()
+        if key != "__metadata__"
+        and isinstance(entry, dict)
+        and isinstance(entry.get("data_offsets"), list)
+        and len(entry["data_offsets"]) == 2
+        and isinstance(entry["data_offsets"][1], int)
+    ]
+    return 8 + n + max(ends, default=0)
+
 
 def _size(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
@@ -199,14 +251,28 @@ def _size(n: float) -> str:
 
 
 def _copy(src: IO[bytes] | NamedStream, dest: Path, budget: _Budget) -> str:
-    """Copy a stream to a new file in chunks, counting bytes; the file's SHA-256."""
+    """Copy a stream to a new file in chunks, counting bytes (and those beyond what a
+    .safetensors header declares, read from the file as soon as its header is written); the
+    file's SHA-256."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     h = hashlib.sha256()
+    suffix = dest.suffix.lower()
+    declared: int | None = None if suffix == ".safetensors" else 0
+    written = excess = 0
     with open(dest, "xb") as out:
         while chunk := src.read(CHUNK):
             budget.add_bytes(len(chunk))
             h.update(chunk)
             out.write(chunk)
+            written += len(chunk)
+            if suffix == ".bin":  # a state dict declares nothing up front: the caps bound it
+                continue
+            if declared is None and written >= 8:
+                out.flush()
+                declared = _declared_size(dest, written)
+            new_excess = max(0, written - (declared or 0))
+            budget.add_undeclared(new_excess - excess, dest.name)
+            excess = new_excess
     return h.hexdigest()
 
 
@@ -388,7 +454,7 @@ def register_upload(
         if archives:
             label = PurePosixPath(archives[0].replace("\\", "/")).name
             raw = staging / "archive"
-            budget = _Budget(limits, label)
+            budget = _Budget(limits, label, headers_bound=False)
             _rewind(uploads[0])
             _copy(uploads[0], raw, budget)
             hashes = extract_archive(raw, root, limits, label)

@@ -15,6 +15,15 @@ def one_torch_thread():
     torch.set_num_threads(threads)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def temp_data_roots(tmp_path_factory):
+    """The app's path boxes accept paths under pytest's temp folders, where tests make their
+    checkpoints (EAGLE3DASH_DATA_ROOTS; the app and worker subprocesses inherit it)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("EAGLE3DASH_DATA_ROOTS", str(tmp_path_factory.getbasetemp()))
+        yield
+
+
 @pytest.fixture
 def home(tmp_path, monkeypatch):
     """A fresh, empty home for the app (EAGLE3DASH_HOME points at it)."""

@@ -391,3 +391,24 @@ def test_an_archive_bomb_is_stopped_while_extracting_and_removed(store, ckpt, pa
         register_upload(store, [Upload(f"bomb.{pack}", blob)])
     assert "expands to more than 16.0 MiB, over 100x its own size" in str(err.value)
     assert nothing_left(store)
+
+
+def test_files_past_what_the_headers_declare_are_refused_while_extracting(store, ckpt) -> None:
+    # A plain .tar does not compress, so the 100x ratio never fires: 3 MiB of notes beside the
+    # draft pass a 2 MiB margin only if the bound counts what the headers declare.
+    margin = UploadLimits(undeclared_margin=2 << 20)
+    notes = {**ckpt, "notes.txt": bytes(3 << 20)}
+    with pytest.raises(UploadError, match=r"notes.txt takes the files past what their \.safe"):
+        register_upload(store, [Upload("n.tar", tar_of(notes, "w"))], limits=margin)
+    assert nothing_left(store)
+    # Padding after the tensors a header declares counts the same, in a zip as in plain files.
+    padded = {**ckpt, "model.safetensors": ckpt["model.safetensors"] + bytes(3 << 20)}
+    with pytest.raises(UploadError, match="model.safetensors takes the files past"):
+        register_upload(store, [Upload("p.tar", tar_of(padded, "w"))], limits=margin)
+    with pytest.raises(UploadError, match="model.safetensors takes the files past"):
+        register_upload(store, files(padded), limits=margin)
+    assert nothing_left(store)
+    # Within the margin (a 1 MiB tokenizer), the same draft is registered.
+    tokenizer = {**ckpt, "tokenizer.json": b"{}" + bytes(1 << 20)}
+    done = register_upload(store, [Upload("t.tar", tar_of(tokenizer, "w"))], limits=margin)
+    assert sorted(done.files) == sorted([*ckpt, "tokenizer.json"])

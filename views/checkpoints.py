@@ -6,26 +6,30 @@ import streamlit as st
 from eagle3dash import store as db
 from eagle3dash.ui import newrun, widgets
 from eagle3dash.ui.fmt import md_escape, when
-from eagle3dash.ui.home import get_store
+from eagle3dash.ui.home import get_store, read_only_notice
 from eagle3dash.uploads import register_path
 
 store = get_store()
 st.title("Checkpoints")
+read_only = read_only_notice(store)
 
 notice = st.session_state.pop("checkpoints_notice", None)
 if notice:
     st.success(md_escape(notice))
 
-with st.expander("Register a checkpoint by its path on this machine"):
-    path = st.text_input("Checkpoint folder (or its config.json)", key="register_path")
-    if st.button("Register", key="register_go", disabled=not path.strip()):
-        result = widgets.guard(register_path, store, path)
-        if result is not None:
-            st.session_state["checkpoints_notice"] = f"Registered checkpoint #{result[0]}"
-            st.rerun()
+if not read_only:
+    with st.expander("Register a checkpoint by its path on this machine"):
+        path = st.text_input("Checkpoint folder (or its config.json)", key="register_path")
+        if st.button("Register", key="register_go", disabled=not path.strip()):
+            result = widgets.guard(
+                lambda: register_path(store, newrun.inside_roots(path, "Checkpoint folder"))
+            )
+            if result is not None:
+                st.session_state["checkpoints_notice"] = f"Registered checkpoint #{result[0]}"
+                st.rerun()
 
-with st.expander("Upload a checkpoint"):
-    widgets.upload_checkpoint(key="checkpoints_upload")
+    with st.expander("Upload a checkpoint"):
+        widgets.upload_checkpoint(key="checkpoints_upload")
 
 show_removed = st.toggle("Show removed checkpoints", key="show_removed")
 checkpoints = db.list_checkpoints(store, include_removed=show_removed)
@@ -53,7 +57,7 @@ for c in checkpoints:
         with st.expander("Inspect report"):
             widgets.registered_checkpoint_report(db.get_checkpoint(store, c["id"]))
         if not c["removed"]:
-            removed_notice = newrun.remove_with_confirmation(c)
+            removed_notice = None if read_only else newrun.remove_with_confirmation(c)
             if removed_notice:
                 st.session_state["checkpoints_notice"] = removed_notice
                 st.rerun()

@@ -3,13 +3,12 @@
 import streamlit as st
 
 from eagle3dash import store as db
-from eagle3dash.checkpoint import inspect
 from eagle3dash.diagnosis.options import DiagnoseOptions
 from eagle3dash.errors import InputError
 from eagle3dash.submit import submit_diagnosis
 from eagle3dash.ui import newrun, tables, widgets
 from eagle3dash.ui.fmt import md_escape
-from eagle3dash.ui.home import get_store
+from eagle3dash.ui.home import get_store, read_only_notice
 from eagle3dash.ui.newrun import BUILTIN, PATH, PROMPT_FILE, REGISTERED
 from eagle3dash.uploads import PROMPT_TYPES, register_path, save_prompt_file
 
@@ -21,6 +20,8 @@ st.caption(
     "draft standalone under the training and the serving layer layouts, benchmarks the endpoint, "
     "and says what is wrong and how to fix it."
 )
+if read_only_notice(store):
+    st.stop()
 newrun.try_the_demo()
 
 # 1. The draft checkpoint.
@@ -62,7 +63,7 @@ elif source == PATH:
         key="ckpt_path",
     ).strip()
     if typed:
-        report = widgets.guard(inspect, typed)
+        report = widgets.guard(newrun.inspect_typed, typed)
         if report is not None:
             draft_path = report.path
             st.success(f"{md_escape(report.spec.format)} draft at {md_escape(report.path)}")
@@ -126,6 +127,7 @@ if submit:
                 "give a valid JSONL prompt file (on this machine or uploaded), or choose a "
                 "built-in prompt set"
             )
+        newrun.check_typed_paths(values)
         options = DiagnoseOptions.parse(values)
         if source == PATH:  # registered once everything else checks out
             checkpoint_id, _ = register_path(store, options.draft)

@@ -28,23 +28,28 @@ def home_dir() -> Path:
 
 
 @st.cache_resource(show_spinner=False)
-def _prepared_home(home: str) -> Path:
-    """Create the home's folders and database and apply migrations (once per process and home)."""
-    with db.open_store(home) as store:
-        return store.home
+def _prepared_home(home: str) -> tuple[Path, bool]:
+    """Create the home's folders and database and apply migrations (once per process and home);
+    a read-only home with a database is opened read-only instead. (The home, read-only?)"""
+    try:
+        with db.open_store(home) as store:
+            return store.home, False
+    except db.ReadOnlyHomeError:
+        with db.open_read_only(home) as store:
+            return store.home, True
 
 
 def get_store() -> db.Store:
     """This script thread's Store on the configured home."""
     home = home_dir()
     try:
-        prepared = _prepared_home(str(home))
-    except InputError as e:  # a home that is a file, read-only, not creatable: one clear page
+        prepared, read_only = _prepared_home(str(home))
+        if not (prepared / db.DB_NAME).is_file():  # deleted behind our back: prepare it again
+            _prepared_home.clear()
+            prepared, read_only = _prepared_home(str(home))
+    except InputError as e:  # a home that is a file, not creatable, unreadable: one clear page
         st.error(md_escape(str(e)), icon="🚫")
         st.stop()
-    if not (prepared / db.DB_NAME).is_file():  # deleted behind our back: prepare it again
-        _prepared_home.clear()
-        prepared = _prepared_home(str(home))
     me = threading.current_thread()
     with _lock:
         for ident, (thread, store) in list(_stores.items()):
@@ -52,12 +57,30 @@ def get_store() -> db.Store:
                 store.close()
                 del _stores[ident]
         entry = _stores.get(me.ident or 0)
-        if entry is None or entry[0] is not me or entry[1].home != prepared:
+        if (
+            entry is None
+            or entry[0] is not me
+            or entry[1].home != prepared
+            or entry[1].read_only != read_only
+        ):
             if entry is not None:
                 entry[1].close()
-            entry = (me, db.Store(prepared))
+            entry = (me, db.Store(prepared, read_only=read_only))
             _stores[me.ident or 0] = entry
     return entry[1]
+
+
+def read_only_notice(store: db.Store) -> bool:
+    """Say so on a page that writes when the home is read-only (its runs can still be shown)."""
+    if not store.read_only:
+        return False
+    st.warning(
+        f"The home {md_escape(str(store.home))} is read-only: its runs and checkpoints are shown, "
+        "but nothing can be queued, registered or uploaded here. Make it writable, or set "
+        f"{db.HOME_ENV} to a folder you can write, and restart the app.",
+        icon="🔒",
+    )
+    return True
 
 
 def open_stores() -> int:

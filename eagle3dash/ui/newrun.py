@@ -13,11 +13,13 @@ from typing import Any
 import streamlit as st
 
 from eagle3dash import store as db
-from eagle3dash.demo import DELAY_S, SGLANG_VERSION
-from eagle3dash.diagnosis.options import SCHEMA, DiagnoseOptions
+from eagle3dash.checkpoint import InspectReport, inspect
+from eagle3dash.demo import DELAY_S, FIXTURES, SGLANG_VERSION
+from eagle3dash.diagnosis.options import SCHEMA, DiagnoseOptions, Kind
 from eagle3dash.errors import InputError
 from eagle3dash.findings import Finding
 from eagle3dash.probe import Probe, before_submit
+from eagle3dash.roots import data_roots, within_roots
 from eagle3dash.ui import widgets
 from eagle3dash.ui.fmt import md_escape, status_label, when
 from eagle3dash.ui.home import get_store
@@ -122,6 +124,26 @@ def try_the_demo() -> None:
 # --- the form's sources ------------------------------------------------------------------------
 
 
+def inside_roots(path: str, label: str) -> str:
+    """A typed path, resolved, if it lies under the data roots (the demo's own fixtures, which
+    "Try it on the demo" fills in, too); else OutsideRootsError, whether or not it exists."""
+    return within_roots(path, data_roots(), label, also=(FIXTURES,))
+
+
+def inspect_typed(path: str) -> InspectReport:
+    """Inspect a typed checkpoint path, once it is known to lie under the data roots."""
+    return inspect(inside_roots(path, "Checkpoint folder"))
+
+
+def check_typed_paths(values: Mapping[str, Any]) -> None:
+    """The form's path options (local target, training states) under the data roots, or
+    OutsideRootsError before anything looks at them."""
+    for name, option in SCHEMA.items():
+        value = values.get(name)
+        if option.kind is Kind.PATH and isinstance(value, str) and value.strip():
+            inside_roots(value, option.label)
+
+
 def preselect_checkpoint(live_ids: list[int]) -> None:
     """`?checkpoint=<id>` (Checkpoints' "New run with this checkpoint"): pick it, once."""
     picked, bad = widgets.query_int("checkpoint")
@@ -146,7 +168,7 @@ def prompt_file_input() -> str | None:
     ).strip()
     if not path:
         return None
-    prompts = widgets.guard(load_prompts, path)
+    prompts = widgets.guard(lambda: load_prompts(inside_roots(path, "Prompt file")))
     if prompts is None:
         return None
     st.caption(f"{len(prompts)} prompts in {md_escape(path)}")
@@ -173,6 +195,10 @@ def propose_target(found: Probe | None) -> None:
     (with its size: capturing every tap loads the whole target once)."""
     target = found.target if found is not None else None
     if target is None or st.session_state.get("opt_target"):
+        return
+    try:  # a server names any folder: offer only those the app may read
+        inside_roots(target.path, SCHEMA["target"].label)
+    except InputError:
         return
     st.info(
         f"The served model is on this machine: {md_escape(target.path)} "

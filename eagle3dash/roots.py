@@ -1,0 +1,59 @@
+"""The data roots: the folders whose paths the app may read when a user types one.
+
+A path typed into the app is a question the app's process answers with the files it can read, so
+the app (not the CLI, whose user is already on the machine) accepts only paths under these
+folders: the home folder plus those listed in `EAGLE3DASH_DATA_ROOTS` (separated like PATH). A
+path outside them is refused with the same message whether or not it exists, before anything
+reads it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from eagle3dash.errors import InputError
+from eagle3dash.store import default_home
+
+ROOTS_ENV = "EAGLE3DASH_DATA_ROOTS"
+
+
+class OutsideRootsError(InputError):
+    """A typed path outside the data roots; the message names the roots, never the path's fate."""
+
+
+def data_roots(home: str | os.PathLike[str] | None = None) -> tuple[Path, ...]:
+    """The home folder (default EAGLE3DASH_HOME) and the folders in EAGLE3DASH_DATA_ROOTS,
+    resolved, in that order, without repeats."""
+    listed = [p for p in os.environ.get(ROOTS_ENV, "").split(os.pathsep) if p.strip()]
+    found: list[Path] = []
+    for entry in [home if home is not None else default_home(), *listed]:
+        root = _resolved(entry)
+        if root not in found:
+            found.append(root)
+    return tuple(found)
+
+
+def _resolved(path: str | os.PathLike[str]) -> Path:
+    # resolve() follows symlinks and folds `..` after them; strict=False: no error for a
+    # missing tail, so a path that does not exist is treated like one that does.
+    return Path(str(path).strip()).expanduser().resolve(strict=False)
+
+
+def within_roots(
+    path: str | os.PathLike[str], roots: Iterable[Path], label: str, also: Iterable[Path] = ()
+) -> str:
+    """The path, resolved, if it lies in one of `roots` (or of `also`, folders allowed without
+    being named); else OutsideRootsError naming the roots and how to add one. The path is not
+    inspected, so the answer never tells whether it exists."""
+    roots = tuple(roots)
+    resolved = _resolved(path)
+    if any(resolved.is_relative_to(_resolved(root)) for root in (*roots, *also)):
+        return str(resolved)
+    names = ", ".join(str(root) for root in roots)
+    raise OutsideRootsError(
+        f"{label}: the app reads only paths under its data roots ({names}); to use another "
+        f"folder, add it to {ROOTS_ENV} (folders separated by '{os.pathsep}') and restart the "
+        "app, or upload the files"
+    )

@@ -1,0 +1,616 @@
+"""Bad input, collected in one place: every case ends in ONE line naming the problem (exit 1 for
+the CLI, an error box for the app, an UploadError for an upload), no traceback, within a generous
+call timeout (a hang fails the test; nothing is timed), and nothing written outside the home.
+
+The CLI runs in-process (`cli.main`) in a thread with a timeout; the home-folder cases run the
+worker as a subprocess, as a user who cannot write when the tests run as root (root writes
+anywhere). Endpoints are local servers (tests/httpserver.py) that are down, drip, flood, answer
+HTML or are not SGLang.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pickle
+import shutil
+import stat
+import struct
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import zipfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from eagle3dash import cli
+from eagle3dash import store as db
+from eagle3dash.checkpoint import save
+from eagle3dash.servebench import PromptFileError, load_prompts
+from eagle3dash.testing.tensors import random_tensors
+from eagle3dash.uploads import UploadError, UploadLimits, register_upload
+from tests.appkit import app, no_exception, texts
+from tests.httpserver import Reply, closed_port_url, serve
+from tests.specs import ROOT, tiny_spec
+
+CALL_S = 60  # generous: a case that hangs fails here instead of holding the suite
+SPEC = tiny_spec(aux_layer_ids=(1, 2, 3), aux_ids_location="eagle_config")
+
+# --- the CLI, in-process -----------------------------------------------------------------------
+
+
+def cli_error(argv: list[str], capsys) -> str:
+    """Run the CLI; assert exit 1, one `error:` line last (after progress lines, if any), no
+    traceback; return that line."""
+    result: list[int] = []
+    thread = threading.Thread(target=lambda: result.append(cli.main(argv)), daemon=True)
+    thread.start()
+    thread.join(CALL_S)
+    assert not thread.is_alive(), f"{argv} still running after {CALL_S} s"
+    out, err = capsys.readouterr()
+    assert result == [1], (result, out, err)
+    assert "Traceback" not in out + err
+    lines = err.splitlines()
+    assert lines and lines[-1].startswith("error: "), err
+    assert [line for line in lines if "error" in line.lower()] == lines[-1:], err
+    return lines[-1]
+
+
+def files_under(path: Path) -> set[Path]:
+    return {p for p in path.rglob("*")}
+
+
+@pytest.fixture(scope="module")
+def draft(tmp_path_factory) -> Path:
+    """A good tiny draft (config.json + model.safetensors) to break copies of."""
+    return save(
+        SPEC, random_tensors(SPEC, seed=0), tmp_path_factory.mktemp("bad") / "d", "specforge"
+    )
+
+
+@pytest.fixture
+def place(tmp_path, monkeypatch) -> Iterator[Path]:
+    """The case's folder, also the working directory and the home: afterwards nothing new may
+    exist in it outside the home (the case's own inputs are made before the snapshot)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("EAGLE3DASH_HOME", str(tmp_path / "home"))
+    yield tmp_path
+
+
+@contextmanager
+def nothing_written(where: Path) -> Iterator[None]:
+    before = files_under(where)
+    yield
+    new = {p for p in files_under(where) - before if not p.is_relative_to(where / "home")}
+    assert not new, sorted(map(str, new))
+
+
+def broken_draft(draft: Path, where: Path, config=None, header: bytes | None = None) -> Path:
+    """A copy of the good draft with its config changed (a dict merged in, or raw text) or its
+    safetensors file replaced by raw bytes."""
+    out = where / "broken"
+    shutil.copytree(draft, out)
+    if isinstance(config, dict):
+        data = json.loads((out / "config.json").read_text())
+        (out / "config.json").write_text(json.dumps(_merge(data, config)))
+    elif config is not None:
+        (out / "config.json").write_text(config)
+    if header is not None:
+        (out / "model.safetensors").write_bytes(header)
+    return out
+
+
+def _merge(data: dict, more: dict) -> dict:
+    for key, value in more.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            _merge(data[key], value)
+        else:
+            data[key] = value
+    return data
+
+
+def _st(header: object, n: int | None = None) -> bytes:
+    text = json.dumps(header).encode()
+    return struct.pack("<Q", len(text) if n is None else n) + text
+
+
+class _Evil:
+    def __reduce__(self):
+        return (os.system, ("touch pwned",))
+
+
+DEEP = "[" * 100_000 + "]" * 100_000
+INSPECT_CASES: dict[str, tuple[dict, str]] = {
+    # name: (how the draft is broken, what the line must say)
+    "config-not-json": ({"config": "{not json"}, "config.json"),
+    "config-a-list": ({"config": "[1, 2]"}, "config.json"),
+    "config-deeply-nested": ({"config": DEEP}, "config.json"),
+    "hidden-size-zero": ({"config": {"hidden_size": 0}}, "hidden_size"),
+    "heads-zero": ({"config": {"num_attention_heads": 0}}, "num_attention_heads"),
+    "head-dim-a-string": ({"config": {"head_dim": "16"}}, "head_dim"),
+    "layers-a-billion": ({"config": {"num_hidden_layers": 10**9}}, "num_hidden_layers"),
+    "vocab-negative": ({"config": {"vocab_size": -5}}, "vocab_size"),
+    "rope-theta-a-string": ({"config": {"rope_theta": "big"}}, "rope_theta"),
+    "aux-ids-not-a-list": (
+        {"config": {"eagle_config": {"eagle_aux_hidden_state_layer_ids": 3}}},
+        "eagle_aux_hidden_state_layer_ids",
+    ),
+    "aux-ids-mixed": (
+        {"config": {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, "x", 3]}}},
+        "eagle_aux_hidden_state_layer_ids",
+    ),
+    "safetensors-empty": ({"header": b""}, "model.safetensors"),
+    "safetensors-truncated": ({"header": struct.pack("<Q", 1000) + b"{}"}, "model.safetensors"),
+    "safetensors-garbage-header": (
+        {"header": struct.pack("<Q", 8) + b"notjson!"},
+        "model.safetensors",
+    ),
+    "safetensors-huge-header-length": (
+        {"header": struct.pack("<Q", 1 << 40) + b"{}"},
+        "model.safetensors",
+    ),
+    "safetensors-header-a-list": ({"header": _st([1, 2])}, "model.safetensors"),
+    "safetensors-deep-header": (
+        {
+            "header": _st(None)[:8].replace(_st(None)[:8], struct.pack("<Q", len(DEEP)))
+            + DEEP.encode()
+        },
+        "model.safetensors",
+    ),
+    "safetensors-offsets-past-end": (
+        {
+            "header": _st(
+                {"fc.weight": {"dtype": "F32", "shape": [32, 96], "data_offsets": [0, 12288]}}
+            )
+        },
+        "model.safetensors",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(INSPECT_CASES))
+def test_inspect_a_broken_draft(case, draft, place, capsys) -> None:
+    how, says = INSPECT_CASES[case]
+    path = broken_draft(draft, place, how.get("config"), how.get("header"))
+    with nothing_written(place):
+        line = cli_error(["inspect", str(path)], capsys)
+    assert says in line
+
+
+def test_inspect_paths(place, capsys) -> None:
+    (place / "empty").mkdir()
+    (place / "notes.txt").write_text("hello")
+    with nothing_written(place):
+        assert "does not exist" in cli_error(["inspect", str(place / "nope")], capsys)
+        assert "config.json" in cli_error(["inspect", str(place / "empty")], capsys)
+        assert "no config.json" in cli_error(["inspect", str(place / "notes.txt")], capsys)
+
+
+def _index(draft: Path, where: Path, weight_map: dict) -> Path:
+    out = broken_draft(draft, where)
+    (out / "model.safetensors").rename(out / "model-00001.safetensors")
+    index = {"metadata": {}, "weight_map": weight_map}
+    (out / "model.safetensors.index.json").write_text(json.dumps(index))
+    return out
+
+
+@pytest.mark.parametrize(
+    "shard, says",
+    [
+        ("../" * 24 + "etc/passwd", "not a file name in"),
+        ("/etc/passwd", "not a file name in"),
+        (7, "weight_map"),
+    ],
+)
+def test_an_index_naming_shards_outside_the_folder(draft, place, capsys, shard, says) -> None:
+    path = _index(draft, place, {"fc.weight": shard})
+    with nothing_written(place):
+        assert says in cli_error(["inspect", str(path)], capsys)
+
+
+def test_a_pickle_payload_never_runs(draft, place, capsys) -> None:
+    out = broken_draft(draft, place)
+    (out / "model.safetensors").unlink()
+    (out / "pytorch_model.bin").write_bytes(pickle.dumps({"fc.weight": _Evil()}))
+    with nothing_written(place):
+        line = cli_error(["inspect", str(out)], capsys)
+    assert "pytorch_model.bin" in line and not (place / "pwned").exists()
+
+
+# --- layout, eval, detect ----------------------------------------------------------------------
+
+FLAG_CASES = {
+    "layout-target-layers-zero": (["layout", "--target-layers", "0"], "--target-layers"),
+    "layout-target-layers-negative": (["layout", "--target-layers", "-3"], "--target-layers"),
+    "eval-target-layers-zero": (
+        ["eval", "--capture", "CAPTURE", "--layout", "1,2,3", "--target-layers", "0"],
+        "--target-layers",
+    ),
+    "layout-bad-training-layout": (
+        ["layout", "--target-layers", "4", "--training-layout", "1,x"],
+        "not a tap: 'x'",
+    ),
+    "layout-unknown-trainer": (["layout", "--target-layers", "4", "--trainer", "nope"], "nope"),
+    "eval-missing-capture": (["eval", "--capture", "NOPE", "--layout", "1,2,3"], "NOPE"),
+    "eval-bad-layout": (["eval", "--capture", "CAPTURE", "--layout", "a,b"], "not a tap: 'a'"),
+    "eval-garbage-capture": (["eval", "--capture", "GARBAGE", "--layout", "1,2,3"], "GARBAGE"),
+    "eval-empty-capture": (
+        ["eval", "--capture", "CAPTURE", "--layout", "1,2,3"],
+        "neither an eagle3dash capture",
+    ),
+    "detect-nothing-to-detect-from": (["detect"], "--capture"),
+    "detect-target-not-a-folder": (["detect", "--target", "GARBAGE"], "GARBAGE"),
+}
+
+
+@pytest.mark.parametrize("case", list(FLAG_CASES))
+def test_a_bad_flag(case, draft, place, capsys) -> None:
+    argv, says = FLAG_CASES[case]
+    (place / "capture").mkdir()
+    (place / "garbage.bin").write_bytes(b"\x00garbage" * 100)
+    names = {"NOPE": place / "nope", "CAPTURE": place / "capture", "GARBAGE": place / "garbage.bin"}
+    argv = [str(names.get(a, a)) for a in argv]
+    says = str(names.get(says, says))
+    with nothing_written(place):
+        assert says in cli_error([*argv[:1], "--draft", str(draft), *argv[1:]], capsys)
+
+
+def test_a_missing_draft_for_every_command(place, capsys) -> None:
+    nope = str(place / "nope")
+    with nothing_written(place):
+        for argv in (
+            ["layout", "--draft", nope, "--target-layers", "4"],
+            ["eval", "--draft", nope, "--capture", nope, "--layout", "1,2,3"],
+            ["detect", "--draft", nope, "--capture", nope],
+        ):
+            assert "nope" in cli_error(argv, capsys)
+
+
+# --- probe and diagnose against endpoints that misbehave -----------------------------------------
+
+SERVERS: dict[str, tuple[Callable | None, str]] = {
+    # name: (the server's app, None for no server; what the line must say)
+    "down": (None, "connect"),
+    "html": (lambda r: Reply(200, "<html><script>alert(1)</script></html>", "text/html"), "not"),
+    "not-sglang-json": (lambda r: Reply(200, {"hello": "world"}), "not"),
+    "server-error": (lambda r: Reply(500, "boom"), "500"),
+    "not-found": (lambda r: Reply(404, "nope"), "404"),
+    "slow-drip": (lambda r: Reply(200, {"version": "0.5.23"}, drip=1.0), "2"),
+    "hangs": (lambda r: Reply(200, {"version": "0.5.23"}, delay=30), "2"),
+    "huge-body": (lambda r: Reply(200, b"x" * (65 << 20)), "64 MiB"),
+    "not-http": (lambda r: Reply(raw=b"SSH-2.0-OpenSSH_9.6\r\n"), "without answering"),
+    "bad-json": (lambda r: Reply(200, '{"version": ', "application/json"), "not"),
+}
+
+
+@contextmanager
+def endpoint(name: str) -> Iterator[str]:
+    app_, _ = SERVERS[name]
+    if app_ is None:
+        yield closed_port_url()
+        return
+    with serve(app_) as served:
+        yield served.url
+
+
+@pytest.mark.parametrize("name", list(SERVERS))
+def test_probe_a_bad_endpoint(name, place, capsys) -> None:
+    with endpoint(name) as url, nothing_written(place):
+        line = cli_error(["probe", url, "--timeout", "2"], capsys)
+    assert SERVERS[name][1] in line
+    assert "<script>" not in line and "boom" not in line and "hello" not in line  # never echoed
+
+
+@pytest.mark.parametrize("name", ["down", "html"])
+def test_diagnose_against_a_bad_endpoint(name, draft, place, capsys) -> None:
+    with endpoint(name) as url, nothing_written(place):
+        line = cli_error(["diagnose", "--draft", str(draft), "--endpoint", url], capsys)
+    assert SERVERS[name][1] in line and "<script>" not in line
+
+
+@pytest.mark.parametrize("url", ["file:///etc/passwd", "not a url", "ftp://gpubox:30000", ""])
+def test_probe_a_url_that_is_no_endpoint(url, place, capsys) -> None:
+    with nothing_written(place):
+        line = cli_error(["probe", url], capsys)
+    assert "passwd" not in line or "root:" not in line
+
+
+DIAGNOSE_FLAGS = {
+    "num-prompts-zero": (["--num-prompts", "0"], "--num-prompts"),
+    "concurrency-huge": (["--concurrency", "100000"], "--concurrency"),
+    "max-new-tokens-negative": (["--max-new-tokens", "-1"], "--max-new-tokens"),
+    "prompts-missing": (["--prompts", "NOPE"], "--prompts"),
+    "device-tpu": (["--device", "tpu"], "--device"),
+}
+
+
+@pytest.mark.parametrize("case", list(DIAGNOSE_FLAGS))
+def test_diagnose_with_a_bad_flag(case, draft, place, capsys) -> None:
+    flags, says = DIAGNOSE_FLAGS[case]
+    names = {"NOPE": place / "nope.jsonl"}
+    flags = [str(names.get(f, f)) for f in flags]
+    with serve(lambda r: Reply(404)) as served, nothing_written(place):
+        argv = ["diagnose", "--draft", str(draft), "--endpoint", served.url, *flags]
+        assert says in cli_error(argv, capsys)
+
+
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ('{"prompt": "hi"}\n{"prompt": \n', "line 2"),
+        ('{"prompt": ' + DEEP + "}\n", "line 1"),
+        ("[1, 2]\n", "line 1"),
+        ("", "no prompts"),
+    ],
+)
+def test_a_bad_prompt_file(text, says, place) -> None:
+    # Read the same way by diagnose's --prompts, the worker and New run's prompt file box.
+    (place / "p.jsonl").write_text(text)
+    with nothing_written(place), pytest.raises(PromptFileError) as err:
+        load_prompts(str(place / "p.jsonl"))
+    assert says in str(err.value) and "\n" not in str(err.value)
+
+
+# --- uploads -----------------------------------------------------------------------------------
+
+
+def _zip(members: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, blob in members.items():
+            zf.writestr(name, blob)
+    return buf.getvalue()
+
+
+def _tar(members: dict[str, bytes], mode: str = "w:gz", extra=()) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode=mode) as tf:
+        for name, blob in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(blob)
+            tf.addfile(info, io.BytesIO(blob))
+        for info in extra:
+            tf.addfile(info)
+    return buf.getvalue()
+
+
+def _special(name: str, kind: bytes, linkname: str = "") -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname = kind, linkname
+    return info
+
+
+def _named(name: str, blob: bytes) -> io.BytesIO:
+    f = io.BytesIO(blob)
+    f.name = name  # type: ignore[attr-defined]
+    return f
+
+
+UPLOADS: dict[str, tuple[Callable[[dict[str, bytes]], tuple[str, bytes]], str]] = {
+    "zip-bomb": (lambda c: ("b.zip", _zip({**c, "pad.txt": bytes(40 << 20)})), "100x"),
+    "tar-gz-bomb": (lambda c: ("b.tgz", _tar({**c, "pad.txt": bytes(40 << 20)})), "100x"),
+    "padding-past-the-header": (
+        lambda c: ("p.tar", _tar({**c, "pad.txt": bytes(17 << 20)}, "w")),
+        "headers declare",
+    ),
+    "zip-dotdot": (lambda c: ("e.zip", _zip({**c, "../evil": b"x"})), "'..'"),
+    "zip-absolute": (lambda c: ("e.zip", _zip({**c, "/tmp/evil": b"x"})), "absolute"),
+    "tar-dotdot": (lambda c: ("e.tar", _tar({**c, "a/../../evil": b"x"}, "w")), "'..'"),
+    "tar-symlink": (
+        lambda c: ("l.tar", _tar(c, "w", [_special("x", tarfile.SYMTYPE, "/etc/passwd")])),
+        "symbolic link",
+    ),
+    "tar-hardlink": (
+        lambda c: ("l.tar", _tar(c, "w", [_special("x", tarfile.LNKTYPE, "/etc/passwd")])),
+        "hard link",
+    ),
+    "tar-device": (lambda c: ("d.tar", _tar(c, "w", [_special("x", tarfile.CHRTYPE)])), "regular"),
+    "tar-fifo": (lambda c: ("d.tar", _tar(c, "w", [_special("x", tarfile.FIFOTYPE)])), "regular"),
+    "truncated-tgz": (lambda c: ("t.tgz", _tar(c)[:-200]), "cut short"),
+    "junk-zip": (lambda c: ("j.zip", b"PK\x03\x04 not really a zip"), "archive"),
+    "members-10001": (
+        lambda c: ("m.zip", _zip({**c, **{f"f{i}": b"" for i in range(10_001)}})),
+        "more than 10000",
+    ),
+    "no-config": (
+        lambda c: ("n.zip", _zip({"model.safetensors": c["model.safetensors"]})),
+        "config.json",
+    ),
+    "index-escape": (
+        lambda c: (
+            "i.zip",
+            _zip(
+                {
+                    "config.json": c["config.json"],
+                    "model-1.safetensors": c["model.safetensors"],
+                    "model.safetensors.index.json": json.dumps(
+                        {"weight_map": {"fc.weight": "../" * 24 + "etc/passwd"}}
+                    ).encode(),
+                }
+            ),
+        ),
+        "not a file name in",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(UPLOADS))
+def test_a_bad_upload_is_refused_and_removed(case, draft, place) -> None:
+    ckpt = {p.name: p.read_bytes() for p in draft.iterdir()}
+    name, blob = UPLOADS[case][0](ckpt)
+    store = db.open_store(place / "home")
+    try:
+        with nothing_written(place), pytest.raises(UploadError) as err:
+            register_upload(store, [_named(name, blob)], limits=UploadLimits())
+        assert UPLOADS[case][1] in str(err.value) and "\n" not in str(err.value)
+        assert db.list_checkpoints(store, include_removed=True) == []
+        assert list(store.path("checkpoints").iterdir()) == []
+    finally:
+        store.close()
+
+
+# --- the home folder ---------------------------------------------------------------------------
+
+
+def _as_someone_else() -> list[str]:
+    """The command prefix that drops root (who writes anywhere) to nobody; [] when not root."""
+    if os.geteuid() != 0:
+        return []
+    if shutil.which("setpriv") is None:
+        pytest.skip("running as root without setpriv: cannot make a folder unwritable")
+    return ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+
+@contextmanager
+def shared_place() -> Iterator[Path]:
+    """A folder another user can traverse (pytest's temp folders are root's own)."""
+    path = Path(tempfile.mkdtemp(prefix="e3d-home-"))
+    path.chmod(0o755)
+    try:
+        yield path
+    finally:
+        for p in [path, *path.rglob("*")]:
+            p.chmod(0o755 if p.is_dir() else 0o644)
+        shutil.rmtree(path)
+
+
+def _worker(home: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*_as_someone_else(), sys.executable, "-m", "eagle3dash", "worker", "--once"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "EAGLE3DASH_HOME": str(home), "PYTHONDONTWRITEBYTECODE": "1"},
+        timeout=CALL_S,
+    )
+
+
+@pytest.mark.parametrize("how", ["a-file", "under-a-file", "read-only", "parent-read-only"])
+def test_a_home_that_cannot_hold_the_store(how) -> None:
+    with shared_place() as place:
+        home = place / "home"
+        if how == "a-file":
+            home.write_text("x")
+        elif how == "under-a-file":
+            (place / "blocker").write_text("x")
+            home = place / "blocker" / "home"
+        elif how == "read-only":
+            db.open_store(home).close()
+            for p in [home, *home.rglob("*")]:
+                p.chmod(0o555 if p.is_dir() else 0o444)
+        else:
+            (place / "locked").mkdir(mode=0o555)
+            home = place / "locked" / "home"
+        before = files_under(place)
+        out = _worker(home)
+        assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+        assert out.stderr.startswith(f"error: the home {home}") and out.stderr.count("\n") == 1
+        assert files_under(place) == before
+
+
+# --- the app: New run's path boxes, endpoints and the home -------------------------------------
+
+
+@pytest.fixture
+def outside(tmp_path, monkeypatch) -> Path:
+    """Data roots that do not hold tmp_path: the home alone (the session's roots are replaced)."""
+    monkeypatch.setenv("EAGLE3DASH_DATA_ROOTS", "")
+    return tmp_path
+
+
+def _roots_line(home: db.Store) -> str:
+    return (
+        f"Checkpoint folder: the app reads only paths under its data roots ({home.home}); to use "
+        "another folder, add it to EAGLE3DASH_DATA_ROOTS"
+    )
+
+
+def test_the_draft_box_refuses_paths_outside_the_roots_alike(home, draft, outside) -> None:
+    link = home.home / "link"
+    link.symlink_to(draft)
+    at = app("new_run")
+    shown = []
+    for typed in (str(draft), str(outside / "nope"), str(home.home / ".." / "x"), str(link)):
+        at.text_input(key="ckpt_path").set_value(typed).run()
+        no_exception(at)
+        shown.append(texts(at, "error"))
+        assert shown[-1].startswith(_roots_line(home)) and at.success == []
+    assert len(set(shown)) == 1  # one answer whether the path exists or not: nothing is told
+
+
+def test_the_target_and_prompt_boxes_refuse_paths_outside_the_roots(home, draft, outside):
+    at = app("new_run")
+    at.radio(key="prompt_source").set_value("A file on this machine").run()
+    at.text_input(key="prompt_path").set_value("/etc/passwd").run()
+    no_exception(at)
+    assert "Prompt file: the app reads only paths under its data roots" in texts(at, "error")
+    at.text_input(key="opt_target").set_value(str(draft)).run()
+    at.button(key="submit").click().run()
+    no_exception(at)
+    assert "the app reads only paths under its data roots" in texts(at, "error")
+    assert db.list_runs(home) == []
+
+
+@pytest.mark.parametrize("name", ["html", "down", "not-sglang-json"])
+def test_the_endpoint_box_with_a_bad_endpoint(home, name) -> None:
+    with endpoint(name) as url:
+        at = app("new_run")
+        at.text_input(key="endpoint").set_value(url).run()
+    no_exception(at)
+    shown = texts(at, "error", "warning")
+    assert shown and "<script>" not in shown and "hello" not in shown
+
+
+def test_a_home_that_is_a_file_is_one_page(tmp_path, monkeypatch) -> None:
+    (tmp_path / "home").write_text("x")
+    monkeypatch.setenv("EAGLE3DASH_HOME", str(tmp_path / "home"))
+    at = app("runs")
+    no_exception(at)
+    assert texts(at, "error") == f"the home {tmp_path / 'home'} is a file, not a folder: set " + (
+        "EAGLE3DASH_HOME to a folder you can write (default ./.eagle3dash)"
+    )
+
+
+@contextmanager
+def read_only(path: Path) -> Iterator[None]:
+    """Make a folder read-only for this process: chmod, or a read-only bind mount for root."""
+    if os.geteuid() != 0:
+        modes = {p: stat.S_IMODE(p.stat().st_mode) for p in [path, *path.rglob("*")]}
+        for p in modes:
+            p.chmod(0o555 if p.is_dir() else 0o444)
+        try:
+            yield
+        finally:
+            for p, mode in modes.items():
+                p.chmod(mode)
+        return
+    mounted = subprocess.run(["mount", "--bind", str(path), str(path)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip("root without mount: cannot make a folder read-only")
+    try:
+        subprocess.run(["mount", "-o", "remount,ro,bind", str(path)], check=True)
+        yield
+    finally:
+        # Lazy: the app's cached store may still hold the database open.
+        subprocess.run(["umount", "--lazy", str(path)], check=True)
+
+
+def test_a_read_only_home_still_shows_its_runs(tmp_path, monkeypatch) -> None:
+    home = tmp_path / "home"
+    with db.open_store(home) as store:
+        db.create_run(store, None, "http://gpubox:30000", None, {"demo": "x"})
+    monkeypatch.setenv("EAGLE3DASH_HOME", str(home))
+    with read_only(home):
+        runs = app("runs")
+        no_exception(runs)
+        assert "Runs 1–1 of 1" in texts(runs)
+        new = app("new_run")
+        no_exception(new)
+        assert f"The home {home} is read-only" in texts(new, "warning")
+        assert new.get("text_input") == []  # nothing to fill in that could not be saved
