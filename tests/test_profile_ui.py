@@ -31,7 +31,10 @@ FROM_HISTOGRAM = "the server's histogram (measured)"
 FROM_DRAFT = "the standalone draft (simulated)"
 PER_POSITION_TITLE = "Acceptance per draft position: measured on the endpoint vs simulated"
 CATEGORY_TITLE = "Per category: accept length, tok/s and speedup"
-STEPS_TITLE = "Steps advice: predicted tok/s and accept length by draft steps"
+STEPS_TITLES = [
+    "Steps advice: predicted tok/s by draft steps",
+    "Steps advice: predicted accept length by draft steps",
+]
 FLAGS = "--speculative-num-steps 2 --speculative-eagle-topk 1 --speculative-num-draft-tokens 3"
 TARGET_LABEL = "Local target path (for training-side states)"  # the target option's New-run label
 
@@ -294,14 +297,14 @@ def test_the_category_matrix_outlines_the_weakest_category() -> None:
         for r in rows_of(spec, cells)
     }
     assert len(shown) == 15  # 3 categories x 5 metrics
-    assert shown[("copy-heavy", "measured accept length")] == ("3.10", 1.0)
+    assert shown[("copy-heavy", "measured: accept length")] == ("3.10", 1.0)
     assert shown[("chat", "output tok/s")] == ("96.0", round(96 / 120.5, 4))
     assert shown[("novel", "speedup")] == ("1.00x", 0.5)
-    assert shown[("novel", "simulated, serving layout")] == ("1.10", round(1.1 / 1.3, 4))
+    assert shown[("novel", "simulated: serving layout")] == ("1.10", round(1.1 / 1.3, 4))
     assert cells["encoding"]["x"]["sort"] == [
-        "measured accept length",
-        "simulated, training layout",
-        "simulated, serving layout",
+        "measured: accept length",
+        "simulated: training layout",
+        "simulated: serving layout",
         "output tok/s",
         "speedup",
     ]
@@ -349,10 +352,9 @@ def test_prompt_format_and_temperature_tables() -> None:
 
 
 def test_the_steps_chart_marks_the_current_and_recommended_settings() -> None:
-    spec = ui.steps_chart(SAMPLE).to_dict()
-    assert spec["title"] == STEPS_TITLE
-    tok_s, accept = spec["vconcat"]
-    line, points, rules, labels = tok_s["layer"]
+    spec = ui.steps_chart(SAMPLE, "predicted tok/s").to_dict()
+    assert spec["title"] == STEPS_TITLES[0]
+    rules, labels, line, points = spec["layer"]
     assert [(r["num_steps"], r["predicted tok/s"]) for r in rows_of(spec, line)] == [
         (1, 70.0),
         (2, 84.0),
@@ -360,7 +362,15 @@ def test_the_steps_chart_marks_the_current_and_recommended_settings() -> None:
         (4, 76.0),
     ]
     assert line["encoding"]["y"]["field"] == "predicted tok/s"
-    assert accept["layer"][0]["encoding"]["y"]["field"] == "predicted accept length"
+    accept = ui.steps_chart(SAMPLE, "predicted accept length").to_dict()
+    assert accept["title"] == STEPS_TITLES[1]
+    assert [r["predicted accept length"] for r in rows_of(accept, accept["layer"][2])] == [
+        1.25,
+        1.5,
+        1.55,
+        1.6,
+    ]
+    assert accept["layer"][2]["encoding"]["y"]["field"] == "predicted accept length"
     assert points["encoding"]["color"]["scale"] == {
         "domain": [FROM_HISTOGRAM, FROM_DRAFT],
         "range": [GREEN, ORANGE],
@@ -473,7 +483,7 @@ def test_the_run_page_shows_the_profile_after_the_charts(real_diagnosis, home) -
     ]
     # The per-position chart moves from Charts into the profile: drawn once, from the profile.
     titles = chart_titles(at)
-    assert titles[-3:] == [PER_POSITION_TITLE, CATEGORY_TITLE, STEPS_TITLE]
+    assert titles[-4:] == [PER_POSITION_TITLE, CATEGORY_TITLE, *STEPS_TITLES]
     assert titles.count(PER_POSITION_TITLE) == 1
     assert "⚠️ Weakest category: novel, measured accept length 1.20" in texts(at, "markdown")
     assert [c.value for c in at.code if c.language == "bash"] == [FLAGS]

@@ -29,9 +29,9 @@ POSITION_SOURCES = (
 )
 # The category matrix's columns: the field, its name, how its values read.
 CATEGORY_METRICS = (
-    ("measured_accept_length", "measured accept length", "length"),
-    ("sim_accept_training", "simulated, training layout", "length"),
-    ("sim_accept_serving", "simulated, serving layout", "length"),
+    ("measured_accept_length", "measured: accept length", "length"),
+    ("sim_accept_training", "simulated: training layout", "length"),
+    ("sim_accept_serving", "simulated: serving layout", "length"),
     ("tok_s", "output tok/s", "tok/s"),
     ("speedup", "speedup", "speedup"),
 )
@@ -177,7 +177,19 @@ def category_chart(profile: Mapping[str, Any]) -> alt.LayerChart | alt.FacetChar
         return None
     categories = list(dict.fromkeys(df["category"]))
     metrics = list(dict.fromkeys(df["metric"]))
-    x = alt.X("metric:N", sort=metrics, title=None, axis=alt.Axis(orient="top", labelAngle=0))
+    x = alt.X(
+        "metric:N",
+        sort=metrics,
+        title=None,
+        # a label per line before and after its colon: "simulated" over "training layout"
+        axis=alt.Axis(
+            orient="top",
+            labelAngle=0,
+            labelLimit=0,
+            labelOverlap=False,
+            labelExpr="split(datum.label, ': ')",
+        ),
+    )
     y = alt.Y("category:N", sort=categories, title="prompt category")
     base = alt.Chart(df).encode(
         x=x,
@@ -188,7 +200,7 @@ def category_chart(profile: Mapping[str, Any]) -> alt.LayerChart | alt.FacetChar
         color=alt.Color(
             "share:Q",
             scale=alt.Scale(scheme="blues", domain=[0, 1]),
-            legend=alt.Legend(title="of the best category", format="%"),
+            legend=alt.Legend(title="of the best category", format="%", gradientLength=80),
         )
     )
     text = base.mark_text(fontSize=13).encode(
@@ -202,7 +214,7 @@ def category_chart(profile: Mapping[str, Any]) -> alt.LayerChart | alt.FacetChar
     )
     return alt.layer(cells, text, outline).properties(
         title="Per category: accept length, tok/s and speedup",
-        height=40 * len(categories) + 20,
+        height=alt.Step(36),
     )
 
 
@@ -280,6 +292,8 @@ def settings_frame(profile: Mapping[str, Any]) -> pd.DataFrame:
     )
 
 
+STEPS_HEIGHTS = {"predicted tok/s": 300, "predicted accept length": 280}  # px, titles included
+STEPS_FIELDS = tuple(STEPS_HEIGHTS)
 SETTING_DASHES = {
     "recommended": charts.SOLID,
     "current": charts.DASHED,
@@ -287,11 +301,18 @@ SETTING_DASHES = {
 }
 
 
-def _steps_panel(
-    df: pd.DataFrame, marks: pd.DataFrame, field: str, x_scale: alt.Scale, height: int
-) -> alt.LayerChart | alt.FacetChart:
-    """One panel of the steps chart: `field` by num_steps (points coloured by where the
-    acceptance comes from), the marked settings as labelled vertical rules."""
+def steps_chart(
+    profile: Mapping[str, Any], field: str = "predicted tok/s"
+) -> alt.LayerChart | alt.FacetChart | None:
+    """The steps advice's `field` (one of STEPS_FIELDS) by --speculative-num-steps: points
+    coloured by where the acceptance per step comes from, the recommended and the current
+    settings as labelled vertical rules (solid, dashed)."""
+    df = steps_frame(profile)
+    if df.empty:
+        return None
+    marks = settings_frame(profile)
+    steps = [*df["num_steps"], *marks["num_steps"]]
+    x_scale = alt.Scale(domain=[min(steps) - 0.5, max(steps) + 0.5], nice=False)
     x = alt.X(
         "num_steps:Q",
         title="--speculative-num-steps",
@@ -302,7 +323,7 @@ def _steps_panel(
     colors = {SOURCE_NAMES["measured"]: charts.GREEN, SOURCE_NAMES["simulated"]: charts.ORANGE}
     base = alt.Chart(df).encode(
         x=x,
-        y=alt.Y(f"{field}:Q", title=field),
+        y=alt.Y(f"{field}:Q", title=field, scale=alt.Scale(zero=False, padding=12)),
         tooltip=[
             "num_steps",
             alt.Tooltip("predicted tok/s:Q", format=".1f"),
@@ -318,7 +339,7 @@ def _steps_panel(
             legend=alt.Legend(title="acceptance per step from", labelLimit=0),
         )
     )
-    layers: list[Any] = [line, points]
+    layers: list[Any] = []  # the rules first: the points go over them
     if not marks.empty:
         settings = list(marks["setting"])
         mark_x = alt.X("num_steps:Q", scale=x_scale)
@@ -332,7 +353,7 @@ def _steps_panel(
                     scale=alt.Scale(
                         domain=settings, range=[list(SETTING_DASHES[s]) for s in settings]
                     ),
-                    legend=alt.Legend(title="setting", symbolType="stroke", symbolStrokeWidth=2),
+                    legend=None,  # each rule is labelled
                 ),
             )
         )
@@ -341,22 +362,9 @@ def _steps_panel(
             .mark_text(align="left", dx=4, baseline="top", y=2, fontSize=12)
             .encode(x=mark_x, text="label:N")
         )
-    return alt.layer(*layers).properties(height=height)
-
-
-def steps_chart(profile: Mapping[str, Any]) -> alt.VConcatChart | None:
-    """Predicted tok/s (top) and accept length (below) by --speculative-num-steps, with the
-    recommended and the current settings marked."""
-    df = steps_frame(profile)
-    if df.empty:
-        return None
-    marks = settings_frame(profile)
-    steps = [*df["num_steps"], *marks["num_steps"]]
-    x_scale = alt.Scale(domain=[min(steps) - 0.5, max(steps) + 0.5], nice=False)
-    return alt.vconcat(
-        _steps_panel(df, marks, "predicted tok/s", x_scale, 220),
-        _steps_panel(df, marks, "predicted accept length", x_scale, 140),
-    ).properties(title="Steps advice: predicted tok/s and accept length by draft steps")
+    return alt.layer(*layers, line, points).properties(
+        title=f"Steps advice: {field} by draft steps", height=STEPS_HEIGHTS[field]
+    )
 
 
 def recommendation_text(profile: Mapping[str, Any]) -> str | None:
@@ -452,24 +460,23 @@ def profile_section(run_id: int, diagnosis: Mapping[str, Any]) -> None:
             st.markdown("⚠️ " + md_escape(weakest))
     not_profiled("per_category")
 
-    left, right = st.columns(2)
-    with left:
-        st.subheader("Prompt format")
-        formats = format_frame(profile)
-        if not formats.empty:
-            st.dataframe(formats, hide_index=True, width="stretch")
-        not_profiled("prompt_format")
-    with right:
-        st.subheader("Temperature")
-        temperatures = temperature_frame(profile)
-        if not temperatures.empty:
-            st.dataframe(temperatures, hide_index=True, width="stretch")
-        not_profiled("temperature")
+    st.subheader("Prompt format")
+    formats = format_frame(profile)
+    if not formats.empty:
+        st.dataframe(formats, hide_index=True, width="stretch")
+    not_profiled("prompt_format")
+
+    st.subheader("Temperature")
+    temperatures = temperature_frame(profile)
+    if not temperatures.empty:
+        st.dataframe(temperatures, hide_index=True, width="stretch")
+    not_profiled("temperature")
 
     st.subheader("Which --speculative-num-steps")
-    steps = steps_chart(profile)
-    if steps is not None:
-        st.altair_chart(steps, width="stretch")
+    for field in STEPS_FIELDS:
+        chart = steps_chart(profile, field)
+        if chart is not None:
+            st.altair_chart(chart, width="stretch")
     recommendation = recommendation_text(profile)
     if recommendation:
         st.markdown(md_escape(recommendation))
@@ -495,6 +502,7 @@ def profile_section(run_id: int, diagnosis: Mapping[str, Any]) -> None:
         file_name=f"eagle3dash-run-{run_id}-profile.json",
         mime="application/json",
         key="profile-json",
+        on_click="ignore",  # a download needs no rerun of the page
     )
     right.download_button(
         "Download the profile (CSV)",
@@ -502,4 +510,5 @@ def profile_section(run_id: int, diagnosis: Mapping[str, Any]) -> None:
         file_name=f"eagle3dash-run-{run_id}-profile.csv",
         mime="text/csv",
         key="profile-csv",
+        on_click="ignore",
     )
