@@ -19,7 +19,7 @@ import streamlit as st
 from eagle3dash.profile_export import profile_csv, profile_json
 from eagle3dash.ui import charts, words
 from eagle3dash.ui.fmt import DASH, is_missing, md_escape, num, ratio
-from eagle3dash.ui.tables import METRIC_COLUMNS
+from eagle3dash.ui.tables import metrics_frame
 
 # per_position's lists, as the sources the per-position chart names.
 POSITION_SOURCES = (
@@ -36,7 +36,11 @@ CATEGORY_METRICS = (
     ("speedup", "speedup", "speedup"),
 )
 # Which accept length ranks the categories: the measured one, else the simulation of serving.
-WEAKEST_BY = ("measured_accept_length", "sim_accept_serving")
+WEAKEST_WORDS = {
+    "measured_accept_length": "measured accept length",
+    "sim_accept_serving": "simulated accept length (serving layout)",
+}
+WEAKEST_BY = tuple(WEAKEST_WORDS)
 PART_NAMES = {
     "per_position": "per draft position",
     "per_category": "per category",
@@ -75,18 +79,11 @@ def per_position_metrics(profile: Mapping[str, Any]) -> pd.DataFrame:
     `charts.per_position_chart`; positions without a value are left out."""
     per_position = profile.get("per_position") or {}
     positions = per_position.get("positions") or []
-    rows = []
-    for field, source in POSITION_SOURCES:
-        values = per_position.get(field) or []
-        for position, value in zip(positions, values, strict=False):
-            if not is_missing(value):
-                rows.append((source, "acceptance", int(position), None, float(value)))
-    df = pd.DataFrame(rows, columns=list(METRIC_COLUMNS)).astype(
-        {"source": "string", "name": "string", "value": "float64"}
+    return metrics_frame(
+        (source, "acceptance", int(position), None, value)
+        for field, source in POSITION_SOURCES
+        for position, value in zip(positions, per_position.get(field) or [], strict=False)
     )
-    for col in ("step", "request"):
-        df[col] = pd.to_numeric(df[col], errors="coerce").astype("Int64")
-    return df
 
 
 # --- per category -------------------------------------------------------------------------------
@@ -119,11 +116,7 @@ def weakest_text(profile: Mapping[str, Any]) -> str | None:
     }
     others = sorted(v for k, v in values.items() if k != name)
     spread = num(others[0]) if others[0] == others[-1] else f"{num(others[0])} to {num(others[-1])}"
-    what = (
-        "measured accept length"
-        if field == "measured_accept_length"
-        else ("simulated accept length (serving layout)")
-    )
+    what = WEAKEST_WORDS[field]
     return (
         f"Weakest category: {name}, {what} {num(values[name])} against {spread} for the other "
         f"categories."
