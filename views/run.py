@@ -6,6 +6,7 @@ import streamlit as st
 from eagle3dash import jobs as jobq
 from eagle3dash import store as db
 from eagle3dash.ui import data, tables, widgets
+from eagle3dash.ui import profile as profile_ui
 from eagle3dash.ui.fmt import md_escape, status_label, when
 from eagle3dash.ui.home import get_store
 from eagle3dash.ui.progress import progress_view
@@ -76,9 +77,13 @@ if detections:
     st.header("Layout detective")
     widgets.layout_detectives(detections)
 
+profile = (diagnosis or {}).get("profile")  # None: --no-profile, or stored before the profile
 if diagnosis:
     st.header("Charts")
-    widgets.run_charts(diagnosis)
+    widgets.run_charts(diagnosis, per_position=not profile)
+if diagnosis and profile:
+    st.header("Acceptance profile")
+    profile_ui.profile_section(run_id, diagnosis)
 
 checkpoint_tab, server_tab, logs_tab, export_tab = st.tabs(
     ["Checkpoint", "Server", "Jobs and logs", "Export"]

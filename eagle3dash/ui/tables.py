@@ -127,6 +127,12 @@ def diagnosis_metrics(diagnosis: Mapping[str, Any] | None) -> pd.DataFrame:
         ):
             rows += [(source, name, None, i, v) for i, v in enumerate(bench.get(key) or [])]
             rows.append((source, name, None, None, bench.get(total)))
+    return metrics_frame(rows)
+
+
+def metrics_frame(rows: Iterable[tuple[str, str, int | None, int | None, Any]]) -> pd.DataFrame:
+    """Long metric rows (source, name, step, request, value) typed for the charts, the rows
+    without a value left out."""
     df = pd.DataFrame(
         [r for r in rows if not is_missing(r[-1])], columns=list(METRIC_COLUMNS)
     ).astype({"source": "string", "name": "string", "value": "float64"})

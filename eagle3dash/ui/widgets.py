@@ -333,12 +333,14 @@ def compare_headline(a: Mapping[str, Any], b: Mapping[str, Any]) -> None:
         )
 
 
-def run_charts(diagnosis: Mapping[str, Any]) -> None:
-    """Acceptance per draft position (measured beside both sides' simulation); accuracy and
-    acceptance per step of both sides; accept length and tok/s per request."""
+def run_charts(diagnosis: Mapping[str, Any], per_position: bool = True) -> None:
+    """Acceptance per draft position (measured beside both sides' simulation; `per_position`
+    False: the acceptance profile draws it); accuracy and acceptance per step of both sides;
+    accept length and tok/s per request."""
     metrics = tables.diagnosis_metrics(diagnosis)
     drawn = [
-        _chart(charts.per_position_chart(metrics), words.per_position_note(diagnosis)),
+        per_position
+        and _chart(charts.per_position_chart(metrics), words.per_position_note(diagnosis)),
         _chart(charts.acceptance_chart(metrics)),
         _chart(charts.accept_length_chart(metrics)),
         _chart(charts.tok_s_chart(metrics), words.double_note(diagnosis.get("server"))),

@@ -1,0 +1,507 @@
+"""The acceptance profile on the Run page: frames, charts and words from a diagnosis's `profile`
+(the dict form `Profile.to_dict()`, see eagle3dash/profile_export.py for its fields), and the
+section that shows them.
+
+Every number may be null (not measured) and every list may be empty; a diagnosis without a profile
+(`--no-profile`, or a run stored before the profile existed) has no section at all. The frames and
+charts are plain functions (tested without Streamlit); `profile_section` draws them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import altair as alt
+import pandas as pd
+import streamlit as st
+
+from eagle3dash.profile_export import profile_csv, profile_json
+from eagle3dash.ui import charts, words
+from eagle3dash.ui.fmt import DASH, is_missing, md_escape, num, ratio
+from eagle3dash.ui.tables import metrics_frame
+
+# per_position's lists, as the sources the per-position chart names.
+POSITION_SOURCES = (
+    ("simulated_training", "training"),
+    ("simulated_serving", "serving"),
+    ("measured", "measured"),
+)
+# The category matrix's columns: the field, its name, how its values read.
+CATEGORY_METRICS = (
+    ("measured_accept_length", "measured: accept length", "length"),
+    ("sim_accept_training", "simulated: training layout", "length"),
+    ("sim_accept_serving", "simulated: serving layout", "length"),
+    ("tok_s", "output tok/s", "tok/s"),
+    ("speedup", "speedup", "speedup"),
+)
+# Which accept length ranks the categories: the measured one, else the simulation of serving.
+WEAKEST_WORDS = {
+    "measured_accept_length": "measured accept length",
+    "sim_accept_serving": "simulated accept length (serving layout)",
+}
+WEAKEST_BY = tuple(WEAKEST_WORDS)
+PART_NAMES = {
+    "per_position": "per draft position",
+    "per_category": "per category",
+    "prompt_format": "prompt format",
+    "temperature": "temperature",
+    "steps_advice": "steps advice",
+}
+SOURCE_NAMES = {
+    "measured": "the server's histogram (measured)",
+    "simulated": "the standalone draft (simulated)",
+}
+STEP_COSTS_SOURCES = {
+    "baseline": "the verify cost is the baseline's time per token",
+    "one-token requests": "the verify cost is timed on one-token requests",
+}
+
+
+def _rows(profile: Mapping[str, Any], part: str) -> list[Mapping[str, Any]]:
+    return list(profile.get(part) or [])
+
+
+def _value(value: Any) -> float | None:
+    return None if is_missing(value) else float(value)
+
+
+def _int(value: Any) -> int | None:
+    return None if is_missing(value) else int(value)
+
+
+# --- per draft position -------------------------------------------------------------------------
+
+
+def per_position_metrics(profile: Mapping[str, Any]) -> pd.DataFrame:
+    """The profile's acceptance per draft position in `tables.diagnosis_metrics`'s long rows
+    (source training / serving / measured, name "acceptance", step = the position), for
+    `charts.per_position_chart`; positions without a value are left out."""
+    per_position = profile.get("per_position") or {}
+    positions = per_position.get("positions") or []
+    return metrics_frame(
+        (source, "acceptance", int(position), None, value)
+        for field, source in POSITION_SOURCES
+        for position, value in zip(positions, per_position.get(field) or [], strict=False)
+    )
+
+
+# --- per category -------------------------------------------------------------------------------
+
+
+def weakest_category(profile: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The category with the lowest accept length (measured, else simulated on the serving
+    layout) and the field it was ranked by; None with fewer than two categories to compare."""
+    for field in WEAKEST_BY:
+        ranked = [
+            (float(row[field]), str(row["category"]))
+            for row in _rows(profile, "per_category")
+            if not is_missing(row.get(field))
+        ]
+        if len(ranked) >= 2:
+            return min(ranked)[1], field
+    return None
+
+
+def weakest_text(profile: Mapping[str, Any]) -> str | None:
+    """The weakest category in words, with its accept length beside the others'."""
+    found = weakest_category(profile)
+    if found is None:
+        return None
+    name, field = found
+    values = {
+        str(row["category"]): float(row[field])
+        for row in _rows(profile, "per_category")
+        if not is_missing(row.get(field))
+    }
+    others = sorted(v for k, v in values.items() if k != name)
+    spread = num(others[0]) if others[0] == others[-1] else f"{num(others[0])} to {num(others[-1])}"
+    what = WEAKEST_WORDS[field]
+    return (
+        f"Weakest category: {name}, {what} {num(values[name])} against {spread} for the other "
+        f"categories."
+    )
+
+
+def _category_label(kind: str, value: float | None) -> str:
+    if value is None:
+        return DASH
+    if kind == "speedup":
+        return ratio(value)
+    return num(value, 1 if kind == "tok/s" else 2)
+
+
+def category_frame(profile: Mapping[str, Any]) -> pd.DataFrame:
+    """The category x metric matrix in long rows: category, prompts, metric (its name), value,
+    share (the value over the best category's for that metric: the cell's colour), label (the
+    value as shown), weakest (the row of the weakest category). Metrics no category has are
+    left out."""
+    rows = _rows(profile, "per_category")
+    weakest = weakest_category(profile)
+    out = []
+    for field, name, kind in CATEGORY_METRICS:
+        values = [_value(row.get(field)) for row in rows]
+        present = [v for v in values if v is not None]
+        if not present:
+            continue
+        best = max(present)
+        for row, value in zip(rows, values, strict=True):
+            out.append(
+                {
+                    "category": str(row["category"]),
+                    "prompts": row.get("prompts"),
+                    "metric": name,
+                    "value": value,
+                    "share": None if value is None or best <= 0 else value / best,
+                    "label": _category_label(kind, value),
+                    "weakest": weakest is not None and str(row["category"]) == weakest[0],
+                }
+            )
+    columns = ["category", "prompts", "metric", "value", "share", "label", "weakest"]
+    return pd.DataFrame(out, columns=columns)
+
+
+def category_chart(profile: Mapping[str, Any]) -> alt.LayerChart | alt.FacetChart | None:
+    """A heatmap of the categories (rows) by metric (columns): each cell coloured by its share of
+    the best category's value for that metric and labelled with the value; the weakest
+    category's row outlined in vermillion."""
+    df = category_frame(profile)
+    if df.empty:
+        return None
+    categories = list(dict.fromkeys(df["category"]))
+    metrics = list(dict.fromkeys(df["metric"]))
+    x = alt.X(
+        "metric:N",
+        sort=metrics,
+        title=None,
+        # a label per line before and after its colon: "simulated" over "training layout"
+        axis=alt.Axis(
+            orient="top",
+            labelAngle=0,
+            labelLimit=0,
+            labelOverlap=False,
+            labelExpr="split(datum.label, ': ')",
+        ),
+    )
+    y = alt.Y("category:N", sort=categories, title="prompt category")
+    base = alt.Chart(df).encode(
+        x=x,
+        y=y,
+        tooltip=["category", "prompts", "metric", alt.Tooltip("label:N", title="value")],
+    )
+    cells = base.mark_rect(stroke="white", strokeWidth=1).encode(
+        color=alt.Color(
+            "share:Q",
+            scale=alt.Scale(scheme="blues", domain=[0, 1]),
+            legend=alt.Legend(title="of the best category", format="%", gradientLength=80),
+        )
+    )
+    text = base.mark_text(fontSize=13).encode(
+        text="label:N",
+        color=alt.condition("datum.share > 0.6", alt.value("white"), alt.value("black")),
+    )
+    outline = (
+        alt.Chart(df[df["weakest"]])
+        .mark_rect(fillOpacity=0, stroke=charts.VERMILLION, strokeWidth=3)
+        .encode(x=x, y=y)
+    )
+    return alt.layer(cells, text, outline).properties(
+        title="Per category: accept length, tok/s and speedup",
+        height=alt.Step(36),
+    )
+
+
+# --- prompt format and temperature --------------------------------------------------------------
+
+
+def format_frame(profile: Mapping[str, Any]) -> pd.DataFrame:
+    """One row per prompt format: prompts, measured and simulated accept length, tok/s (text)."""
+    rows = [
+        {
+            "prompt format": str(row.get("format")),
+            "prompts": DASH if is_missing(row.get("prompts")) else str(row["prompts"]),
+            "measured accept length": num(row.get("measured_accept_length")),
+            "simulated accept length (serving layout)": num(row.get("sim_accept_serving")),
+            "output tok/s": num(row.get("tok_s"), 1),
+        }
+        for row in _rows(profile, "prompt_format")
+    ]
+    columns = [
+        "prompt format",
+        "prompts",
+        "measured accept length",
+        "simulated accept length (serving layout)",
+        "output tok/s",
+    ]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def temperature_frame(profile: Mapping[str, Any]) -> pd.DataFrame:
+    """One row per sampling temperature: measured accept length and tok/s (text)."""
+    rows = [
+        {
+            "temperature": num(row.get("temperature"), 1),
+            "measured accept length": num(row.get("measured_accept_length")),
+            "output tok/s": num(row.get("tok_s"), 1),
+        }
+        for row in _rows(profile, "temperature")
+    ]
+    return pd.DataFrame(rows, columns=["temperature", "measured accept length", "output tok/s"])
+
+
+# --- steps advice -------------------------------------------------------------------------------
+
+
+def steps_frame(profile: Mapping[str, Any]) -> pd.DataFrame:
+    """The steps advice in numbers: num_steps, predicted tok/s and accept length, where the
+    per-step acceptance comes from (in words)."""
+    rows = [
+        {
+            "num_steps": int(row["num_steps"]),
+            "predicted tok/s": _value(row.get("predicted_tok_s")),
+            "predicted accept length": _value(row.get("predicted_accept_length")),
+            "acceptance from": SOURCE_NAMES.get(row.get("source") or "", row.get("source")),
+        }
+        for row in _rows(profile, "steps_advice")
+    ]
+    columns = ["num_steps", "predicted tok/s", "predicted accept length", "acceptance from"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def settings_frame(profile: Mapping[str, Any]) -> pd.DataFrame:
+    """The settings the steps chart marks: the recommended and the current num_steps (one row,
+    'current = recommended', when they are the same)."""
+    recommended = profile.get("recommended") or {}
+    found = [
+        ("recommended", _int(recommended.get("num_steps"))),
+        ("current", _int(recommended.get("current_num_steps"))),
+    ]
+    marks = [(name, n) for name, n in found if n is not None]
+    if len(marks) == 2 and marks[0][1] == marks[1][1]:
+        marks = [("current = recommended", marks[0][1])]
+    return pd.DataFrame(
+        [{"setting": name, "num_steps": n, "label": f"{name}: {n}"} for name, n in marks],
+        columns=["setting", "num_steps", "label"],
+    )
+
+
+STEPS_HEIGHTS = {"predicted tok/s": 300, "predicted accept length": 280}  # px, titles included
+STEPS_FIELDS = tuple(STEPS_HEIGHTS)
+SETTING_DASHES = {
+    "recommended": charts.SOLID,
+    "current": charts.DASHED,
+    "current = recommended": charts.SOLID,
+}
+
+
+def steps_chart(
+    profile: Mapping[str, Any], field: str = "predicted tok/s"
+) -> alt.LayerChart | alt.FacetChart | None:
+    """The steps advice's `field` (one of STEPS_FIELDS) by --speculative-num-steps: points
+    coloured by where the acceptance per step comes from, the recommended and the current
+    settings as labelled vertical rules (solid, dashed)."""
+    df = steps_frame(profile)
+    if df.empty:
+        return None
+    marks = settings_frame(profile)
+    steps = [*df["num_steps"], *marks["num_steps"]]
+    x_scale = alt.Scale(domain=[min(steps) - 0.5, max(steps) + 0.5], nice=False)
+    x = alt.X(
+        "num_steps:Q",
+        title="--speculative-num-steps",
+        scale=x_scale,
+        axis=alt.Axis(tickMinStep=1, format="d"),
+    )
+    present = [name for name in SOURCE_NAMES.values() if name in set(df["acceptance from"])]
+    colors = {SOURCE_NAMES["measured"]: charts.GREEN, SOURCE_NAMES["simulated"]: charts.ORANGE}
+    base = alt.Chart(df).encode(
+        x=x,
+        y=alt.Y(f"{field}:Q", title=field, scale=alt.Scale(zero=False, padding=12)),
+        tooltip=[
+            "num_steps",
+            alt.Tooltip("predicted tok/s:Q", format=".1f"),
+            alt.Tooltip("predicted accept length:Q", format=".2f"),
+            "acceptance from",
+        ],
+    )
+    line = base.mark_line(color=charts.GREY, strokeWidth=2)
+    points = base.mark_point(size=80, filled=True, opacity=1).encode(
+        color=alt.Color(
+            "acceptance from:N",
+            scale=alt.Scale(domain=present, range=[colors[p] for p in present]),
+            legend=alt.Legend(title="acceptance per step from", labelLimit=0),
+        )
+    )
+    layers: list[Any] = []  # the rules first: the points go over them
+    if not marks.empty:
+        settings = list(marks["setting"])
+        mark_x = alt.X("num_steps:Q", scale=x_scale)
+        layers.append(
+            alt.Chart(marks)
+            .mark_rule(color="black", strokeWidth=2)
+            .encode(
+                x=mark_x,
+                strokeDash=alt.StrokeDash(
+                    "setting:N",
+                    scale=alt.Scale(
+                        domain=settings, range=[list(SETTING_DASHES[s]) for s in settings]
+                    ),
+                    legend=None,  # each rule is labelled
+                ),
+            )
+        )
+        layers.append(
+            alt.Chart(marks)
+            .mark_text(align="left", dx=4, baseline="top", y=2, fontSize=12)
+            .encode(x=mark_x, text="label:N")
+        )
+    return alt.layer(*layers, line, points).properties(
+        title=f"Steps advice: {field} by draft steps", height=STEPS_HEIGHTS[field]
+    )
+
+
+def recommendation_text(profile: Mapping[str, Any]) -> str | None:
+    """The recommended setting against the current one, in words."""
+    rec = profile.get("recommended") or {}
+    n = _int(rec.get("num_steps"))
+    if n is None:
+        return None
+    tok_s = _value(rec.get("predicted_tok_s"))
+    predicted = (
+        f"predicted {num(tok_s, 1)} tok/s, accept length {num(rec.get('predicted_accept_length'))}"
+    )
+    current, current_tok_s = _int(rec.get("current_num_steps")), _value(rec.get("current_tok_s"))
+    if current is None:
+        return f"Recommended: {_steps(n)} ({predicted})."
+    if current == n:
+        return f"The server already runs the recommended {_steps(n)} ({predicted})."
+    gain = ""
+    if tok_s is not None and current_tok_s is not None and current_tok_s > 0:
+        gain = f", {tok_s / current_tok_s - 1:+.0%}"
+    return (
+        f"Recommended: {_steps(n)} ({predicted}) instead of the current {current} "
+        f"({num(current_tok_s, 1)} tok/s{gain})."
+    )
+
+
+def _steps(n: int) -> str:
+    return f"{n} draft step" + ("" if n == 1 else "s")
+
+
+def step_costs_text(profile: Mapping[str, Any]) -> str | None:
+    """The costs the prediction rests on, in milliseconds, and where they come from."""
+    costs = profile.get("step_costs") or {}
+    parts = [
+        (name, _value(costs.get(key)))
+        for name, key in (
+            ("one verify forward", "verify_s"),
+            ("one draft step", "draft_step_s"),
+            ("a request's fixed cost", "request_fixed_s"),
+        )
+    ]
+    known = [f"{name} {num(v * 1000)} ms" for name, v in parts if v is not None]
+    if not known:
+        return None
+    source = costs.get("source")
+    where = f" ({STEP_COSTS_SOURCES.get(source, source)})" if source else ""
+    return f"From this run's own timings{where}: " + ", ".join(known) + "."
+
+
+# --- not profiled -------------------------------------------------------------------------------
+
+
+def not_profiled_texts(profile: Mapping[str, Any], part: str | None) -> list[str]:
+    """The items of one part that could not be measured (None: those naming no part the section
+    shows), each with the New-run field or the action that enables it."""
+    return [
+        f"Not profiled, {PART_NAMES.get(item.get('part') or '', item.get('part') or 'a part')}: "
+        + words.not_checked_text(item)
+        for item in _rows(profile, "not_profiled")
+        if item.get("part") == part or (part is None and item.get("part") not in PART_NAMES)
+    ]
+
+
+# --- the section --------------------------------------------------------------------------------
+
+
+def profile_section(run_id: int, diagnosis: Mapping[str, Any]) -> None:
+    """The acceptance profile of a diagnosis that has one: per draft position, per category,
+    prompt format and temperature, steps advice, what was not profiled, and the downloads."""
+    profile = diagnosis.get("profile")
+    if not profile:
+        return
+
+    def not_profiled(part: str | None) -> None:
+        for text in not_profiled_texts(profile, part):
+            st.info(md_escape(text), icon="ℹ️")
+
+    st.subheader("Per draft position")
+    chart = charts.per_position_chart(per_position_metrics(profile))
+    if chart is not None:
+        st.altair_chart(chart, width="stretch")
+        note = words.per_position_note(diagnosis)
+        if note:
+            st.caption("ℹ️ " + md_escape(note))
+    not_profiled("per_position")
+
+    st.subheader("Per category")
+    chart = category_chart(profile)
+    if chart is not None:
+        st.altair_chart(chart, width="stretch")
+        weakest = weakest_text(profile)
+        if weakest:
+            st.markdown("⚠️ " + md_escape(weakest))
+    not_profiled("per_category")
+
+    st.subheader("Prompt format")
+    formats = format_frame(profile)
+    if not formats.empty:
+        st.dataframe(formats, hide_index=True, width="stretch")
+    not_profiled("prompt_format")
+
+    st.subheader("Temperature")
+    temperatures = temperature_frame(profile)
+    if not temperatures.empty:
+        st.dataframe(temperatures, hide_index=True, width="stretch")
+    not_profiled("temperature")
+
+    st.subheader("Which --speculative-num-steps")
+    for field in STEPS_FIELDS:
+        chart = steps_chart(profile, field)
+        if chart is not None:
+            st.altair_chart(chart, width="stretch")
+    recommendation = recommendation_text(profile)
+    if recommendation:
+        st.markdown(md_escape(recommendation))
+    flags = (profile.get("recommended") or {}).get("flags")
+    if flags:
+        st.code(str(flags), language="bash")
+    costs = step_costs_text(profile)
+    if costs:
+        st.caption(
+            md_escape(
+                costs + " The prediction holds for one request at a time on a chain (topk 1); "
+                "batching, tree drafting and adaptive speculation change it."
+            )
+        )
+    not_profiled("steps_advice")
+
+    not_profiled(None)
+
+    left, right = st.columns(2)
+    left.download_button(
+        "Download the profile (JSON)",
+        data=profile_json(diagnosis) or "",
+        file_name=f"eagle3dash-run-{run_id}-profile.json",
+        mime="application/json",
+        key="profile-json",
+        on_click="ignore",  # a download needs no rerun of the page
+    )
+    right.download_button(
+        "Download the profile (CSV)",
+        data=profile_csv(diagnosis) or "",
+        file_name=f"eagle3dash-run-{run_id}-profile.csv",
+        mime="text/csv",
+        key="profile-csv",
+        on_click="ignore",
+    )

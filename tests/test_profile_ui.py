@@ -1,0 +1,515 @@
+"""The acceptance profile on the Run page and in its export: frames, charts and words read back
+from a hand-written profile (issue 13's contract form), the JSON and CSV files, and the Run page
+(AppTest) of a real stored diagnosis with that profile added.
+
+A module fixture lets the real worker diagnose a random draft on the SGLang API double (no
+baseline, no target); its stored diagnosis, with SAMPLE as its profile, is the run the page shows.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from eagle3dash import jobs as jobq
+from eagle3dash import store as db
+from eagle3dash.diagnosis.options import DiagnoseOptions
+from eagle3dash.job_kinds import JOB_KINDS
+from eagle3dash.jobs.worker import run_worker
+from eagle3dash.profile_export import profile_csv, profile_json
+from eagle3dash.submit import submit_diagnosis
+from eagle3dash.testing.sglang_double import DoubleConfig, start_double
+from eagle3dash.ui import charts
+from eagle3dash.ui import profile as ui
+from tests.appkit import app, no_exception, plain, texts
+from tests.specs import tiny_models
+
+GREEN, ORANGE, VERMILLION = "#009E73", "#E69F00", "#D55E00"
+TRAINING, SERVING, MEASURED = "training layout", "serving layout", "endpoint (measured)"
+FROM_HISTOGRAM = "the server's histogram (measured)"
+FROM_DRAFT = "the standalone draft (simulated)"
+PER_POSITION_TITLE = "Acceptance per draft position: measured on the endpoint vs simulated"
+CATEGORY_TITLE = "Per category: accept length, tok/s and speedup"
+STEPS_TITLES = [
+    "Steps advice: predicted tok/s by draft steps",
+    "Steps advice: predicted accept length by draft steps",
+]
+FLAGS = "--speculative-num-steps 2 --speculative-eagle-topk 1 --speculative-num-draft-tokens 3"
+TARGET_LABEL = "Local target path (for training-side states)"  # the target option's New-run label
+
+# Three categories; "novel" accepts least (measured 1.2), the prompt format was profiled raw only.
+SAMPLE = {
+    "steps": 3,
+    "per_position": {
+        "positions": [1, 2, 3],
+        "simulated_training": [0.8, 0.5, 0.25],
+        "simulated_serving": [0.3, 0.1, 0.0],
+        "measured": [0.25, 0.05, 0.0],
+    },
+    "per_category": [
+        {
+            "category": "copy-heavy",
+            "prompts": 4,
+            "measured_accept_length": 3.1,
+            "sim_accept_training": 3.3,
+            "sim_accept_serving": 1.3,
+            "tok_s": 120.5,
+            "baseline_tok_s": 60.25,
+            "speedup": 2.0,
+        },
+        {
+            "category": "novel",
+            "prompts": 4,
+            "measured_accept_length": 1.2,
+            "sim_accept_training": 1.5,
+            "sim_accept_serving": 1.1,
+            "tok_s": 62.0,
+            "baseline_tok_s": 62.0,
+            "speedup": 1.0,
+        },
+        {
+            "category": "chat",
+            "prompts": 3,
+            "measured_accept_length": 2.4,
+            "sim_accept_training": 2.6,
+            "sim_accept_serving": 1.2,
+            "tok_s": 96.0,
+            "baseline_tok_s": 60.0,
+            "speedup": 1.6,
+        },
+    ],
+    "prompt_format": [
+        {
+            "format": "raw",
+            "prompts": 11,
+            "measured_accept_length": 2.25,
+            "sim_accept_serving": 1.2,
+            "tok_s": 92.5,
+        }
+    ],
+    "temperature": [
+        {"temperature": 0.0, "measured_accept_length": 2.25, "tok_s": 92.5},
+        {"temperature": 0.7, "measured_accept_length": 1.75, "tok_s": 80.0},
+    ],
+    "steps_advice": [
+        {
+            "num_steps": 1,
+            "predicted_accept_length": 1.25,
+            "predicted_tok_s": 70.0,
+            "source": "measured",
+        },
+        {
+            "num_steps": 2,
+            "predicted_accept_length": 1.5,
+            "predicted_tok_s": 84.0,
+            "source": "measured",
+        },
+        {
+            "num_steps": 3,
+            "predicted_accept_length": 1.55,
+            "predicted_tok_s": 80.0,
+            "source": "measured",
+        },
+        {
+            "num_steps": 4,
+            "predicted_accept_length": 1.6,
+            "predicted_tok_s": 76.0,
+            "source": "simulated",
+        },
+    ],
+    "recommended": {
+        "num_steps": 2,
+        "predicted_accept_length": 1.5,
+        "predicted_tok_s": 84.0,
+        "current_num_steps": 3,
+        "current_tok_s": 80.0,
+        "flags": FLAGS,
+    },
+    "step_costs": {
+        "verify_s": 0.011,
+        "draft_step_s": 0.0012,
+        "request_fixed_s": 0.012,
+        "source": "baseline",
+    },
+    "not_profiled": [
+        {
+            "part": "prompt_format",
+            "reason": "no local tokenizer with a chat template",
+            "option": "target",
+            "action": "give a local copy of the target",
+        }
+    ],
+}
+
+# One of each kind of null: a missing histogram, empty parts, null cells, a reason with a comma.
+SMALL = {
+    "steps": 2,
+    "per_position": {
+        "positions": [1, 2],
+        "simulated_training": [0.5, 0.25],
+        "simulated_serving": [0.5, 0.0],
+        "measured": None,
+    },
+    "per_category": [
+        {
+            "category": "code",
+            "prompts": 2,
+            "measured_accept_length": 1.5,
+            "sim_accept_training": None,
+            "sim_accept_serving": 1.25,
+            "tok_s": 40.0,
+            "baseline_tok_s": None,
+            "speedup": None,
+        }
+    ],
+    "prompt_format": [],
+    "temperature": [{"temperature": 0.7, "measured_accept_length": 1.25, "tok_s": None}],
+    "steps_advice": [
+        {
+            "num_steps": 1,
+            "predicted_accept_length": 1.5,
+            "predicted_tok_s": 40.0,
+            "source": "simulated",
+        }
+    ],
+    "recommended": {
+        "num_steps": 1,
+        "predicted_accept_length": 1.5,
+        "predicted_tok_s": 40.0,
+        "current_num_steps": 1,
+        "current_tok_s": None,
+        "flags": "--speculative-num-steps 1 --speculative-eagle-topk 1 "
+        "--speculative-num-draft-tokens 2",
+    },
+    "step_costs": None,
+    "not_profiled": [
+        {"part": "prompt_format", "reason": "no chat template, so raw only", "option": None}
+    ],
+}
+
+
+def rows_of(spec: dict, layer: dict | None = None) -> list[dict]:
+    """The rows a (layer of a) Vega-Lite spec plots, from the top-level datasets."""
+    return spec["datasets"][(layer or spec)["data"]["name"]]
+
+
+# --- export ------------------------------------------------------------------------------------
+
+
+def test_the_profile_json_names_the_run_and_round_trips_the_profile() -> None:
+    diagnosis = {
+        "options": {"draft": "/ckpt/draft", "endpoint": "http://gpu:30000", "baseline": None},
+        "server": {"url": "http://gpu:30000/", "version": "0.5.23", "model_path": "/m/llama"},
+        "steps": 3,
+        "findings": [],
+        "profile": SAMPLE,
+    }
+    assert json.loads(profile_json(diagnosis) or "") == {
+        "format": "eagle3dash-profile",
+        "version": 1,
+        "draft": "/ckpt/draft",
+        "target": "/m/llama",
+        "endpoint": "http://gpu:30000",
+        "baseline": None,
+        "sglang_version": "0.5.23",
+        "steps": 3,
+        "profile": SAMPLE,
+    }
+    # No profile (--no-profile, or a run from before): nothing to export, nothing raised.
+    for without in ({**diagnosis, "profile": None}, {"steps": 3}):
+        assert profile_json(without) is None and profile_csv(without) is None
+
+
+def test_the_profile_csv_is_one_value_a_line_with_empty_nulls() -> None:
+    assert (profile_csv({"profile": SMALL}) or "").splitlines() == [
+        "part,row,metric,value",
+        "profile,,steps,2",
+        "per_position,1,simulated_training,0.5",
+        "per_position,1,simulated_serving,0.5",
+        "per_position,1,measured,",
+        "per_position,2,simulated_training,0.25",
+        "per_position,2,simulated_serving,0.0",
+        "per_position,2,measured,",
+        "per_category,code,prompts,2",
+        "per_category,code,measured_accept_length,1.5",
+        "per_category,code,sim_accept_training,",
+        "per_category,code,sim_accept_serving,1.25",
+        "per_category,code,tok_s,40.0",
+        "per_category,code,baseline_tok_s,",
+        "per_category,code,speedup,",
+        "temperature,0.7,measured_accept_length,1.25",
+        "temperature,0.7,tok_s,",
+        "steps_advice,1,predicted_accept_length,1.5",
+        "steps_advice,1,predicted_tok_s,40.0",
+        "steps_advice,1,source,simulated",
+        "recommended,,num_steps,1",
+        "recommended,,predicted_accept_length,1.5",
+        "recommended,,predicted_tok_s,40.0",
+        "recommended,,current_num_steps,1",
+        "recommended,,current_tok_s,",
+        "recommended,,flags,--speculative-num-steps 1 --speculative-eagle-topk 1 "
+        "--speculative-num-draft-tokens 2",
+        'not_profiled,prompt_format,reason,"no chat template, so raw only"',
+        "not_profiled,prompt_format,option,",
+        "not_profiled,prompt_format,action,",
+    ]
+
+
+# --- frames, charts and words ------------------------------------------------------------------
+
+
+def test_per_position_draws_the_three_lines_in_the_run_charts_form() -> None:
+    spec = charts.per_position_chart(ui.per_position_metrics(SAMPLE)).to_dict()
+    assert sorted((r["side"], r["how"], r["k"], r["value"]) for r in rows_of(spec)) == [
+        (MEASURED, "measured", 1, 0.25),
+        (MEASURED, "measured", 2, 0.05),
+        (MEASURED, "measured", 3, 0.0),
+        (SERVING, "simulated", 1, 0.3),
+        (SERVING, "simulated", 2, 0.1),
+        (SERVING, "simulated", 3, 0.0),
+        (TRAINING, "simulated", 1, 0.8),
+        (TRAINING, "simulated", 2, 0.5),
+        (TRAINING, "simulated", 3, 0.25),
+    ]
+    # No histogram: the two simulated lines alone.
+    spec = charts.per_position_chart(ui.per_position_metrics(SMALL)).to_dict()
+    assert {(r["side"], r["k"]) for r in rows_of(spec)} == {
+        (TRAINING, 1),
+        (TRAINING, 2),
+        (SERVING, 1),
+        (SERVING, 2),
+    }
+    assert ui.per_position_metrics({}).empty
+
+
+def test_the_category_matrix_outlines_the_weakest_category() -> None:
+    assert ui.weakest_category(SAMPLE) == ("novel", "measured_accept_length")
+    assert ui.weakest_text(SAMPLE) == (
+        "Weakest category: novel, measured accept length 1.20 against 2.40 to 3.10 for the "
+        "other categories."
+    )
+    spec = ui.category_chart(SAMPLE).to_dict()
+    cells, text, outline = spec["layer"]
+    assert spec["title"] == CATEGORY_TITLE
+    shown = {
+        (r["category"], r["metric"]): (r["label"], round(r["share"], 4))
+        for r in rows_of(spec, cells)
+    }
+    assert len(shown) == 15  # 3 categories x 5 metrics
+    assert shown[("copy-heavy", "measured: accept length")] == ("3.10", 1.0)
+    assert shown[("chat", "output tok/s")] == ("96.0", round(96 / 120.5, 4))
+    assert shown[("novel", "speedup")] == ("1.00x", 0.5)
+    assert shown[("novel", "simulated: serving layout")] == ("1.10", round(1.1 / 1.3, 4))
+    assert cells["encoding"]["x"]["sort"] == [
+        "measured: accept length",
+        "simulated: training layout",
+        "simulated: serving layout",
+        "output tok/s",
+        "speedup",
+    ]
+    assert cells["encoding"]["y"]["sort"] == ["copy-heavy", "novel", "chat"]
+    assert cells["encoding"]["color"]["field"] == "share"
+    assert text["encoding"]["text"]["field"] == "label"
+    assert {r["category"] for r in rows_of(spec, outline)} == {"novel"}
+    assert outline["mark"]["stroke"] == VERMILLION
+    # Without measured accept lengths the serving simulation ranks them; a lone category is not
+    # "weakest"; a metric no category has is not a column.
+    simulated = {
+        "per_category": [
+            {**row, "measured_accept_length": None, "speedup": None}
+            | ({"sim_accept_serving": 0.9} if row["category"] == "chat" else {})
+            for row in SAMPLE["per_category"]
+        ]
+    }
+    assert ui.weakest_category(simulated) == ("chat", "sim_accept_serving")
+    assert ui.weakest_text(simulated) == (
+        "Weakest category: chat, simulated accept length (serving layout) 0.90 against 1.10 to "
+        "1.30 for the other categories."
+    )
+    assert "speedup" not in set(ui.category_frame(simulated)["metric"])
+    assert ui.weakest_category(SMALL) is None and ui.weakest_text(SMALL) is None
+    assert not ui.category_frame(SMALL)["weakest"].any()
+    assert ui.category_chart({"per_category": []}) is None
+
+
+def test_prompt_format_and_temperature_tables() -> None:
+    assert ui.format_frame(SAMPLE).to_dict("records") == [
+        {
+            "prompt format": "raw",
+            "prompts": "11",
+            "measured accept length": "2.25",
+            "simulated accept length (serving layout)": "1.20",
+            "output tok/s": "92.5",
+        }
+    ]
+    assert ui.temperature_frame(SAMPLE).values.tolist() == [
+        ["0.0", "2.25", "92.5"],
+        ["0.7", "1.75", "80.0"],
+    ]
+    assert ui.temperature_frame(SMALL).values.tolist() == [["0.7", "1.25", "—"]]
+    assert ui.format_frame(SMALL).empty
+
+
+def test_the_steps_chart_marks_the_current_and_recommended_settings() -> None:
+    spec = ui.steps_chart(SAMPLE, "predicted tok/s").to_dict()
+    assert spec["title"] == STEPS_TITLES[0]
+    rules, labels, line, points = spec["layer"]
+    assert [(r["num_steps"], r["predicted tok/s"]) for r in rows_of(spec, line)] == [
+        (1, 70.0),
+        (2, 84.0),
+        (3, 80.0),
+        (4, 76.0),
+    ]
+    assert line["encoding"]["y"]["field"] == "predicted tok/s"
+    accept = ui.steps_chart(SAMPLE, "predicted accept length").to_dict()
+    assert accept["title"] == STEPS_TITLES[1]
+    assert [r["predicted accept length"] for r in rows_of(accept, accept["layer"][2])] == [
+        1.25,
+        1.5,
+        1.55,
+        1.6,
+    ]
+    assert accept["layer"][2]["encoding"]["y"]["field"] == "predicted accept length"
+    assert points["encoding"]["color"]["scale"] == {
+        "domain": [FROM_HISTOGRAM, FROM_DRAFT],
+        "range": [GREEN, ORANGE],
+    }
+    assert [(r["setting"], r["num_steps"]) for r in rows_of(spec, rules)] == [
+        ("recommended", 2),
+        ("current", 3),
+    ]
+    assert rules["encoding"]["strokeDash"]["scale"] == {
+        "domain": ["recommended", "current"],
+        "range": [[1, 0], [6, 3]],
+    }
+    assert labels["encoding"]["text"]["field"] == "label"
+    assert line["encoding"]["x"]["scale"]["domain"] == [0.5, 4.5]
+    # The server already runs the best setting: one mark says so.
+    assert ui.settings_frame(SMALL).values.tolist() == [
+        ["current = recommended", 1, "current = recommended: 1"]
+    ]
+    assert ui.steps_chart({"steps_advice": []}) is None
+
+
+def test_the_steps_advice_and_not_profiled_in_words() -> None:
+    assert ui.recommendation_text(SAMPLE) == (
+        "Recommended: 2 draft steps (predicted 84.0 tok/s, accept length 1.50) instead of the "
+        "current 3 (80.0 tok/s, +5%)."
+    )
+    assert ui.recommendation_text(SMALL) == (
+        "The server already runs the recommended 1 draft step (predicted 40.0 tok/s, accept "
+        "length 1.50)."
+    )
+    assert ui.step_costs_text(SAMPLE) == (
+        "From this run's own timings (the verify cost is the baseline's time per token): one "
+        "verify forward 11.00 ms, one draft step 1.20 ms, a request's fixed cost 12.00 ms."
+    )
+    assert ui.step_costs_text(SMALL) is None
+    assert ui.not_profiled_texts(SAMPLE, "prompt_format") == [
+        "Not profiled, prompt format: no local tokenizer with a chat template: fill in "
+        f"'{TARGET_LABEL}' on New run (give a local copy of the target)"
+    ]
+    assert ui.not_profiled_texts(SAMPLE, "temperature") == []
+    odd = {"not_profiled": [{"part": "vision", "reason": "no images", "action": "add some"}]}
+    assert ui.not_profiled_texts(odd, None) == ["Not profiled, vision: no images: add some"]
+
+
+# --- the Run page ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def real_diagnosis(tmp_path_factory) -> dict:
+    """A diagnosis made by the real worker on the double, as the store keeps it."""
+    root = tmp_path_factory.mktemp("profile_ui")
+    models = tiny_models(root)
+    double = start_double(
+        DoubleConfig(
+            target_path=str(models["target"]),
+            draft_path=str(models["draft"]),
+            speculative_algorithm="EAGLE3",
+            num_steps=3,
+            eagle_topk=1,
+            num_draft_tokens=4,
+            enable_return_hidden_states=True,
+        )
+    )
+    home = db.open_store(root / "home")
+    try:
+        options = DiagnoseOptions(
+            draft=str(models["draft"]),
+            endpoint=double.url,
+            num_prompts=2,
+            max_new_tokens=8,
+            concurrency=2,
+            steps=3,
+            training_layout="0,1,2",
+        )
+        run_id = submit_diagnosis(home, None, options)
+        run_worker(home.home, JOB_KINDS, poll_interval=0.05, once=True, slots=1)
+        job = jobq.list_jobs(home, run_id)[0]
+        assert job["status"] == "succeeded", jobq.job_log(home, job["id"])
+        diagnosis = db.get_run(home, run_id)["diagnosis"]
+        assert diagnosis is not None
+        return diagnosis
+    finally:
+        home.close()
+        double.stop()
+
+
+def stored_run(store: db.Store, diagnosis: dict) -> int:
+    """A finished run in `store` with this diagnosis."""
+    run_id = db.create_run(store, None, "http://gpubox:30000")
+    db.update_run(store, run_id, status="succeeded", diagnosis_json=json.dumps(diagnosis))
+    return run_id
+
+
+def chart_titles(at) -> list[str]:
+    return [json.loads(c.proto.spec).get("title") for c in at.get("vega_lite_chart")]
+
+
+def test_the_run_page_shows_the_profile_after_the_charts(real_diagnosis, home) -> None:
+    run_id = stored_run(home, {**real_diagnosis, "profile": SAMPLE})
+    at = app("run", run=str(run_id))
+    no_exception(at)
+    headers = [h.value for h in at.header]
+    assert headers[headers.index("Charts") + 1] == "Acceptance profile"
+    assert [s.value for s in at.subheader][-5:] == [
+        "Per draft position",
+        "Per category",
+        "Prompt format",
+        "Temperature",
+        "Which --speculative-num-steps",
+    ]
+    # The per-position chart moves from Charts into the profile: drawn once, from the profile.
+    titles = chart_titles(at)
+    assert titles[-4:] == [PER_POSITION_TITLE, CATEGORY_TITLE, *STEPS_TITLES]
+    assert titles.count(PER_POSITION_TITLE) == 1
+    assert "⚠️ Weakest category: novel, measured accept length 1.20" in texts(at, "markdown")
+    assert [c.value for c in at.code if c.language == "bash"] == [FLAGS]
+    assert (
+        f"Not profiled, prompt format: no local tokenizer with a chat template: fill in "
+        f"'{TARGET_LABEL}' on New run (give a local copy of the target)"
+    ) in [plain(i.value) for i in at.info]
+    tables = [d.value for d in at.dataframe]
+    temperatures = [t for t in tables if "temperature" in t.columns]
+    assert temperatures[0]["measured accept length"].tolist() == ["2.25", "1.75"]
+    assert any("prompt format" in t.columns for t in tables)
+    assert [b.label for b in at.get("download_button")] == [
+        "Download the profile (JSON)",
+        "Download the profile (CSV)",
+        "Download the diagnosis (JSON)",  # the Export tab's, as before
+        "Download the numbers (CSV)",
+    ]
+
+
+def test_a_run_without_a_profile_shows_nothing_new(real_diagnosis, home) -> None:
+    old = {k: v for k, v in real_diagnosis.items() if k != "profile"}
+    for diagnosis in (old, {**old, "profile": None}):
+        at = app("run", run=str(stored_run(home, diagnosis)))
+        no_exception(at)
+        assert "Acceptance profile" not in [h.value for h in at.header]
+        titles = chart_titles(at)
+        assert PER_POSITION_TITLE in titles and CATEGORY_TITLE not in titles
+        labels = [b.label for b in at.get("download_button")]
+        assert labels == ["Download the diagnosis (JSON)", "Download the numbers (CSV)"]
