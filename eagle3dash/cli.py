@@ -333,12 +333,13 @@ def _write_profile(d: dict, path: Path) -> None:
     """The profile as one JSON file at `path` and its CSV beside it (same name, .csv)."""
     from eagle3dash.profile_export import profile_csv, profile_json
 
-    if d.get("profile") is None:
+    as_json, as_csv = profile_json(d), profile_csv(d)
+    if as_json is None or as_csv is None:
         raise UsageError("--profile-out needs the profile: drop --no-profile")
     csv_path = path.with_suffix(".csv")
     try:
-        path.write_text(profile_json(d), "utf-8")
-        csv_path.write_text(profile_csv(d), "utf-8")
+        path.write_text(as_json, "utf-8")
+        csv_path.write_text(as_csv, "utf-8")
     except OSError as e:
         raise InputError(f"cannot write the profile to {path}: {e.strerror or e}") from None
     print(f"profile written to {path} and {csv_path}", file=sys.stderr)

@@ -16,15 +16,16 @@ draft tokens = steps + 1) at --speculative-num-steps 1..MAX_ADVICE_STEPS:
 - time: a request of n tokens costs `request_fixed_s` (its prefill and overhead: the latency of
   one-token requests) plus (n - 1) / E(s) rounds of `verify_s + s * draft_step_s`. The round cost at
   S is measured (latency minus the fixed cost, over the request's verify rounds); `verify_s` is the
-  baseline's time per token when a baseline was benchmarked (one target forward), else the fixed
-  cost (a prefill is one target forward too); the rest of the round is S draft steps;
+  baseline's time per token (one target forward); the rest of the round is S draft steps. Without
+  a baseline nothing in the run tells a verify forward from a draft step, so the advice gives
+  accept lengths only;
 - tok/s: the measured tok/s at S scaled by the time at S over the time at s, so the prediction at S
   is the measurement.
 
 It stops holding where a round's cost is not one verify forward plus s draft steps: batching
 (large concurrency makes the verify forward compute-bound, so extra draft tokens cost more), tree
-drafting (topk > 1), adaptive speculation (the server changes its steps), and a verify forward far
-from the prefill's cost when no baseline is given.
+drafting (topk > 1), adaptive speculation (the server changes its steps), and a baseline served
+on other hardware or settings than the speculative server.
 """
 
 from __future__ import annotations
@@ -44,7 +45,6 @@ DEFAULT_TEMPERATURES = (0.0, 0.7)
 MEASURED = "measured"  # from the server's spec_correct_drafts_histogram
 SIMULATED = "simulated"  # from the standalone draft's evaluation
 FROM_BASELINE = "baseline"  # verify cost: the baseline's time per token
-FROM_ONE_TOKEN = "one-token requests"  # verify cost: a one-token request's latency
 
 
 @dataclass
@@ -109,7 +109,7 @@ class StepCosts:
     verify_s: float
     draft_step_s: float
     request_fixed_s: float
-    source: str  # FROM_BASELINE or FROM_ONE_TOKEN: where verify_s comes from
+    source: str  # FROM_BASELINE: where verify_s comes from
 
 
 @dataclass
@@ -295,11 +295,11 @@ def step_costs(
     measured: BenchResult,
     one_token_latencies: Sequence[float],
     steps: int,
-    baseline: BenchResult | None = None,
+    baseline: BenchResult | None,
 ) -> StepCosts | None:
     """The fixed cost of a request, one verify forward and one draft step, from the run's own
-    timings (the module docstring); None when the requests do not tell."""
-    if not one_token_latencies:
+    timings (the module docstring); None when they do not tell (no baseline, no timings)."""
+    if baseline is None or not one_token_latencies:
         return None
     fixed = statistics.median(one_token_latencies)
     rounds = [
@@ -307,24 +307,20 @@ def step_costs(
         for r in measured.requests
         if r.error is None and r.latency_s and r.spec_verify_ct
     ]
-    if not rounds:
+    per_token = [
+        (r.latency_s - fixed) / (r.completion_tokens - 1)
+        for r in baseline.requests
+        if r.error is None and r.latency_s and r.completion_tokens and r.completion_tokens > 1
+    ]
+    if not rounds or not per_token:
         return None
     round_s = max(statistics.median(rounds), 0.0)
-    verify, source = fixed, FROM_ONE_TOKEN
-    if baseline is not None:
-        per_token = [
-            (r.latency_s - fixed) / (r.completion_tokens - 1)
-            for r in baseline.requests
-            if r.error is None and r.latency_s and r.completion_tokens and r.completion_tokens > 1
-        ]
-        if per_token:
-            verify, source = max(statistics.median(per_token), 0.0), FROM_BASELINE
-    verify = min(verify, round_s)
+    verify = min(max(statistics.median(per_token), 0.0), round_s)
     return StepCosts(
         verify_s=verify,
         draft_step_s=(round_s - verify) / steps,
         request_fixed_s=fixed,
-        source=source,
+        source=FROM_BASELINE,
     )
 
 

@@ -38,7 +38,8 @@ is raised. The Run page offers both as downloads; `diagnose --profile-out PATH` 
     SGLang flag line to use.
   - `step_costs`: the costs the prediction uses, in seconds: `verify_s` (one verify forward),
     `draft_step_s` (one draft step), `request_fixed_s` (a request's fixed cost); `source`
-    ("baseline": the verify cost is the baseline's per-token time; "one-token requests").
+    ("baseline": the verify cost is the baseline's per-token time; without a baseline there are
+    no costs and no predicted tok/s).
   - `not_profiled`: the parts that could not be measured: `part` (one of the part names above),
     `reason`, `option` (the diagnosis option that enables it, or null), `action` (what to do).
 

@@ -10,7 +10,6 @@ import pytest
 
 from eagle3dash.profile import (
     FROM_BASELINE,
-    FROM_ONE_TOKEN,
     MEASURED,
     SIMULATED,
     Profile,
@@ -122,24 +121,21 @@ def test_prompts_without_a_category_share_one_row():
     ]
 
 
-def test_step_costs_from_one_token_requests():
-    # fixed 0.02 s; a request of 10 verify rounds took 0.52 s: 0.05 s a round; verify = the
-    # one-token latency 0.02, so 4 draft steps share 0.03
+def test_step_costs_need_a_baseline():
+    # without one, nothing tells a verify forward from a draft step
     measured = bench([RequestStat(0, completion_tokens=30, spec_verify_ct=10, latency_s=0.52)])
-    costs = step_costs(measured, [0.03, 0.02, 0.01], steps=4)
-    assert costs is not None
-    assert costs.request_fixed_s == pytest.approx(0.02)
-    assert costs.verify_s == pytest.approx(0.02)
-    assert costs.draft_step_s == pytest.approx(0.0075)
-    assert costs.source == FROM_ONE_TOKEN
+    assert step_costs(measured, [0.02], steps=4, baseline=None) is None
 
 
 def test_step_costs_take_the_verify_cost_from_the_baseline():
+    # fixed 0.02 s (median of the one-token requests); a request of 10 verify rounds took
+    # 0.52 s: 0.05 s a round
     measured = bench([RequestStat(0, completion_tokens=30, spec_verify_ct=10, latency_s=0.52)])
-    # the baseline: 64 tokens in 0.02 + 63 * 0.01 s
+    # the baseline: 64 tokens in 0.02 + 63 * 0.01 s: a verify forward 0.01, 4 steps share 0.04
     baseline = bench([RequestStat(0, completion_tokens=64, latency_s=0.65)])
-    costs = step_costs(measured, [0.02], steps=4, baseline=baseline)
+    costs = step_costs(measured, [0.03, 0.02, 0.01], steps=4, baseline=baseline)
     assert costs is not None
+    assert costs.request_fixed_s == pytest.approx(0.02)
     assert costs.verify_s == pytest.approx(0.01)
     assert costs.draft_step_s == pytest.approx(0.01)
     assert costs.source == FROM_BASELINE
@@ -147,8 +143,10 @@ def test_step_costs_take_the_verify_cost_from_the_baseline():
 
 def test_step_costs_need_timings():
     measured = bench([RequestStat(0, completion_tokens=30, spec_verify_ct=10, latency_s=0.5)])
-    assert step_costs(measured, [], steps=4) is None
-    assert step_costs(bench([RequestStat(0, error="x")]), [0.02], steps=4) is None
+    baseline = bench([RequestStat(0, completion_tokens=64, latency_s=0.65)])
+    assert step_costs(measured, [], steps=4, baseline=baseline) is None
+    failed = bench([RequestStat(0, error="x")])
+    assert step_costs(failed, [0.02], steps=4, baseline=baseline) is None
 
 
 # Measured shares at the served 4 steps and a simulation to 8 steps (hand-computed below).

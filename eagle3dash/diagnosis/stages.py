@@ -684,6 +684,15 @@ def profile_stage(
         else [r.latency_s for r in one_token.requests if r.latency_s is not None]
     )
     profile.step_costs = step_costs(measured, latencies, steps, baseline)
+    if baseline is None:
+        profile.not_profiled.append(
+            NotProfiled(
+                "steps_advice",
+                "tok/s per setting needs a verify forward's cost, which the baseline's time per "
+                "token gives",
+                option="baseline",
+            )
+        )
     profile.steps_advice, profile.recommended = steps_advice(
         steps, measured, serving.eval, profile.step_costs
     )

@@ -54,7 +54,6 @@ SOURCE_NAMES = {
 }
 STEP_COSTS_SOURCES = {
     "baseline": "the verify cost is the baseline's time per token",
-    "one-token requests": "the verify cost is timed on one-token requests",
 }
 
 
