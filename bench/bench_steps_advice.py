@@ -1,10 +1,11 @@
 """The steps advice checked against the world: `python bench/bench_steps_advice.py`.
 
-Serves the demo's "correct" deployment (draft B) at --speculative-num-steps 4 with the SGLang API
-double, runs the diagnosis with its profile, and takes the predicted tok/s for other settings from
-`profile.steps_advice`. Then serves the same draft at each of those settings and measures them with
-the same prompts, concurrency and tokens. Prints predicted, measured (median of --repeats runs)
-and their ratio per setting; exits 1 when one is more than 15% off.
+Serves the demo's "correct" deployment (draft B) at --speculative-num-steps 4 and its baseline
+with the SGLang API double, runs the diagnosis with its profile, and takes the predicted tok/s
+for other settings from `profile.steps_advice`. Then serves the same draft at each of those
+settings and measures them with the same prompts, concurrency and tokens. Prints predicted,
+measured (median of --repeats runs) and their ratio per setting; exits 1 when one is more than
+15% off.
 
 The double's speed is a modelled cost (each target forward sleeps DELAY_S, each draft step a tenth
 of it, plus the tiny models' compute on this CPU): the numbers check the prediction's arithmetic
@@ -57,20 +58,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--settings", default="1,2,6", help="the steps settings to measure")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--baseline", action="store_true", help="verify cost from a baseline")
     args = parser.parse_args(argv)
     plan = deployments()["correct"]
     served = plan.double_config().num_steps
-    with start_double(
-        plan.double_config(enable_return_hidden_states=True, delay_s=DELAY_S)
-    ) as server:
-        baseline = serve_baseline(plan) if args.baseline else None
-        try:
-            options = demo_options(plan.draft_path, server.url, baseline.url if baseline else None)
-            diagnosis = run_diagnosis(options)
-        finally:
-            if baseline is not None:
-                baseline.stop()
+    config = plan.double_config(enable_return_hidden_states=True, delay_s=DELAY_S)
+    # the baseline's time per token prices a verify forward
+    with start_double(config) as server, serve_baseline(plan) as baseline:
+        options = demo_options(plan.draft_path, server.url, baseline.url)
+        diagnosis = run_diagnosis(options)
     profile = diagnosis.profile
     assert profile is not None and profile.step_costs is not None
     predicted = {row.num_steps: row for row in profile.steps_advice}

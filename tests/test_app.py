@@ -237,6 +237,7 @@ def test_a_finished_run_shows_findings_first_then_table_layout_charts_export(wor
         "Layer layout",
         "Layout detective",
         "Charts",
+        "Acceptance profile",
     ]
     # Findings first: the layout mismatch is the first, critical, with evidence and a fix.
     badges = [m.value for m in at.markdown if "badge[" in m.value]
@@ -277,22 +278,30 @@ def test_a_finished_run_shows_findings_first_then_table_layout_charts_export(wor
     assert diff["match"].tolist() == ["DIFFERS"] * 3
     # The detective's verdict, from the diagnosis.
     assert "This draft performs best with [0,1,2]" in texts(at, "info")
-    # Charts: the layout diagram, the detective's slot heatmap, acceptance per draft position
-    # (measured and simulated), accuracy and acceptance per step, accept length and tok/s per
-    # request.
+    # Charts: the layout diagram, the detective's slot heatmap, accuracy and acceptance per step,
+    # accept length and tok/s per request; then the profile's.
     titles = [json.loads(c.proto.spec).get("title") for c in at.get("vega_lite_chart")]
     assert titles == [
         "Layer layout: the tap each fc slot gets in training and in serving",
         "Which tap each slot carries: the match score of every slot and tap",
-        "Acceptance per draft position: measured on the endpoint vs simulated",
         "Standalone draft: accuracy and acceptance per step",
         "Accept length per request (lines: simulated by the standalone draft)",
         "Output tok/s per request",
+        # the acceptance profile: the per-position chart moves there
+        "Acceptance per draft position: measured on the endpoint vs simulated",
+        "Per category: accept length, tok/s and speedup",
+        "Steps advice: predicted tok/s by draft steps",
+        "Steps advice: predicted accept length by draft steps",
     ]
     # The shareable link, the exports, the checkpoint and server reports, the logs.
     assert any(f"run?run={run_id}" in c.value for c in at.code)
     labels = [b.label for b in at.get("download_button")]
-    assert labels == ["Download the diagnosis (JSON)", "Download the numbers (CSV)"]
+    assert labels == [
+        "Download the profile (JSON)",
+        "Download the profile (CSV)",
+        "Download the diagnosis (JSON)",
+        "Download the numbers (CSV)",
+    ]
     assert frame_with(at, "field").set_index("field").loc["format", "value"] == "specforge"
     server = frame_with(at, "setting").set_index("setting")
     assert server.loc["speculative algorithm", "value"] == "EAGLE3"
@@ -341,9 +350,10 @@ def test_the_run_tables_charts_and_exports_as_plain_functions(world) -> None:
     # The numbers of the diagnosis in long rows: per draft step, per request, overall.
     metrics = tables.diagnosis_metrics(diagnosis)
     accuracy = metrics[metrics["name"] == "accuracy"]
-    assert accuracy["source"].tolist() == ["training"] * 3 + ["serving"] * 3
-    assert accuracy["step"].tolist() == [1, 2, 3, 1, 2, 3]
-    assert accuracy["value"].tolist() == [0.0] * 6
+    # evaluated to 8 steps: the profile's steps advice simulates --speculative-num-steps 1..8
+    assert accuracy["source"].tolist() == ["training"] * 8 + ["serving"] * 8
+    assert accuracy["step"].tolist() == [*range(1, 9), *range(1, 9)]
+    assert accuracy["value"].tolist() == [0.0] * 16
     per_request = metrics[metrics["request"].notna()]
     assert per_request[["source", "name", "request"]].values.tolist() == [
         ["measured", "accept_length", 0],
@@ -358,7 +368,7 @@ def test_the_run_tables_charts_and_exports_as_plain_functions(world) -> None:
         (side, metric, step)
         for side in ("training layout", "serving layout")
         for metric in ("accuracy", "acceptance")
-        for step in (1, 2, 3)
+        for step in range(1, 9)
     }
     assert spec["layer"][0]["encoding"]["x"]["field"] == "draft step"
     assert spec["layer"][0]["encoding"]["color"]["scale"] == {
@@ -407,9 +417,9 @@ def test_the_run_tables_charts_and_exports_as_plain_functions(world) -> None:
     assert exported["diagnosis"]["findings"][0]["id"] == "layout-mismatch"
     csv = pd.read_csv(io.StringIO(tables.diagnosis_csv(diagnosis)))
     assert list(csv.columns) == ["source", "name", "step", "request", "value"]
-    # the measured acceptance at 3 positions + 2 sides x (2 metrics x 3 steps + 1)
+    # the measured acceptance at 3 positions + 2 sides x (2 metrics x 8 steps + 1)
     # + 2 x (2 requests + all)
-    assert len(csv) == 23
+    assert len(csv) == 43
     assert csv[csv["name"] == "acceptance"]["source"].tolist()[:3] == ["measured"] * 3
     # No diagnosis: no numbers, no charts, not an error.
     empty = tables.diagnosis_metrics(None)

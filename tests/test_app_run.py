@@ -301,15 +301,17 @@ def test_every_stage_is_numbered_and_the_log_leads_with_the_projects_lines(world
         "running the standalone draft on each side's states",
         "benchmarking the endpoint",
         "benchmarking the baseline",
+        "profiling acceptance: categories, prompt formats, temperatures, steps",
     )
     numbered = list(dict.fromkeys(line.split(": ", 1)[0] for line in stages))
-    assert numbered == [f"stage {k}/8" for k in range(1, 9)]
-    assert stages[0] == "stage 1/8: inspecting the checkpoint"
+    assert numbered == [f"stage {k}/9" for k in range(1, 10)]
+    assert stages[0] == "stage 1/9: inspecting the checkpoint"
     lines = [line for line in log.splitlines() if line.strip()]
     assert "job" in lines[0] and "started" in lines[0]  # the worker's header
-    assert "stage 1/8: inspecting the checkpoint" in lines[1]
+    assert "stage 1/9: inspecting the checkpoint" in lines[1]
     bare = DiagnoseOptions(draft="d", endpoint="e")
-    assert len(plan_stages(bare)) == 5
+    assert len(plan_stages(bare)) == 6
+    assert len(plan_stages(DiagnoseOptions(draft="d", endpoint="e", profile=False))) == 5
 
 
 # --- 4. tables ---------------------------------------------------------------------------------
@@ -438,13 +440,18 @@ def test_the_run_page_draws_measured_acceptance_per_position_beside_both_simulat
     assert measured == shares + [0.0] * (steps - len(shares))  # past the histogram: no round
     for side in ("training", "serving"):
         simulated = [r["value"] for r in rows if r["side"] == f"{side} layout"]
-        assert simulated == diagnosis[side]["eval"]["acceptance"]
+        assert simulated == diagnosis[side]["eval"]["acceptance"][:steps]
     assert "not reported" not in texts(at, "caption")
 
 
 def test_a_server_without_the_histogram_is_named_under_the_chart(world, home) -> None:
     diagnosis = stored(world, "full")
-    older = {**diagnosis, "measured": {**diagnosis["measured"], "per_position": None}}
+    # stored before the histogram and the profile existed
+    older = {
+        **diagnosis,
+        "measured": {**diagnosis["measured"], "per_position": None},
+        "profile": None,
+    }
     run_id = copy_run(home, older)
     at = app("run", run=str(run_id))
     no_exception(at)

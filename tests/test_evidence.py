@@ -40,6 +40,7 @@ def options(draft: Path, url: str, **overrides) -> DiagnoseOptions:
         max_new_tokens=32,
         concurrency=1,
         steps=4,
+        profile=False,  # the layout's evidence; the profile has tests of its own
     )
     fields.update(overrides)
     return DiagnoseOptions(**fields)

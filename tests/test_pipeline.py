@@ -45,6 +45,7 @@ def options(models: dict[str, Path], url: str, **overrides) -> DiagnoseOptions:
         max_new_tokens=24,
         concurrency=2,
         steps=4,
+        profile=False,  # the layout's evidence; the profile has tests of its own
     )
     fields.update(overrides)
     return DiagnoseOptions(**fields)

@@ -25,7 +25,8 @@ def _far_below(value: float, reference: float) -> bool:
 
 def rule_category_far_below(e: Evidence) -> list[Finding]:
     """A prompt category whose measured accept length (else the served states' simulated one)
-    falls far below the median of the other categories: the draft's training data lacks it."""
+    falls far below the median of the other categories: the draft's training data lacks it
+    (BaldEagle#15, SpecForge#310)."""
     profile = e.profile
     if profile is None:
         return []
@@ -63,7 +64,8 @@ def rule_category_far_below(e: Evidence) -> list[Finding]:
 
 def rule_prompt_format_gap(e: Evidence) -> list[Finding]:
     """The same prompts accept far less in one prompt format (raw, chat template, thinking on or
-    off) than in another: the draft was trained on another format than it is served with."""
+    off) than in another: the draft was trained on another format than it is served with
+    (SpecForge#296, sglang#4716, InferenceX#1737)."""
     profile = e.profile
     if profile is None:
         return []
@@ -96,7 +98,8 @@ def rule_prompt_format_gap(e: Evidence) -> list[Finding]:
 
 def rule_num_steps_advice(e: Evidence) -> list[Finding]:
     """Another --speculative-num-steps is predicted faster than the served one, from the
-    measured acceptance per position and the run's own verify and draft-step costs."""
+    measured acceptance per position and the run's own verify and draft-step costs
+    (SafeAILab/EAGLE#132, sglang#13212)."""
     profile = e.profile
     best = None if profile is None else profile.recommended
     if best is None or best.num_steps == best.current_num_steps:
