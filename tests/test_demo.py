@@ -11,9 +11,18 @@ import torch
 
 from eagle3dash import checkpoint
 from eagle3dash.capture import capture_with_transformers
-from eagle3dash.demo import DEMO_PROMPTS, FIXTURES, NUM_LAYERS, deployments, training_layouts
+from eagle3dash.demo import (
+    DEMO_CATEGORIES,
+    DEMO_PROMPTS,
+    FIXTURES,
+    NUM_LAYERS,
+    NUM_PROMPTS,
+    deployments,
+    training_layouts,
+)
 from eagle3dash.demo.language import (
     BOS,
+    CHAT_PREFIX_IDS,
     LENGTH,
     PROMPT_COUNT,
     PROMPT_LENGTH,
@@ -59,12 +68,14 @@ def test_fixture_files_are_present_and_small():
         "draft-a/model.safetensors",
         "draft-b/config.json",
         "draft-b/model.safetensors",
+        "draft-c/config.json",
+        "draft-c/model.safetensors",
         "build.json",
         "prompts.jsonl",
     ):
         assert (FIXTURES / rel).is_file(), rel
     total = sum(p.stat().st_size for p in FIXTURES.rglob("*") if p.is_file())
-    assert total < 10 * 2**20
+    assert total < 12 * 2**20
 
 
 def test_build_json_records_the_shipped_weights():
@@ -78,10 +89,15 @@ def test_build_json_records_the_shipped_weights():
         "target/model.safetensors",
         "draft-a/model.safetensors",
         "draft-b/model.safetensors",
+        "draft-c/model.safetensors",
     }
+    # the format draft's record says how it was taught (build.py)
+    c = record["drafts"]["draft-c"]
+    assert (c["init_from"], c["trained_taps"], c["config_ids"]) == ("draft-b", [1, 2, 3], [0, 1, 2])
+    assert c["format_prefix"] == list(b"<|sys|>demo<|user|>")
 
 
-@pytest.mark.parametrize("name", ["draft-a", "draft-b"])
+@pytest.mark.parametrize("name", ["draft-a", "draft-b", "draft-c"])
 def test_drafts_are_clean_specforge_checkpoints(name):
     report = checkpoint.inspect(FIXTURES / name)
     spec = report.spec
@@ -99,7 +115,7 @@ def test_drafts_are_clean_specforge_checkpoints(name):
 
 def test_drafts_carry_the_targets_frozen_lm_head(target):
     head = target.get_output_embeddings().weight
-    for name in ("draft-a", "draft-b"):
+    for name in ("draft-a", "draft-b", "draft-c"):
         _, tensors, _ = checkpoint.load(FIXTURES / name)
         assert torch.equal(tensors["lm_head.weight"], head)
 
@@ -115,13 +131,16 @@ def test_layouts_reproduce_the_incident_and_its_fix():
     assert training_layout(spec_b, NUM_LAYERS, trainer="specforge").layout == SHIFTED
     assert serving_layout(spec_b, NUM_LAYERS, "0.5.23", "llama").layout == SHIFTED
     assert config_ids_for(A_TRAIN, spec_a, NUM_LAYERS, "0.5.23", "llama") == [-1, 0, 1]
-    assert training_layouts() == {"draft-a": A_TRAIN, "draft-b": SHIFTED}
+    assert training_layouts() == {"draft-a": A_TRAIN, "draft-b": SHIFTED, "draft-c": SHIFTED}
 
 
 def test_deployments():
     deps = deployments()
-    assert set(deps) == {"mismatched", "correct", "fixed"}
+    assert set(deps) == {"mismatched", "correct", "fixed", "format"}
     mis, ok, fixed = deps["mismatched"], deps["correct"], deps["fixed"]
+    fmt = deps["format"]
+    assert (fmt.draft, fmt.aux_layer_ids_override) == ("draft-c", None)
+    assert fmt.serving_layout == fmt.training_layout == SHIFTED
     assert (mis.draft, mis.aux_layer_ids_override, mis.serving_layout) == ("draft-a", None, SHIFTED)
     assert (ok.draft, ok.aux_layer_ids_override, ok.serving_layout) == ("draft-b", None, SHIFTED)
     assert (fixed.draft, fixed.aux_layer_ids_override) == ("draft-a", (-1, 0, 1))
@@ -184,15 +203,53 @@ def test_language_is_deterministic_and_well_formed():
     assert (tokens[first_copy : first_copy + m] == tokens[1 : 1 + m]).all()
 
 
+def _shipped_prompts() -> list[dict]:
+    return [json.loads(line) for line in (FIXTURES / "prompts.jsonl").read_text().splitlines()]
+
+
+def _first_repeat(ids: list[int]) -> int | None:
+    """The m of a first segment that is repeated at once: ids[1+m : 1+2m] == ids[1 : 1+m]."""
+    return next((m for m in range(1, 24) if ids[1 + m : 1 + 2 * m] == ids[1 : 1 + m]), None)
+
+
 def test_demo_prompts_are_pinned():
     assert demo_prompts() == DEMO_PROMPTS
-    assert len(DEMO_PROMPTS) == PROMPT_COUNT
+    assert len(DEMO_PROMPTS) == PROMPT_COUNT == 16
     assert all(len(p) == PROMPT_LENGTH and p[0] == BOS for p in DEMO_PROMPTS)
-    shipped = [
-        json.loads(line)["input_ids"]
-        for line in (FIXTURES / "prompts.jsonl").read_text().splitlines()
-    ]
-    assert shipped == DEMO_PROMPTS
+    shipped = _shipped_prompts()
+    assert [row["input_ids"] for row in shipped] == DEMO_PROMPTS
+    assert [row["category"] for row in shipped] == DEMO_CATEGORIES
+    # numpy seeds 4096 and 4097 give these on every machine
+    assert DEMO_PROMPTS[0][:12] == [0, 241, 252, 8, 83, 105, 170, 237, 167, 241, 252, 8]
+    assert DEMO_PROMPTS[1][:6] == [0, 27, 143, 196, 151, 218]
+
+
+def test_demo_prompt_categories_take_turns_and_differ():
+    """The file's categories alternate, so the first NUM_PROMPTS are half of each; copy-heavy
+    prompts open with a short segment repeated at once, novel ones with 20+ fresh tokens."""
+    shipped = _shipped_prompts()
+    assert [row["category"] for row in shipped] == ["copy-heavy", "novel"] * 8
+    first = [row["category"] for row in shipped[:NUM_PROMPTS]]
+    assert first.count("copy-heavy") == first.count("novel") == NUM_PROMPTS // 2
+    for row in shipped:
+        m = _first_repeat(row["input_ids"])
+        if row["category"] == "copy-heavy":
+            assert m is not None and 6 <= m <= 10, row
+        else:
+            assert m is None or m >= 20, row
+            assert len(set(row["input_ids"][1:21])) >= 18  # fresh: nearly all distinct
+
+
+def test_chat_template_prepends_a_fixed_header():
+    from transformers import AutoTokenizer
+
+    header = [60, 124, 115, 121, 115, 124, 62, 100, 101, 109, 111, 60, 124, 117, 115, 101, 114]
+    header += [124, 62]  # "<|sys|>demo<|user|>" byte by byte
+    assert list(CHAT_PREFIX_IDS) == header
+    tok = AutoTokenizer.from_pretrained(str(FIXTURES / "target"), local_files_only=True)
+    messages = [{"role": "user", "content": "ab"}]
+    ids = tok.apply_chat_template(messages, add_generation_prompt=True, return_dict=False)
+    assert ids == header + [97, 98]  # nothing after the content
 
 
 # --- the drafts -----------------------------------------------------------------------------
@@ -242,12 +299,65 @@ def test_draft_b_does_well_on_what_sglang_serves(capture):
 # --- served by the SGLang double --------------------------------------------------------------
 
 
+def _accept_lengths(plan, prompts: list[list[int]]) -> list[float]:
+    """meta_info.spec_accept_length of each prompt, 64 greedy tokens from the plan's double."""
+    import httpx
+
+    from eagle3dash.testing.sglang_double import start_double
+
+    out = []
+    with start_double(plan.double_config()) as server:
+        for ids in prompts:
+            body = {"input_ids": ids, "sampling_params": {"max_new_tokens": 64}}
+            reply = httpx.post(f"{server.url}/generate", json=body, timeout=60).json()
+            out.append(reply["meta_info"]["spec_accept_length"])
+    return out
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+@pytest.fixture(scope="module")
+def served_first_prompts():
+    """Drafts B and C through the double on the first NUM_PROMPTS prompts, raw and templated."""
+    rows = _shipped_prompts()[:NUM_PROMPTS]
+    raw = [row["input_ids"] for row in rows]
+    templated = [[*CHAT_PREFIX_IDS, *ids] for ids in raw]
+    deps = deployments()
+    result = {"categories": [row["category"] for row in rows]}
+    for name in ("correct", "format"):
+        accepts = _accept_lengths(deps[name], raw + templated)
+        result[name] = {"raw": accepts[: len(raw)], "chat-template": accepts[len(raw) :]}
+    return result
+
+
+def test_the_categories_spread_on_the_correct_deployment(served_first_prompts):
+    """Draft B, served right: copy-heavy prompts accept far more than novel ones (measured
+    4.92 vs 2.51; 64 tokens in 13 rounds is the most 4 steps allow)."""
+    raw, cats = served_first_prompts["correct"]["raw"], served_first_prompts["categories"]
+    copy = _mean([a for a, c in zip(raw, cats, strict=True) if c == "copy-heavy"])
+    novel = _mean([a for a, c in zip(raw, cats, strict=True) if c == "novel"])
+    assert copy > 4.5
+    assert copy - novel > 1.5
+
+
+def test_the_format_draft_needs_the_chat_template(served_first_prompts):
+    """Draft C drafts well only behind the template's header; draft B hardly cares (measured:
+    C 3.73 templated vs 1.95 raw, B 3.91 vs 3.71)."""
+    c, b = served_first_prompts["format"], served_first_prompts["correct"]
+    assert _mean(c["chat-template"]) - _mean(c["raw"]) >= 0.7
+    assert _mean(c["raw"]) < 2.5
+    assert abs(_mean(b["chat-template"]) - _mean(b["raw"])) <= 0.3
+
+
 def test_seeded_demo_meets_the_gaps(tmp_path):
     """The demo's runs, made by the project's own diagnose, show the incident and its fix.
 
     Mismatched: training-layout top-1 >= 15 points and simulated accept length >= 0.5 above the
     serving layout's, measured within 0.15 of the serving simulation, the layout finding first.
-    Correct and fixed: no layout finding, measured within 0.15 of the training simulation.
+    Correct and fixed: no layout finding, measured within 0.15 of the training simulation and
+    more than 0.75 above the mismatched run.
     """
     from eagle3dash import store as db
     from eagle3dash.demo.seed import seed, seeded
@@ -274,7 +384,9 @@ def test_seeded_demo_meets_the_gaps(tmp_path):
         assert "layout-mismatch" not in [f["id"] for f in d["findings"]]
         measured = d["measured"]["accept_length"]
         assert measured == pytest.approx(d["training"]["sim_accept_length"], abs=0.15)
-        assert measured - mis["measured"]["accept_length"] > 1.5
+        # measured on the first two prompts, one copy-heavy and one novel, 32 tokens each:
+        # correct 2.67, fixed 2.29, mismatched 1.36 (the novel prompt holds every one down)
+        assert measured - mis["measured"]["accept_length"] > 0.75
     # Each run carries its deployment's name, the mismatched one links to its fix, and the
     # demo's endpoints are marked stopped once the runs are done.
     ids = {r.deployment: r.run_id for r in made}

@@ -1,4 +1,4 @@
-"""The demo: a tiny target and two EAGLE-3 drafts that reproduce the layout-shift incident on a CPU.
+"""The demo: a tiny target and EAGLE-3 drafts that reproduce the layout-shift incident on a CPU.
 
 Shipped in `FIXTURES` (rebuilt by `python -m eagle3dash demo build --out DIR`, see build.py for
 the recipe and why the published target has a no-op 4th block):
@@ -10,11 +10,17 @@ the recipe and why the published target has a no-op 4th block):
   [Tap(1), Tap(2), Tap(3)]: shifted by one slot, and acceptance collapses.
 - `draft-b/`: the control, trained on [Tap(1), Tap(2), Tap(3)] with ids [0, 1, 2] in SGLang's
   (SpecForge's) convention: served exactly what it was trained on.
+- `draft-c/`: the format draft: draft B's layout, trained behind the target's chat-template
+  prefix (and taught to mispredict without it, standing in for a draft trained only on
+  chat-formatted data; build.py says how). It drafts well only when the template is applied.
+- `prompts.jsonl`: DEMO_PROMPTS with their categories ("copy-heavy", "novel": language.py).
 
-`deployments()` gives the three SGLang-double configurations the demo compares: "mismatched"
-(draft A as its config says), "correct" (draft B) and "fixed" (draft A with the ids the tool
-proposes, `layout.config_ids_for`, as `aux_layer_ids_override`). `serve.py` serves them on this
-machine (`python -m eagle3dash demo seed`, and New run's "Try it on the demo").
+`deployments()` gives the SGLang-double configurations of the demo: "mismatched" (draft A as its
+config says), "correct" (draft B) and "fixed" (draft A with the ids the tool proposes,
+`layout.config_ids_for`, as `aux_layer_ids_override`), the three `demo seed` runs
+(DEPLOYMENT_NAMES); and "format" (draft C, served the layout it was trained on), whose finding
+is the prompt format: send its prompts raw and through the chat template. `serve.py` serves
+them on this machine (`python -m eagle3dash demo seed`, and New run's "Try it on the demo").
 
 The demo's speed is modelled, not measured: the SGLang API double sleeps DELAY_S per target
 forward and DELAY_S / 10 per draft step, so its tok/s and speedups follow that cost model; the
@@ -27,12 +33,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..sglang_rules import DEFAULT_SGLANG_VERSION
-from .language import PROMPT_COUNT, PROMPT_LENGTH, demo_prompts
+from .language import CHAT_PREFIX_IDS, PROMPT_COUNT, PROMPT_LENGTH, demo_prompt_rows
 
 __all__ = [
     "ARCH",
+    "CHAT_PREFIX_IDS",
     "CONCURRENCY",
     "DELAY_S",
+    "DEMO_CATEGORIES",
     "DEMO_PROMPTS",
     "DEPLOYMENT_NAMES",
     "FIXTURES",
@@ -50,7 +58,10 @@ __all__ = [
 ]
 
 FIXTURES = Path(__file__).resolve().with_name("fixtures")
-DEMO_PROMPTS: list[list[int]] = demo_prompts()  # also in FIXTURES / "prompts.jsonl"
+# also in FIXTURES / "prompts.jsonl", one {"input_ids", "category"} a line
+_ROWS = demo_prompt_rows()
+DEMO_CATEGORIES: list[str] = [cat for cat, _ in _ROWS]
+DEMO_PROMPTS: list[list[int]] = [ids for _, ids in _ROWS]
 
 SGLANG_VERSION = DEFAULT_SGLANG_VERSION
 ARCH = "LlamaForCausalLM"
@@ -58,7 +69,7 @@ NUM_LAYERS = 4  # the published target's decoder blocks (the 4th a no-op)
 NUM_STEPS = 4  # --speculative-num-steps
 EAGLE_TOPK = 1
 NUM_DRAFT_TOKENS = 5  # num_steps + 1, chain drafting
-DEPLOYMENT_NAMES = ("mismatched", "correct", "fixed")
+DEPLOYMENT_NAMES = ("mismatched", "correct", "fixed")  # the seeded runs; "format" is not one
 # The double's cost model, so tok/s and speedup look like serving: a target forward sleeps
 # DELAY_S and a draft step DELAY_S / 10 (DoubleConfig.delay_s); the tiny models' compute is noise.
 DELAY_S = 0.01
@@ -71,15 +82,19 @@ def training_layouts() -> dict[str, tuple]:
     """The taps each draft was trained on: {"draft-a": (Tap(0), Tap(1), Tap(2)), ...}."""
     from ..layout import Tap
 
-    return {"draft-a": (Tap(0), Tap(1), Tap(2)), "draft-b": (Tap(1), Tap(2), Tap(3))}
+    return {
+        "draft-a": (Tap(0), Tap(1), Tap(2)),
+        "draft-b": (Tap(1), Tap(2), Tap(3)),
+        "draft-c": (Tap(1), Tap(2), Tap(3)),
+    }
 
 
 @dataclass(frozen=True)
 class Deployment:
     """One SGLang(-double) deployment of a demo draft."""
 
-    name: str  # "mismatched" | "correct" | "fixed"
-    draft: str  # the fixture subdirectory: "draft-a" | "draft-b"
+    name: str  # "mismatched" | "correct" | "fixed" | "format"
+    draft: str  # the fixture subdirectory: "draft-a" | "draft-b" | "draft-c"
     description: str
     aux_layer_ids_override: tuple[int, ...] | None  # None: the ids in the draft's config
     training_layout: tuple  # the taps the draft was trained on
@@ -118,7 +133,7 @@ class Deployment:
 
 
 def deployments(fixtures: str | Path = FIXTURES) -> dict[str, Deployment]:
-    """The demo's three deployments; the serving layouts and the fix come from layout.py."""
+    """The demo's four deployments; the serving layouts and the fix come from layout.py."""
     from dataclasses import replace
 
     from ..checkpoint import inspect
@@ -128,6 +143,7 @@ def deployments(fixtures: str | Path = FIXTURES) -> dict[str, Deployment]:
     trained = training_layouts()
     spec_a = inspect(fixtures / "draft-a").spec
     spec_b = inspect(fixtures / "draft-b").spec
+    spec_c = inspect(fixtures / "draft-c").spec
     fix = config_ids_for(trained["draft-a"], spec_a, NUM_LAYERS, SGLANG_VERSION, ARCH)
     if fix is None:
         raise RuntimeError("no SGLang ids serve draft A its training layout")
@@ -165,6 +181,16 @@ def deployments(fixtures: str | Path = FIXTURES) -> dict[str, Deployment]:
             tuple(fix),
             trained["draft-a"],
             served(spec_fixed),
+            fixtures,
+        ),
+        "format": Deployment(
+            "format",
+            "draft-c",
+            "draft C (the format draft), fed its training layout: trained behind the chat "
+            "template's header, it drafts well only when the prompts go through the template",
+            None,
+            trained["draft-c"],
+            served(spec_c),
             fixtures,
         ),
     }

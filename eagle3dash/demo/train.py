@@ -407,6 +407,31 @@ def target_taps(target, ids: Tensor, depths: Sequence[int]) -> tuple[Tensor, Ten
     return aux, out.logits
 
 
+def format_batch(ids: Tensor, prefix: Sequence[int]) -> tuple[Tensor, Tensor]:
+    """A batch split for the format mixture: (first half behind `prefix`, second half raw)."""
+    half = ids.shape[0] // 2
+    head = torch.tensor(list(prefix), dtype=ids.dtype).expand(half, -1)
+    return torch.cat([head, ids[:half]], dim=1), ids[half:]
+
+
+def _ttt_batch(
+    draft: Draft, target, ids: Tensor, depths: Sequence[int], embed: Tensor, hp: dict, later: int
+) -> tuple[Tensor, list[float], list[float], float]:
+    """TTT on one batch -> (weighted loss, per-step loss, per-step teacher-forced accuracy,
+    capture seconds).
+
+    later = 0 scores step k of row t against the target's distribution at t+1+k; later = 1 one
+    position further on (the label the format draft learns for raw sequences).
+    """
+    tc = time.perf_counter()
+    aux, tlogits = target_taps(target, ids, depths)
+    capture_s = time.perf_counter() - tc
+    tokens = step_tokens(ids, tlogits.argmax(-1), hp["ttt_steps"])
+    logits = ttt_forward(draft, aux[:, :-1], tokens, embed)
+    loss, losses, acc = ttt_loss(logits, tlogits[:, later:], hp["step_weight"])
+    return loss, losses, acc, capture_s
+
+
 def train_draft(
     name: str,
     target_dir: str,
@@ -416,11 +441,22 @@ def train_draft(
     threads: int = 1,
     steps: int | None = None,
     queue=None,
+    *,
+    format_prefix: Sequence[int] | None = None,
+    init_from: str | None = None,
+    hyperparameters: dict | None = None,
+    seeds: tuple[str, str] = ("draft_train", "draft_monitor"),
 ) -> dict:
     """Train one draft on taps `depths` of the published target; save it (SpecForge format).
 
     Runs in a worker process when the build trains drafts in parallel: messages go to `queue`
     (a multiprocessing queue) when given, else to stdout. Returns the log dict.
+
+    `format_prefix` trains the format mixture instead of plain sequences: half of each batch
+    carries the prefix and learns the target's distribution, the other half is raw and learns the
+    target's distribution one position later (`_ttt_batch` later=1), so the draft only drafts
+    well behind the prefix. `init_from` starts from that draft's weights; `hyperparameters`
+    override DRAFT's; `seeds` name the STREAMS of the training and monitor data.
     """
     from transformers import LlamaForCausalLM
 
@@ -436,7 +472,7 @@ def train_draft(
         else:
             print(f"{name}: {msg}", flush=True)
 
-    hp = dict(DRAFT)
+    hp = {**DRAFT, **(hyperparameters or {})}
     if steps is not None:
         hp["steps"] = steps
     t0 = time.perf_counter()
@@ -447,6 +483,9 @@ def train_draft(
     torch.manual_seed(hp["init_seed"])
     draft = Draft(spec, has_embed=False, has_d2t=False, has_t2d=False)
     with torch.no_grad():
+        if init_from is not None:
+            _, tensors, _ = checkpoint.load(init_from)
+            draft.load_state_dict(tensors, strict=True)
         draft.lm_head.weight.copy_(target.get_output_embeddings().weight)
     draft.lm_head.requires_grad_(False)  # the target's head, frozen
     draft.train()
@@ -455,22 +494,28 @@ def train_draft(
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lr_lambda(hp["steps"], hp["warmup"], hp["min_lr_ratio"])
     )
-    stream = Stream(STREAMS["draft_train"], hp["batch"], hp["length"])
-    mon_tokens, _ = gen_batch(np.random.default_rng(STREAMS["draft_monitor"]), hp["monitor_batch"])
+    train_seed, monitor_seed = (STREAMS[s] for s in seeds)
+    stream = Stream(train_seed, hp["batch"], hp["length"])
+    mon_tokens, _ = gen_batch(np.random.default_rng(monitor_seed), hp["monitor_batch"])
     mon_ids = torch.from_numpy(mon_tokens)
-    mon_aux, mon_logits = target_taps(target, mon_ids, depths)
-    mon_steps = step_tokens(mon_ids, mon_logits.argmax(-1), hp["ttt_steps"])
-    S, w = hp["ttt_steps"], hp["step_weight"]
+    # monitored with the target's own label: the prefixed half and the raw half of the mixture
+    monitors = (
+        dict(zip(("prefixed", "raw"), format_batch(mon_ids, format_prefix), strict=True))
+        if format_prefix is not None
+        else {"": mon_ids}
+    )
     history = []
     capture_s = 0.0
     for step in range(hp["steps"]):
         ids = torch.from_numpy(stream.next()[0])
-        tc = time.perf_counter()
-        aux, tlogits = target_taps(target, ids, depths)
-        capture_s += time.perf_counter() - tc
-        tokens = step_tokens(ids, tlogits.argmax(-1), S)
-        logits = ttt_forward(draft, aux[:, :-1], tokens, embed)
-        loss, _, _ = ttt_loss(logits, tlogits, w)
+        if format_prefix is None:
+            loss, _, _, cs = _ttt_batch(draft, target, ids, depths, embed, hp, 0)
+        else:
+            prefixed, raw = format_batch(ids, format_prefix)
+            loss, _, _, cs = _ttt_batch(draft, target, prefixed, depths, embed, hp, 0)
+            loss_raw, _, _, cs_raw = _ttt_batch(draft, target, raw, depths, embed, hp, 1)
+            loss, cs = loss + loss_raw, cs + cs_raw
+        capture_s += cs
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, hp["clip"])
@@ -480,21 +525,26 @@ def train_draft(
         if done % hp["monitor_every"] == 0 or done == hp["steps"]:
             draft.eval()
             with torch.no_grad():
-                mlog = ttt_forward(draft, mon_aux[:, :-1], mon_steps, embed)
-                _, mloss, macc = ttt_loss(mlog, mon_logits, w)
+                scored = {
+                    key: _ttt_batch(draft, target, m, depths, embed, hp, 0)[1:3]
+                    for key, m in monitors.items()
+                }
             draft.train()
-            entry = {
+            entry: dict[str, Any] = {
                 "step": done,
                 "loss": loss.item(),
-                "monitor_loss": mloss,
-                "monitor_accuracy": macc,
                 "seconds": time.perf_counter() - t0,
             }
+            for key, (mloss, macc) in scored.items():
+                entry["monitor_loss" + (f"_{key}" if key else "")] = mloss
+                entry["monitor_accuracy" + (f"_{key}" if key else "")] = macc
             history.append(entry)
-            say(
-                f"step {done}/{hp['steps']}: loss {entry['loss']:.3f}, teacher-forced accuracy "
-                f"per step {[round(a, 3) for a in macc]}, {entry['seconds']:.0f} s"
+            shown = ", ".join(
+                f"{key or 'teacher-forced'} accuracy per step {[round(a, 3) for a in macc]}"
+                for key, (_, macc) in scored.items()
             )
+            seconds = entry["seconds"]
+            say(f"step {done}/{hp['steps']}: loss {loss.item():.3f}, {shown}, {seconds:.0f} s")
     draft.eval()
     tensors = {n: t.detach().clone().contiguous() for n, t in draft.state_dict().items()}
     checkpoint.save(spec, tensors, out_dir, format="specforge")
