@@ -276,6 +276,8 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
 
     values = {name: getattr(args, name) for name in SCHEMA}
     options = DiagnoseOptions.parse(values, naming="flag")
+    if args.profile_out and not options.profile:
+        raise UsageError("--profile-out needs the profile: drop --no-profile")
     diagnosis = run_diagnosis(options, progress=None if args.json else _progress_bar)
     d = diagnosis.to_dict()
     if args.profile_out:
@@ -334,8 +336,8 @@ def _write_profile(d: dict, path: Path) -> None:
     from eagle3dash.profile_export import profile_csv, profile_json
 
     as_json, as_csv = profile_json(d), profile_csv(d)
-    if as_json is None or as_csv is None:
-        raise UsageError("--profile-out needs the profile: drop --no-profile")
+    if as_json is None or as_csv is None:  # checked before the run; a profile stage never empty
+        raise InputError("the diagnosis has no profile to write")
     csv_path = path.with_suffix(".csv")
     try:
         path.write_text(as_json, "utf-8")

@@ -75,6 +75,7 @@ def test_seed_like_mismatch_is_the_first_finding(models) -> None:
     assert result["draft_identity"]["status"] == "same"
     assert [n["check"] for n in result["not_checked"]] == ["speedup"]
     assert result["not_checked"][0]["option"] == "baseline"
+    assert result["profile"] is None  # profile=False, as --no-profile
 
 
 def test_applying_the_fix_removes_the_layout_finding(models, tmp_path) -> None:

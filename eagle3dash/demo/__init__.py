@@ -51,6 +51,7 @@ __all__ = [
     "NUM_STEPS",
     "PROMPT_COUNT",
     "PROMPT_LENGTH",
+    "RANDOM_SEED",
     "SGLANG_VERSION",
     "Deployment",
     "deployments",
@@ -76,6 +77,7 @@ DELAY_S = 0.01
 NUM_PROMPTS = 8  # a diagnosis of a demo deployment: its prompts, tokens and requests in flight
 MAX_NEW_TOKENS = 64
 CONCURRENCY = 1  # the double serves one request at a time
+RANDOM_SEED = 0  # --random-seed of the demo's servers: sampling at temperature > 0 repeats
 
 
 def training_layouts() -> dict[str, tuple]:
@@ -122,6 +124,7 @@ class Deployment:
             "num_draft_tokens": NUM_DRAFT_TOKENS,
             "sglang_version": SGLANG_VERSION,
             "arch": ARCH,
+            "random_seed": RANDOM_SEED,  # the profile's temperature rows, the same every run
             "aux_layer_ids_override": (
                 list(self.aux_layer_ids_override)
                 if self.aux_layer_ids_override is not None
