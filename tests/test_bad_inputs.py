@@ -603,8 +603,11 @@ def read_only(path: Path) -> Iterator[None]:
 
 def test_a_read_only_home_still_shows_its_runs(tmp_path, monkeypatch) -> None:
     home = tmp_path / "home"
+    from eagle3dash.jobs import queue
+
     with db.open_store(home) as store:
-        db.create_run(store, None, "http://gpubox:30000", None, {"demo": "x"})
+        run_id = db.create_run(store, None, "http://gpubox:30000", None, {"demo": "x"})
+        queue.submit_job(store, "diagnose", {}, run_id=run_id)  # queued: the page offers a cancel
     monkeypatch.setenv("EAGLE3DASH_HOME", str(home))
     with read_only(home):
         runs = app("runs")
@@ -614,3 +617,9 @@ def test_a_read_only_home_still_shows_its_runs(tmp_path, monkeypatch) -> None:
         no_exception(new)
         assert f"The home {home} is read-only" in texts(new, "warning")
         assert new.get("text_input") == []  # nothing to fill in that could not be saved
+        run = app("run", run="1")
+        no_exception(run)
+        assert "Cancel this run" not in [b.label for b in run.button]
+        assert "The home is read-only: this run cannot be cancelled from here." in texts(
+            run, "caption"
+        )

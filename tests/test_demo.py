@@ -300,7 +300,8 @@ def test_draft_b_does_well_on_what_sglang_serves(capture):
 
 
 def _accept_lengths(plan, prompts: list[list[int]]) -> list[float]:
-    """meta_info.spec_accept_length of each prompt, 64 greedy tokens from the plan's double."""
+    """meta_info.spec_accept_length of each prompt, 64 greedy tokens from the plan's double
+    (temperature 0: SGLang samples at 1.0 when a request names none)."""
     import httpx
 
     from eagle3dash.testing.sglang_double import start_double
@@ -308,7 +309,7 @@ def _accept_lengths(plan, prompts: list[list[int]]) -> list[float]:
     out = []
     with start_double(plan.double_config()) as server:
         for ids in prompts:
-            body = {"input_ids": ids, "sampling_params": {"max_new_tokens": 64}}
+            body = {"input_ids": ids, "sampling_params": {"max_new_tokens": 64, "temperature": 0}}
             reply = httpx.post(f"{server.url}/generate", json=body, timeout=60).json()
             out.append(reply["meta_info"]["spec_accept_length"])
     return out

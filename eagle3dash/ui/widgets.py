@@ -476,6 +476,8 @@ def progress_panel(run_id: int, poll_every: float | None, shown_status: str) -> 
             )
         if view.cancelling:
             st.caption("Cancelling: the worker stops the job within a few seconds.")
+        elif store.read_only:  # a read-only home shows its runs; nothing here can change them
+            st.caption("The home is read-only: this run cannot be cancelled from here.")
         elif st.button("Cancel this run", key=f"cancel-{run_id}"):
             st.toast(cancel_run(store, run_id))
             st.rerun()
