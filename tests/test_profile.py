@@ -305,3 +305,23 @@ def test_a_faster_steps_setting_is_advised_from_five_percent():
     assert finding.severity == "info" and finding.fix == flags_for(2)
     assert finding.title.startswith("--speculative-num-steps 2 is predicted 10% faster")
     assert advice(104.0) == []
+
+
+def test_a_slowdown_fix_names_the_steps_advice_setting():
+    from eagle3dash.findings import Evidence
+    from eagle3dash.findings.measurement_rules import rule_slower_than_baseline
+    from eagle3dash.profile import Recommendation
+
+    best = Recommendation(1, 1.2, 62.8, 4, 47.1, flags_for(1))
+    e = Evidence(
+        measured=bench([], tok_s=50.0),
+        baseline=bench([], tok_s=100.0),
+        profile=profile_with(recommended=best),
+    )
+    (finding,) = rule_slower_than_baseline(e, [])
+    assert finding.fix == (
+        "The accept length is not the cause; lower the batch or draft cost: "
+        "--speculative-num-steps 1 --speculative-eagle-topk 1 --speculative-num-draft-tokens 2 "
+        "(the steps advice's fastest setting), and keep --cuda-graph-max-bs at least the request "
+        "concurrency."
+    )

@@ -71,21 +71,27 @@ def rule_slower_than_baseline(e: Evidence, found: list[Finding]) -> list[Finding
             "info",
             f"Speculative decoding gains little: {speedup:.2f}x the baseline's tok/s.",
             evidence + ".",
-            "Raise the accept length (see the other findings) or try --speculative-num-steps 3 "
-            "--speculative-eagle-topk 1 --speculative-num-draft-tokens 4; speculation pays most "
-            "at low concurrency.",
+            f"Raise the accept length (see the other findings) or try {_steps_flags(e)}; "
+            "speculation pays most at low concurrency.",
             {"speedup": speedup},
         )
     ]
+
+
+def _steps_flags(e: Evidence) -> str:
+    """The steps setting to try: the profile's fastest predicted one, else a shallower chain."""
+    best = e.profile.recommended if e.profile is not None else None
+    if best is not None:
+        return f"{best.flags} (the steps advice's fastest setting)"
+    return "--speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4"
 
 
 def _slowdown_fix(e: Evidence, found: list[Finding]) -> str:
     """What to do about a slowdown: the critical findings that cap the accept length first; when
     there are none, say whether the accept length or the cost is the problem."""
     cost = (
-        "lower the batch or draft cost: --speculative-num-steps 3 --speculative-eagle-topk 1 "
-        "--speculative-num-draft-tokens 4, and keep --cuda-graph-max-bs at least the request "
-        "concurrency"
+        f"lower the batch or draft cost: {_steps_flags(e)}, and keep --cuda-graph-max-bs at "
+        "least the request concurrency"
     )
     critical = [f.id for f in found if f.severity == "critical"]
     if critical:
