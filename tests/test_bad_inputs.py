@@ -22,7 +22,6 @@ import sys
 import tarfile
 import tempfile
 import threading
-import zipfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -38,6 +37,7 @@ from eagle3dash.uploads import UploadError, UploadLimits, register_upload
 from tests.appkit import app, no_exception, texts
 from tests.httpserver import Reply, closed_port_url, serve
 from tests.specs import ROOT, tiny_spec
+from tests.test_uploads import tar_of, zip_of
 
 CALL_S = 60  # generous: a case that hangs fails here instead of holding the suite
 SPEC = tiny_spec(aux_layer_ids=(1, 2, 3), aux_ids_location="eagle_config")
@@ -360,26 +360,6 @@ def test_a_bad_prompt_file(text, says, place) -> None:
 # --- uploads -----------------------------------------------------------------------------------
 
 
-def _zip(members: dict[str, bytes]) -> bytes:
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
-        for name, blob in members.items():
-            zf.writestr(name, blob)
-    return buf.getvalue()
-
-
-def _tar(members: dict[str, bytes], mode: str = "w:gz", extra=()) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode=mode) as tf:
-        for name, blob in members.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(blob)
-            tf.addfile(info, io.BytesIO(blob))
-        for info in extra:
-            tf.addfile(info)
-    return buf.getvalue()
-
-
 def _special(name: str, kind: bytes, linkname: str = "") -> tarfile.TarInfo:
     info = tarfile.TarInfo(name)
     info.type, info.linkname = kind, linkname
@@ -393,39 +373,42 @@ def _named(name: str, blob: bytes) -> io.BytesIO:
 
 
 UPLOADS: dict[str, tuple[Callable[[dict[str, bytes]], tuple[str, bytes]], str]] = {
-    "zip-bomb": (lambda c: ("b.zip", _zip({**c, "pad.txt": bytes(40 << 20)})), "100x"),
-    "tar-gz-bomb": (lambda c: ("b.tgz", _tar({**c, "pad.txt": bytes(40 << 20)})), "100x"),
+    "zip-bomb": (lambda c: ("b.zip", zip_of({**c, "pad.txt": bytes(40 << 20)})), "100x"),
+    "tar-gz-bomb": (lambda c: ("b.tgz", tar_of({**c, "pad.txt": bytes(40 << 20)})), "100x"),
     "padding-past-the-header": (
-        lambda c: ("p.tar", _tar({**c, "pad.txt": bytes(17 << 20)}, "w")),
+        lambda c: ("p.tar", tar_of({**c, "pad.txt": bytes(17 << 20)}, "w")),
         "headers declare",
     ),
-    "zip-dotdot": (lambda c: ("e.zip", _zip({**c, "../evil": b"x"})), "'..'"),
-    "zip-absolute": (lambda c: ("e.zip", _zip({**c, "/tmp/evil": b"x"})), "absolute"),
-    "tar-dotdot": (lambda c: ("e.tar", _tar({**c, "a/../../evil": b"x"}, "w")), "'..'"),
+    "zip-dotdot": (lambda c: ("e.zip", zip_of({**c, "../evil": b"x"})), "'..'"),
+    "zip-absolute": (lambda c: ("e.zip", zip_of({**c, "/tmp/evil": b"x"})), "absolute"),
+    "tar-dotdot": (lambda c: ("e.tar", tar_of({**c, "a/../../evil": b"x"}, "w")), "'..'"),
     "tar-symlink": (
-        lambda c: ("l.tar", _tar(c, "w", [_special("x", tarfile.SYMTYPE, "/etc/passwd")])),
+        lambda c: ("l.tar", tar_of(c, "w", [_special("x", tarfile.SYMTYPE, "/etc/passwd")])),
         "symbolic link",
     ),
     "tar-hardlink": (
-        lambda c: ("l.tar", _tar(c, "w", [_special("x", tarfile.LNKTYPE, "/etc/passwd")])),
+        lambda c: ("l.tar", tar_of(c, "w", [_special("x", tarfile.LNKTYPE, "/etc/passwd")])),
         "hard link",
     ),
-    "tar-device": (lambda c: ("d.tar", _tar(c, "w", [_special("x", tarfile.CHRTYPE)])), "regular"),
-    "tar-fifo": (lambda c: ("d.tar", _tar(c, "w", [_special("x", tarfile.FIFOTYPE)])), "regular"),
-    "truncated-tgz": (lambda c: ("t.tgz", _tar(c)[:-200]), "cut short"),
+    "tar-device": (
+        lambda c: ("d.tar", tar_of(c, "w", [_special("x", tarfile.CHRTYPE)])),
+        "regular",
+    ),
+    "tar-fifo": (lambda c: ("d.tar", tar_of(c, "w", [_special("x", tarfile.FIFOTYPE)])), "regular"),
+    "truncated-tgz": (lambda c: ("t.tgz", tar_of(c)[:-200]), "cut short"),
     "junk-zip": (lambda c: ("j.zip", b"PK\x03\x04 not really a zip"), "archive"),
     "members-10001": (
-        lambda c: ("m.zip", _zip({**c, **{f"f{i}": b"" for i in range(10_001)}})),
+        lambda c: ("m.zip", zip_of({**c, **{f"f{i}": b"" for i in range(10_001)}})),
         "more than 10000",
     ),
     "no-config": (
-        lambda c: ("n.zip", _zip({"model.safetensors": c["model.safetensors"]})),
+        lambda c: ("n.zip", zip_of({"model.safetensors": c["model.safetensors"]})),
         "config.json",
     ),
     "index-escape": (
         lambda c: (
             "i.zip",
-            _zip(
+            zip_of(
                 {
                     "config.json": c["config.json"],
                     "model-1.safetensors": c["model.safetensors"],

@@ -487,20 +487,13 @@ def profile_section(run_id: int, diagnosis: Mapping[str, Any]) -> None:
 
     not_profiled(None)
 
-    left, right = st.columns(2)
-    left.download_button(
-        "Download the profile (JSON)",
-        data=profile_json(diagnosis) or "",
-        file_name=f"eagle3dash-run-{run_id}-profile.json",
-        mime="application/json",
-        key="profile-json",
-        on_click="ignore",  # a download needs no rerun of the page
-    )
-    right.download_button(
-        "Download the profile (CSV)",
-        data=profile_csv(diagnosis) or "",
-        file_name=f"eagle3dash-run-{run_id}-profile.csv",
-        mime="text/csv",
-        key="profile-csv",
-        on_click="ignore",
-    )
+    downloads = (("JSON", profile_json, "application/json"), ("CSV", profile_csv, "text/csv"))
+    for column, (kind, export, mime) in zip(st.columns(2), downloads, strict=True):
+        column.download_button(
+            f"Download the profile ({kind})",
+            data=export(diagnosis) or "",
+            file_name=f"eagle3dash-run-{run_id}-profile.{kind.lower()}",
+            mime=mime,
+            key=f"profile-{kind.lower()}",
+            on_click="ignore",  # a download needs no rerun of the page
+        )
