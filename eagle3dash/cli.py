@@ -393,11 +393,16 @@ def _print_profile(d: dict) -> None:
 
 
 def _print_per_position(d: dict) -> None:
-    """Acceptance per draft position, k = 1 .. steps: the share of rounds (measured) and of
-    chains (each side's simulation) that accepted at least k drafts."""
-    sims = [(d[side]["eval"] or {}).get("acceptance") or [] for side in ("training", "serving")]
+    """Acceptance per draft position, k = 1 .. steps: the share of rounds (measured, and each
+    side's replayed rounds in the profile; else the share of chains) that accepted at least k
+    drafts."""
     measured = d["measured"] or {}
     shares = measured.get("per_position")
+    position = (d.get("profile") or {}).get("per_position")
+    if position:
+        sims = [position[f"simulated_{side}"] or [] for side in ("training", "serving")]
+    else:
+        sims = [(d[side]["eval"] or {}).get("acceptance") or [] for side in ("training", "serving")]
     if not any(sims) and shares is None:
         return
     print(f"{'accepted >= k drafts':30}{'training':>14}{'serving':>14}{'measured':>14}")

@@ -22,6 +22,7 @@ __all__ = [
     "accept_length",
     "build_eval",
     "leading_correct",
+    "served_histogram",
     "served_rounds",
     "summarize",
 ]
@@ -42,6 +43,22 @@ def accept_length(acceptance: list[float], steps: int | None = None) -> float:
     return 1.0 + float(sum(cut))
 
 
+def _replay(leading: Tensor, rows: Tensor, steps: int, budget: int | None) -> list[int]:
+    """The tokens each replayed serving round emits (see served_rounds)."""
+    at = {int(r): int(n) for r, n in zip(rows.tolist(), leading.tolist(), strict=True)}
+    if not at:
+        return []
+    emitted, tokens, t = [], 1, min(at)
+    while t in at and (budget is None or tokens < budget):
+        accepted = 1 + min(at[t], steps)
+        if budget is not None:
+            accepted = min(accepted, budget - tokens)
+        emitted.append(accepted)
+        tokens += accepted
+        t += accepted
+    return emitted
+
+
 def served_rounds(
     leading: Tensor, rows: Tensor, steps: int, budget: int | None = None
 ) -> tuple[int, int]:
@@ -55,18 +72,19 @@ def served_rounds(
     With a `budget` (max_new_tokens of the measured requests) the replay stops there and the
     last round is cut short, as the server's is.
     """
-    at = {int(r): int(n) for r, n in zip(rows.tolist(), leading.tolist(), strict=True)}
-    if not at:
-        return 0, 0
-    tokens, rounds, t = 1, 0, min(at)
-    while t in at and (budget is None or tokens < budget):
-        accepted = 1 + min(at[t], steps)
-        if budget is not None:
-            accepted = min(accepted, budget - tokens)
-        tokens += accepted
-        rounds += 1
-        t += accepted
-    return tokens, rounds
+    emitted = _replay(leading, rows, steps, budget)
+    return (1 + sum(emitted), len(emitted)) if emitted else (0, 0)
+
+
+def served_histogram(
+    leading: Tensor, rows: Tensor, steps: int, budget: int | None = None
+) -> list[int]:
+    """The replayed rounds by drafts accepted, entry k counting the rounds that accepted k of
+    `steps` (length steps + 1): SGLang's spec_correct_drafts_histogram, simulated."""
+    histogram = [0] * (steps + 1)
+    for emitted in _replay(leading, rows, steps, budget):
+        histogram[emitted - 1] += 1
+    return histogram
 
 
 def summarize(matches: Tensor) -> dict:
@@ -140,6 +158,17 @@ class DraftEval:
         ]
         rounds = sum(r for _, r in totals)
         return sum(t for t, _ in totals) / rounds if rounds else None
+
+    def served_histogram_at(self, steps: int) -> list[int] | None:
+        """The replayed rounds at `steps` <= S draft tokens, by drafts accepted, over every
+        sequence; None without the per-row chains."""
+        if not self.chains:
+            return None
+        total = [0] * (steps + 1)
+        for rows, leading in self.chains:
+            for k, count in enumerate(served_histogram(leading, rows, steps, self.budget)):
+                total[k] += count
+        return total
 
     def simulated_accept_length_over(self, sequences: Iterable[int], steps: int) -> float | None:
         """The replayed serving accept length over some sequences (a prompt category's)."""

@@ -35,6 +35,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from eagle3dash.servebench import shares_at_least
+
 if TYPE_CHECKING:
     from eagle3dash.metrics import DraftEval
     from eagle3dash.servebench import BenchResult
@@ -49,8 +51,8 @@ FROM_BASELINE = "baseline"  # verify cost: the baseline's time per token
 
 @dataclass
 class PerPosition:
-    """Acceptance per draft position k = 1..S: the share of chains (simulated) or verify rounds
-    (measured) whose first k drafts were accepted."""
+    """Acceptance per draft position k = 1..S: the share of verify rounds whose first k drafts
+    were accepted, replayed (simulated) or counted by the server (measured)."""
 
     positions: list[int]
     simulated_training: list[float] | None = None
@@ -209,10 +211,18 @@ def per_position(
     serving: DraftEval | None,
     measured: BenchResult | None,
 ) -> PerPosition:
-    """Acceptance per draft position 1..steps, on each side and on the server."""
+    """Acceptance per draft position 1..steps, on each side and on the server, all per round: the
+    sides' serving rounds replayed as the server's are (else, without the per-row chains, per
+    position: every position a chain starts at)."""
 
     def cut(e: DraftEval | None) -> list[float] | None:
-        return None if e is None else list(e.acceptance[:steps])
+        if e is None:
+            return None
+        histogram = e.served_histogram_at(min(steps, e.steps))
+        if histogram is None or not sum(histogram):
+            return list(e.acceptance[:steps])
+        shares = shares_at_least(histogram)
+        return [shares[k] if k < len(shares) else 0.0 for k in range(steps)]
 
     return PerPosition(
         positions=list(range(1, steps + 1)),

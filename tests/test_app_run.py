@@ -440,7 +440,8 @@ def test_the_run_page_draws_measured_acceptance_per_position_beside_both_simulat
     assert measured == shares + [0.0] * (steps - len(shares))  # past the histogram: no round
     for side in ("training", "serving"):
         simulated = [r["value"] for r in rows if r["side"] == f"{side} layout"]
-        assert simulated == diagnosis[side]["eval"]["acceptance"][:steps]
+        # per round, replayed as the server's rounds: the profile's lines
+        assert simulated == diagnosis["profile"]["per_position"][f"simulated_{side}"]
     assert "not reported" not in texts(at, "caption")
 
 

@@ -371,6 +371,18 @@ def test_served_rounds_replay_serving_not_every_position() -> None:
     assert served_rounds(leading[:0], rows[:0], steps=3) == (0, 0)
 
 
+def test_served_histogram_counts_the_replayed_rounds_by_drafts_accepted() -> None:
+    from eagle3dash.metrics import served_histogram
+
+    rows = torch.arange(5, 11)
+    leading = torch.tensor([2, 0, 1, 3, 0, 0])
+    # the rounds above: 2 drafts accepted at row 5, 3 at row 8
+    assert served_histogram(leading, rows, steps=3) == [0, 0, 1, 1]
+    assert served_histogram(leading, rows, steps=2) == [0, 0, 2]  # 2 and min(3, 2)
+    # a budget of 5 tokens: 1 + 3, then the round at row 8 cut to 1 token (no draft kept)
+    assert served_histogram(leading, rows, steps=3, budget=5) == [1, 0, 1, 0]
+
+
 def test_draft_eval_reports_served_accept_length_at_fewer_steps() -> None:
     from eagle3dash.metrics import build_eval
 
@@ -381,6 +393,7 @@ def test_draft_eval_reports_served_accept_length_at_fewer_steps() -> None:
     assert ev.simulated_accept_length() == pytest.approx(3.0)
     assert ev.accept_length == pytest.approx(1 + (2 + 0 + 3 + 1) / 4)
     assert ev.served_accept_length_at(1) == pytest.approx((1 + 2 + 2) / 2)  # rows 0, 2
+    assert ev.served_histogram_at(3) == [0, 1, 1, 0]  # the rounds at rows 0 and 3
     assert "chains" not in ev.to_dict()
 
 

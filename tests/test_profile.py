@@ -55,11 +55,15 @@ def bench(requests: list[RequestStat], histogram: list[int] | None = None, tok_s
 class Sim:
     """A standalone draft's evaluation: acceptance per step and literal replayed accept lengths."""
 
-    def __init__(self, acceptance: list[float], by_steps: dict[int, float], over=None):
+    def __init__(self, acceptance, by_steps, over=None, histogram=None):
         self.acceptance = acceptance
         self.steps = len(acceptance)
         self.by_steps = by_steps
         self.over = over or {}
+        self.histogram = histogram  # replayed rounds by drafts accepted; None: no chains
+
+    def served_histogram_at(self, steps: int):
+        return self.histogram
 
     def simulated_accept_length(self, steps: int) -> float:
         return self.by_steps[steps]
@@ -77,6 +81,15 @@ def test_per_position_pads_the_measured_shares_past_the_histogram():
     assert got.measured == [0.5, 0.25, 0.0, 0.0]
     assert got.simulated_training == [0.9, 0.7, 0.5, 0.3]
     assert got.simulated_serving is None
+
+
+def test_per_position_simulates_rounds_like_the_server_counts_them():
+    # replayed rounds [3, 1, 0, 0, 1] by drafts accepted: >= 1 in 2 of 5, >= 2 in 1 of 5
+    sim = Sim([0.9, 0.7, 0.5, 0.3], {}, histogram=[3, 1, 0, 0, 1])
+    assert per_position(4, None, sim, None).simulated_serving == [0.4, 0.2, 0.2, 0.2]
+    # no round replayed: per position, as the chains were scored
+    sim = Sim([0.9, 0.7, 0.5, 0.3], {}, histogram=[0, 0, 0, 0, 0])
+    assert per_position(4, None, sim, None).simulated_serving == [0.9, 0.7, 0.5, 0.3]
 
 
 def test_per_position_without_a_histogram_is_none_not_zeros():

@@ -64,6 +64,9 @@ def test_the_profile_has_its_five_parts(diagnosed) -> None:
     for line in ("simulated_training", "simulated_serving", "measured"):
         assert len(per_position[line]) == 4
         assert all(0.0 <= x <= 1.0 for x in per_position[line])
+    # the serving side's replayed rounds are the server's rounds: at temperature 0 the double
+    # runs the same draft forward, so both count the same rounds
+    assert per_position["simulated_serving"] == pytest.approx(per_position["measured"], abs=0.02)
     # the demo's prompts alternate copy-heavy and novel: two of each in the first four
     rows = {r["category"]: r for r in profile["per_category"]}
     assert list(rows) == ["copy-heavy", "novel"]
