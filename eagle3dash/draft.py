@@ -622,6 +622,26 @@ def evaluate(
 
 
 @torch.inference_mode()
+def _check_token_ids(capture: Capture, draft: Draft, embed_weight: Tensor | None) -> None:
+    """Every token id of the capture inside the embedding the draft reads: a capture made with
+    another tokenizer or model is one message, not an IndexError."""
+    from .capture import CaptureError
+
+    table = draft.embed_tokens.weight if draft.embed_tokens is not None else embed_weight
+    if table is None:
+        return
+    vocab = int(table.shape[0])
+    for i, seq in enumerate(capture.sequences):
+        ids = seq.input_ids
+        bad = ids[(ids < 0) | (ids >= vocab)]
+        if bad.numel():
+            raise CaptureError(
+                f"{capture.source}: sequence {i} has token ids {bad[:5].tolist()} outside the "
+                f"vocabulary of {vocab} tokens: the capture was made with another tokenizer or "
+                "target than this draft's"
+            )
+
+
 def evaluate_capture(
     draft: Draft,
     capture: Capture,
@@ -657,6 +677,7 @@ def evaluate_capture(
         embed_weight = capture.embed_weight
     if embed_weight is not None and embed_weight.device.type != "cpu":
         embed_weight = embed_weight.to(draft.device)
+    _check_token_ids(capture, draft, embed_weight)
     per_sequence: list[Tensor] = []
     rows_per_sequence = []
     n = len(capture.sequences)

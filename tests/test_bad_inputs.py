@@ -261,6 +261,32 @@ def test_a_bad_flag(case, draft, place, capsys) -> None:
         assert says in cli_error([*argv[:1], "--draft", str(draft), *argv[1:]], capsys)
 
 
+def test_capture_token_ids_outside_the_vocabulary(draft, place, capsys) -> None:
+    import torch
+
+    from eagle3dash.capture import Capture, save_capture
+    from eagle3dash.capture.format import Sequence
+    from eagle3dash.layout import Tap
+
+    width, length = SPEC.target_hidden_size, 6
+    ids = torch.tensor([1, 2, SPEC.vocab_size + 7, 3, 4, 5])  # one id past the vocabulary
+    states = {Tap(d): torch.zeros(length, width) for d in (1, 2, 3)}
+    capture = Capture(
+        taps=(Tap(1), Tap(2), Tap(3)),
+        sequences=[Sequence(input_ids=ids, states=states)],
+        hidden_size=width,
+        source="a capture",
+        meta={},
+        embed_weight=torch.zeros(SPEC.vocab_size, width),  # the target's, for this draft
+    )
+    saved = save_capture(capture, place / "capture")
+    with nothing_written(place):
+        line = cli_error(
+            ["eval", "--draft", str(draft), "--capture", str(saved), "--layout", "1,2,3"], capsys
+        )
+    assert f"token ids [{SPEC.vocab_size + 7}] outside the vocabulary of" in line
+
+
 def test_a_missing_draft_for_every_command(place, capsys) -> None:
     nope = str(place / "nope")
     with nothing_written(place):
