@@ -9,10 +9,11 @@ requests) by category, and adds a few requests per prompt format and temperature
 The steps advice (`steps_advice`) predicts the accept length and tok/s of chain drafting (topk 1,
 draft tokens = steps + 1) at --speculative-num-steps 1..MAX_ADVICE_STEPS:
 
-- accept length E(s): up to the server's steps S, from the server's own histogram
+- accept length E(s) per round: up to the server's steps S, from the server's own histogram
   (1 + the shares of rounds that accepted at least k drafts, k <= s: "measured"); past S, the
   standalone draft's simulated accept length, its excess over 1 scaled so that it agrees with the
-  measurement at S ("simulated");
+  measurement at S ("simulated"); reported as SGLang counts it, n / rounds with the prefill's
+  token, E(s) * n / (n - 1);
 - time: a request of n tokens costs `request_fixed_s` (its prefill and overhead: the latency of
   one-token requests) plus (n - 1) / E(s) rounds of `verify_s + s * draft_step_s`. The round cost at
   S is measured (latency minus the fixed cost, over the request's verify rounds); `verify_s` is the
@@ -398,12 +399,15 @@ def steps_advice(
     now = None
     if costs is not None and tokens and steps in by_steps and measured_tok_s:
         now = request_seconds(costs, tokens, by_steps[steps], steps)
+    # Reported as SGLang counts it (completion tokens over verify rounds, the prefill's token
+    # included), so the served setting's row reads as the measured accept length.
+    counted = tokens / (tokens - 1) if tokens and tokens > 1 else 1.0
     rows = []
     for s, length, source in lengths:
         tok_s = None
         if now is not None and costs is not None and tokens and measured_tok_s:
             tok_s = measured_tok_s * now / request_seconds(costs, tokens, length, s)
-        rows.append(StepsRow(s, length, tok_s, source))
+        rows.append(StepsRow(s, length * counted, tok_s, source))
     priced = [r for r in rows if r.predicted_tok_s is not None]
     if not priced:
         return rows, None

@@ -198,6 +198,8 @@ def test_steps_advice_prices_each_setting_and_prefers_fewer_steps_within_one_per
     expected = {1: 77.531, 2: 93.731, 3: 100.48, 4: 100.0, 5: 100.749, 6: 99.219, 8: 91.77}
     got = {r.num_steps: round(r.predicted_tok_s, 3) for r in rows}
     assert {s: got[s] for s in expected} == expected
+    # per round 3.0 at 4 steps; reported as SGLang counts it: 64 tokens over 63 / 3.0 rounds
+    assert rows[3].predicted_accept_length == pytest.approx(3.0 * 64 / 63)
     # 5 steps is fastest (100.749), but 3 steps is within 1% of it with fewer draft steps
     assert best is not None
     assert best.num_steps == 3
