@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
+import pandas as pd
 from streamlit.testing.v1 import AppTest
+
+from eagle3dash import store as db
+from eagle3dash.testing.sglang_double import DoubleConfig, RunningDouble, start_double
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = str(ROOT / "app.py")
@@ -47,3 +52,44 @@ def plain(text: str) -> str:
 def texts(at: AppTest, *kinds: str) -> str:
     """The page's text elements (of `kinds`, default TEXT_KINDS), escapes removed."""
     return plain("\n".join(str(e.value) for kind in kinds or TEXT_KINDS for e in at.get(kind)))
+
+
+def frames(at: AppTest) -> list[pd.DataFrame]:
+    """Every table on the page, as data frames."""
+    return [d.value for d in at.dataframe] + [t.value for t in at.table]
+
+
+def frame_with(at: AppTest, column: str) -> pd.DataFrame:
+    """The first table on the page with this column."""
+    found = [f for f in frames(at) if column in f.columns]
+    assert found, f"no table with a {column!r} column: {[list(f.columns) for f in frames(at)]}"
+    return found[0]
+
+
+def speculative_double(target: Path, draft: Path, **more: Any) -> RunningDouble:
+    """The SGLang API double serving the draft over the target: EAGLE3, 3 chain steps, hidden
+    states returned (the app tests' endpoint)."""
+    return start_double(
+        DoubleConfig(
+            target_path=str(target),
+            draft_path=str(draft),
+            speculative_algorithm="EAGLE3",
+            num_steps=3,
+            eagle_topk=1,
+            num_draft_tokens=4,
+            enable_return_hidden_states=True,
+            **more,
+        )
+    )
+
+
+def run_queued(store: db.Store, run_ids: list[int], slots: int = 2) -> None:
+    """Run the queued diagnoses with the real worker (child processes); each must succeed."""
+    from eagle3dash import jobs as jobq
+    from eagle3dash.job_kinds import JOB_KINDS
+    from eagle3dash.jobs.worker import run_worker
+
+    run_worker(store.home, JOB_KINDS, poll_interval=0.05, once=True, slots=slots)
+    for run_id in run_ids:
+        job = jobq.list_jobs(store, run_id)[0]
+        assert job["status"] == "succeeded", jobq.job_log(store, job["id"])

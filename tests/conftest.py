@@ -34,3 +34,10 @@ def home(tmp_path, monkeypatch):
     store = db.open_store(path)
     yield store
     store.close()
+
+
+@pytest.fixture
+def world_home(world, monkeypatch):
+    """The requesting module's `world`, its home the app's (EAGLE3DASH_HOME)."""
+    monkeypatch.setenv("EAGLE3DASH_HOME", str(world["home"]))
+    return world

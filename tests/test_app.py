@@ -23,16 +23,24 @@ from streamlit.testing.v1 import AppTest
 from eagle3dash import jobs as jobq
 from eagle3dash import store as db
 from eagle3dash.checkpoint import save
-from eagle3dash.job_kinds import JOB_KINDS
-from eagle3dash.jobs.worker import run_worker
 from eagle3dash.submit import submit_diagnosis
-from eagle3dash.testing.sglang_double import DoubleConfig, start_double
 from eagle3dash.testing.tensors import random_tensors
 from eagle3dash.ui import charts, tables
 from eagle3dash.ui.fmt import md_escape
 from eagle3dash.ui.progress import cancel_run, progress_view
 from eagle3dash.uploads import register_upload
-from tests.appkit import ROOT, TIMEOUT, app, no_exception, plain, texts
+from tests.appkit import (
+    ROOT,
+    TIMEOUT,
+    app,
+    frame_with,
+    frames,
+    no_exception,
+    plain,
+    run_queued,
+    speculative_double,
+    texts,
+)
 from tests.specs import served_draft_spec, tiny_models
 
 # --- fixtures ----------------------------------------------------------------------------------
@@ -46,17 +54,7 @@ def world(tmp_path_factory):
     root = tmp_path_factory.mktemp("app")
     models = tiny_models(root)
     target, draft = models["target"], models["draft"]
-    server = start_double(
-        DoubleConfig(
-            target_path=str(target),
-            draft_path=str(draft),
-            speculative_algorithm="EAGLE3",
-            num_steps=3,
-            eagle_topk=1,
-            num_draft_tokens=4,
-            enable_return_hidden_states=True,
-        )
-    )
+    server = speculative_double(target, draft)
     home = db.open_store(root / "home")
     try:
         checkpoint_id = db.add_checkpoint(home, draft, name="draft")
@@ -76,10 +74,7 @@ def world(tmp_path_factory):
 
         mismatch = submit_diagnosis(home, checkpoint_id, opts("0,1,2"))
         matching = submit_diagnosis(home, checkpoint_id, opts("1,2,3"))
-        run_worker(home.home, JOB_KINDS, poll_interval=0.05, once=True, slots=2)
-        for run_id in (mismatch, matching):
-            job = jobq.list_jobs(home, run_id)[0]
-            assert job["status"] == "succeeded", jobq.job_log(home, job["id"])
+        run_queued(home, [mismatch, matching])
         yield {
             "home": home.home,
             "store": home,
@@ -93,22 +88,6 @@ def world(tmp_path_factory):
         home.close()
         server.stop()
         torch.set_num_threads(threads)
-
-
-@pytest.fixture
-def world_home(world, monkeypatch):
-    monkeypatch.setenv("EAGLE3DASH_HOME", str(world["home"]))
-    return world
-
-
-def frames(at: AppTest) -> list[pd.DataFrame]:
-    return [d.value for d in at.dataframe] + [t.value for t in at.table]
-
-
-def frame_with(at: AppTest, column: str) -> pd.DataFrame:
-    found = [f for f in frames(at) if column in f.columns]
-    assert found, f"no table with a {column!r} column: {[list(f.columns) for f in frames(at)]}"
-    return found[0]
 
 
 def checkpoint_files(tmp_path: Path, name: str = "ck") -> dict[str, bytes]:

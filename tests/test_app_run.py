@@ -26,14 +26,20 @@ from eagle3dash import store as db
 from eagle3dash.diagnosis.options import DiagnoseOptions
 from eagle3dash.diagnosis.stages import plan_stages, target_depth
 from eagle3dash.errors import InputError
-from eagle3dash.job_kinds import JOB_KINDS
-from eagle3dash.jobs.worker import run_worker
 from eagle3dash.submit import submit_diagnosis
 from eagle3dash.testing.sglang_double import DoubleConfig, start_double
 from eagle3dash.ui import words
 from eagle3dash.ui.fmt import duration
 from eagle3dash.ui.progress import progress_view
-from tests.appkit import app, no_exception, plain, texts
+from tests.appkit import (
+    app,
+    frames,
+    no_exception,
+    plain,
+    run_queued,
+    speculative_double,
+    texts,
+)
 from tests.specs import tiny_models
 
 DELAY_S = 0.002
@@ -59,18 +65,7 @@ def world(tmp_path_factory):
     root = tmp_path_factory.mktemp("app_run")
     models = tiny_models(root)
     target, draft = models["target"], models["draft"]
-    speculative = start_double(
-        DoubleConfig(
-            target_path=str(target),
-            draft_path=str(draft),
-            speculative_algorithm="EAGLE3",
-            num_steps=3,
-            eagle_topk=1,
-            num_draft_tokens=4,
-            enable_return_hidden_states=True,
-            delay_s=DELAY_S,
-        )
-    )
+    speculative = speculative_double(target, draft, delay_s=DELAY_S)
     baseline = start_double(DoubleConfig(target_path=str(target), delay_s=DELAY_S))
     home = db.open_store(root / "home")
     try:
@@ -92,32 +87,13 @@ def world(tmp_path_factory):
             home, checkpoint_id, opts(target=str(target), baseline=baseline.url)
         )
         bare = submit_diagnosis(home, checkpoint_id, opts())
-        run_worker(home.home, JOB_KINDS, poll_interval=0.05, once=True, slots=2)
-        for run_id in (full, bare):
-            job = jobq.list_jobs(home, run_id)[0]
-            assert job["status"] == "succeeded", jobq.job_log(home, job["id"])
+        run_queued(home, [full, bare])
         yield {"home": home.home, "store": home, "full": full, "bare": bare}
     finally:
         home.close()
         speculative.stop()
         baseline.stop()
         torch.set_num_threads(threads)
-
-
-@pytest.fixture
-def world_home(world, monkeypatch):
-    monkeypatch.setenv("EAGLE3DASH_HOME", str(world["home"]))
-    return world
-
-
-def frames(at: AppTest) -> list[pd.DataFrame]:
-    return [d.value for d in at.dataframe] + [t.value for t in at.table]
-
-
-def frame_with(at: AppTest, column: str) -> pd.DataFrame:
-    found = [f for f in frames(at) if column in f.columns]
-    assert found, f"no table with a {column!r} column: {[list(f.columns) for f in frames(at)]}"
-    return found[0]
 
 
 def chart_specs(at: AppTest) -> dict[str, dict]:

@@ -12,17 +12,13 @@ import json
 
 import pytest
 
-from eagle3dash import jobs as jobq
 from eagle3dash import store as db
 from eagle3dash.diagnosis.options import DiagnoseOptions
-from eagle3dash.job_kinds import JOB_KINDS
-from eagle3dash.jobs.worker import run_worker
 from eagle3dash.profile_export import profile_csv, profile_json
 from eagle3dash.submit import submit_diagnosis
-from eagle3dash.testing.sglang_double import DoubleConfig, start_double
 from eagle3dash.ui import charts
 from eagle3dash.ui import profile as ui
-from tests.appkit import app, no_exception, plain, texts
+from tests.appkit import app, no_exception, plain, run_queued, speculative_double, texts
 from tests.specs import tiny_models
 
 GREEN, ORANGE, VERMILLION = "#009E73", "#E69F00", "#D55E00"
@@ -423,17 +419,7 @@ def real_diagnosis(tmp_path_factory) -> dict:
     """A diagnosis made by the real worker on the double, as the store keeps it."""
     root = tmp_path_factory.mktemp("profile_ui")
     models = tiny_models(root)
-    double = start_double(
-        DoubleConfig(
-            target_path=str(models["target"]),
-            draft_path=str(models["draft"]),
-            speculative_algorithm="EAGLE3",
-            num_steps=3,
-            eagle_topk=1,
-            num_draft_tokens=4,
-            enable_return_hidden_states=True,
-        )
-    )
+    double = speculative_double(models["target"], models["draft"])
     home = db.open_store(root / "home")
     try:
         options = DiagnoseOptions(
@@ -446,9 +432,7 @@ def real_diagnosis(tmp_path_factory) -> dict:
             training_layout="0,1,2",
         )
         run_id = submit_diagnosis(home, None, options)
-        run_worker(home.home, JOB_KINDS, poll_interval=0.05, once=True, slots=1)
-        job = jobq.list_jobs(home, run_id)[0]
-        assert job["status"] == "succeeded", jobq.job_log(home, job["id"])
+        run_queued(home, [run_id], slots=1)
         diagnosis = db.get_run(home, run_id)["diagnosis"]
         assert diagnosis is not None
         return diagnosis
