@@ -38,9 +38,9 @@ from eagle3dash import store as db  # noqa: E402
 from eagle3dash.checkpoint import save  # noqa: E402
 from eagle3dash.diagnosis.options import DiagnoseOptions  # noqa: E402
 from eagle3dash.submit import submit_diagnosis  # noqa: E402
-from eagle3dash.testing.sglang_double import DoubleConfig, start_double  # noqa: E402
 from eagle3dash.testing.tensors import random_tensors  # noqa: E402
 from eagle3dash.testing.tiny import make_tiny_target  # noqa: E402
+from tests.appkit import speculative_double  # noqa: E402
 from tests.specs import served_draft_spec  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -68,20 +68,6 @@ ROOT_CAUSE = (  # the verdict of the mismatch run: training declared 0,1,2, SGLa
 
 
 # --- fixtures ----------------------------------------------------------------------------------
-
-
-def _double(target: Path, draft: Path):
-    return start_double(
-        DoubleConfig(
-            target_path=str(target),
-            draft_path=str(draft),
-            speculative_algorithm="EAGLE3",
-            num_steps=3,
-            eagle_topk=1,
-            num_draft_tokens=4,
-            enable_return_hidden_states=True,
-        )
-    )
 
 
 def _free_port() -> int:
@@ -148,7 +134,7 @@ def world(tmp_path_factory):
     port = _free_port()
     servers, procs = [], []
     try:
-        servers += [_double(target, draft), _double(target, fixed)]
+        servers += [speculative_double(target, draft), speculative_double(target, fixed)]
         with logs["worker"].open("wb") as log:
             procs.append(
                 subprocess.Popen(

@@ -23,10 +23,10 @@ from eagle3dash import jobs as jobq
 from eagle3dash import store as db
 from eagle3dash.diagnosis.options import DiagnoseOptions
 from eagle3dash.submit import submit_diagnosis
-from eagle3dash.testing.sglang_double import DoubleConfig, start_double
 from eagle3dash.ui.progress import cancel_run
 from eagle3dash.ui.widgets import RUNS_KEY_WIDTHS
 from tests import test_browser as shared
+from tests.appkit import speculative_double
 from tests.test_browser import HEIGHT, RUN_S, SHOTS, WIDTH, _idle, _no_exception, _page
 
 # test_browser.py's fixtures, made again for this module: the world, the browser, the logs.
@@ -82,18 +82,7 @@ def runs(world):
 def slow(world):
     """A slow double serving the mismatch draft, and a submit function for runs against it; the
     runs still unfinished at the end are cancelled."""
-    server = start_double(
-        DoubleConfig(
-            target_path=str(world["target"]),
-            draft_path=str(world["draft"]),
-            speculative_algorithm="EAGLE3",
-            num_steps=3,
-            eagle_topk=1,
-            num_draft_tokens=4,
-            enable_return_hidden_states=True,
-            delay_s=SLOW_DELAY_S,
-        )
-    )
+    server = speculative_double(world["target"], world["draft"], delay_s=SLOW_DELAY_S)
     store = world["store"]
     made: list[int] = []
 
