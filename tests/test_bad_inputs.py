@@ -406,7 +406,7 @@ UPLOADS: dict[str, tuple[Callable[[dict[str, bytes]], tuple[str, bytes]], str]] 
         "headers declare",
     ),
     "zip-dotdot": (lambda c: ("e.zip", zip_of({**c, "../evil": b"x"})), "'..'"),
-    "zip-absolute": (lambda c: ("e.zip", zip_of({**c, "/tmp/evil": b"x"})), "absolute"),
+    "zip-absolute": (lambda c: ("e.zip", zip_of({**c, "/srv/evil-member": b"x"})), "absolute"),
     "tar-dotdot": (lambda c: ("e.tar", tar_of({**c, "a/../../evil": b"x"}, "w")), "'..'"),
     "tar-symlink": (
         lambda c: ("l.tar", tar_of(c, "w", [_special("x", tarfile.SYMTYPE, "/etc/passwd")])),
