@@ -101,7 +101,7 @@ def format_prompts(
 ) -> tuple[list[FormattedPrompts], str | None]:
     """The prompts in every format that applies to this tokenizer (raw always), and why the
     chat-template rows are missing (None when they are there)."""
-    rows = [FormattedPrompts("raw", tuple(_with_ids(p, _raw(p, tokenizer)) for p in prompts))]
+    rows = [FormattedPrompts(RAW, tuple(_with_ids(p, _raw(p, tokenizer)) for p in prompts))]
     if _template_source(tokenizer) is None:
         return rows, "the tokenizer has no chat template"
     variants: dict[str, bool | None] = {"chat-template": None}

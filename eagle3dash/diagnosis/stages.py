@@ -254,7 +254,6 @@ def within_prefill_chunk(
 def capture_serving(run: _Run, prompts: list[Prompt]) -> None:
     """The aux states the server feeds its draft, on its own greedy completions."""
     from eagle3dash.capture import CaptureError, save_capture
-    from eagle3dash.capture.from_sglang import REFERENCE_TAIL
 
     server, predicted = run.server, run.prediction.serving
     run.tokens = prompt_ids(prompts, run.options.target, server.model_path)
@@ -285,19 +284,9 @@ def capture_serving(run: _Run, prompts: list[Prompt]) -> None:
         run.capture_error = f"SGLang {run.version} would not capture these taps: {predicted.error}"
     if run.capture_error:
         return
-    chunk = server.chunked_prefill_size
-    generated = run.options.max_new_tokens + REFERENCE_TAIL
-    tokens, cut = within_prefill_chunk(run.tokens, chunk, generated)
-    if cut:
-        run.warnings.append(
-            f"{cut} prompt(s) cut to their first {(chunk or 0) - generated} tokens for the "
-            f"serving capture, so that each sequence ({generated} generated tokens included) "
-            f"fits one prefill chunk of {chunk} tokens: SGLang returns the hidden states of the "
-            "last chunk only"
-        )
     run.stages.report(CAPTURE_SERVING, 0.08)
     try:
-        capture = _capture(run, tokens, CAPTURE_SERVING, 0.08, 0.27)
+        capture = _capture(run, run.tokens, CAPTURE_SERVING, 0.08, 0.27)
     except (CaptureError, EndpointError) as e:
         run.capture_error = str(e)
         return
@@ -308,9 +297,22 @@ def capture_serving(run: _Run, prompts: list[Prompt]) -> None:
 
 
 def _capture(run: _Run, tokens: list[list[int]], stage: str, start: float, span: float) -> Capture:
-    """The aux states the server feeds its draft on these prompts' greedy completions."""
+    """The aux states the server feeds its draft on these prompts' greedy completions, each
+    prompt cut to fit one prefill chunk with its completion."""
     from eagle3dash.capture import capture_from_sglang
+    from eagle3dash.capture.from_sglang import REFERENCE_TAIL
 
+    chunk = run.server.chunked_prefill_size
+    generated = run.options.max_new_tokens + REFERENCE_TAIL
+    tokens, cut = within_prefill_chunk(tokens, chunk, generated)
+    said = (
+        f"{cut} prompt(s) cut to their first {(chunk or 0) - generated} tokens for the "
+        f"serving capture, so that each sequence ({generated} generated tokens included) "
+        f"fits one prefill chunk of {chunk} tokens: SGLang returns the hidden states of the "
+        "last chunk only"
+    )
+    if cut and said not in run.warnings:
+        run.warnings.append(said)
     return capture_from_sglang(
         SGLangClient(run.options.endpoint, timeout=run.options.timeout),
         tokens,
@@ -594,7 +596,6 @@ def profile_formats(
     """The same prompts raw and through the served model's chat template (and its thinking
     switch): measured accept length, and the standalone draft on a capture of each."""
     from eagle3dash.capture import CaptureError
-    from eagle3dash.capture.from_sglang import REFERENCE_TAIL
     from eagle3dash.prompt_format import RAW, format_prompts
 
     try:
@@ -624,11 +625,8 @@ def profile_formats(
         bench = _bench(run, list(variant.prompts))
         sim = None
         if run.serving_capture is not None and run.draft is not None:
-            chunk = run.server.chunked_prefill_size
-            generated = run.options.max_new_tokens + REFERENCE_TAIL
-            tokens, _ = within_prefill_chunk(variant.ids, chunk, generated)
             try:
-                capture = _capture(run, tokens, PROFILE, 0.97, 0.0)
+                capture = _capture(run, variant.ids, PROFILE, 0.97, 0.0)
             except (CaptureError, EndpointError) as e:
                 run.warnings.append(f"profile: the {variant.format} capture failed: {e}")
             else:
@@ -677,14 +675,15 @@ def profile_stage(
             NotProfiled("steps_advice", "the endpoint runs no speculative decoding")
         )
         return profile
-    one_token = _bench(run, prompts[:3], max_new_tokens=1, concurrency=1, warmup=0)
-    latencies = (
-        []
-        if one_token is None
-        else [r.latency_s for r in one_token.requests if r.latency_s is not None]
-    )
-    profile.step_costs = step_costs(measured, latencies, steps, baseline)
-    if baseline is None:
+    if baseline is not None:  # without one the costs cannot be told apart: no timing requests
+        one_token = _bench(run, prompts[:3], max_new_tokens=1, concurrency=1, warmup=0)
+        latencies = (
+            []
+            if one_token is None
+            else [r.latency_s for r in one_token.requests if r.latency_s is not None]
+        )
+        profile.step_costs = step_costs(measured, latencies, steps, baseline)
+    else:
         profile.not_profiled.append(
             NotProfiled(
                 "steps_advice",
