@@ -24,20 +24,16 @@ Progress = Callable[[float, str], None]
 
 
 def job_diagnose(params: dict, progress: Progress) -> dict:
-    """Job kind 'diagnose': the whole pipeline for one run, stored for its page."""
-    from eagle3dash import jobs
+    """Job kind 'diagnose': the whole pipeline for run `params["run_id"]`, stored for its page in
+    the home its backend runs it for (EAGLE3DASH_HOME)."""
     from eagle3dash import store as db
 
-    job = jobs.current_job()
-    if job is None:
-        raise RuntimeError("the diagnose job kind runs in a job's process (it needs the run)")
-    store = db.open_store(job["home"])
-    run_id = job["run_id"]
-    db.update_run(store, run_id, status="running")
-    # A failure or cancel needs no handling here: the worker ends the run with the job.
-    options = DiagnoseOptions(**params["options"])
-    diagnosis = run_diagnosis(options, progress, digest_cache=store)
-    record_diagnosis(store, run_id, diagnosis)
+    run_id = int(params["run_id"])
+    # Starting and ending the run is the lifecycle's: the backend moves it with this job.
+    with db.open_store() as store:
+        options = DiagnoseOptions(**params["options"])
+        diagnosis = run_diagnosis(options, progress, digest_cache=store)
+        record_diagnosis(store, run_id, diagnosis)
     # The diagnosis is stored once, on the run; the job's result only points at it.
     return {"run_id": run_id, "findings": len(diagnosis.findings)}
 

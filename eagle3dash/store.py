@@ -34,12 +34,12 @@ from typing import IO, Any, overload
 from sqlite_utils import Database
 
 from eagle3dash.errors import InputError
+from eagle3dash.store_faults import db_wait_s
 
 HOME_ENV = "EAGLE3DASH_HOME"
 DEFAULT_HOME = ".eagle3dash"
 DB_NAME = "eagle3dash.db"
 SUBDIRS = ("checkpoints", "captures", "logs")
-BUSY_TIMEOUT_S = 30.0
 
 # Worst first; severities not listed rank below these, in the order given.
 SEVERITY_RANK = {"critical": 5, "error": 4, "high": 4, "warning": 3, "medium": 3, "low": 2}
@@ -309,11 +309,12 @@ class Store:
         db.conn.execute("BEGIN IMMEDIATE")
         try:
             yield db
+            db.conn.execute("COMMIT")  # a COMMIT that fails (a full disk) is rolled back too
         except BaseException:
             if db.conn.in_transaction:
-                db.conn.execute("ROLLBACK")
+                with contextlib.suppress(sqlite3.Error):
+                    db.conn.execute("ROLLBACK")
             raise
-        db.conn.execute("COMMIT")
 
     def get_digest(self, path: str, size: int, mtime_ns: int) -> str | None:
         """A weight file's recorded SHA-256 at this size and mtime (identity.DigestCache)."""
@@ -350,10 +351,13 @@ class Store:
 
 
 def connect(
-    db_path: Path, timeout: float = BUSY_TIMEOUT_S, read_only: bool = False
+    db_path: Path, timeout: float | None = None, read_only: bool = False
 ) -> sqlite3.Connection:
-    """A connection in autocommit mode (explicit BEGINs only), WAL, busy timeout, foreign keys;
-    `read_only`: opened with SQLite's mode=ro, which reads a WAL database in a read-only folder."""
+    """A connection in autocommit mode (explicit BEGINs only), WAL, foreign keys, and a busy
+    timeout (`timeout`, default `store_faults.db_wait_s()`: how long a write waits for another
+    process's lock); `read_only`: opened with SQLite's mode=ro, which reads a WAL database in a
+    read-only folder."""
+    timeout = db_wait_s() if timeout is None else timeout
     if read_only:
         uri = f"file:{urllib.parse.quote(str(db_path))}"
         try:

@@ -29,7 +29,7 @@ def submit_diagnosis(
     jobs.submit_job(
         store,
         "diagnose",
-        {"options": params},
+        {"options": params, "run_id": run_id},
         run_id=run_id,
         needs_gpu=options.device.startswith("cuda"),
     )

@@ -25,7 +25,8 @@ from eagle3dash.jobs import (
     submit_job,
     wait_for_job,
 )
-from eagle3dash.jobs.worker import _pid_alive, claim_job, recover_stale_jobs, run_worker
+from eagle3dash.jobs.lifecycle import claim_job
+from eagle3dash.jobs.worker import _pid_alive, recover_stale_jobs, run_worker
 from eagle3dash.store import Store, create_run, get_run, list_runs, now_iso, open_store, update_run
 from tests.job_kinds_for_tests import JOB_KINDS
 
@@ -292,14 +293,14 @@ def test_child_fails_its_job_when_the_worker_is_killed(store: Store) -> None:
 
 
 def _running_job(store: Store, run_id: int) -> dict:
-    """Queue a long job of the run; once its child reports progress, mark the run running (as
-    the diagnose kind does) and return the job's row."""
+    """Queue a long job of the run; once its child reports progress, return the job's row (the
+    claim started the run with it)."""
     job_id = submit_job(store, "test-sleepy", {"steps": 1000, "dt": 0.02}, run_id=run_id)
     job = wait_until(
         lambda: (j := job_status(store, job_id))["progress"] > 0 and j,
         what="the job to start",
     )
-    update_run(store, run_id, status="running")
+    assert get_run(store, run_id)["status"] == "running"
     return job
 
 
@@ -351,11 +352,11 @@ def test_claim_runs_one_gpu_job_at_a_time(store: Store) -> None:
     cpu = submit_job(store, "test-interval", {})
     assert job_status(store, gpu1)["needs_gpu"] is True
     assert job_status(store, cpu)["needs_gpu"] is False
-    assert claim_job(store)["id"] == gpu1
-    assert claim_job(store)["id"] == cpu  # the second GPU job waits, CPU jobs go past it
-    assert claim_job(store) is None
+    assert claim_job(store, os.getpid())["id"] == gpu1
+    assert claim_job(store, os.getpid())["id"] == cpu  # the second GPU job waits, CPU jobs go past it
+    assert claim_job(store, os.getpid()) is None
     store.db.execute("UPDATE jobs SET status = 'succeeded' WHERE id = ?", (gpu1,))
-    assert claim_job(store)["id"] == gpu2
+    assert claim_job(store, os.getpid())["id"] == gpu2
 
 
 def test_two_gpu_jobs_never_overlap_with_two_slots(store: Store) -> None:

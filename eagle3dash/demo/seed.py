@@ -77,17 +77,11 @@ def seeded(store: db.Store) -> bool:
 
 def cancel_unfinished(store: db.Store, run_ids: list[int], why: str) -> list[int]:
     """Cancel the queued or running jobs of these runs (their doubles are gone); the runs cut."""
-    cut = []
-    for run_id in run_ids:
-        active = [j for j in jobq.list_jobs(store, run_id) if j["status"] not in jobq.FINISHED]
-        for job in active:
-            jobq.cancel_job(store, job["id"])
-        run = db.get_run(store, run_id)
-        if active and run is not None and run["status"] == "queued":
-            db.update_run(store, run_id, status="cancelled", error=why)
-        if active:
-            cut.append(run_id)
-    return cut
+    return [
+        run_id
+        for run_id in run_ids
+        if jobq.cancel_run(store, run_id, reason=why) is not jobq.CancelOutcome.NOTHING
+    ]
 
 
 def _wait(store: db.Store, run_ids: dict[str, int], progress: Callable[[str], None]) -> None:

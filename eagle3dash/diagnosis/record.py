@@ -7,7 +7,8 @@ from eagle3dash.diagnosis.result import Diagnosis
 
 
 def record_diagnosis(store: db.Store, run_id: int, diagnosis: Diagnosis) -> None:
-    """Store a diagnosis once (Diagnosis.to_dict()) with the run's indexed summary columns."""
+    """Store a diagnosis once (Diagnosis.to_dict()) with the run's indexed summary columns; the
+    run's status is its job's (`jobs.lifecycle`)."""
     result = diagnosis.to_dict()
     verdict = result["verdict"]
     speedup = result["speedup"] or {}
@@ -17,7 +18,6 @@ def record_diagnosis(store: db.Store, run_id: int, diagnosis: Diagnosis) -> None
     db.update_run(
         store,
         run_id,
-        status="succeeded",
         diagnosis_json=db.to_json(result),
         measured_accept_length=verdict["measured_accept_length"],
         sim_accept_training=verdict["sim_accept_training"],

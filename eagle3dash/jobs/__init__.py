@@ -1,18 +1,24 @@
-"""Jobs: rows in the store (`queue`, what pages and the CLI use) run by a worker (`worker`).
+"""Jobs: rows in the store (`queue`, what pages and the CLI use) moved through their lifecycle
+(`lifecycle`) and run by a backend (`backend`; the local worker, `worker`, is the first).
 
-Importing this package loads only the queue; the worker and the job kinds stay out of pages.
+Importing this package loads only the queue and the lifecycle; backends and job kinds stay out
+of pages.
 """
 
-from eagle3dash.jobs.queue import (
+from eagle3dash.jobs.lifecycle import (
     CANCELLED_BEFORE_START,
     CANCELLED_WHILE_RUNNING,
     FINISHED,
     STATUSES,
+    CancelOutcome,
+    Status,
+    cancel_job,
+    cancel_run,
+)
+from eagle3dash.jobs.queue import (
     JobCancelled,
     JobFn,
     ProgressFn,
-    cancel_job,
-    current_job,
     job_log,
     job_result,
     job_status,
@@ -26,11 +32,13 @@ __all__ = [
     "CANCELLED_WHILE_RUNNING",
     "FINISHED",
     "STATUSES",
+    "CancelOutcome",
     "JobCancelled",
     "JobFn",
     "ProgressFn",
+    "Status",
     "cancel_job",
-    "current_job",
+    "cancel_run",
     "job_log",
     "job_result",
     "job_status",

@@ -1,45 +1,33 @@
 """The job queue: what pages and the CLI use to queue work and follow it.
 
-The interface is small and backend-neutral (DESIGN §6): `submit_job`, `job_status` (progress,
-message, result), `cancel_job`, `list_jobs`, `job_log`. The store is the single source of truth;
-the local worker (`eagle3dash.jobs.worker`) is one backend that consumes these rows, and another
-(a Ray job submitter, say) could claim the same rows and write the same columns. Nothing here
-imports the worker or any job kind, so pages stay light.
+The interface is small and backend-neutral: `submit_job`, `job_status` (progress, message,
+result), `list_jobs`, `job_log`, `wait_for_job` (cancelling is a transition: `lifecycle`). The
+store is the single source of truth; a backend (`eagle3dash.jobs.backend`, the local worker its
+first) claims these rows and writes the same columns through `lifecycle`. Nothing here imports a
+backend or any job kind, so pages stay light.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from eagle3dash.errors import InputError
+from eagle3dash.jobs.lifecycle import FINISHED, Status
 from eagle3dash.store import Store, decode_row, insert_row, now_iso, to_json
 
 ProgressFn = Callable[[float, str], None]  # progress(fraction 0..1, message)
 JobFn = Callable[[dict, ProgressFn], dict | None]  # a job kind: fn(params, progress) -> result
-
-STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
-FINISHED = frozenset({"succeeded", "failed", "cancelled"})
-# Why a job (and its run) was cancelled: a user asked, before or while it ran.
-CANCELLED_BEFORE_START = "cancelled before it started"
-CANCELLED_WHILE_RUNNING = "cancelled while it ran"
 
 LOG_TAIL_BYTES = 64 * 1024
 
 
 class JobCancelled(BaseException):
     """Raised inside a job (by `progress` or SIGTERM) when the job is to stop."""
-
-
-_current_job: dict | None = None  # set by the worker's child process before the kind runs
-
-
-def current_job() -> dict | None:
-    """Inside a job's child process: {'id', 'run_id', 'kind', 'home'} of the job; else None."""
-    return _current_job
 
 
 def submit_job(
@@ -57,7 +45,7 @@ def submit_job(
             {
                 "run_id": run_id,
                 "kind": kind,
-                "status": "queued",
+                "status": Status.QUEUED,
                 "params_json": to_json(params or {}),
                 "progress": 0.0,
                 "message": "queued",
@@ -78,7 +66,7 @@ def job_status(store: Store, job_id: int) -> dict | None:
 def job_result(store: Store, job_id: int) -> dict | None:
     """The result dict of a succeeded job, else None."""
     job = job_status(store, job_id)
-    return job["result"] if job and job["status"] == "succeeded" else None
+    return job["result"] if job and job["status"] == Status.SUCCEEDED else None
 
 
 def list_jobs(store: Store, run_id: int | None = None, status: str | None = None) -> list[dict]:
@@ -93,29 +81,6 @@ def list_jobs(store: Store, run_id: int | None = None, status: str | None = None
         params.append(status)
     where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
     return [decode_row(r) for r in store.db.query(f"SELECT * FROM jobs{where} ORDER BY id", params)]
-
-
-def cancel_job(store: Store, job_id: int) -> str | None:
-    """Cancel a job: a queued one at once, a running one via its worker (which ends its run
-    too); return the new status."""
-    with store.transaction() as db:
-        row = db.execute("SELECT status FROM jobs WHERE id = ?", (job_id,)).fetchone()
-        if row is None:
-            return None
-        status = row[0]
-        if status == "queued":
-            db.execute(
-                "UPDATE jobs SET status = 'cancelled', cancel_requested = 1, finished_at = ?, "
-                "message = ? WHERE id = ?",
-                (now_iso(), CANCELLED_BEFORE_START, job_id),
-            )
-            return "cancelled"
-        if status == "running":
-            db.execute(
-                "UPDATE jobs SET cancel_requested = 1, message = 'cancelling' WHERE id = ?",
-                (job_id,),
-            )
-        return status
 
 
 def job_log(store: Store, job_id: int, tail_bytes: int = LOG_TAIL_BYTES) -> str:
@@ -138,6 +103,13 @@ def wait_for_job(store: Store, job_id: int, timeout: float = 60.0, poll: float =
         if time.monotonic() > deadline:
             raise TimeoutError(f"job {job_id} still {job['status']} after {timeout:.0f} s")
         time.sleep(poll)
+
+
+def append_log(store: Store, job: Mapping[str, Any], text: str) -> None:
+    """Append text to a job's log (quietly skipped when the log cannot be written)."""
+    path = store.path(job.get("log_path") or log_rel(job["id"]))
+    with contextlib.suppress(OSError), open(path, "a") as f:
+        f.write(text)
 
 
 def log_rel(job_id: int) -> str:

@@ -128,21 +128,10 @@ def load_progress(store: db.Store, run_id: int) -> ProgressView | None:
 
 
 def cancel_run(store: db.Store, run_id: int) -> str:
-    """Cancel every unfinished job of a run; return what happened, in words.
-
-    A queued job is cancelled at once and the run is marked cancelled; a running one is stopped
-    by its worker, which then marks the run cancelled itself.
-    """
-    outcomes = [
-        jobq.cancel_job(store, j["id"])
-        for j in jobq.list_jobs(store, run_id)
-        if j["status"] in ACTIVE
-    ]
-    if not outcomes:
-        return "nothing to cancel: the run's jobs have finished"
-    if "running" in outcomes:
+    """Cancel every unfinished job of a run (`jobs.cancel_run`); say what happened, in words."""
+    outcome = jobq.cancel_run(store, run_id)
+    if outcome is jobq.CancelOutcome.REQUESTED:
         return "cancel requested: the worker stops the job within a few seconds"
-    run = db.get_run(store, run_id)
-    if run is not None and run["status"] in ACTIVE:
-        db.update_run(store, run_id, status="cancelled", error=jobq.CANCELLED_BEFORE_START)
-    return jobq.CANCELLED_BEFORE_START
+    if outcome is jobq.CancelOutcome.CANCELLED:
+        return jobq.CANCELLED_BEFORE_START
+    return "nothing to cancel: the run's jobs have finished"
