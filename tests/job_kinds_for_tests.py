@@ -1,4 +1,5 @@
-"""Job kinds for the job tests: JOB_KINDS is the table a test passes to `run_worker`.
+"""Job kinds for the job tests: JOB_KINDS is the table a test passes to `run_worker`;
+CONFORMANCE_KINDS adds the two the backend conformance suite needs (`once`, `gated`).
 
 The worker's child process imports each kind's function by name, as it does for
 eagle3dash.job_kinds.
@@ -11,6 +12,7 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 
 from eagle3dash.jobs import JobFn, ProgressFn
 
@@ -85,3 +87,27 @@ JOB_KINDS: dict[str, JobFn] = {
     "test-gpu-interval": interval,  # submitted with needs_gpu=True
     "test-stages": stages,
 }
+
+
+def once(params: dict, progress: ProgressFn) -> dict:
+    """Create `params["marker"]`, which must not exist: a job run twice fails the second time."""
+    with open(params["marker"], "x") as f:
+        f.write(str(os.getpid()))
+    progress(0.5, "marked")
+    time.sleep(float(params.get("seconds", 0.05)))
+    return {"pid": os.getpid()}
+
+
+def gated(params: dict, progress: ProgressFn) -> dict:
+    """Stages 1..n, each marked on entry (`entered-<i>` in `params["dir"]`) and held until the
+    test opens its gate (`gate-<i>`): a test can act while the job is in a stage it chose."""
+    folder, n = Path(params["dir"]), int(params.get("stages", 4))
+    for i in range(1, n + 1):
+        (folder / f"entered-{i}").touch()
+        while not (folder / f"gate-{i}").exists():
+            progress((i - 1) / n, f"stage {i}/{n}")
+            time.sleep(0.02)
+    return {"stages": n}
+
+
+CONFORMANCE_KINDS: dict[str, JobFn] = {**JOB_KINDS, "test-once": once, "test-gated": gated}

@@ -29,9 +29,7 @@ from eagle3dash.jobs.lifecycle import claim_job
 from eagle3dash.jobs.worker import _pid_alive, recover_stale_jobs, run_worker
 from eagle3dash.store import Store, create_run, get_run, list_runs, now_iso, open_store, update_run
 from tests.job_kinds_for_tests import JOB_KINDS
-
-ROOT = Path(__file__).resolve().parent.parent
-POLL = 0.02
+from tests.jobkit import POLL, ROOT, wait_until
 
 
 @pytest.fixture
@@ -73,17 +71,6 @@ def start_worker_process(store: Store) -> subprocess.Popen:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-
-
-def wait_until(predicate, timeout: float = 10.0, what: str = "condition"):
-    """Poll `predicate` until it returns something truthy; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(POLL)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_job_succeeds_with_result_progress_and_log(store: Store) -> None:
@@ -353,7 +340,9 @@ def test_claim_runs_one_gpu_job_at_a_time(store: Store) -> None:
     assert job_status(store, gpu1)["needs_gpu"] is True
     assert job_status(store, cpu)["needs_gpu"] is False
     assert claim_job(store, os.getpid())["id"] == gpu1
-    assert claim_job(store, os.getpid())["id"] == cpu  # the second GPU job waits, CPU jobs go past it
+    assert (
+        claim_job(store, os.getpid())["id"] == cpu
+    )  # the second GPU job waits, CPU jobs go past it
     assert claim_job(store, os.getpid()) is None
     store.db.execute("UPDATE jobs SET status = 'succeeded' WHERE id = ?", (gpu1,))
     assert claim_job(store, os.getpid())["id"] == gpu2
