@@ -8,6 +8,7 @@ see ARCHITECTURE.md.) It listens on 127.0.0.1; a network bind needs a token (eag
 import streamlit as st
 
 from eagle3dash.ui.access import require_access
+from eagle3dash.ui.home import store_faults_shown
 
 st.set_page_config(page_title="eagle3dash", page_icon="🦅", layout="wide")
 require_access()  # a network bind asks for the token first (loopback: nothing to ask)
@@ -20,4 +21,5 @@ page = st.navigation(
         st.Page("views/checkpoints.py", title="Checkpoints", icon="📦"),
     ]
 )
-page.run()
+with store_faults_shown():  # a database that cannot be read is one message, on any page
+    page.run()

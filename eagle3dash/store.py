@@ -34,7 +34,7 @@ from typing import IO, Any, overload
 from sqlite_utils import Database
 
 from eagle3dash.errors import InputError
-from eagle3dash.store_faults import db_wait_s
+from eagle3dash.store_faults import classify, db_wait_s
 
 HOME_ENV = "EAGLE3DASH_HOME"
 DEFAULT_HOME = ".eagle3dash"
@@ -417,7 +417,9 @@ def open_store(home: str | os.PathLike[str] | None = None) -> Store:
         migrate(store)
     except sqlite3.Error as e:
         store.close()
-        raise HomeError(f"the database {store.db_path} cannot be used ({e}): {fix}") from None
+        # A damaged database reads as the same line the pages show for it.
+        unusable = HomeError(f"the database {store.db_path} cannot be used ({e}): {fix}")
+        raise classify(e, store.db_path) or unusable from None
     except BaseException:
         store.close()
         raise

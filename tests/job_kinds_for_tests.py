@@ -1,5 +1,6 @@
 """Job kinds for the job tests: JOB_KINDS is the table a test passes to `run_worker`;
-CONFORMANCE_KINDS adds the two the backend conformance suite needs (`once`, `gated`).
+ALL_KINDS adds those of the backend conformance suite (`once`, `gated`) and the store-fault
+cases (`fill`).
 
 The worker's child process imports each kind's function by name, as it does for
 eagle3dash.job_kinds.
@@ -110,4 +111,19 @@ def gated(params: dict, progress: ProgressFn) -> dict:
     return {"stages": n}
 
 
-CONFORMANCE_KINDS: dict[str, JobFn] = {**JOB_KINDS, "test-once": once, "test-gated": gated}
+def fill(params: dict, progress: ProgressFn) -> dict:
+    """Write `params["path"]` until the disk is full, as a capture that outgrows its disk."""
+    progress(0.1, "filling the disk")
+    chunk = b"\0" * (64 << 10)
+    with open(params["path"], "wb") as f:
+        while True:
+            f.write(chunk)
+            f.flush()
+
+
+ALL_KINDS: dict[str, JobFn] = {
+    **JOB_KINDS,
+    "test-once": once,
+    "test-gated": gated,
+    "test-fill": fill,
+}

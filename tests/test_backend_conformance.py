@@ -25,7 +25,7 @@ from eagle3dash.jobs import cancel_job, job_status, list_jobs, submit_job, wait_
 from eagle3dash.jobs.backend import JobBackend, ServeSettings, import_function, serve
 from eagle3dash.jobs.lifecycle import CANCELLED_BEFORE_START, CANCELLED_WHILE_RUNNING, claim_job
 from eagle3dash.store import Store, create_run, get_run, open_store
-from tests.job_kinds_for_tests import CONFORMANCE_KINDS
+from tests.job_kinds_for_tests import ALL_KINDS
 from tests.jobkit import ROOT, wait_until
 
 BACKENDS = ["eagle3dash.jobs.worker:LocalProcessBackend"]
@@ -54,7 +54,7 @@ def make(factory: str) -> JobBackend:
 def instance(factory: str, store: Store, **settings) -> Iterator[threading.Thread]:
     """A backend instance serving the store in a thread of this process until the block ends."""
     stop = threading.Event()
-    args = (make(factory), store.home, CONFORMANCE_KINDS, ServeSettings(**{**FAST, **settings}))
+    args = (make(factory), store.home, ALL_KINDS, ServeSettings(**{**FAST, **settings}))
     t = threading.Thread(target=serve, args=args, kwargs={"stop_event": stop}, daemon=True)
     t.start()
     try:
@@ -68,9 +68,9 @@ def instance(factory: str, store: Store, **settings) -> Iterator[threading.Threa
 _PROCESS = """
 import sys
 from eagle3dash.jobs.backend import ServeSettings, import_function, serve
-from tests.job_kinds_for_tests import CONFORMANCE_KINDS
+from tests.job_kinds_for_tests import ALL_KINDS
 settings = ServeSettings(**{k: float(v) for k, v in (a.split("=") for a in sys.argv[3:])})
-serve(import_function(sys.argv[1])(), sys.argv[2], CONFORMANCE_KINDS, settings)
+serve(import_function(sys.argv[1])(), sys.argv[2], ALL_KINDS, settings)
 """
 
 

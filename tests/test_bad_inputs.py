@@ -15,6 +15,7 @@ import json
 import os
 import pickle
 import shutil
+import sqlite3
 import stat
 import struct
 import subprocess
@@ -22,6 +23,7 @@ import sys
 import tarfile
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,6 +31,7 @@ from pathlib import Path
 import pytest
 
 from eagle3dash import cli
+from eagle3dash import jobs as jobq
 from eagle3dash import store as db
 from eagle3dash.checkpoint import save
 from eagle3dash.servebench import PromptFileError, load_prompts
@@ -36,6 +39,7 @@ from eagle3dash.testing.tensors import random_tensors
 from eagle3dash.uploads import UploadError, UploadLimits, register_upload
 from tests.appkit import app, no_exception, texts
 from tests.httpserver import Reply, closed_port_url, serve
+from tests.jobkit import start_worker, wait_until
 from tests.specs import ROOT, tiny_spec
 from tests.test_uploads import tar_of, zip_of
 
@@ -632,3 +636,145 @@ def test_a_read_only_home_still_shows_its_runs(tmp_path, monkeypatch) -> None:
         assert "The home is read-only: this run cannot be cancelled from here." in texts(
             run, "caption"
         )
+
+
+# --- store faults: a lock held too long, a full disk, a database the app cannot read -----------
+
+
+@contextmanager
+def write_lock(db_path: Path) -> Iterator[None]:
+    """Another process holds the database's write lock until the block ends."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(db_path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+        yield
+    finally:
+        holder.communicate("\n", timeout=CALL_S)
+
+
+_HOLDER = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN IMMEDIATE")
+print("locked", flush=True)
+sys.stdin.readline()
+conn.execute("COMMIT")
+"""
+
+
+@contextmanager
+def serving(home: Path, **env: str) -> Iterator[subprocess.Popen]:
+    """A worker in its own process over the test kinds; it must still serve when the block ends."""
+    worker = start_worker(home, env)
+    try:
+        yield worker
+        assert worker.poll() is None, "the worker died"
+    finally:
+        worker.kill()
+        worker.wait()
+
+
+def serves_on(store: db.Store) -> None:
+    """The worker runs the next job."""
+    after = jobq.submit_job(store, "test-echo", {})
+    assert jobq.wait_for_job(store, after, timeout=CALL_S)["status"] == "succeeded"
+
+
+def test_a_write_lock_within_the_wait_is_waited_out(tmp_path) -> None:
+    with db.open_store(tmp_path / "home") as store:
+        run_id = db.create_run(store, None, None)
+        job_id = jobq.submit_job(store, "test-sleepy", {"steps": 100, "dt": 0.02}, run_id=run_id)
+        with serving(store.home, EAGLE3DASH_DB_WAIT_S="30"):
+            wait_until(lambda: jobq.job_status(store, job_id)["progress"] > 0, CALL_S)
+            with write_lock(store.db_path):
+                time.sleep(1.0)  # the job and the worker write meanwhile: they wait
+            assert jobq.wait_for_job(store, job_id, timeout=CALL_S)["status"] == "succeeded"
+            serves_on(store)
+        assert db.get_run(store, run_id)["status"] == "succeeded"
+
+
+def test_a_write_lock_past_the_wait_fails_the_job_in_one_line(tmp_path) -> None:
+    with db.open_store(tmp_path / "home") as store:
+        line = (
+            f"the database {store.db_path} stayed locked for 1 s (another process holds a write "
+            "lock): stop that process or wait for it, then run it again"
+        )
+        run_id = db.create_run(store, None, None)
+        job_id = jobq.submit_job(store, "test-sleepy", {"steps": 5000, "dt": 0.02}, run_id=run_id)
+        with serving(store.home, EAGLE3DASH_DB_WAIT_S="1"):
+            wait_until(lambda: jobq.job_status(store, job_id)["progress"] > 0, CALL_S)
+            with write_lock(store.db_path):
+                wait_until(lambda: line in jobq.job_log(store, job_id), CALL_S, "the job to stop")
+            job = jobq.wait_for_job(store, job_id, timeout=CALL_S)
+            serves_on(store)
+        assert (job["status"], job["message"]) == ("failed", line)
+        assert "Traceback" not in job["error"]
+        run = db.get_run(store, run_id)
+        assert (run["status"], run["error"]) == ("failed", line)
+
+
+@contextmanager
+def small_disk(path: Path, size: str = "4m") -> Iterator[Path]:
+    """A tmpfs of `size` at `path`: a disk that really fills (ENOSPC for files, SQLITE_FULL for
+    the database and its WAL alike). Mounting needs root; elsewhere the case is skipped."""
+    path.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("a full disk is a small tmpfs, which only root can mount")
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs: {mounted.stderr.decode().strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "--lazy", str(path)], check=True)
+
+
+def test_a_disk_that_fills_during_a_job_fails_its_run_in_one_line(tmp_path) -> None:
+    with small_disk(tmp_path / "disk") as disk, db.open_store(disk / "home") as store:
+        fill = store.home / "captures" / "fill.bin"
+        line = (
+            f"the disk holding {store.home} is full ([Errno 28] No space left on device): free "
+            "some space there, then run it again"
+        )
+        run_id = db.create_run(store, None, None)
+        job_id = jobq.submit_job(store, "test-fill", {"path": str(fill)}, run_id=run_id)
+        with serving(store.home):
+            job = jobq.wait_for_job(store, job_id, timeout=CALL_S)
+            assert (job["status"], job["message"], job["error"]) == ("failed", line, line)
+            run = db.get_run(store, run_id)
+            assert (run["status"], run["error"]) == ("failed", line)
+            fill.unlink()  # space again: the worker takes the next job
+            serves_on(store)
+
+
+@pytest.mark.parametrize("how", ["garbage", "garbage-before-first-open", "dropped-table"])
+def test_a_database_the_app_cannot_read_is_one_message(home, how) -> None:
+    db.create_run(home, None, "http://gpubox:30000")
+    if how != "garbage-before-first-open":
+        no_exception(app("runs"))  # prepared and cached by the app
+    home.close()
+    reason = "file is not a database"
+    if how == "dropped-table":
+        conn = sqlite3.connect(home.db_path)
+        conn.execute("DROP TABLE findings")
+        conn.close()
+        reason = "no such table: findings"
+    else:  # a new file in its place, as a restore from a bad copy would leave it
+        for suffix in ("-wal", "-shm"):
+            Path(f"{home.db_path}{suffix}").unlink(missing_ok=True)
+        garbage = home.home / "garbage"
+        garbage.write_bytes(b"not a database, " * 512)
+        garbage.replace(home.db_path)
+    at = app("runs")
+    no_exception(at)
+    assert texts(at, "error") == (
+        f"the database {home.db_path} cannot be read ({reason}): nothing was changed; restore it "
+        "from a copy, or set EAGLE3DASH_HOME to another folder"
+    )

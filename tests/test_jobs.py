@@ -29,7 +29,7 @@ from eagle3dash.jobs.lifecycle import claim_job
 from eagle3dash.jobs.worker import _pid_alive, recover_stale_jobs, run_worker
 from eagle3dash.store import Store, create_run, get_run, list_runs, now_iso, open_store, update_run
 from tests.job_kinds_for_tests import JOB_KINDS
-from tests.jobkit import POLL, ROOT, wait_until
+from tests.jobkit import POLL, start_worker, wait_until
 
 
 @pytest.fixture
@@ -52,25 +52,6 @@ def worker_thread(store: Store, **kwargs) -> Iterator[threading.Thread]:
         stop.set()
         t.join(15)
         assert not t.is_alive()
-
-
-_WORKER_SCRIPT = """
-import sys
-from eagle3dash.jobs.worker import run_worker
-from tests.job_kinds_for_tests import JOB_KINDS
-run_worker(sys.argv[1], JOB_KINDS, poll_interval=0.05)
-"""
-
-
-def start_worker_process(store: Store) -> subprocess.Popen:
-    """A worker over the test kinds in its own process (so that it can be killed)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen(
-        [sys.executable, "-c", _WORKER_SCRIPT, str(store.home)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
 
 
 def test_job_succeeds_with_result_progress_and_log(store: Store) -> None:
@@ -256,7 +237,7 @@ def test_recover_fails_jobs_of_dead_workers(store: Store) -> None:
 def test_child_fails_its_job_when_the_worker_is_killed(store: Store) -> None:
     run_id = create_run(store, None, None)
     job_id = submit_job(store, "test-sleepy", {"steps": 1000, "dt": 0.02}, run_id=run_id)
-    worker = start_worker_process(store)
+    worker = start_worker(store.home)
     try:
         job = wait_until(
             lambda: (j := job_status(store, job_id))["progress"] > 0 and j,
@@ -309,7 +290,7 @@ def test_kill_9_of_the_child_fails_its_run(store: Store) -> None:
 
 def test_kill_9_of_worker_and_child_fails_the_run_at_recovery(store: Store) -> None:
     run_id = create_run(store, None, "http://127.0.0.1:1")
-    worker = start_worker_process(store)
+    worker = start_worker(store.home)
     try:
         job = _running_job(store, run_id)
         # Stopped first so that it cannot reap the child: both die without a word, as in a

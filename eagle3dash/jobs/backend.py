@@ -331,6 +331,7 @@ class _Loop:
             lifecycle.settle_job(
                 self.store, job_id, status, error=error, message=message, reason=message
             )
+        keep_reserve(self.store.home)  # put back what a full disk may have taken
         self.backend.release(ex.handle, status)
         del self.running[job_id]
         self.finished += 1

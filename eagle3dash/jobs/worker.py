@@ -301,6 +301,12 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     raise JobCancelled("terminated (SIGTERM)")
 
 
+def _say(line: object) -> None:
+    """A line on stderr, the job's log (which a full disk may refuse: the store says it then)."""
+    with contextlib.suppress(OSError):
+        print(line, file=sys.stderr, flush=True)
+
+
 def _end(store: Store, job_id: int, status: Status, rc: int, **fields: Any) -> int:
     """Settle this child's job and return `rc`; when the store refuses (a lock, a full disk),
     print why as the log's last line and return STORE_FAULT_EXIT, for the worker to settle."""
@@ -310,7 +316,7 @@ def _end(store: Store, job_id: int, status: Status, rc: int, **fields: Any) -> i
         fault = classify(e, store.db_path)
         if fault is None:
             raise
-        print(fault, file=sys.stderr)
+        _say(fault)
         return STORE_FAULT_EXIT
     return rc
 
@@ -349,12 +355,11 @@ def run_one(
             "SELECT cancel_requested FROM jobs WHERE id = ?", (job_id,)
         ).fetchone()
         if cancel and cancel[0]:
-            print(f"job {job_id} {CANCELLED_WHILE_RUNNING}", file=sys.stderr)
+            _say(f"job {job_id} {CANCELLED_WHILE_RUNNING}")
             return _end(store, job_id, Status.CANCELLED, 0, message=CANCELLED_WHILE_RUNNING)
         # Terminated by someone else (the worker stopping, the system): die by the signal so the
         # worker records why, as for any other kill.
-        print(f"job {job_id} stopped: {e}", file=sys.stderr)
-        sys.stderr.flush()
+        _say(f"job {job_id} stopped: {e}")
         store.close()
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
@@ -363,17 +368,18 @@ def run_one(
         fault = classify(e, store.db_path) if isinstance(e, sqlite3.Error | OSError) else None
         if isinstance(e, _StoreFaultInJob) or fault is not None:
             line = str(fault or e)  # a store fault is its one line, without a traceback
-            print(line, file=sys.stderr)
+            _say(line)
             return _end(store, job_id, Status.FAILED, 1, error=line, message=line)
         tb = traceback.format_exc()
-        sys.stderr.write(tb)
+        _say(tb.rstrip())
         summary = f"{type(e).__name__}: {e}"[:500]
         return _end(store, job_id, Status.FAILED, 1, error=tb, message=summary, reason=summary)
     else:
         return _end(store, job_id, Status.SUCCEEDED, 0, result=result, message="done")
     finally:
-        sys.stderr.flush()
-        sys.stdout.flush()
+        with contextlib.suppress(OSError):
+            sys.stderr.flush()
+            sys.stdout.flush()
         store.close()
 
 

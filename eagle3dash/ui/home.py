@@ -9,13 +9,17 @@ migrations is cached with `st.cache_resource`, and `get_store()` hands each scri
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import streamlit as st
 
 from eagle3dash import store as db
 from eagle3dash.errors import InputError
+from eagle3dash.store_faults import classify
 from eagle3dash.ui.fmt import md_escape
 
 _lock = threading.Lock()
@@ -68,6 +72,19 @@ def get_store() -> db.Store:
             entry = (me, db.Store(prepared, read_only=read_only))
             _stores[me.ident or 0] = entry
     return entry[1]
+
+
+@contextlib.contextmanager
+def store_faults_shown() -> Iterator[None]:
+    """Around a page: a database it cannot read, a lock held past the wait or a full disk is one
+    error box naming the file and what to do, instead of an exception."""
+    try:
+        yield
+    except (sqlite3.Error, OSError) as e:
+        fault = classify(e, home_dir() / db.DB_NAME)
+        if fault is None:
+            raise
+        st.error(md_escape(str(fault)), icon="🚫")
 
 
 def read_only_notice(store: db.Store) -> bool:
