@@ -5,10 +5,13 @@ Home folder `EAGLE3DASH_HOME` (default `./.eagle3dash`):
     checkpoints/<sha256>/  uploaded checkpoints, content-addressed
     captures/<run>/        capture shards of a run
     logs/<job>.log         a job's stdout, stderr and logging
+    .reserve               room a worker frees to record a job's end on a full disk (store_faults)
 
-The store is the single source of truth: pages read only from here, jobs write their progress and
-results here. Schema changes are numbered migrations recorded in the `migrations` table; a database
-made by an older version is upgraded in place when opened, never wiped.
+The home's files apart from the database (safe paths, content addresses, uploads, capture
+folders) are `home_files.py`'s, re-exported here. The store is the single source of truth: pages
+read only from here, jobs write their progress and results here. Schema changes are numbered
+migrations recorded in the `migrations` table; a database made by an older version is upgraded
+in place when opened, never wiped.
 
 Every query function takes a `Store` first. A `Store` hands each thread its own connection
 (`Store.db`), so one `Store` can be shared by Streamlit's script threads.
@@ -18,22 +21,25 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import json
 import os
-import shutil
 import sqlite3
-import tempfile
 import threading
 import urllib.parse
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any, overload
+from typing import Any, overload
 
 from sqlite_utils import Database
 
 from eagle3dash.errors import InputError
+from eagle3dash.home_files import UnsafePathError as UnsafePathError
+from eagle3dash.home_files import capture_dir as capture_dir
+from eagle3dash.home_files import content_address as content_address
+from eagle3dash.home_files import delete_upload
+from eagle3dash.home_files import safe_join as safe_join
+from eagle3dash.home_files import save_upload as save_upload
 from eagle3dash.store_faults import classify, db_wait_s
 
 HOME_ENV = "EAGLE3DASH_HOME"
@@ -65,10 +71,6 @@ RUN_COLUMNS = (
     "diagnosis_json",
 )
 _BOOL_COLUMNS = ("uploaded", "post_norm", "needs_gpu", "cancel_requested", "checkpoint_removed")
-
-
-class UnsafePathError(InputError):
-    """A path that would leave the home folder (`..`, an absolute member, a symlink out)."""
 
 
 class HomeError(InputError):
@@ -495,98 +497,6 @@ def _too_new(store: Store, version: int) -> str:
     )
 
 
-# --- paths -------------------------------------------------------------------------------------
-
-
-def safe_join(home: str | os.PathLike[str], *parts: str | os.PathLike[str]) -> Path:
-    """`home/parts...`, refusing `..`, absolute members, and symlinks that lead out of home."""
-    root = Path(home).resolve()
-    path = root
-    for part in parts:
-        text = os.fspath(part)
-        if not text:
-            raise UnsafePathError("empty path member")
-        if "\0" in text or "\\" in text:
-            raise UnsafePathError(f"path member {text!r} holds a NUL or a backslash")
-        if os.path.isabs(text):
-            raise UnsafePathError(f"absolute path member {text!r} would leave {root}")
-        for name in Path(text).parts:
-            if name == "..":
-                raise UnsafePathError(f"path member {text!r} climbs out with '..'")
-        path = path / text
-    resolved = path.resolve()
-    if resolved != root and root not in resolved.parents:
-        raise UnsafePathError(f"{path} leads out of {root} (to {resolved}, through a symlink)")
-    return path
-
-
-def _inside(path: Path, folder: Path) -> bool:
-    """Whether `path`, symlinks resolved, lies strictly inside `folder`."""
-    resolved, root = path.resolve(), folder.resolve()
-    return resolved != root and root in resolved.parents
-
-
-def content_address(path_or_fileobj: str | os.PathLike[str] | IO[bytes]) -> str:
-    """SHA-256 hex of a file, an open binary file (read to its end), or a folder's files."""
-    if isinstance(path_or_fileobj, str | os.PathLike):
-        path = Path(path_or_fileobj)
-        if path.is_dir():
-            return _dir_digest(path)
-        with open(path, "rb") as f:
-            return _stream_digest(f)
-    stream = path_or_fileobj
-    start = stream.tell() if stream.seekable() else None
-    digest = _stream_digest(stream)
-    if start is not None:
-        stream.seek(start)
-    return digest
-
-
-def _stream_digest(f: IO[bytes]) -> str:
-    h = hashlib.sha256()
-    while chunk := f.read(1 << 20):
-        h.update(chunk)
-    return h.hexdigest()
-
-
-def _dir_digest(folder: Path) -> str:
-    """Hash of the sorted (relative name, file hash) list: names and contents, not times."""
-    h = hashlib.sha256()
-    files = sorted(p for p in folder.rglob("*") if p.is_file())
-    for p in files:
-        name = p.relative_to(folder).as_posix()
-        h.update(f"{name}\0{content_address(p)}\n".encode())
-    return h.hexdigest()
-
-
-def save_upload(store: Store, files: Mapping[str, bytes | IO[bytes]]) -> tuple[str, Path]:
-    """Write uploaded files (name -> bytes or binary file) to checkpoints/<sha256>/."""
-    if not files:
-        raise InputError("no files uploaded")
-    tmp = Path(tempfile.mkdtemp(prefix=".upload-", dir=store.path("checkpoints")))
-    try:
-        for name, data in files.items():
-            dest = safe_join(tmp, name)
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            with open(dest, "wb") as out:
-                if isinstance(data, bytes | bytearray | memoryview):
-                    out.write(data)
-                else:
-                    shutil.copyfileobj(data, out, 1 << 20)
-        sha = content_address(tmp)
-        final = store.path("checkpoints", sha)
-        try:
-            os.rename(tmp, final)
-        except OSError:
-            if not final.is_dir():
-                raise
-            shutil.rmtree(tmp)  # the same content is already there
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return sha, final
-
-
 # --- rows --------------------------------------------------------------------------------------
 
 
@@ -736,19 +646,9 @@ def remove_checkpoint(store: Store, checkpoint_id: int) -> bool:
             "SELECT COUNT(*) FROM checkpoints WHERE path = ? AND removed_at IS NULL AND id != ?",
             (path, checkpoint_id),
         ).fetchone()[0]
-    uploads = store.home / "checkpoints"
-    target = Path(path)
-    if not target.is_absolute():
-        target = store.home / target
-    if not uploaded or shared or not _inside(target, uploads) or target.is_symlink():
+    if not uploaded or shared:
         return False
-    if target.is_dir():
-        shutil.rmtree(target)
-    elif target.exists():
-        target.unlink()
-    else:
-        return False
-    return True
+    return delete_upload(store.home, path)
 
 
 # --- endpoints ---------------------------------------------------------------------------------
@@ -990,10 +890,3 @@ def get_findings(store: Store, run_id: int) -> list[dict]:
         (run_id,),
     )
     return [dict(r) for r in rows]
-
-
-def capture_dir(store: Store, run_id: int) -> Path:
-    """captures/<run>/ (created): where a run's capture shards go."""
-    path = store.path("captures", str(int(run_id)))
-    path.mkdir(parents=True, exist_ok=True)
-    return path

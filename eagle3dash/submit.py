@@ -24,7 +24,7 @@ def submit_diagnosis(
     """
     params = dataclasses.asdict(options)
     run_id = db.create_run(store, checkpoint_id, options.endpoint, options.baseline, params)
-    params["capture_dir"] = params["capture_dir"] or str(db.capture_dir(store, run_id))
+    params["capture_dir"] = params["capture_dir"] or str(db.capture_dir(store.home, run_id))
     db.update_run(store, run_id, options={**params, **(labels or {})})
     jobs.submit_job(
         store,

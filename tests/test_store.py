@@ -132,7 +132,7 @@ def test_open_creates_the_home_in_wal_mode(tmp_path: Path, monkeypatch) -> None:
         assert s.db.execute("PRAGMA foreign_keys").fetchone()[0] == 1
         assert schema_version(s.db) == SCHEMA_VERSION
         run = create_run(s, None, "http://x")
-        assert capture_dir(s, run) == s.home / "captures" / str(run)
+        assert capture_dir(s.home, run) == s.home / "captures" / str(run)
     with open_store(tmp_path / "h") as again:  # reopening applies nothing, keeps data
         assert get_run(again, run)["endpoint_url"] == "http://x"
         rows = again.db.execute("SELECT version FROM migrations ORDER BY version").fetchall()
@@ -515,7 +515,8 @@ def test_add_and_list_checkpoints(store: Store) -> None:
 def test_remove_checkpoint_deletes_only_uploads_inside_the_home(
     store: Store, tmp_path: Path
 ) -> None:
-    sha, folder = save_upload(store, {"config.json": b"{}", "model.safetensors": io.BytesIO(b"x")})
+    files = {"config.json": b"{}", "model.safetensors": io.BytesIO(b"x")}
+    sha, folder = save_upload(store.home, files)
     assert folder == store.home / "checkpoints" / sha and (folder / "config.json").is_file()
     uploaded = add_checkpoint(store, folder, sha256=sha, uploaded=True)
     run = create_run(store, uploaded, "http://e")
@@ -546,18 +547,18 @@ def test_remove_checkpoint_deletes_only_uploads_inside_the_home(
 
 
 def test_save_upload_is_content_addressed_and_refuses_traversal(store: Store) -> None:
-    sha1, f1 = save_upload(store, {"config.json": b"{}", "model.safetensors": b"abc"})
-    sha2, f2 = save_upload(store, {"model.safetensors": b"abc", "config.json": b"{}"})
+    sha1, f1 = save_upload(store.home, {"config.json": b"{}", "model.safetensors": b"abc"})
+    sha2, f2 = save_upload(store.home, {"model.safetensors": b"abc", "config.json": b"{}"})
     assert (sha1, f1) == (sha2, f2)  # same files, same folder
-    sha3, _ = save_upload(store, {"config.json": b"{}", "weights.safetensors": b"abc"})
+    sha3, _ = save_upload(store.home, {"config.json": b"{}", "weights.safetensors": b"abc"})
     assert sha3 != sha1  # names count
     for bad in ("../evil", "/etc/passwd", "a/../../evil"):
         with pytest.raises(UnsafePathError):
-            save_upload(store, {bad: b"x"})
+            save_upload(store.home, {bad: b"x"})
     assert sorted(p.name for p in (store.home / "checkpoints").iterdir()) == sorted({sha1, sha3})
     assert not (store.home / "evil").exists() and not (store.home.parent / "evil").exists()
     with pytest.raises(InputError):
-        save_upload(store, {})
+        save_upload(store.home, {})
 
 
 def test_content_address(tmp_path: Path) -> None:
