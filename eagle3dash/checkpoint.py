@@ -533,7 +533,8 @@ def _check_types(cfg: dict, layer_cfg: dict, config_path: Path) -> None:
 
 
 def _canonical_name(raw: str) -> str | None:
-    """The canonical name for a name on disk (research §1.3), or None for tensors to drop."""
+    """The canonical name for a name on disk (as SGLang 0.5.23 `models/llama_eagle3.py` maps
+    them), or None for tensors to drop."""
     name = raw
     for prefix in ("draft_model.", "model."):
         name = name.removeprefix(prefix)

@@ -3,7 +3,8 @@
 Written in the style of gpt-fast's `model.py`: a handful of small modules whose parameter names are
 the canonical tensor names of `spec.expected_shapes`, so `build_draft(spec, tensors)` loads what
 `checkpoint.load` returns directly. The computation is the unified one of
-`research/draft-checkpoints-and-layouts.md` §3.4 (verified there against SpecForge and speculators):
+SpecForge 0.2 `specforge/modeling/draft/llama3_eagle.py` and speculators 0.9
+`speculators/models/eagle3/core.py` (tests/test_draft.py checks it against a reference):
 
     g    = fc(fc_norm(input_norm(aux[t])))                        # [H], optional norms
     z    = cat(input_layernorm(embed(tok)), hidden_norm(g))       # [2H], embedding first

@@ -90,7 +90,7 @@ CONVENTIONS: dict[str, Convention] = {
     c.name: c
     for c in (
         # transformers 5 LlamaModel: hidden_states[0] = embeddings, [k] = after k blocks, and the
-        # last entry is taken after model.norm (draft-checkpoints-and-layouts.md §4.2 caveat).
+        # last entry is taken after model.norm (transformers 5.24 utils/output_capturing.py).
         Convention(
             "hf-index",
             0,

@@ -1,7 +1,7 @@
 """Serve benchmark: send prompts to an SGLang endpoint and measure tok/s, accept length and latency.
 
 Accept length is Σ completion_tokens / Σ spec_verify_ct over the measured requests, from each
-answer's meta_info, the way SGLang's own MT-Bench script computes it (research/sglang-eagle3.md §5).
+answer's meta_info, as SGLang's MT-Bench script `benchmark/mtbench/bench_sglang_eagle.py` does.
 The server's `avg_spec_accept_length` is not used: it is cumulative since startup, includes warm-up
 and only moves every decode_log_interval steps.
 

@@ -1,10 +1,11 @@
 """HTTP client for an SGLang server: server report, /generate, cache flush.
 
 The app never imports `sglang`; everything it knows about a server comes through here. Field names
-and endpoints follow research/sglang-eagle3.md §3-§4 and the recorded 0.5.23 responses in
-fixtures/sglang-0.5.23/. Every failure is an `EndpointError` with one line that names the URL and
-what to do, so interfaces can show it without a traceback. Replies are parsed with orjson; a reply
-with hidden states is read as it arrives (`states_json.StatesReader`), never whole.
+and endpoints follow SGLang 0.5.23's `python/sglang/srt/entrypoints/http_server.py`,
+`managers/tokenizer_manager.py` and `arg_groups/fields/spec.py`. Every failure is an
+`EndpointError` with one line that names the URL and what to do, so interfaces can show it
+without a traceback. Replies are parsed with orjson; a reply with hidden states is read as it
+arrives (`states_json.StatesReader`), never whole.
 """
 
 from __future__ import annotations
@@ -262,7 +263,8 @@ def _speculative(info: dict, url: str = "") -> SpeculativeSettings | None:
         eagle_topk=f.int("speculative_eagle_topk"),
         num_draft_tokens=f.int("speculative_num_draft_tokens"),
         token_map=f.text("speculative_token_map"),
-        # 0.5.8+ only; older servers quantize the draft like the target (research §3.1).
+        # 0.5.8+ only; older servers quantize the draft like the target
+        # (0.5.23 arg_groups/fields/spec.py).
         draft_quantization=f.text("speculative_draft_model_quantization"),
         quantization_explicitly_set=info.get("_speculative_draft_quantization_explicitly_set"),
         accept_threshold_single=f.number("speculative_accept_threshold_single"),
@@ -273,7 +275,8 @@ def _speculative(info: dict, url: str = "") -> SpeculativeSettings | None:
 
 
 def _avg_accept_length(info: dict) -> float | None:
-    # Cumulative since start and only updated every decode_log_interval steps (research §4.3).
+    # Cumulative since start and only updated every decode_log_interval steps
+    # (0.5.23 managers/scheduler_components/metrics_reporter.py).
     states = info.get("internal_states")
     if isinstance(states, list) and states and isinstance(states[0], dict):
         value = states[0].get("avg_spec_accept_length")
@@ -419,7 +422,8 @@ def parse_generate(
         text=body.get("text") or "",
         prompt_tokens=meta.get("prompt_tokens"),
         completion_tokens=meta.get("completion_tokens"),
-        # The spec_* keys exist only with a speculative algorithm and verify_ct > 0 (research §4.2).
+        # The spec_* keys exist only with a speculative algorithm and verify_ct > 0
+        # (0.5.23 managers/tokenizer_manager.py).
         spec_verify_ct=meta.get("spec_verify_ct"),
         spec_accept_length=meta.get("spec_accept_length"),
         e2e_latency=meta.get("e2e_latency"),
@@ -676,7 +680,7 @@ class SGLangClient:
     # operations
 
     def _server_info(self) -> tuple[dict, str]:
-        # /server_info is 0.5.6+; older servers only have /get_server_info (research §4.1).
+        # /server_info is 0.5.6+; older servers only have /get_server_info (0.5.23 http_server.py).
         answers: list[str] = []
         for path in ("/server_info", "/get_server_info"):
             resp = self._request("GET", path)

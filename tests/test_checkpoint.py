@@ -180,7 +180,8 @@ def test_config_and_safetensors_paths_as_input(tmp_path):
 
 
 def test_legacy_names_are_normalised(tmp_path):
-    """model.midlayer.*, draft_model.*, aux_norm_*, verifier_* and inv_freq (research §1.3)."""
+    """model.midlayer.*, draft_model.*, aux_norm_*, verifier_* and inv_freq (as SGLang 0.5.23
+    models/llama_eagle3.py maps them)."""
     spec = tiny_spec("specforge", fc_norm=True)
     ckpt, tensors = write(tmp_path, spec)
     renamed = {}

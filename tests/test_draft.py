@@ -159,7 +159,8 @@ def _rms(x, w, eps=1e-5):
 
 
 def test_layer0_step0_by_hand():
-    """§3.4 written out for row t=3, step 0 of a SpecForge-style draft (residual = g)."""
+    """draft.py's computation written out for row t=3, step 0 of a SpecForge-style draft
+    (residual = g)."""
     spec = make_spec(num_heads=2, num_kv_heads=2, head_dim=16)
     W = random_tensors(spec, seed=7)
     draft = build_draft(spec, W)

@@ -1,6 +1,7 @@
 """Layout conventions, SGLang capture rules by version and architecture, and layout diffs.
 
-Each case cites the rule in research/sglang-eagle3.md or research/draft-checkpoints-and-layouts.md.
+The serving rules are SGLang's `set_eagle3_layers_to_capture` (0.5.23 `python/sglang/srt/models/
+llama.py`, `models/deepseek_v2.py`, `models/gpt_oss.py`), as sglang_rules.py cites them by version.
 """
 
 from __future__ import annotations
@@ -108,7 +109,7 @@ def test_default_layout() -> None:
     assert default_layout(61) == (Tap(2), Tap(30), Tap(58))
 
 
-# --- serving: research/sglang-eagle3.md §7.2 (Kimi-K2 / DeepSeek-V3, L = 61) ------------------
+# --- serving: Kimi-K2 / DeepSeek-V3, L = 61 (SGLang models/deepseek_v2.py by version) ---------
 
 # (config ids, ≤0.5.10 eager, ≤0.5.10 cuda-graph replay, 0.5.11–0.5.12, ≥0.5.13)
 TABLE_7_2 = [

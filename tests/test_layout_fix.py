@@ -1,7 +1,7 @@
-"""layout.config_ids_for: the eagle_config ids that make an SGLang version capture a wanted layout.
+"""sglang_rules.config_ids_for: the eagle_config ids that make an SGLang version capture a layout.
 
-Each case is checked by feeding the ids back through serving_layout (research/sglang-eagle3.md
-§1.1-1.4, §7.2).
+Each case is checked by feeding the ids back through serving_layout (SGLang's
+`set_eagle3_layers_to_capture` rules as sglang_rules.py cites them).
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ def load_fixture(name: str) -> dict:
     return json.loads(path.read_text())
 
 
-# Not recorded: 0.5.23's /model_info shape per research/sglang-eagle3.md §4.1.
+# Not recorded: 0.5.23's /model_info shape per 0.5.23 python/sglang/srt/entrypoints/http_server.py.
 MODEL_INFO = {
     "model_path": "models/tiny-llama",
     "tokenizer_path": "models/tiny-llama",
@@ -435,7 +435,8 @@ def test_flush_cache_refused_while_busy() -> None:
 
 
 def test_older_server_without_server_info(server_info: dict) -> None:
-    """Before 0.5.6 only /get_server_info and /get_model_info exist (research §4.1)."""
+    """Before 0.5.6 only /get_server_info and /get_model_info exist (0.5.4
+    entrypoints/http_server.py)."""
     old_info = {k: v for k, v in server_info.items() if not k.startswith("enable_return_aux")}
     old_info["version"] = "0.5.4"
     old_model_info = {k: MODEL_INFO[k] for k in ("model_path", "tokenizer_path", "is_generation")}

@@ -207,7 +207,7 @@ def capture_from_sglang(
         into one float32 buffer whose K column blocks are the taps (no nested lists kept, no
         copy per tap), and a reply larger than len(tokens) + 1 rows of
         states_width(K, hidden_size) numbers can take is refused (EndpointError TOO_LARGE).
-    `serving_layout` is the layout this server captures (layout.serving_layout); the capture's
+    `serving_layout` is the layout this server captures (sglang_rules.serving_layout); the capture's
     taps are those taps, sorted. `hidden_size` (the target's, if known) tightens the width checks.
 
     References (the choice that makes the simulated accept length comparable to the measured

@@ -17,7 +17,7 @@ the recipe and why the published target has a no-op 4th block):
 
 `deployments()` gives the SGLang-double configurations of the demo: "mismatched" (draft A as its
 config says), "correct" (draft B) and "fixed" (draft A with the ids the tool proposes,
-`layout.config_ids_for`, as `aux_layer_ids_override`), the three `demo seed` runs
+`sglang_rules.config_ids_for`, as `aux_layer_ids_override`), the three `demo seed` runs
 (DEPLOYMENT_NAMES); and "format" (draft C, served the layout it was trained on), whose finding
 is the prompt format: send its prompts raw and through the chat template. `serve.py` serves
 them on this machine (`python -m eagle3dash demo seed`, and New run's "Try it on the demo").

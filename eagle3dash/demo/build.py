@@ -3,8 +3,8 @@
     python -m eagle3dash demo build --out DIR       # 16-20 minutes on 2 CPU cores
     python -m eagle3dash demo build --out DIR --format-draft-only   # draft C from DIR's models
 
-Recipe: research/demo-recipe.md (segment-repeat language, 3-layer Llama target, one-layer drafts
-with a 4-step TTT unroll). What is written to DIR:
+Recipe (its hyperparameters in train.py): segment-repeat language, 3-layer Llama target, one-layer
+drafts with a 4-step TTT unroll. What is written to DIR:
 
     target/    config.json, model.safetensors, generation_config.json, byte-level tokenizer
     draft-a/   SpecForge format: trained on [Tap(0), Tap(1), Tap(2)], config ids [0, 1, 2]
@@ -28,12 +28,12 @@ exactly what the trained one does; only the block count differs.
 The two drafts (N = 4, a Llama target on SGLang 0.5.23, where explicit ids get +1):
 - Draft A, the seed's mistake: trained on [Tap(0), Tap(1), Tap(2)] = [embedding, L1, L2], its
   config stores the ids in Hugging Face's hidden_states-index convention, [0, 1, 2] (what a custom
-  trainer that indexed `hidden_states[i]` writes; `layout.training_layout(spec, 4,
+  trainer that indexed `hidden_states[i]` writes; `trainers.training_layout(spec, 4,
   trainer="hf-index")`). SGLang reads them as "output of layer i" and serves [Tap(1), Tap(2),
   Tap(3)]: every slot shifted by one, the embedding only in training.
 - Draft B, the control: trained on [Tap(1), Tap(2), Tap(3)] with ids [0, 1, 2] in SGLang's own
   convention (SpecForge's), so SGLang serves what it was trained on.
-- The fix for A: `layout.config_ids_for((Tap(0), Tap(1), Tap(2)), spec, 4, "0.5.23", "llama")`
+- The fix for A: `sglang_rules.config_ids_for((Tap(0), Tap(1), Tap(2)), spec, 4, "0.5.23", "llama")`
   is [-1, 0, 1] (id -1 = the embedding for Llama from SGLang 0.5.22).
 
 Deviation from the recipe: the drafts train for 500 steps, not 250. With 250 steps draft B, the

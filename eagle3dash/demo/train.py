@@ -45,7 +45,7 @@ __all__ = [
     "ttt_loss",
 ]
 
-# Hyperparameters of research/demo-recipe.md
+# Hyperparameters of the demo's recipe (build.py's docstring says what it builds)
 TARGET: dict[str, Any] = {
     "num_layers": 3,
     "hidden_size": 128,

@@ -1,8 +1,8 @@
 """A TEST AND DEMO DOUBLE of an SGLang 0.5.23 server: never a serving engine.
 
 This module serves a tiny `transformers` causal LM over HTTP on 127.0.0.1 and answers the endpoints
-`eagle3dash.sglang` uses with SGLang 0.5.23's JSON shapes (`fixtures/sglang-0.5.23/`,
-`research/sglang-eagle3.md` §2.2, §3, §4). With a draft it runs real *chain* speculative decoding
+`eagle3dash.sglang` uses with SGLang 0.5.23's JSON shapes (0.5.23 `entrypoints/http_server.py`,
+`managers/tokenizer_manager.py`). With a draft it runs real *chain* speculative decoding
 through the package's own draft forward (`draft.Draft`), so acceptance, `spec_verify_ct`
 and the aux states it returns are measured, not invented. It exists so that tests and the demo can
 exercise the client, the capture and the diagnosis on a CPU. server_info and model_info carry
@@ -10,7 +10,7 @@ exercise the client, the capture and the diagnosis on a CPU. server_info and mod
 starts with `[eagle3dash SGLang double]`.
 
 What it models
-- Aux capture by SGLang's rules: the target's taps are `layout.serving_layout(draft spec, N,
+- Aux capture by SGLang's rules: the target's taps are `sglang_rules.serving_layout(draft spec, N,
   sglang_version, arch, cuda_graph)`, the same function the diagnosis uses, read from the target's
   `output_hidden_states` (`hidden_states[d]`, d < N, is the residual stream after d blocks; a tap at
   depth N, which only the gpt-oss boundary rule yields, comes from a hook on the last block). If
@@ -922,7 +922,7 @@ class _Engine:
         return str(self.config.target_path)
 
     def meta_info(self, r: _Result) -> dict:
-        """0.5.23 meta_info (fixtures/sglang-0.5.23/generate_*.json), spec fields as 0.5.23."""
+        """0.5.23 meta_info with its spec fields (0.5.23 `managers/tokenizer_manager.py`)."""
         n = len(r.output_ids)
         meta: dict[str, Any] = {
             "id": uuid.uuid4().hex,
