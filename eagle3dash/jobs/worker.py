@@ -289,7 +289,7 @@ def _watch_parent(store: Store, job_id: int, parent_pid: int) -> None:
         if os.getppid() != parent_pid:
             reason = f"abandoned: the worker (pid {parent_pid}) exited while the job ran"
             # stderr is the job's log: it ends with why the job stopped
-            print(f"[job {job_id}] {now_iso()} {reason}; stopping", file=sys.stderr, flush=True)
+            _say(f"[job {job_id}] {now_iso()} {reason}; stopping")
             with contextlib.suppress(Exception):
                 lifecycle.settle_job(store, job_id, Status.FAILED, error=reason)
             if os.getpgrp() == os.getpid():
