@@ -778,3 +778,19 @@ def test_a_database_the_app_cannot_read_is_one_message(home, how) -> None:
         f"the database {home.db_path} cannot be read ({reason}): nothing was changed; restore it "
         "from a copy, or set EAGLE3DASH_HOME to another folder"
     )
+
+
+@pytest.mark.parametrize(
+    ("wait", "says"),
+    [("abc", "is not a number of seconds"), ("-1", "must be 0 or more"), ("nan", "must be 0")],
+)
+def test_a_bad_database_wait_is_one_line(wait, says, place, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("EAGLE3DASH_DB_WAIT_S", wait)
+    line = cli_error(["worker", "--once"], capsys)
+    assert line.startswith(f"error: EAGLE3DASH_DB_WAIT_S={wait!r} ") and says in line
+
+
+def test_the_default_database_wait_outlasts_a_45_s_lock(tmp_path, monkeypatch) -> None:
+    monkeypatch.delenv("EAGLE3DASH_DB_WAIT_S", raising=False)
+    with db.open_store(tmp_path / "home") as store:
+        assert store.db.execute("PRAGMA busy_timeout").fetchone()[0] == 120_000
