@@ -9,7 +9,8 @@ Every status change of a job or a run is made here, in one transaction with what
 
 A transition only ever leaves an unfinished status: a finished job or run never changes again, so
 a late writer (a child settling after recovery failed its job, a second backend) changes nothing.
-The worker, the job kinds, the demo seed and the pages call these; no other module writes a status.
+The backends, the demo seed and the pages call these; a job kind writes no status (its backend
+started its run with it and settles both), and no other module writes one.
 """
 
 from __future__ import annotations
