@@ -192,7 +192,8 @@ def settle_job(
     (else `error`, else `message`) as the run's error, so no page shows a dead run as running.
     """
     if status not in FINISHED:
-        raise ValueError(f"a job settles as one of {sorted(FINISHED)}, not {status!r}")
+        final = ", ".join(sorted(FINISHED))
+        raise ValueError(f"a job settles as one of {final}, not {str(status)!r}")
     fields: dict[str, Any] = {"status": status, "finished_at": now_iso(), "error": error}
     if message is not None:
         fields["message"] = message
