@@ -1,6 +1,7 @@
-"""The job-backend contract, as every backend must keep it: a job is claimed once, a backend killed
-mid-job leaves no job or run running, a cancel in each stage of a job's life ends it cancelled,
-a backend whose heartbeat stops has its job failed by the next one to look.
+"""The job-backend contract, as every backend must keep it: progress, result and logs reach the
+store; a job is claimed once; a backend killed mid-job leaves no job or run running; a cancel while
+queued or in each stage of a job ends it cancelled; a backend whose heartbeat stops has its job
+failed by the next one to look.
 
 Parametrised over `BACKENDS`: each entry names a factory of a `JobBackend` by `module:attr`, so
 that a backend instance can also run in its own process (to be killed or frozen). A new backend
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from eagle3dash.jobs import cancel_job, job_status, list_jobs, submit_job, wait_for_job
+from eagle3dash.jobs import cancel_job, job_log, job_status, list_jobs, submit_job, wait_for_job
 from eagle3dash.jobs.backend import JobBackend, ServeSettings, import_function, serve
 from eagle3dash.jobs.lifecycle import CANCELLED_BEFORE_START, CANCELLED_WHILE_RUNNING, claim_job
 from eagle3dash.store import Store, create_run, get_run, open_store
@@ -107,6 +108,21 @@ def pid_gone(pid: int) -> bool:
     except OSError:
         return True
     return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+
+
+# --- progress, result and logs ----------------------------------------------------------------
+
+
+def test_a_job_reports_progress_returns_its_result_and_logs(backend, store) -> None:
+    run_id = create_run(store, None, None)
+    job_id = submit_job(store, "test-echo", {"x": 1}, run_id=run_id)
+    with instance(backend, store):
+        job = wait_for_job(store, job_id, timeout=30)
+    assert (job["status"], job["progress"], job["result"]["echo"]) == ("succeeded", 1.0, {"x": 1})
+    text = job_log(store, job_id)
+    for line in ("halfway", "hello on stdout", "hello on stderr", "hello through logging"):
+        assert line in text
+    assert get_run(store, run_id)["status"] == "succeeded" and job["heartbeat_at"] is not None
 
 
 # --- a job claimed twice -----------------------------------------------------------------------
