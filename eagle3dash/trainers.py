@@ -52,8 +52,7 @@ _SPECULATORS = Trainer(
 TRAINERS: dict[str, Trainer] = {
     "specforge": _SPECFORGE_HF,
     "specforge-hf": _SPECFORGE_HF,
-    # SpecForge SGLang backend calls set_eagle3_layers_to_capture(ids)
-    # (SpecForge 0.2 specforge/offline_capture/sglang_backend/capture.py)
+    # SpecForge SGLang backend calls set_eagle3_layers_to_capture(ids) (research §7.3)
     "specforge-sglang": Trainer(
         "specforge-sglang", "eagle_config", "sglang", True, "SpecForge SGLang backend"
     ),
