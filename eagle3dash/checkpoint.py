@@ -25,6 +25,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from eagle3dash.errors import InputError
+from eagle3dash.provenance import (
+    Provenance,
+    RunFolderError,
+    export_command,
+    is_run_folder,
+    read_run_folder,
+)
 from eagle3dash.spec import FORMATS, OPTIONAL_TENSORS, DraftSpec, expected_shapes
 
 if TYPE_CHECKING:
@@ -61,11 +68,51 @@ _DEFAULT_ARCH = {
     "export": "LlamaForCausalLMEagle3",
 }
 _AUX_NORMS = {"low": 0, "mid": 1, "high": 2}  # legacy TorchSpec/SGLang names of fc_norm.{i}
+_WRITER_KEYS = ("dtype", "torch_dtype", "rope_parameters", "rope_scaling")  # transformers 4 vs 5
 _UNFUSED_NAMES = ("lm_head.weight", "d2t", "t2d")  # export: names that get no `model.` prefix
 
 
 class CheckpointError(InputError):
     """A checkpoint that cannot be read; the message names the file, the problem and the fix."""
+
+
+# Draft algorithms other than EAGLE-3 that share its `fc` projection, by the names their configs
+# carry: speculators 0.9.0 registers peagle, dflash, dflash2, dspark, xpress and mtp
+# (models/*/config.py `speculators_model_type` and default `architectures`); SpecForge 0.2.0
+# exports PEagleDraftModel, DFlashDraftModel, DominoDraftModel and DSparkDraftModel
+# (modeling/draft/*.py `@register_draft`). Name -> (algorithm, what sets it apart).
+OTHER_ALGORITHMS = {
+    "P-EAGLE": "it drafts several positions in parallel in one forward pass (mask tokens), where "
+    "EAGLE-3 drafts one token per step and feeds each step back",
+    "DFlash": "a block-diffusion draft",
+    "DFlash2": "a block-diffusion draft",
+    "DSpark": "",
+    "XPress": "",
+    "MTP": "multi-token prediction heads",
+    "Domino": "a DFlash-family block draft",
+}
+_ALGORITHM_NAMES = {  # config names, lower case without punctuation -> algorithm
+    **dict.fromkeys(("peagle", "peaglespeculator", "peagledraftmodel"), "P-EAGLE"),
+    **dict.fromkeys(("dflash", "dflashspeculator", "dflashdraftmodel"), "DFlash"),
+    **dict.fromkeys(("dflash2", "dflash2draftmodel"), "DFlash2"),
+    **dict.fromkeys(("dspark", "dsparkspeculator", "dsparkdraftmodel"), "DSpark"),
+    **dict.fromkeys(("xpress", "xpressspeculator"), "XPress"),
+    **dict.fromkeys(("mtp", "mtpdraftmodel"), "MTP"),
+    "dominodraftmodel": "Domino",
+}
+
+
+def other_algorithm(names: list[str]) -> str | None:
+    """One line naming another draft algorithm among these config names, or None (EAGLE-3)."""
+    for name in names:
+        algorithm = _ALGORITHM_NAMES.get(re.sub(r"[^a-z0-9]", "", str(name).lower()))
+        if algorithm is not None:
+            how = OTHER_ALGORITHMS[algorithm]
+            return (
+                f"a {algorithm} draft{f' ({how})' if how else ''}: eagle3dash diagnoses "
+                "EAGLE-3 drafts only"
+            )
+    return None
 
 
 @dataclass
@@ -80,6 +127,7 @@ class InspectReport:
     param_count: int  # elements of the floating-point tensors
     problems: list[str] = field(default_factory=list)
     nonfinite: list[str] = field(default_factory=list)  # filled only by `load`
+    provenance: Provenance | None = None  # when a trainer's run folder was given
 
     def to_json(self) -> dict:
         """One JSON-ready object: every spec field plus files, tensors, counts and problems."""
@@ -93,6 +141,7 @@ class InspectReport:
             problems=self.problems,
             nonfinite=self.nonfinite,
             tensors={n: {"shape": s, "dtype": t} for n, (s, t) in self.tensors.items()},
+            provenance=None if self.provenance is None else self.provenance.to_dict(),
         )
         return d
 
@@ -215,8 +264,24 @@ def save(
 
 def _inspect(path: str | Path) -> tuple[InspectReport, dict[str, _Raw], dict[str, _Source]]:
     """The report, plus the on-disk tensors and canonical sources that `load` needs."""
+    card = None
+    if is_run_folder(path):
+        try:
+            card = read_run_folder(path)
+        except RunFolderError as e:
+            raise CheckpointError(str(e)) from None
+        if not card.has_model_config:
+            raise CheckpointError(
+                f"{card.checkpoint}: a SpecForge training checkpoint (training_state.pt, no "
+                f"config.json): export it first: {export_command(card)}"
+            )
+        path = card.checkpoint
     directory, config_path = find_checkpoint(path)
     cfg = _read_json(config_path)
+    names = [str(cfg.get("speculators_model_type") or ""), *(cfg.get("architectures") or [])]
+    refusal = other_algorithm(names)
+    if refusal is not None:
+        raise CheckpointError(f"{directory}: {refusal}")
     files = _weight_files(directory, Path(path).expanduser().absolute())
     raw = _read_raw(files)
     fmt = _detect_format(cfg, raw, files)
@@ -242,6 +307,7 @@ def _inspect(path: str | Path) -> tuple[InspectReport, dict[str, _Raw], dict[str
         raw_names={c: s.raw for c, s in sources.items()},
         param_count=sum(math.prod(s) for s in floats),
         problems=problems,
+        provenance=card,
     )
     return report, raw, sources
 
@@ -642,7 +708,13 @@ def _build_spec(
         if dtype in _FLOAT_DTYPES:
             float_sizes[dtype] = float_sizes.get(dtype, 0) + math.prod(shape)
     config_dtype = cfg.get("torch_dtype") or cfg.get("dtype")
-    extra = {"config_dtype": config_dtype, "dropped_tensors": dropped}
+    extra = {
+        "config_dtype": config_dtype,
+        "dropped_tensors": dropped,
+        # which transformers wrote the config: trainers.trainer_hints reads these
+        "transformers_version": cfg.get("transformers_version"),
+        "config_keys": [k for k in _WRITER_KEYS if k in cfg],
+    }
     if shadowed is not None:
         extra["top_level_aux_layer_ids"] = shadowed
     default_dtype = config_dtype or "float32"
@@ -731,6 +803,15 @@ def _problems(
             f"aux layer ids {list(ids)} are not strictly ascending: servers capture in layer "
             "order, so fc slots would receive the states in a different order than the ids say"
         )
+    if ids is not None and spec.format in ("specforge", "export"):
+        # algorithms/model_providers.py resolve_eagle_capture_layers: exactly three ints >= 0;
+        # training/capture_contract.py: unique (SpecForge 0.2.0)
+        if len(ids) != 3 or len(set(ids)) != len(ids) or min(ids) < 0:
+            problems.append(
+                f"aux layer ids {list(ids)}: SpecForge trains only on exactly three distinct "
+                "non-negative ids, so this config was not the one training used; write the "
+                "three ids of the run (its training_state.pt capture layers)"
+            )
     if not spec.use_aux_hidden_state:
         problems.append(
             "eagle_config.use_aux_hidden_state is false: servers then skip aux capture and the "

@@ -52,7 +52,7 @@ def predict_layouts(
         num_layers,
         trainer,
         layout=training_override,
-        sglang_version=training_sglang_version or sglang_version,
+        sglang_version=training_sglang_version,
         arch=arch,
     )
     serving = serving_layout(spec, num_layers, sglang_version, arch, cuda_graph)
