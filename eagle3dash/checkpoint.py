@@ -715,6 +715,9 @@ def _build_spec(
         "transformers_version": cfg.get("transformers_version"),
         "config_keys": [k for k in _WRITER_KEYS if k in cfg],
     }
+    verifier = (cfg.get("speculators_config") or {}).get("verifier") or {}
+    if verifier.get("architectures"):
+        extra["verifier_architectures"] = list(verifier["architectures"])
     if shadowed is not None:
         extra["top_level_aux_layer_ids"] = shadowed
     default_dtype = config_dtype or "float32"
@@ -803,15 +806,16 @@ def _problems(
             f"aux layer ids {list(ids)} are not strictly ascending: servers capture in layer "
             "order, so fc slots would receive the states in a different order than the ids say"
         )
-    if ids is not None and spec.format in ("specforge", "export"):
-        # algorithms/model_providers.py resolve_eagle_capture_layers: exactly three ints >= 0;
-        # training/capture_contract.py: unique (SpecForge 0.2.0)
-        if len(ids) != 3 or len(set(ids)) != len(ids) or min(ids) < 0:
-            problems.append(
-                f"aux layer ids {list(ids)}: SpecForge trains only on exactly three distinct "
-                "non-negative ids, so this config was not the one training used; write the "
-                "three ids of the run (its training_state.pt capture layers)"
-            )
+    # SpecForge 0.2.0 algorithms/model_providers.py resolve_eagle_capture_layers: exactly three
+    # ints >= 0; training/capture_contract.py: unique
+    specforge_ids_ok = ids is None or (len(ids) == 3 and len(set(ids)) == 3 and min(ids) >= 0)
+    if spec.format in ("specforge", "export") and not specforge_ids_ok:
+        assert ids is not None
+        problems.append(
+            f"aux layer ids {list(ids)}: SpecForge trains only on exactly three distinct "
+            "non-negative ids, so this config was not the one training used; write the "
+            "three ids of the run (its training_state.pt capture layers)"
+        )
     if not spec.use_aux_hidden_state:
         problems.append(
             "eagle_config.use_aux_hidden_state is false: servers then skip aux capture and the "

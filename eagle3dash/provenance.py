@@ -238,9 +238,9 @@ def _config_sha256(identity: object) -> str | None:
         return None
     records = identity[2] if isinstance(identity[2], list | tuple) else ()
     for record in records:
-        if isinstance(record, list | tuple) and len(record) == 4:
-            if list(record[:2]) == ["sha256", "config.json"]:
-                return str(record[3])
+        is_list = isinstance(record, list | tuple) and len(record) == 4
+        if is_list and list(record[:2]) == ["sha256", "config.json"]:
+            return str(record[3])
     return None
 
 
@@ -316,7 +316,9 @@ def _speculators(root: Path) -> Provenance:
     if metrics_path.is_file():
         metrics = _json(metrics_path)
         card.best_metric = "loss_epoch" if "loss_epoch" in metrics else None
-        card.best_score = float(metrics["loss_epoch"]) if _number(metrics.get("loss_epoch")) else None
+        card.best_score = (
+            float(metrics["loss_epoch"]) if _number(metrics.get("loss_epoch")) else None
+        )
         card.metrics = speculators_metrics(metrics, f"{chosen.name}/val_metrics.json")
     return card
 

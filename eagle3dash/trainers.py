@@ -216,7 +216,9 @@ def trainer_hints(spec: DraftSpec) -> dict[str, tuple[str, ...]]:
     if major is not None and major >= 5:
         new.append(f"transformers_version {version} (SpecForge 0.2 requires transformers 5)")
     elif major is not None:
-        old.append(f"transformers_version {version} (before transformers 5, so before SpecForge 0.2)")
+        old.append(
+            f"transformers_version {version} (before transformers 5, so before SpecForge 0.2)"
+        )
     if "dtype" in keys and "torch_dtype" not in keys:
         new.append("a `dtype` key, as transformers 5 writes (4.x wrote `torch_dtype`)")
     if "rope_parameters" in keys:

@@ -126,6 +126,7 @@ def test_the_schema_holds_every_user_option_in_field_order() -> None:
         "target_layers",
         "arch",
         "trainer",
+        "training_sglang_version",
         "training_layout",
         "steps",
         "device",

@@ -13,6 +13,7 @@ refused. Torch is imported only inside the stages that need it.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -130,6 +131,14 @@ def target_depth(options: DiagnoseOptions, server: ServerReport) -> int:
     )
 
 
+def config_sha256(target: str | None) -> str | None:
+    """The sha256 of a local target's config.json (SpecForge's provenance records the same)."""
+    path = Path(target) / "config.json" if target else None
+    if path is None or not path.is_file():
+        return None
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def target_embedding(options: DiagnoseOptions, server: ServerReport):
     """The target's embedding matrix, read alone from a local checkpoint, or None."""
     from eagle3dash.capture import read_target_embedding
@@ -208,6 +217,12 @@ class _Run:
     warnings: list[str] = field(default_factory=list)
 
     @property
+    def trainer(self) -> str | None:
+        """The trainer: given by the user, else the run folder's provenance, else unknown."""
+        card = self.report.provenance
+        return self.options.trainer or (card.trainer if card is not None else None)
+
+    @property
     def declared(self) -> Layout | None:
         """The training layout the user declared."""
         text = self.options.training_layout
@@ -224,13 +239,16 @@ def _start(options: DiagnoseOptions, stages: Stages) -> _Run:
     served_arch = server.architectures[0] if server.architectures else None
     arch = options.arch or served_arch or server.model_type or "llama"
     version = server.version or DEFAULT_SGLANG_VERSION
+    card = report.provenance
     prediction = predict_layouts(
         report.spec,
         depth,
-        trainer=options.trainer,
+        trainer=options.trainer or (card.trainer if card is not None else None),
         sglang_version=version,
         arch=arch,
         cuda_graph=not server.disable_cuda_graph,
+        training_sglang_version=options.training_sglang_version,
+        training_ids=card.capture_layers if card is not None else None,
     )
     steps, eval_steps = simulation_steps(server, options)
     return _Run(
@@ -743,7 +761,9 @@ def find(run: _Run, diagnosis: Diagnosis) -> list[Finding]:
             training=diagnosis.training,
             serving=diagnosis.serving,
             sglang_version=run.server.version,
-            trainer=run.options.trainer,
+            trainer=run.trainer,
+            training_sglang_version=run.options.training_sglang_version,
+            target_config_sha256=config_sha256(run.options.target),
             detection=run.detection,
             training_eval=diagnosis.training.eval,
             serving_eval=diagnosis.serving.eval,
