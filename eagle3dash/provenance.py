@@ -106,7 +106,7 @@ def specforge_metrics(metrics: dict, source: str) -> TrainingMetrics | None:
         source=source,
         per_position=per_position,
         accept_length=1.0 + sum(per_position),
-        trainer_value=float(value) if _number(value) else None,
+        trainer_value=float(value) if isinstance(value, int | float) else None,
         trainer_name="eval/simulated_acc_len",
         conversion=(
             "position k accepted = product of eval/per_position_acc[0..k] (token-weighted over "
@@ -298,7 +298,7 @@ def _speculators(root: Path) -> Provenance:
             f"{root}: a speculators run folder without any {{epoch}}/ checkpoint; "
             "wait for the first epoch to finish or give another run"
         )
-    run_cfg = _yaml(root / "run.yaml")
+    run_yaml = _run_yaml(root / "run.yaml")
     card = Provenance(
         trainer="speculators",
         trainer_version=_train_command_version(root / "train_command.txt"),
@@ -306,10 +306,10 @@ def _speculators(root: Path) -> Provenance:
         checkpoint=str(chosen),
         chosen_by=by,
         epoch=int(chosen.name) if chosen.name.isdigit() else None,
-        strategy=_str(_find(run_cfg, "speculator_type")),
-        target_path=_str(_find(run_cfg, "verifier_name_or_path")),
-        capture_layers=_ints(_find(run_cfg, "target_layer_ids")),
-        chat_template=_str(_find(run_cfg, "chat_template")),
+        strategy=_str(_yaml_value(run_yaml, "speculator_type")),
+        target_path=_str(_yaml_value(run_yaml, "verifier_name_or_path")),
+        capture_layers=_ints(_yaml_value(run_yaml, "target_layer_ids")),
+        chat_template=_str(_yaml_value(run_yaml, "chat_template")),
         has_model_config=(chosen / "config.json").is_file(),
     )
     metrics_path = chosen / "val_metrics.json"
@@ -341,28 +341,38 @@ def _json(path: Path) -> dict:
     return data
 
 
-def _yaml(path: Path) -> dict:
-    if not path.is_file():
-        return {}
-    import yaml
-
+def _run_yaml(path: Path) -> str:
+    """run.yaml's text ('' when absent)."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        raise RunFolderError(f"{path}: not valid YAML ({e}); copy it again from the run") from e
-    return data if isinstance(data, dict) else {}
+        return path.read_text(encoding="utf-8") if path.is_file() else ""
+    except (OSError, UnicodeDecodeError) as e:
+        raise RunFolderError(f"{path}: unreadable ({e}); copy it again from the run") from e
 
 
-def _find(tree: Any, key: str) -> Any:
-    """The first value under `key` anywhere in a nested mapping (run.yaml's groups)."""
-    if isinstance(tree, dict):
-        if key in tree:
-            return tree[key]
-        for v in tree.values():
-            found = _find(v, key)
-            if found is not None:
-                return found
-    return None
+def _yaml_value(text: str, key: str) -> Any:
+    """One key's value in run.yaml as speculators writes it (train/config/artifacts.py:
+    yaml.safe_dump, block style): a scalar on the key's line, or `- item` lines below it."""
+    m = re.search(rf"^([ \t]*){re.escape(key)}:[ \t]*(.*)$", text, re.M)
+    if m is None:
+        return None
+    if m[2].strip():
+        return _yaml_scalar(m[2])
+    items = []
+    for line in text[m.end() + 1 :].splitlines():
+        item = re.fullmatch(rf"{m[1]}[ \t]*- (.+)", line)
+        if item is None:
+            break
+        items.append(_yaml_scalar(item[1]))
+    return items or None
+
+
+def _yaml_scalar(text: str) -> Any:
+    """A plain YAML scalar or flow list: JSON where it parses, else the unquoted text."""
+    text = text.strip()
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return None if text in ("null", "~") else text.strip("'\"")
 
 
 def _int(x: object) -> int | None:
