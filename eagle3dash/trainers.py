@@ -32,6 +32,7 @@ from eagle3dash.layout import (
 from eagle3dash.sglang_rules import capture_layout
 from eagle3dash.spec import DraftSpec
 
+DECLARED_RULE = "Training layout given by the user."
 # The SGLang release SpecForge 0.2.0 pins (specforge-0.2.0.dist-info/METADATA: sglang==0.5.14).
 SPECFORGE_SGLANG_VERSION = "0.5.14"
 
@@ -125,7 +126,7 @@ def training_layout(
     """The taps the training data fed the fc slots, per the trainer's convention (or `layout`);
     `sglang_version` is the training SGLang release (SpecForge >= 0.2: default 0.5.14)."""
     if layout is not None:
-        return LayoutResult(tuple(layout), "Training layout given by the user.")
+        return LayoutResult(tuple(layout), DECLARED_RULE)
     name = trainer or DEFAULT_TRAINER[spec.format]
     if name not in TRAINERS:
         raise ValueError(f"unknown trainer {name!r} (one of {', '.join(TRAINERS)})")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from eagle3dash.findings.core import Evidence, Finding, _fmt
 from eagle3dash.layout import format_layout, taps_phrase
-from eagle3dash.trainers import TRAINERS, Reading, training_readings
+from eagle3dash.trainers import DECLARED_RULE, TRAINERS, Reading, training_readings
 
 # A measured accept length below this is materially low: a draft made for this target accepts
 # well over one draft token per round (the bonus token alone gives 1.0).
@@ -34,6 +34,8 @@ def unsettled_readings(e: Evidence) -> list[Reading] | None:
     if spec is None or n is None or e.trainer is not None:
         return None
     if e.training is not None and e.training.source != "config":
+        return None
+    if e.layouts is not None and e.layouts.training.rule == DECLARED_RULE:
         return None
     readings = training_readings(spec, n, e.arch_name(), e.training_sglang_version)
     if len({r.layout for r in readings}) < 2:
