@@ -570,7 +570,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("layout", help="training vs serving layer layout of a draft")
     p.add_argument("--draft", required=True, help="draft checkpoint path")
     p.add_argument("--target-layers", type=int, required=True, help="target decoder layers N")
-    p.add_argument("--trainer", choices=tuple(TRAINERS), help="the training framework")
+    p.add_argument("--trainer", help="the training framework: " + ", ".join(TRAINERS))
     p.add_argument(
         "--training-sglang-version",
         help=f"the SGLang SpecForge 0.2+ trained through (default {SPECFORGE_SGLANG_VERSION})",

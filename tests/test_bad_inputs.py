@@ -145,6 +145,11 @@ INSPECT_CASES: dict[str, tuple[dict, str]] = {
         {"config": {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, "x", 3]}}},
         "eagle_aux_hidden_state_layer_ids",
     ),
+    "a-dflash-draft": ({"config": {"architectures": ["DFlashDraftModel"]}}, "a DFlash draft"),
+    "a-peagle-draft": (
+        {"config": {"architectures": ["PEagleDraftModel"]}},
+        "in parallel in one forward pass",
+    ),
     "safetensors-empty": ({"header": b""}, "model.safetensors"),
     "safetensors-truncated": ({"header": struct.pack("<Q", 1000) + b"{}"}, "model.safetensors"),
     "safetensors-garbage-header": (
@@ -221,6 +226,31 @@ def test_a_pickle_payload_never_runs(draft, place, capsys) -> None:
     with nothing_written(place):
         line = cli_error(["inspect", str(out)], capsys)
     assert "pytorch_model.bin" in line and not (place / "pwned").exists()
+
+
+def test_a_run_folder_whose_training_state_would_run_code(place, capsys) -> None:
+    """SpecForge 0.2's training_state.pt is read with weights_only=True: a payload that needs
+    a pickle global is refused in one line and runs nothing."""
+    import torch
+
+    step = place / "run-step10"
+    step.mkdir()
+    torch.save({"global_step": 10, "evil": _Evil()}, step / "training_state.pt")
+    (place / "run-latest").symlink_to(step)
+    with nothing_written(place):
+        line = cli_error(["inspect", str(place)], capsys)
+    assert "training_state.pt: refused" in line and not (place / "pwned").exists()
+
+
+def test_a_specforge_step_folder_without_a_model_config(place, capsys) -> None:
+    import torch
+
+    step = place / "run-step10"
+    step.mkdir()
+    torch.save({"global_step": 10, "draft_state_dict": {}}, step / "training_state.pt")
+    with nothing_written(place):
+        line = cli_error(["inspect", str(step)], capsys)
+    assert "specforge export --to sglang --checkpoint " + str(step) in line
 
 
 # --- layout, eval, detect ----------------------------------------------------------------------

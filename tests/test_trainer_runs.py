@@ -1,0 +1,434 @@
+"""Drafts as SpecForge 0.2 and speculators 0.9 make them: the trainer readings, run folders and
+their provenance, training-time metrics, the declared target, FP8 dumps, other algorithms.
+
+Run folders are written here in the shapes the trainers' sources write (SpecForge 0.2.0
+training/checkpoint.py and controller.py; speculators 0.9.0 train/checkpointer.py and
+config/artifacts.py), never by importing the trainers. Expected taps are written by hand from
+SGLang's rules: DeepSeek from 0.5.13 uses ids verbatim unless the first is 1 (PR #25454), before
+that adds 1; the git-era HF hook on layers[id] feeds the output of layer id, Tap(id + 1).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from eagle3dash.capture.dumps import read_speculators_dump
+from eagle3dash.capture.format import CaptureError
+from eagle3dash.checkpoint import CheckpointError, inspect, save
+from eagle3dash.findings import Evidence, diagnose
+from eagle3dash.layout import Tap
+from eagle3dash.prediction import predict_layouts
+from eagle3dash.provenance import read_run_folder
+from eagle3dash.spec import DraftSpec
+from eagle3dash.testing.tensors import random_tensors
+from tests.test_findings import Bench, Server
+from tests.specs import tiny_spec
+
+N = 61  # DeepSeek-V3 / Kimi-K2 decoder blocks
+DEEPSEEK = ["DeepseekV3ForCausalLM"]
+
+
+def taps(*depths: int) -> tuple[Tap, ...]:
+    return tuple(Tap(d) for d in depths)
+
+
+def specforge_export(root: Path, ids=(2, 30, 58)) -> Path:
+    """A draft folder as `specforge export --to sglang` writes it under transformers 5."""
+    spec = tiny_spec(aux_layer_ids=ids, aux_ids_location="eagle_config")
+    out = save(spec, random_tensors(spec, seed=0), root, "specforge")
+    cfg = json.loads((out / "config.json").read_text())
+    cfg["dtype"] = cfg.pop("torch_dtype")
+    cfg["rope_parameters"] = {"rope_type": "default", "rope_theta": cfg["rope_theta"]}
+    cfg["transformers_version"] = "5.8.1"
+    (out / "config.json").write_text(json.dumps(cfg))
+    return out
+
+
+def deepseek_evidence(draft: Path, **how) -> Evidence:
+    report = inspect(draft)
+    layouts = predict_layouts(
+        report.spec,
+        N,
+        trainer=how.get("trainer"),
+        sglang_version="0.5.23",
+        arch=DEEPSEEK[0],
+        training_sglang_version=how.get("training_sglang_version"),
+    )
+    return Evidence(
+        report=report,
+        num_target_layers=N,
+        server=Server(version="0.5.23", architectures=DEEPSEEK),
+        layouts=layouts,
+        prediction=layouts,
+        **how,
+    )
+
+
+# --- the readings ------------------------------------------------------------------------------
+
+
+def test_a_specforge_02_deepseek_draft_gets_both_readings_and_no_critical(tmp_path) -> None:
+    e = deepseek_evidence(specforge_export(tmp_path / "d"))
+    assert e.layouts is not None and e.layouts.serving.layout == taps(2, 30, 58)
+    findings = diagnose(e)
+    assert [f for f in findings if f.severity == "critical"] == []
+    unsettled = next(f for f in findings if f.id == "training-layout-unsettled")
+    assert unsettled.data["readings"] == {"specforge": "2,30,58", "specforge-hf": "3,31,59"}
+    assert unsettled.data["disagree"] == ["specforge-hf"]
+    assert "transformers_version 5.8.1" in unsettled.evidence
+    assert "--training-sglang-version" in unsettled.fix and "--train-states" in unsettled.fix
+
+
+def test_the_trainer_and_its_older_sglang_make_the_first_id_drift_a_finding(tmp_path) -> None:
+    e = deepseek_evidence(
+        specforge_export(tmp_path / "d"), trainer="specforge", training_sglang_version="0.5.12"
+    )
+    findings = diagnose(e)
+    mismatch = next(f for f in findings if f.id == "layout-mismatch")
+    assert mismatch.severity == "critical"  # the user said which trainer: evidence
+    assert mismatch.data["config_ids"] == [3, 31, 59]  # 0.5.23 keeps ids verbatim: 3 != 1
+    drift = next(f for f in findings if f.id == "capture-rule-version")
+    assert drift.data["training_sglang_version"] == "0.5.12"
+    assert "0.5.12" in drift.fix
+    assert not any(f.id == "training-layout-unsettled" for f in findings)
+
+
+def test_readings_that_agree_need_no_settling(tmp_path) -> None:
+    # first id 1 on DeepSeek: SGLang 0.5.14 adds 1 to every id, as the HF hook does: 2, 31, 59
+    e = deepseek_evidence(specforge_export(tmp_path / "d", ids=(1, 30, 58)))
+    assert e.layouts is not None and e.layouts.training.layout == taps(2, 31, 59)
+    assert not any(f.id == "training-layout-unsettled" for f in diagnose(e))
+
+
+def test_an_assumed_reading_that_disagrees_with_serving_is_no_critical(tmp_path) -> None:
+    # the training side assumed to be the HF hook's (3, 31, 59) while 0.5.23 feeds (2, 30, 58):
+    # the mismatch stands on one reading of two, so it is a warning that names the others
+    draft = specforge_export(tmp_path / "d")
+    report = inspect(draft)
+    layouts = predict_layouts(
+        report.spec, N, trainer="specforge-hf", sglang_version="0.5.23", arch=DEEPSEEK[0]
+    )
+    e = Evidence(
+        report=report,
+        num_target_layers=N,
+        server=Server(version="0.5.23", architectures=DEEPSEEK),
+        layouts=layouts,
+    )
+    mismatch = next(f for f in diagnose(e) if f.id == "layout-mismatch")
+    assert mismatch.severity == "warning" and "one assumed reading" in mismatch.evidence
+
+
+def test_the_hf_hook_reading_is_one_block_later_than_sglang_on_deepseek() -> None:
+    from eagle3dash.trainers import training_layout
+
+    spec = tiny_spec(aux_layer_ids=(2, 30, 58), aux_ids_location="eagle_config")
+    assert training_layout(spec, N, "specforge-hf", arch="kimi").layout == taps(3, 31, 59)
+    assert training_layout(spec, N, "specforge", arch="kimi").layout == taps(2, 30, 58)
+    old = training_layout(spec, N, "specforge", sglang_version="0.5.12", arch="kimi")
+    assert old.layout == taps(3, 31, 59)
+    # SpecForge 0.1.0 ignores the ids: HF output_hidden_states[2, N//2, N-3]
+    assert training_layout(spec, N, "specforge-0.1").layout == taps(2, 30, 58)
+    assert training_layout(spec, 32, "specforge-0.1").layout == taps(2, 16, 29)
+
+
+# --- SpecForge 0.2 run folders -----------------------------------------------------------------
+
+TARGET_SHA = "ab" * 32
+
+
+def specforge_run(root: Path, capture_layers=(2, 30, 58)) -> Path:
+    """Two steps of a SpecForge 0.2 online run, best = step 10, latest = step 20."""
+    provenance = {
+        "source_identity_format": "stat-v2",
+        "target_model": (
+            "directory-stat-v2",
+            "/models/DeepSeek-V3",
+            (("sha256", "config.json", 1234, TARGET_SHA), ("stat", "model.safetensors", 9, 1)),
+        ),
+        "target_revision": "deadbeef",
+        "capture_layers": capture_layers,
+        "torch_dtype": "bfloat16",
+    }
+    for step in (10, 20):
+        folder = root / f"r1-step{step}"
+        folder.mkdir(parents=True)
+        payload = {
+            "draft_state_dict": {"fc.weight": torch.zeros(2, 6)},
+            "global_step": step,
+            "epoch": step // 10 - 1,
+            "strategy": "eagle3",
+            "run_id": "r1",
+            "specforge_model_provenance": tuple(sorted(provenance.items())),
+        }
+        torch.save(payload, folder / "training_state.pt")
+    (root / "r1-latest").symlink_to(root / "r1-step20")
+    (root / "r1-best").symlink_to(root / "r1-step10")
+    meta = {
+        "run_id": "r1",
+        "step": 10,
+        "score": 1.2,
+        "metric": "eval/simulated_acc_len",
+        "metrics": {"eval/per_position_acc": [0.8, 0.5], "eval/simulated_acc_len": 1.2},
+    }
+    (root / "r1.best_meta.json").write_text(json.dumps(meta))
+    return root
+
+
+def test_a_specforge_run_folder_gives_its_best_step_and_provenance(tmp_path) -> None:
+    card = read_run_folder(specforge_run(tmp_path / "run"))
+    assert card.trainer == "specforge" and card.chosen_by == "best"
+    assert card.checkpoint == str((tmp_path / "run" / "r1-step10").resolve())
+    assert (card.step, card.epoch, card.strategy) == (10, 0, "eagle3")
+    assert card.target_path == "/models/DeepSeek-V3" and card.target_revision == "deadbeef"
+    assert card.target_config_sha256 == TARGET_SHA
+    assert card.capture_layers == (2, 30, 58)
+    assert (card.best_metric, card.best_score) == ("eval/simulated_acc_len", 1.2)
+    m = card.metrics
+    assert m is not None
+    assert m.per_position == pytest.approx([0.8, 0.4])  # 0.8, then 0.8 * 0.5
+    assert m.accept_length == pytest.approx(2.2)  # 1 (bonus) + 1.2, SpecForge's 1.2 without it
+    assert m.trainer_value == pytest.approx(1.2)
+
+
+def test_without_a_best_link_the_latest_step_is_read(tmp_path) -> None:
+    root = specforge_run(tmp_path / "run")
+    (root / "r1-best").unlink()
+    card = read_run_folder(root)
+    assert card.chosen_by == "latest" and card.step == 20
+
+
+def test_a_step_folder_needs_an_export_first(tmp_path) -> None:
+    root = specforge_run(tmp_path / "run")
+    with pytest.raises(CheckpointError, match="specforge export --to sglang --checkpoint"):
+        inspect(root / "r1-step20")
+
+
+def test_a_pickle_global_in_training_state_is_refused_and_never_runs(tmp_path) -> None:
+    marker = tmp_path / "ran"
+
+    class Evil:
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
+
+    step = tmp_path / "run" / "r1-step1"
+    step.mkdir(parents=True)
+    torch.save({"global_step": 1, "x": Evil()}, step / "training_state.pt")
+    with pytest.raises(CheckpointError, match="training_state.pt: refused"):
+        inspect(tmp_path / "run")
+    assert not marker.exists()
+
+
+# --- speculators 0.9 run folders ---------------------------------------------------------------
+
+RUN_YAML = """train:
+  verifier:
+    verifier_name_or_path: meta-llama/Llama-3.1-8B-Instruct
+  draft:
+    target_layer_ids:
+    - 2
+    - 16
+    - 29
+  speculator_type: eagle3
+"""
+
+
+def speculators_run(root: Path, verifier="meta-llama/Llama-3.1-8B-Instruct") -> Path:
+    spec = tiny_spec(
+        format="speculators",
+        aux_layer_ids=(2, 16, 29),
+        aux_ids_location="top-level",
+        verifier=verifier,
+        norm_before_residual=True,
+    )
+    for epoch in (0, 1, 2):
+        save(spec, random_tensors(spec, seed=epoch), root / str(epoch), "speculators")
+    (root / "run.yaml").write_text(RUN_YAML)
+    (root / "train_command.txt").write_text(
+        "# Timestamp: 2026-11-30T10:00:00+00:00\n# Git SHA: abc\n# World size: 8\n"
+        "# speculators: 0.9.0\n# vllm: 0.33.0\npython -m speculators.train --config run.yaml\n"
+    )
+    metrics = {
+        "loss_epoch": 1.5,
+        "full_acc_0_epoch": 0.7,
+        "full_acc_1_epoch": 0.4,
+        "cond_acc_0_epoch": 0.7,
+        "cond_acc_1_epoch": 0.5714,
+    }
+    (root / "1" / "val_metrics.json").write_text(json.dumps(metrics))
+    (root / "checkpoint_best").symlink_to(root / "1")
+    return root
+
+
+def test_a_speculators_run_folder_is_inspected_at_its_best_epoch(tmp_path) -> None:
+    report = inspect(speculators_run(tmp_path / "run"))
+    card = report.provenance
+    assert card is not None and card.chosen_by == "best" and card.epoch == 1
+    assert report.path == str((tmp_path / "run" / "1").resolve())
+    assert card.trainer_version == "0.9.0" and card.strategy == "eagle3"
+    assert card.capture_layers == (2, 16, 29)
+    assert card.target_path == "meta-llama/Llama-3.1-8B-Instruct"
+    assert card.metrics is not None
+    assert card.metrics.per_position == [0.7, 0.4]
+    assert card.metrics.accept_length == pytest.approx(2.1)  # 1 + 0.7 + 0.4
+    as_json = report.to_json()["provenance"]
+    assert as_json["epoch"] == 1 and as_json["metrics"]["accept_length"] == pytest.approx(2.1)
+
+
+# --- the draft's target ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "served, accept, severity",
+    [
+        ("Qwen/Qwen3-8B", 1.1, "critical"),
+        ("Qwen/Qwen3-8B", 2.6, "warning"),
+        ("/data/models/Llama-3.1-8B-Instruct", 1.1, None),  # the same model from a local folder
+    ],
+)
+def test_a_draft_served_on_another_target(tmp_path, served, accept, severity) -> None:
+    report = inspect(speculators_run(tmp_path / "run"))
+    e = Evidence(
+        report=report, server=Server(model_path=served), measured=Bench(100.0, accept_length=accept)
+    )
+    found = [f for f in diagnose(e) if f.id == "draft-for-another-target"]
+    assert [f.severity for f in found] == ([severity] if severity else [])
+    if found:
+        assert "meta-llama/Llama-3.1-8B-Instruct" in found[0].title and served in found[0].title
+
+
+def test_the_run_target_config_digest_against_the_local_target(tmp_path) -> None:
+    root = specforge_run(tmp_path / "run")
+    draft = specforge_export(tmp_path / "run" / "r1-step10", ids=(2, 30, 58))
+    report = inspect(root)
+    assert report.path == str(draft.resolve())
+    e = Evidence(
+        report=report,
+        server=Server(model_path="/models/DeepSeek-V3"),
+        target_config_sha256="cd" * 32,
+    )
+    found = next(f for f in diagnose(e) if f.id == "draft-for-another-target")
+    assert "abababababab" in found.evidence and "revision deadbeef" in found.evidence
+    e.target_config_sha256 = TARGET_SHA
+    assert not any(f.id == "draft-for-another-target" for f in diagnose(e))
+
+
+# --- FP8 dumps ---------------------------------------------------------------------------------
+
+
+def _fp8_file(path: Path, hs: torch.Tensor, **keep) -> None:
+    """hs_connectors 0.9.0's fp8 format, by hand: scale = amax / 448 per token."""
+    amax = hs.float().abs().amax(dim=(1, 2), keepdim=True)
+    scales = (amax / 448.0).clamp(min=1e-12)
+    tensors = {
+        "hidden_states": (hs / scales).to(torch.float8_e4m3fn),
+        "hidden_states_scales": scales,
+        "token_ids": torch.arange(hs.shape[0]),
+    }
+    save_file({k: v for k, v in tensors.items() if keep.get(k, True)}, str(path))
+
+
+def test_an_fp8_dump_round_trips_within_e4m3_precision(tmp_path) -> None:
+    hs = torch.randn(5, 4, 8, generator=torch.Generator().manual_seed(0)) * torch.tensor(
+        [1.0, 10.0, 100.0, 0.01, 3.0]
+    ).reshape(5, 1, 1)
+    _fp8_file(tmp_path / "hs_0.safetensors", hs)
+    capture = read_speculators_dump(tmp_path, taps(1, 2, 3), 4)
+    got = torch.stack([capture.sequences[0].states[t] for t in (*taps(1, 2, 3), Tap(4))], dim=1)
+    amax = hs.abs().amax(dim=(1, 2), keepdim=True)
+    # e4m3: 3 mantissa bits, so each value is within 1/16 of itself, and of its token's amax
+    assert ((got - hs).abs() <= amax / 16).all()
+    assert not torch.equal(got, hs.to(torch.float8_e4m3fn).float())  # the scales were applied
+
+
+@pytest.mark.parametrize(
+    "keep, says",
+    [
+        ({"hidden_states_scales": False}, "no hidden_states_scales"),
+    ],
+)
+def test_an_inconsistent_fp8_dump_is_one_message(tmp_path, keep, says) -> None:
+    _fp8_file(tmp_path / "hs_0.safetensors", torch.randn(3, 4, 8), **keep)
+    with pytest.raises(CaptureError, match=says):
+        read_speculators_dump(tmp_path, taps(1, 2, 3), 4)
+
+
+def test_scales_beside_plain_hidden_states_are_one_message(tmp_path) -> None:
+    save_file(
+        {
+            "hidden_states": torch.randn(3, 4, 8),
+            "hidden_states_scales": torch.ones(3, 1, 1),
+            "token_ids": torch.arange(3),
+        },
+        str(tmp_path / "hs_0.safetensors"),
+    )
+    with pytest.raises(CaptureError, match="not float8"):
+        read_speculators_dump(tmp_path, taps(1, 2, 3), 4)
+
+
+# --- other algorithms --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "key, value, algorithm",
+    [
+        ("speculators_model_type", "peagle", "P-EAGLE"),
+        ("speculators_model_type", "dflash", "DFlash"),
+        ("speculators_model_type", "dflash2", "DFlash2"),
+        ("speculators_model_type", "dspark", "DSpark"),
+        ("speculators_model_type", "xpress", "XPress"),
+        ("speculators_model_type", "mtp", "MTP"),
+        ("architectures", ["DominoDraftModel"], "Domino"),
+        ("architectures", ["DFlashDraftModel"], "DFlash"),
+        ("architectures", ["PEagleDraftModel"], "P-EAGLE"),
+    ],
+)
+def test_another_algorithm_is_refused_by_name(tmp_path, key, value, algorithm) -> None:
+    spec: DraftSpec = tiny_spec()
+    out = save(spec, random_tensors(spec, seed=0), tmp_path / "d", "specforge")
+    cfg = json.loads((out / "config.json").read_text())
+    cfg[key] = value
+    (out / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError) as e:
+        inspect(out)
+    line = str(e.value)
+    assert f"a {algorithm} draft" in line and "EAGLE-3 drafts only" in line
+    assert "\n" not in line
+    if algorithm == "P-EAGLE":
+        assert "parallel" in line
+
+
+def test_a_dflash_dump_is_named_not_missing_keys(tmp_path) -> None:
+    from eagle3dash.capture.dumps import read_specforge_dump
+
+    torch.save(
+        {
+            "input_ids": torch.arange(4),
+            "loss_mask": torch.ones(4),
+            "hidden_states": torch.zeros(1, 4, 24),
+        },
+        tmp_path / "data_0.ckpt",
+    )
+    with pytest.raises(CaptureError, match="features of a DFlash or Domino draft"):
+        read_specforge_dump(tmp_path, taps(1, 2, 3))
+
+
+# --- SpecForge's id checks ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ids", [(2, 2, 30), (2, 30), (1, 2, 30, 58)])
+def test_ids_specforge_could_not_have_trained_on_are_problems(tmp_path, ids) -> None:
+    spec = tiny_spec(aux_layer_ids=ids, aux_ids_location="eagle_config", num_aux=len(ids))
+    report = inspect(save(spec, random_tensors(spec, seed=0), tmp_path / "d", "specforge"))
+    assert any("exactly three distinct" in p for p in report.problems)
+
+
+def test_ids_past_the_target_are_a_finding(tmp_path) -> None:
+    spec = tiny_spec(aux_layer_ids=(2, 30, 61), aux_ids_location="eagle_config")
+    report = inspect(save(spec, random_tensors(spec, seed=0), tmp_path / "d", "specforge"))
+    found = [f for f in diagnose(Evidence(report=report, num_target_layers=N)) if f.data.get("ids")]
+    assert found and found[0].data["ids"] == [2, 30, 61]
