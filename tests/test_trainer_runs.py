@@ -26,8 +26,8 @@ from eagle3dash.prediction import predict_layouts
 from eagle3dash.provenance import read_run_folder
 from eagle3dash.spec import DraftSpec
 from eagle3dash.testing.tensors import random_tensors
-from tests.test_findings import Bench, Server
 from tests.specs import tiny_spec
+from tests.test_findings import Bench, Server
 
 N = 61  # DeepSeek-V3 / Kimi-K2 decoder blocks
 DEEPSEEK = ["DeepseekV3ForCausalLM"]
