@@ -288,8 +288,8 @@ def _speculators(root: Path) -> Provenance:
         for d in root.iterdir()
         if d.name.isdigit() and d.is_dir() and not d.is_symlink()
     }
-    best = root / "checkpoint_best"
-    if best.is_symlink() and best.resolve().is_dir():
+    best = root / "checkpoint_best"  # a link, or a folder when archived with links followed
+    if best.is_dir():
         chosen, by = best.resolve(), "best"
     elif epochs:
         chosen, by = epochs[max(epochs)], "latest"

@@ -37,6 +37,7 @@ from eagle3dash.checkpoint import _MAX_HEADER as MAX_HEADER_BYTES
 from eagle3dash.checkpoint import CONFIG, inspect
 from eagle3dash.errors import InputError
 from eagle3dash.identity import checkpoint_digest
+from eagle3dash.provenance import is_run_folder
 from eagle3dash.servebench import PromptFileError, parse_prompt_lines
 
 CHUNK = 1 << 20
@@ -475,7 +476,7 @@ def register_upload(
             default_name = None
         if not hashes:
             raise UploadError(f"{label}: no files in the upload")
-        if not (root / CONFIG).is_file():
+        if not (root / CONFIG).is_file() and not is_run_folder(root):
             found = ", ".join(sorted(hashes)[:8]) + (" ..." if len(hashes) > 8 else "")
             raise UploadError(
                 f"{label}: no config.json at the top of the upload (found: {found}); upload the "
@@ -499,16 +500,17 @@ def register_upload(
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     report = inspect(final)
+    checkpoint_dir = Path(report.path)  # a run folder's best (else latest) checkpoint
     registered = _register(
         store,
-        final,
+        checkpoint_dir,
         report.to_json(),
         name,
         default_name or f"upload-{sha[:12]}",
         sha256=sha,
         uploaded=True,
     )
-    if registered.path != final and not already:
+    if registered.path != checkpoint_dir and not already:
         shutil.rmtree(final, ignore_errors=True)  # the same content is registered elsewhere
     return UploadedCheckpoint(
         checkpoint_id=registered.checkpoint_id,

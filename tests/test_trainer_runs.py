@@ -432,3 +432,28 @@ def test_ids_past_the_target_are_a_finding(tmp_path) -> None:
     report = inspect(save(spec, random_tensors(spec, seed=0), tmp_path / "d", "specforge"))
     found = [f for f in diagnose(Evidence(report=report, num_target_layers=N)) if f.data.get("ids")]
     assert found and found[0].data["ids"] == [2, 30, 61]
+
+
+def test_an_uploaded_speculators_run_registers_its_best_epoch(tmp_path) -> None:
+    from eagle3dash import store as db
+    from eagle3dash.uploads import register_upload
+    from tests.test_uploads import Upload, tar_of
+
+    run = speculators_run(tmp_path / "run")
+    members = {
+        f"run/{p.relative_to(run)}": p.read_bytes()
+        for p in sorted(run.rglob("*"))
+        if p.is_file() and "checkpoint_best" not in p.parts
+    }
+    # archived with links followed (tar -h): checkpoint_best is a folder holding epoch 1's files
+    members |= {
+        f"run/checkpoint_best/{p.name}": p.read_bytes() for p in sorted((run / "1").iterdir())
+    }
+    store = db.open_store(tmp_path / "home")
+    try:
+        result = register_upload(store, [Upload("run.tar.gz", tar_of(members))])
+        assert result.path.name == "checkpoint_best" and result.path.parent.is_dir()
+        assert result.report["provenance"]["chosen_by"] == "best"
+        assert result.report["provenance"]["target_path"] == "meta-llama/Llama-3.1-8B-Instruct"
+    finally:
+        store.close()
