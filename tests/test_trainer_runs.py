@@ -457,3 +457,39 @@ def test_an_uploaded_speculators_run_registers_its_best_epoch(tmp_path) -> None:
         assert result.report["provenance"]["target_path"] == "meta-llama/Llama-3.1-8B-Instruct"
     finally:
         store.close()
+
+
+# --- the card and the trainer's numbers on the pages -------------------------------------------
+
+
+def test_the_trainers_eval_joins_the_per_position_chart_converted(tmp_path) -> None:
+    from eagle3dash.ui import charts, tables
+    from eagle3dash.ui.provenance import card_frame, trainer_note
+
+    report = inspect(speculators_run(tmp_path / "run")).to_json()
+    diagnosis = {"checkpoint": report, "steps": 2, "measured": {"per_position": [0.6, 0.3]}}
+    metrics = tables.diagnosis_metrics(diagnosis)
+    trainer = metrics[metrics["source"] == "trainer"]
+    assert list(trainer["step"]) == [1, 2] and list(trainer["value"]) == [0.7, 0.4]
+    spec = charts.per_position_chart(metrics).to_dict()
+    values = {v["side"]: v for v in spec["datasets"][next(iter(spec["datasets"]))]}
+    assert "trainer's own eval (converted)" in values
+    note = trainer_note(diagnosis)
+    assert note is not None and "accept length 2.10 with the bonus token" in note
+    assert "full_acc_k" in note
+    rows = dict(card_frame(report["provenance"]).values.tolist())
+    assert rows["Target"] == "meta-llama/Llama-3.1-8B-Instruct"
+    assert rows["Capture layers"] == "2, 16, 29" and rows["Step / epoch"] == "— / 1"
+
+
+def test_inspect_json_carries_the_card(tmp_path, capsys) -> None:
+    from eagle3dash import cli
+
+    root = speculators_run(tmp_path / "run")
+    assert cli.main(["inspect", "--json", str(root)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["provenance"]["epoch"] == 1
+    assert printed["provenance"]["metrics"]["per_position"] == [0.7, 0.4]
+    assert cli.main(["inspect", str(root)]) == 0
+    text = capsys.readouterr().out
+    assert "provenance (the run folder):" in text and "accept length 2.10" in text

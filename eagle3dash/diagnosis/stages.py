@@ -528,7 +528,7 @@ def draft_identity(run: _Run, cache: DigestCache | None) -> DraftIdentity | None
     if spec is None:
         return None
     identity = compare_drafts(
-        run.options.draft, spec.draft_model_path, is_local_url(run.server.url), cache
+        run.report.path, spec.draft_model_path, is_local_url(run.server.url), cache
     )
     if identity.status == "unknown":
         run.not_checked.append(
