@@ -493,3 +493,19 @@ def test_inspect_json_carries_the_card(tmp_path, capsys) -> None:
     assert cli.main(["inspect", str(root)]) == 0
     text = capsys.readouterr().out
     assert "provenance (the run folder):" in text and "accept length 2.10" in text
+
+
+def test_the_checkpoints_page_shows_the_card_of_a_registered_run(home, tmp_path) -> None:
+    from eagle3dash.uploads import register_path
+    from tests.appkit import app, frames, no_exception, texts
+
+    register_path(home, speculators_run(tmp_path / "run"))
+    at = app("checkpoints")
+    no_exception(at)
+    cards = [f for f in frames(at) if list(f.columns) == ["Field", "Value"]]
+    assert cards, "no provenance card on the Checkpoints page"
+    rows = dict(cards[0].values.tolist())
+    assert rows["Target"] == "meta-llama/Llama-3.1-8B-Instruct" and rows["Trainer"] == (
+        "speculators 0.9.0"
+    )
+    assert "accept length 2.10 with the bonus token" in texts(at)
