@@ -30,6 +30,7 @@ from eagle3dash.provenance import (
     RunFolderError,
     export_command,
     is_run_folder,
+    materialize,
     read_run_folder,
 )
 from eagle3dash.spec import FORMATS, OPTIONAL_TENSORS, DraftSpec, expected_shapes
@@ -187,6 +188,19 @@ def inspect(path: str | Path) -> InspectReport:
     return _inspect(path)[0]
 
 
+def inspect_draft(path: str | Path, draft_config: str | Path | None = None) -> InspectReport:
+    """`inspect`, or for a SpecForge step folder and the draft config the user gives, the draft
+    made from the step's state dict (provenance.materialize), with the run's card kept."""
+    if draft_config is None:
+        return inspect(path)
+    try:
+        report = inspect(materialize(path, draft_config))
+        report.provenance = read_run_folder(path)
+    except RunFolderError as e:
+        raise CheckpointError(str(e)) from None
+    return report
+
+
 def load(
     path: str | Path, device: str = "cpu", dtype: torch.dtype | str | None = None
 ) -> tuple[DraftSpec, dict[str, torch.Tensor], InspectReport]:
@@ -273,7 +287,8 @@ def _inspect(path: str | Path) -> tuple[InspectReport, dict[str, _Raw], dict[str
         if not card.has_model_config:
             raise CheckpointError(
                 f"{card.checkpoint}: a SpecForge training checkpoint (training_state.pt, no "
-                f"config.json): export it first: {export_command(card)}"
+                f"config.json): export it first: {export_command(card)}; or give the draft's "
+                "config.json (--draft-config) to read the draft from the state dict"
             )
         path = card.checkpoint
     directory, config_path = find_checkpoint(path)

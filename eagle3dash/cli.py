@@ -42,9 +42,9 @@ def _rows(pairs: list[tuple[str, object]]) -> str:
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     """Report a draft checkpoint from its config and safetensors headers."""
-    from eagle3dash.checkpoint import inspect
+    from eagle3dash.checkpoint import inspect_draft
 
-    report = inspect(args.path)
+    report = inspect_draft(args.path, args.draft_config)
     if args.json:
         _print_json(report.to_json())
         return 0
@@ -564,6 +564,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("inspect", help="report a draft checkpoint (config + headers only)")
     p.add_argument("path", help="checkpoint directory, its config.json, or a .safetensors file")
+    p.add_argument(
+        "--draft-config",
+        help="the draft's config.json, to read a SpecForge step folder's training_state.pt",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_inspect)
 

@@ -395,3 +395,52 @@ def export_command(card: Provenance) -> str:
         f"specforge export --to sglang --checkpoint {card.checkpoint} --draft-config "
         "<the draft config.json the run trained with> --output-dir <new folder>"
     )
+
+
+def materialize(checkpoint: str | Path, draft_config: str | Path) -> Path:
+    """A model folder (the given draft config + the step's draft weights) for a SpecForge step
+    folder without config.json, so the draft can be inspected and evaluated from its state dict.
+
+    What `specforge export --to sglang` writes for LlamaForCausalLMEagle3 (export/to_sglang.py:
+    the identity weight map, embeddings left out), without running SpecForge. The folder lies
+    under the temp folder, named by the inputs' content, and is reused while they are unchanged.
+    """
+    import hashlib
+    import os
+    import shutil
+    import tempfile
+
+    from safetensors.torch import save_file
+
+    card = read_run_folder(checkpoint)
+    state_path = Path(card.checkpoint) / SPECFORGE_STATE
+    config = Path(draft_config).expanduser()
+    if not config.is_file():
+        raise RunFolderError(f"{config}: no such draft config file; give the draft's config.json")
+    config_text = config.read_bytes()
+    _json(config)  # a readable JSON object, or one line saying why not
+    stat = state_path.stat()
+    key = hashlib.sha256(
+        f"{state_path.resolve()}\0{stat.st_size}\0{stat.st_mtime_ns}\0".encode() + config_text
+    ).hexdigest()[:16]
+    out = Path(tempfile.gettempdir()) / "eagle3dash-exports" / key
+    if (out / "model.safetensors").is_file():
+        return out
+    weights = load_training_state(state_path).get("draft_state_dict")
+    if not isinstance(weights, dict) or not weights:
+        raise RunFolderError(f"{state_path}: no draft_state_dict; is this a SpecForge 0.2 run?")
+    import torch
+
+    tensors = {
+        k: v.contiguous()
+        for k, v in weights.items()
+        if isinstance(v, torch.Tensor) and "embed" not in k.lower()
+    }
+    staging = out.with_name(f"{key}.{os.getpid()}.tmp")
+    staging.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(staging / "model.safetensors"), metadata={"format": "pt"})
+    (staging / "config.json").write_bytes(config_text)
+    if out.exists():
+        shutil.rmtree(out)  # an earlier export cut short
+    os.replace(staging, out)
+    return out

@@ -117,6 +117,7 @@ def test_the_schema_holds_every_user_option_in_field_order() -> None:
         "draft",
         "endpoint",
         "baseline",
+        "draft_config",
         "prompts",
         "num_prompts",
         "max_new_tokens",

@@ -509,3 +509,26 @@ def test_the_checkpoints_page_shows_the_card_of_a_registered_run(home, tmp_path)
         "speculators 0.9.0"
     )
     assert "accept length 2.10 with the bonus token" in texts(at)
+
+
+def test_a_step_folder_is_read_from_its_state_dict_with_the_draft_config(tmp_path) -> None:
+    from safetensors.torch import load_file
+
+    from eagle3dash.checkpoint import inspect_draft, load
+
+    exported = specforge_export(tmp_path / "exported")
+    weights = load_file(str(exported / "model.safetensors"))  # SpecForge's midlayer.* names
+    step = tmp_path / "run" / "r1-step7"
+    step.mkdir(parents=True)
+    payload = {"draft_state_dict": weights, "global_step": 7, "strategy": "eagle3", "run_id": "r1"}
+    torch.save(payload, step / "training_state.pt")
+    report = inspect_draft(step, exported / "config.json")
+    assert report.provenance is not None and report.provenance.step == 7
+    assert report.spec.aux_layer_ids == (2, 30, 58) and report.problems == []
+    _, tensors, _ = load(report.path)
+    assert torch.equal(tensors["fc.weight"], weights["fc.weight"])
+    assert torch.equal(
+        tensors["layers.0.mlp.down_proj.weight"], weights["midlayer.mlp.down_proj.weight"]
+    )
+    with pytest.raises(CheckpointError, match="no such draft config"):
+        inspect_draft(step, tmp_path / "nope.json")

@@ -113,7 +113,7 @@ with st.expander("Options", expanded=False):
     values |= widgets.option_row("num_prompts", "max_new_tokens", "steps", "concurrency")
     values |= widgets.option_row("device", "dtype", "target_layers", "arch")
     values |= widgets.option_row("training_layout", "trainer", "training_sglang_version")
-    values |= widgets.option_row("target", "train_states")
+    values |= widgets.option_row("target", "train_states", "draft_config")
     values |= widgets.option_row("profile", "temperatures")
 
 # Submit.

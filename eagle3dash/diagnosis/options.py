@@ -190,6 +190,13 @@ class DiagnoseOptions:
         kind=Kind.URL,
         placeholder="http://gpubox:30001",
     )
+    draft_config: str | None = _option(
+        None,
+        "Draft config (for a SpecForge step folder)",
+        "the draft's config.json the SpecForge run trained with, to read the draft from a step "
+        "folder's training_state.pt (which has no config.json)",
+        kind=Kind.PATH,
+    )
     prompts: str = _option(
         "all",
         "Prompt set",

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from eagle3dash.checkpoint import InspectReport, inspect
+from eagle3dash.checkpoint import InspectReport, inspect_draft
 from eagle3dash.diagnosis.options import SCHEMA, DiagnoseOptions
 from eagle3dash.diagnosis.result import (
     CONFIG,
@@ -232,7 +232,7 @@ class _Run:
 def _start(options: DiagnoseOptions, stages: Stages) -> _Run:
     """Inspect the checkpoint, probe the endpoint, predict both layouts."""
     stages.report(INSPECT, 0.0)
-    report = inspect(options.draft)
+    report = inspect_draft(options.draft, options.draft_config)
     stages.report(PROBE, 0.03, f"probing {options.endpoint}")
     server = SGLangClient(options.endpoint, timeout=options.timeout).probe()
     depth = target_depth(options, server)
@@ -353,7 +353,7 @@ def load_standalone_draft(run: _Run) -> None:
 
     run.embed = target_embedding(run.options, run.server)
     dtype = getattr(torch, run.options.dtype)
-    run.draft, loaded = load_draft_reported(run.options.draft, run.options.device, dtype, run.embed)
+    run.draft, loaded = load_draft_reported(run.report.path, run.options.device, dtype, run.embed)
     # What only the tensor data shows (NaN/Inf, d2t): the findings read it from the report.
     run.report.nonfinite = loaded.nonfinite
     run.report.problems = list(dict.fromkeys(run.report.problems + loaded.problems))
@@ -394,7 +394,7 @@ def run_detective(run: _Run) -> None:
     run.stages.report(DETECT, 0.5)
     sides = {"serving": run.serving_capture} if run.serving_capture is not None else None
     run.detection = detect(
-        run.options.draft,
+        run.report.path,
         capture=run.target_capture,
         steps=run.steps,  # the sweep's accept lengths at the server's steps, like the sides
         sides=sides,
