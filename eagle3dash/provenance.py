@@ -69,6 +69,7 @@ class Provenance:
     target_path: str | None = None
     target_revision: str | None = None
     target_config_sha256: str | None = None
+    target_files: dict[str, str] = field(default_factory=dict)  # target JSON file -> sha256
     capture_layers: tuple[int, ...] | None = None  # ids the run's capture used (online runs)
     chat_template: str | None = None
     best_metric: str | None = None
@@ -232,16 +233,31 @@ def _pairs(value: object) -> dict:
     return {}
 
 
-def _config_sha256(identity: object) -> str | None:
-    """The sha256 of config.json in a SpecForge "directory-stat-v2" source identity."""
+def _json_digests(identity: object) -> dict[str, str]:
+    """JSON file name -> sha256 in a SpecForge "directory-stat-v2" source identity
+    (training/provenance.py hashes the target folder's JSON files: config, tokenizer, template)."""
     if not isinstance(identity, list | tuple) or len(identity) < 3:
-        return None
+        return {}
     records = identity[2] if isinstance(identity[2], list | tuple) else ()
-    for record in records:
-        is_list = isinstance(record, list | tuple) and len(record) == 4
-        if is_list and list(record[:2]) == ["sha256", "config.json"]:
-            return str(record[3])
-    return None
+    return {
+        str(r[1]): str(r[3])
+        for r in records
+        if isinstance(r, list | tuple) and len(r) == 4 and r[0] == "sha256"
+    }
+
+
+def json_digests(folder: str | Path | None) -> dict[str, str]:
+    """The sha256 of each JSON file at the top of a local target folder, as SpecForge records."""
+    import hashlib
+
+    path = Path(folder).expanduser() if folder else None
+    if path is None or not path.is_dir():
+        return {}
+    return {
+        f.name: hashlib.sha256(f.read_bytes()).hexdigest()
+        for f in sorted(path.iterdir())
+        if f.name.endswith(".json") and f.is_file()
+    }
 
 
 def _specforge(run: Path, step_dir: Path, chosen_by: str) -> Provenance:
@@ -263,7 +279,8 @@ def _specforge(run: Path, step_dir: Path, chosen_by: str) -> Provenance:
         strategy=state.get("strategy") if isinstance(state.get("strategy"), str) else None,
         target_path=target_path,
         target_revision=_str(prov.get("target_revision")),
-        target_config_sha256=_config_sha256(target),
+        target_config_sha256=_json_digests(target).get("config.json"),
+        target_files=_json_digests(target),
         capture_layers=tuple(int(i) for i in layers) if isinstance(layers, list | tuple) else None,
         has_model_config=(step_dir / "config.json").is_file(),
     )

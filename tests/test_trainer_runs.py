@@ -148,7 +148,11 @@ def specforge_run(root: Path, capture_layers=(2, 30, 58)) -> Path:
         "target_model": (
             "directory-stat-v2",
             "/models/DeepSeek-V3",
-            (("sha256", "config.json", 1234, TARGET_SHA), ("stat", "model.safetensors", 9, 1)),
+            (
+                ("sha256", "config.json", 1234, TARGET_SHA),
+                ("stat", "model.safetensors", 9, 1),
+                ("sha256", "tokenizer_config.json", 99, "12" * 32),
+            ),
         ),
         "target_revision": "deadbeef",
         "capture_layers": capture_layers,
@@ -309,11 +313,14 @@ def test_the_run_target_config_digest_against_the_local_target(tmp_path) -> None
     e = Evidence(
         report=report,
         server=Server(model_path="/models/DeepSeek-V3"),
-        target_config_sha256="cd" * 32,
+        target_json_sha256={"config.json": "cd" * 32, "tokenizer_config.json": "ef" * 32},
     )
     found = next(f for f in diagnose(e) if f.id == "draft-for-another-target")
     assert "abababababab" in found.evidence and "revision deadbeef" in found.evidence
-    e.target_config_sha256 = TARGET_SHA
+    assert "another model or revision" in found.evidence
+    assert "tokenizer_config.json sha256 121212121212..." in found.evidence
+    assert "another tokenizer or chat template" in found.evidence
+    e.target_json_sha256 = {"config.json": TARGET_SHA}
     assert not any(f.id == "draft-for-another-target" for f in diagnose(e))
 
 
@@ -532,3 +539,16 @@ def test_a_step_folder_is_read_from_its_state_dict_with_the_draft_config(tmp_pat
     )
     with pytest.raises(CheckpointError, match="no such draft config"):
         inspect_draft(step, tmp_path / "nope.json")
+
+
+def test_the_local_target_json_digests_are_its_top_level_json_files(tmp_path) -> None:
+    import hashlib
+
+    from eagle3dash.provenance import json_digests
+
+    (tmp_path / "config.json").write_text('{"a": 1}')
+    (tmp_path / "model.safetensors").write_bytes(b"weights")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "other.json").write_text("{}")
+    assert json_digests(tmp_path) == {"config.json": hashlib.sha256(b'{"a": 1}').hexdigest()}
+    assert json_digests(None) == {} and json_digests(tmp_path / "nope") == {}

@@ -13,7 +13,6 @@ refused. Torch is imported only inside the stages that need it.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -51,6 +50,7 @@ from eagle3dash.profile import (
     step_costs,
     steps_advice,
 )
+from eagle3dash.provenance import json_digests
 from eagle3dash.servebench import BenchResult, Prompt, load_prompts, run_bench
 from eagle3dash.sglang import EndpointError, ServerReport, SGLangClient
 from eagle3dash.sglang_rules import DEFAULT_SGLANG_VERSION, default_capture, nested_ids
@@ -129,14 +129,6 @@ def target_depth(options: DiagnoseOptions, server: ServerReport) -> int:
         f"cannot tell how many layers the target has: {server.model_path!r} is not a local "
         f"checkpoint here; give {_option('target_layers')} or {_option('target')}"
     )
-
-
-def config_sha256(target: str | None) -> str | None:
-    """The sha256 of a local target's config.json (SpecForge's provenance records the same)."""
-    path = Path(target) / "config.json" if target else None
-    if path is None or not path.is_file():
-        return None
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def target_embedding(options: DiagnoseOptions, server: ServerReport):
@@ -763,7 +755,7 @@ def find(run: _Run, diagnosis: Diagnosis) -> list[Finding]:
             sglang_version=run.server.version,
             trainer=run.trainer,
             training_sglang_version=run.options.training_sglang_version,
-            target_config_sha256=config_sha256(run.options.target),
+            target_json_sha256=json_digests(run.options.target) or None,
             detection=run.detection,
             training_eval=diagnosis.training.eval,
             serving_eval=diagnosis.serving.eval,

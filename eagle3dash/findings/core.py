@@ -100,7 +100,7 @@ class Evidence:
     sglang_version: str | None = None
     trainer: str | None = None  # a layout.TRAINERS key, when known
     training_sglang_version: str | None = None  # SpecForge >= 0.2: the SGLang it trained through
-    target_config_sha256: str | None = None  # the local target's config.json, when given
+    target_json_sha256: dict | None = None  # the local target's JSON files -> sha256, when given
     detection: Detection | None = None  # the layout detective's case: what the tensors say
     profile: Profile | None = None  # acceptance by category, prompt format, temperature, steps
 

@@ -87,16 +87,25 @@ def rule_training_readings(e: Evidence) -> list[Finding]:
     ]
 
 
-def _declared_target(e: Evidence) -> tuple[str | None, list[str], str | None, str | None]:
-    """The target the draft declares: name or path, architectures, revision, config digest."""
+# What a differing JSON file of the target says (SpecForge hashes every top-level JSON file).
+_JSON_MEANING = {
+    "config.json": "another model or revision",
+    "tokenizer.json": "another tokenizer",
+    "tokenizer_config.json": "another tokenizer or chat template",
+    "chat_template.json": "another chat template",
+}
+
+
+def _declared_target(e: Evidence) -> tuple[str | None, list[str], str | None, dict[str, str]]:
+    """The target the draft declares: name or path, architectures, revision, JSON digests."""
     spec, card = e.spec, e.report.provenance if e.report is not None else None
     name = spec.verifier if spec is not None else None
     archs = list(spec.extra.get("verifier_architectures") or []) if spec is not None else []
-    revision = digest = None
+    revision, digests = None, {}
     if card is not None:
         name = name or card.target_path
-        revision, digest = card.target_revision, card.target_config_sha256
-    return name, archs, revision, digest
+        revision, digests = card.target_revision, card.target_files
+    return name, archs, revision, digests
 
 
 def _base(name: str) -> str:
@@ -108,11 +117,11 @@ def rule_draft_for_another_target(e: Evidence) -> list[Finding]:
     """The draft declares another target than the one the server runs.
 
     speculators configs name their verifier (`speculators_config.verifier.name_or_path`,
-    `architectures`); SpecForge 0.2 provenance names the target path, revision and a sha256 of
-    its config.json (training/provenance.py). Severity by what was measured: critical only when
-    the measured accept length is materially low.
+    `architectures`); SpecForge 0.2 provenance names the target path, revision and the sha256 of
+    its JSON files: config, tokenizer, chat template (training/provenance.py). Severity by what
+    was measured: critical only when the measured accept length is materially low.
     """
-    name, archs, revision, digest = _declared_target(e)
+    name, archs, revision, recorded = _declared_target(e)
     server = e.server
     mismatches = []
     served = server.model_path if server is not None else None
@@ -123,12 +132,14 @@ def rule_draft_for_another_target(e: Evidence) -> list[Finding]:
         mismatches.append(
             f"the draft's verifier architectures {archs}, the server's {served_archs}"
         )
-    local = e.target_config_sha256
-    if digest and local and digest != local:
-        mismatches.append(
-            f"the run's target config.json sha256 {digest[:12]}..., the local target's "
-            f"{local[:12]}... (another revision or another model)"
-        )
+    local = e.target_json_sha256 or {}
+    for file, digest in sorted(recorded.items()):
+        if file in local and local[file] != digest:
+            meaning = _JSON_MEANING.get(file, "another file")
+            mismatches.append(
+                f"the run's target {file} sha256 {digest[:12]}..., the local target's "
+                f"{local[file][:12]}... ({meaning})"
+            )
     if not mismatches:
         return []
     measured = e.measured.accept_length if e.measured is not None else None
