@@ -552,3 +552,51 @@ def test_the_local_target_json_digests_are_its_top_level_json_files(tmp_path) ->
     (tmp_path / "sub" / "other.json").write_text("{}")
     assert json_digests(tmp_path) == {"config.json": hashlib.sha256(b'{"a": 1}').hexdigest()}
     assert json_digests(None) == {} and json_digests(tmp_path / "nope") == {}
+
+
+def test_a_diagnosis_of_a_specforge_step_folder_through_the_double(tmp_path_factory) -> None:
+    """The whole diagnosis on a SpecForge 0.2 run folder (the draft from its state dict and the
+    draft config given): the trainer comes from the run, so no readings are left unsettled, and
+    the run's target config digest is checked against the local target."""
+    from safetensors.torch import load_file
+
+    from eagle3dash.diagnosis.stages import run_diagnosis
+    from tests.specs import tiny_models
+    from tests.test_pipeline import double, options
+
+    models = tiny_models(tmp_path_factory.mktemp("models"))
+    run = tmp_path_factory.mktemp("run")
+    step = run / "r1-step5"
+    step.mkdir()
+    target = (
+        "directory-stat-v2",
+        str(models["target"]),
+        (("sha256", "config.json", 10, "0" * 64),),  # not the local target's config
+    )
+    torch.save(
+        {
+            "draft_state_dict": load_file(str(models["draft"] / "model.safetensors")),
+            "global_step": 5,
+            "strategy": "eagle3",
+            "run_id": "r1",
+            "specforge_model_provenance": (("capture_layers", (0, 1, 2)), ("target_model", target)),
+        },
+        step / "training_state.pt",
+    )
+    (run / "r1-latest").symlink_to(step)
+    with double(models) as server:
+        diagnosis = run_diagnosis(
+            options(
+                models,
+                server.url,
+                draft=str(run),
+                draft_config=str(models["draft"] / "config.json"),
+            )
+        )
+    assert diagnosis.report.provenance is not None and diagnosis.report.provenance.step == 5
+    ids = {f.id: f for f in diagnosis.findings}
+    assert "training-layout-unsettled" not in ids
+    another = ids["draft-for-another-target"]
+    assert "config.json sha256 000000000000..." in another.evidence
+    stored = diagnosis.to_dict()["checkpoint"]["provenance"]
+    assert stored["capture_layers"] == [0, 1, 2] and stored["chosen_by"] == "latest"
