@@ -87,13 +87,15 @@ def _print_provenance(card: Provenance) -> None:
     rows = [
         ("trainer", f"{card.trainer} {card.trainer_version or ''}".strip()),
         ("checkpoint", f"{card.checkpoint} ({card.chosen_by})"),
-        ("step / epoch", f"{card.step} / {card.epoch}"),
+        ("step", card.step),
+        ("epoch", card.epoch),
         ("strategy", card.strategy),
-        ("target", f"{card.target_path} (revision {card.target_revision})"),
+        ("target", card.target_path),
+        ("target revision", card.target_revision),
         ("target config.json sha256", card.target_config_sha256),
         ("capture layers", list(card.capture_layers) if card.capture_layers else None),
         ("chat template", card.chat_template),
-        ("best metric", f"{card.best_metric} = {card.best_score}"),
+        ("best metric", f"{card.best_metric} = {card.best_score}" if card.best_metric else None),
     ]
     print("provenance (the run folder):")
     print(_rows([(k, v) for k, v in rows if v is not None]))
