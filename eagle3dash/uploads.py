@@ -34,7 +34,7 @@ from typing import IO, Any, Protocol
 
 from eagle3dash import store as db
 from eagle3dash.checkpoint import _MAX_HEADER as MAX_HEADER_BYTES
-from eagle3dash.checkpoint import CONFIG, inspect
+from eagle3dash.checkpoint import CONFIG, inspect, inspect_draft
 from eagle3dash.errors import InputError
 from eagle3dash.identity import checkpoint_digest
 from eagle3dash.provenance import is_run_folder
@@ -577,17 +577,22 @@ def _register(
 
 
 def register_path(
-    store: db.Store, path: str | os.PathLike[str], name: str | None = None
+    store: db.Store,
+    path: str | os.PathLike[str],
+    name: str | None = None,
+    draft_config: str | None = None,
 ) -> tuple[int, dict]:
     """Inspect a checkpoint on this machine and register it (files are left where they are).
 
-    Returns the checkpoint id and its inspect report; a CheckpointError names what is wrong. A
+    A SpecForge step folder with the draft's `draft_config` registers the draft made from its
+    state dict. Returns the checkpoint id and its inspect report; a CheckpointError names what is
+    wrong. A
     checkpoint with the same content (an upload of it, say) is that checkpoint, its name kept.
     """
     text = str(path).strip()
     if not text:
         raise InputError("give the checkpoint's folder (or its config.json) on this machine")
-    report = inspect(text)
+    report = inspect_draft(text, draft_config)
     directory = Path(report.path)
     registered = _register(store, directory, report.to_json(), name, directory.name)
     return registered.checkpoint_id, report.to_json()

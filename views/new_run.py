@@ -130,7 +130,9 @@ if submit:
         newrun.check_typed_paths(values)
         options = DiagnoseOptions.parse(values)
         if source == PATH:  # registered once everything else checks out
-            checkpoint_id, _ = register_path(store, options.draft)
+            checkpoint_id, _ = register_path(
+                store, options.draft, draft_config=options.draft_config
+            )
         run_id = submit_diagnosis(store, checkpoint_id, options)
     except InputError as e:
         widgets.show_error(e)
