@@ -272,11 +272,15 @@ def verdict_banner(diagnosis: Mapping[str, Any]) -> None:
 
 
 def sides_table(diagnosis: Mapping[str, Any]) -> None:
-    """The training vs serving table, and whether the endpoint serves this checkpoint's draft."""
+    """The training vs serving table, whether the endpoint serves this checkpoint's draft, and
+    the trainer's own eval beside the training side (a run folder's, converted)."""
     st.table(tables.sides_frame(diagnosis), hide_index=True)  # long text wraps
     identity = words.identity_words(diagnosis.get("draft_identity"))
     if identity:
         st.caption("Draft on the endpoint: " + md_escape(identity))
+    trainer = provenance.trainer_note(diagnosis)
+    if trainer:
+        st.caption("ℹ️ " + md_escape(trainer))
 
 
 def _highlight_differs(row: pd.Series) -> list[str]:
