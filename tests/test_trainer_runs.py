@@ -554,10 +554,11 @@ def test_the_local_target_json_digests_are_its_top_level_json_files(tmp_path) ->
     assert json_digests(None) == {} and json_digests(tmp_path / "nope") == {}
 
 
-def test_a_diagnosis_of_a_specforge_step_folder_through_the_double(tmp_path_factory) -> None:
+def test_a_diagnosis_of_a_specforge_step_folder_through_the_double(tmp_path_factory, home) -> None:
     """The whole diagnosis on a SpecForge 0.2 run folder (the draft from its state dict and the
-    draft config given): the trainer comes from the run, so no readings are left unsettled, and
-    the run's target config digest is checked against the local target."""
+    draft config given): the trainer comes from the run, so no readings are left unsettled, the
+    run's target config digest is checked against the local target, and the Run page shows the
+    card and the trainer's eval."""
     from safetensors.torch import load_file
 
     from eagle3dash.diagnosis.stages import run_diagnosis
@@ -584,6 +585,9 @@ def test_a_diagnosis_of_a_specforge_step_folder_through_the_double(tmp_path_fact
         step / "training_state.pt",
     )
     (run / "r1-latest").symlink_to(step)
+    meta = {"run_id": "r1", "step": 5, "score": 0.875, "metric": "eval/simulated_acc_len"}
+    meta["metrics"] = {"eval/per_position_acc": [0.5, 0.5, 0.5], "eval/simulated_acc_len": 0.875}
+    (run / "r1.best_meta.json").write_text(json.dumps(meta))
     with double(models) as server:
         diagnosis = run_diagnosis(
             options(
@@ -600,3 +604,16 @@ def test_a_diagnosis_of_a_specforge_step_folder_through_the_double(tmp_path_fact
     assert "config.json sha256 000000000000..." in another.evidence
     stored = diagnosis.to_dict()["checkpoint"]["provenance"]
     assert stored["capture_layers"] == [0, 1, 2] and stored["chosen_by"] == "latest"
+
+    from eagle3dash import store as db
+    from eagle3dash.diagnosis.record import record_diagnosis
+    from tests.appkit import app, no_exception, texts
+
+    run_id = db.create_run(home, None, diagnosis.server.url)
+    record_diagnosis(home, run_id, diagnosis)
+    at = app("run", run=str(run_id))
+    no_exception(at)
+    shown = texts(at)
+    assert "Provenance (the trainer's run folder)" in shown
+    # 0.5, 0.25, 0.125 accepted per position: 1 + 0.875 with the bonus token
+    assert "accept length 1.88 with the bonus token" in shown
