@@ -52,6 +52,9 @@ class TrainingMetrics:
     trainer_value: float | None  # the trainer's own headline number, as it reports it
     trainer_name: str  # what the trainer calls that number
     conversion: str  # how the trainer's numbers became ours, in one sentence
+    # SpecForge's eval/acceptance_rate_i as P(position k accepted) under sampled verification
+    # (temperature 1: min(p, q) per step), beside the greedy per_position; None when not recorded
+    sampled_per_position: list[float] | None = None
 
 
 @dataclass
@@ -94,6 +97,8 @@ def specforge_metrics(metrics: dict, source: str) -> TrainingMetrics | None:
 
     `eval/per_position_acc` is the per-step accuracy given the earlier steps were right, over the
     eval set's tokens, and `eval/simulated_acc_len` = a0 + a0*a1 + ... leaves the bonus token out.
+    `eval/acceptance_rate_{i}` is step i's expected acceptance under sampling, token-weighted
+    (algorithms/eagle3/model.py _compute_loss_and_acceptance_rate): chained the same way.
     """
     acc = metrics.get("eval/per_position_acc")
     if not isinstance(acc, list) or not acc or not all(_number(a) for a in acc):
@@ -103,6 +108,13 @@ def specforge_metrics(metrics: dict, source: str) -> TrainingMetrics | None:
         cumulative *= float(a)
         per_position.append(cumulative)
     value = metrics.get("eval/simulated_acc_len")
+    rates = [metrics.get(f"eval/acceptance_rate_{i}") for i in range(len(acc))]
+    sampled = None
+    if all(isinstance(r, int | float) and _number(r) for r in rates):
+        sampled, chained = [], 1.0
+        for r in rates:
+            chained *= float(r or 0.0)
+            sampled.append(chained)
     return TrainingMetrics(
         source=source,
         per_position=per_position,
@@ -114,6 +126,7 @@ def specforge_metrics(metrics: dict, source: str) -> TrainingMetrics | None:
             "the eval set); accept length = 1 (the bonus token, which SpecForge's "
             "simulated_acc_len leaves out) + their sum"
         ),
+        sampled_per_position=sampled,
     )
 
 

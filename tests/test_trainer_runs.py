@@ -26,6 +26,7 @@ from eagle3dash.prediction import predict_layouts
 from eagle3dash.provenance import read_run_folder
 from eagle3dash.spec import DraftSpec
 from eagle3dash.testing.tensors import random_tensors
+from eagle3dash.ui.provenance import trainer_note
 from tests.specs import tiny_spec
 from tests.test_findings import Bench, Server
 
@@ -177,7 +178,12 @@ def specforge_run(root: Path, capture_layers=(2, 30, 58)) -> Path:
         "step": 10,
         "score": 1.2,
         "metric": "eval/simulated_acc_len",
-        "metrics": {"eval/per_position_acc": [0.8, 0.5], "eval/simulated_acc_len": 1.2},
+        "metrics": {
+            "eval/per_position_acc": [0.8, 0.5],
+            "eval/simulated_acc_len": 1.2,
+            "eval/acceptance_rate_0": 0.9,
+            "eval/acceptance_rate_1": 0.5,
+        },
     }
     (root / "r1.best_meta.json").write_text(json.dumps(meta))
     return root
@@ -197,6 +203,9 @@ def test_a_specforge_run_folder_gives_its_best_step_and_provenance(tmp_path) -> 
     assert m.per_position == pytest.approx([0.8, 0.4])  # 0.8, then 0.8 * 0.5
     assert m.accept_length == pytest.approx(2.2)  # 1 (bonus) + 1.2, SpecForge's 1.2 without it
     assert m.trainer_value == pytest.approx(1.2)
+    assert m.sampled_per_position == pytest.approx([0.9, 0.45])  # 0.9, then 0.9 * 0.5
+    note = trainer_note({"provenance": card.to_dict()})
+    assert note is not None and "temperature 1): accept length 2.35" in note
 
 
 def test_without_a_best_link_the_latest_step_is_read(tmp_path) -> None:

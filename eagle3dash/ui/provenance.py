@@ -42,9 +42,16 @@ def trainer_note(diagnosis_or_report: Mapping[str, Any] | None) -> str | None:
         return None
     own = metrics.get("trainer_value")
     theirs = f"; the trainer reports {metrics['trainer_name']} = {own:.2f}" if own else ""
+    sampled = metrics.get("sampled_per_position")
+    at_t1 = (
+        f" Under sampled verification (its acceptance_rate_i, temperature 1): accept length "
+        f"{1 + sum(sampled):.2f}."
+        if sampled
+        else ""
+    )
     return (
         f"Trainer's eval ({metrics['source']}): accept length {metrics['accept_length']:.2f} "
-        f"with the bonus token{theirs}. Converted: {metrics['conversion']}."
+        f"with the bonus token{theirs}. Converted: {metrics['conversion']}.{at_t1}"
     )
 
 
