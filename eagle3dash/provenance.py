@@ -29,7 +29,7 @@ import math
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from eagle3dash.errors import InputError
 
@@ -110,16 +110,17 @@ def specforge_metrics(metrics: dict, source: str) -> TrainingMetrics | None:
     value = metrics.get("eval/simulated_acc_len")
     rates = [metrics.get(f"eval/acceptance_rate_{i}") for i in range(len(acc))]
     sampled = None
-    if all(isinstance(r, int | float) and _number(r) for r in rates):
+    finite = [float(r) for r in rates if _number(r)]
+    if len(finite) == len(acc):
         sampled, chained = [], 1.0
-        for r in rates:
-            chained *= float(r or 0.0)
+        for r in finite:
+            chained *= r
             sampled.append(chained)
     return TrainingMetrics(
         source=source,
         per_position=per_position,
         accept_length=1.0 + sum(per_position),
-        trainer_value=float(value) if isinstance(value, int | float) else None,
+        trainer_value=float(value) if _number(value) else None,
         trainer_name="eval/simulated_acc_len",
         conversion=(
             "position k accepted = product of eval/per_position_acc[0..k] (token-weighted over "
@@ -158,7 +159,7 @@ def speculators_metrics(metrics: dict, source: str) -> TrainingMetrics | None:
     )
 
 
-def _number(x: object) -> bool:
+def _number(x: object) -> TypeGuard[int | float]:
     return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
 
 
