@@ -446,8 +446,15 @@ def test_ids_specforge_could_not_have_trained_on_are_problems(tmp_path, ids) -> 
 def test_ids_past_the_target_are_a_finding(tmp_path) -> None:
     spec = tiny_spec(aux_layer_ids=(2, 30, 61), aux_ids_location="eagle_config")
     report = inspect(save(spec, random_tensors(spec, seed=0), tmp_path / "d", "specforge"))
-    found = [f for f in diagnose(Evidence(report=report, num_target_layers=N)) if f.data.get("ids")]
-    assert found and found[0].data["ids"] == [2, 30, 61]
+    found = [f for f in diagnose(Evidence(report=report, num_target_layers=N))]
+    beyond = [f for f in found if f.id == "ids-beyond-target"]
+    assert len(beyond) == 1 and beyond[0].data["ids"] == [2, 30, 61]
+    assert "[61]" in beyond[0].evidence and "below 61" in beyond[0].fix
+    spec = tiny_spec(aux_layer_ids=(2, 30, 60), aux_ids_location="eagle_config")
+    report = inspect(save(spec, random_tensors(spec, seed=0), tmp_path / "e", "specforge"))
+    assert not any(
+        f.id == "ids-beyond-target" for f in diagnose(Evidence(report=report, num_target_layers=N))
+    )
 
 
 def test_an_uploaded_speculators_run_registers_its_best_epoch(tmp_path) -> None:

@@ -176,7 +176,7 @@ def rule_ids_beyond_target(e: Evidence) -> list[Finding]:
         return []
     return [
         Finding(
-            "checkpoint-problems",
+            "ids-beyond-target",
             "warning",
             f"The draft's ids {list(ids or ())} reach past the target's {n} layers.",
             f"ids {beyond} are not below N={n}: no layer's output exists there, so SpecForge "
