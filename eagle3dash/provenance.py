@@ -172,7 +172,9 @@ def is_run_folder(path: str | Path) -> bool:
     p = Path(path).expanduser()
     if not p.is_dir():
         return False
-    return bool(_specforge_steps(p)) or (p / SPECFORGE_STATE).is_file() or _is_speculators(p)
+    if (p / SPECFORGE_STATE).is_file() or _is_speculators(p) or _speculators_epoch(p):
+        return True
+    return bool(_specforge_steps(p))
 
 
 def _specforge_steps(root: Path) -> dict[int, Path]:
@@ -187,6 +189,12 @@ def _specforge_steps(root: Path) -> dict[int, Path]:
 
 def _is_speculators(root: Path) -> bool:
     return (root / "run.yaml").is_file() or (root / "train_command.txt").is_file()
+
+
+def _speculators_epoch(folder: Path) -> bool:
+    """An `{epoch}/` (or checkpoint_best) folder of a speculators run."""
+    named = folder.name.isdigit() or folder.name == "checkpoint_best"
+    return named and (folder / "config.json").is_file() and _is_speculators(folder.parent)
 
 
 def read_run_folder(path: str | Path) -> Provenance:
@@ -208,6 +216,8 @@ def read_run_folder(path: str | Path) -> Provenance:
         return _specforge(root, steps[max(steps)], "latest")
     if root.is_dir() and _is_speculators(root):
         return _speculators(root)
+    if root.is_dir() and _speculators_epoch(root):
+        return _speculators(root.parent, root)
     raise RunFolderError(
         f"{root}: not a SpecForge run folder ({{run_id}}-step{{N}}/{SPECFORGE_STATE}) nor a "
         "speculators run folder (run.yaml, {epoch}/model.safetensors)"
@@ -313,14 +323,16 @@ def _specforge(run: Path, step_dir: Path, chosen_by: str) -> Provenance:
     return card
 
 
-def _speculators(root: Path) -> Provenance:
+def _speculators(root: Path, given: Path | None = None) -> Provenance:
     epochs = {
         int(d.name): d
         for d in root.iterdir()
         if d.name.isdigit() and d.is_dir() and not d.is_symlink()
     }
     best = root / "checkpoint_best"  # a link, or a folder when archived with links followed
-    if best.is_dir():
+    if given is not None:
+        chosen, by = given, "given"
+    elif best.is_dir():
         chosen, by = best.resolve(), "best"
     elif epochs:
         chosen, by = epochs[max(epochs)], "latest"

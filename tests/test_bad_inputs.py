@@ -317,6 +317,38 @@ def test_capture_token_ids_outside_the_vocabulary(draft, place, capsys) -> None:
     assert f"token ids [{SPEC.vocab_size + 7}] outside the vocabulary of" in line
 
 
+@pytest.mark.parametrize(
+    "tensors, says",
+    [
+        ("fp8-without-scales", "float8_e4m3fn but the file has no hidden_states_scales"),
+        ("scales-beside-float32", "but hidden_states are torch.float32, not float8"),
+        ("a-scale-per-layer", "one scale per token (5) was expected"),
+    ],
+)
+def test_an_inconsistent_fp8_dump(tensors, says, draft, place, capsys) -> None:
+    import torch
+    from safetensors.torch import save_file
+
+    plain = torch.randn(5, 4, SPEC.target_hidden_size)
+    made = {
+        "fp8-without-scales": {"hidden_states": plain.to(torch.float8_e4m3fn)},
+        "scales-beside-float32": {
+            "hidden_states": plain,
+            "hidden_states_scales": torch.ones(5, 1, 1),
+        },
+        "a-scale-per-layer": {
+            "hidden_states": plain.to(torch.float8_e4m3fn),
+            "hidden_states_scales": torch.ones(1, 4, 1),
+        },
+    }[tensors]
+    (place / "dump").mkdir()
+    save_file({**made, "token_ids": torch.arange(5)}, str(place / "dump" / "hs_0.safetensors"))
+    argv = ["eval", "--draft", str(draft), "--capture", str(place / "dump"), "--layout", "1,2,3"]
+    with nothing_written(place):
+        line = cli_error([*argv, "--target-layers", "4"], capsys)
+    assert "hs_0.safetensors: " in line and says in line
+
+
 def test_a_missing_draft_for_every_command(place, capsys) -> None:
     nope = str(place / "nope")
     with nothing_written(place):

@@ -633,3 +633,12 @@ def test_a_diagnosis_of_a_specforge_step_folder_through_the_double(tmp_path_fact
     assert "Provenance (the trainer's run folder)" in shown
     # 0.5, 0.25, 0.125 accepted per position: 1 + 0.875 with the bonus token
     assert "accept length 1.88 with the bonus token" in shown
+
+
+def test_an_epoch_folder_of_a_speculators_run_keeps_the_runs_card(tmp_path) -> None:
+    run = speculators_run(tmp_path / "run")
+    report = inspect(run / "2")
+    assert report.provenance is not None
+    assert (report.provenance.chosen_by, report.provenance.epoch) == ("given", 2)
+    assert report.provenance.metrics is None  # epoch 2 did not improve: no val_metrics.json
+    assert report.path == str(run / "2")
