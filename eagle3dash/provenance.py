@@ -232,12 +232,17 @@ def load_training_state(path: Path) -> dict:
 
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, AttributeError) as e:
+    except pickle.UnpicklingError as e:  # weights_only met a global it does not allow
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise RunFolderError(
             f"{path}: refused: it needs more than plain tensors and containers to load "
             f"(torch.load weights_only=True says: {first[:160]}); eagle3dash never runs pickle "
             "code, so export the run with `specforge export --to sglang` where you trust it"
+        ) from None
+    except Exception as e:  # a truncated or foreign file: torch raises many kinds
+        raise RunFolderError(
+            f"{path}: cannot be read as a SpecForge training state ({type(e).__name__}); copy "
+            "it again from the run"
         ) from None
     if not isinstance(state, dict):
         raise RunFolderError(f"{path}: holds a {type(state).__name__}, not SpecForge's state dict")

@@ -642,3 +642,11 @@ def test_an_epoch_folder_of_a_speculators_run_keeps_the_runs_card(tmp_path) -> N
     assert (report.provenance.chosen_by, report.provenance.epoch) == ("given", 2)
     assert report.provenance.metrics is None  # epoch 2 did not improve: no val_metrics.json
     assert report.path == str(run / "2")
+
+
+def test_a_truncated_training_state_is_one_line(tmp_path) -> None:
+    step = tmp_path / "r1-step1"
+    step.mkdir()
+    (step / "training_state.pt").write_bytes(b"PK\x03\x04 not really a zip")
+    with pytest.raises(CheckpointError, match="cannot be read as a SpecForge training state"):
+        inspect(step)
