@@ -650,3 +650,53 @@ def test_a_truncated_training_state_is_one_line(tmp_path) -> None:
     (step / "training_state.pt").write_bytes(b"PK\x03\x04 not really a zip")
     with pytest.raises(CheckpointError, match="cannot be read as a SpecForge training state"):
         inspect(step)
+
+
+def test_done_when_a_deepseek_specforge_02_draft_through_a_diagnosis(tmp_path_factory) -> None:
+    """A DeepSeek-family SpecForge 0.2 export (transformers 5 config, eagle_config ids, no dump,
+    no target) diagnosed on 0.5.23: no critical layout finding and both readings with what
+    settles them; then with the trainer and its SGLang 0.5.12 given, the first-id drift is a
+    finding with a fix. N = 4, ids [0, 1, 2]: 0.5.23 keeps them (first id 0, not 1): taps 0, 1, 2;
+    the HF hook and 0.5.12 add 1: taps 1, 2, 3."""
+    import shutil
+
+    from eagle3dash.diagnosis.stages import run_diagnosis
+    from tests.specs import tiny_models
+    from tests.test_pipeline import double, options
+
+    models = tiny_models(tmp_path_factory.mktemp("models"))
+    draft = tmp_path_factory.mktemp("export") / "draft"
+    shutil.copytree(models["draft"], draft)
+    cfg = json.loads((draft / "config.json").read_text())
+    cfg["dtype"] = cfg.pop("torch_dtype")
+    cfg["transformers_version"] = "5.8.1"
+    (draft / "config.json").write_text(json.dumps(cfg))
+    how = dict(draft=str(draft), target=None, arch="DeepseekV3ForCausalLM", target_layers=4)
+    with double(models) as server:
+        assumed = run_diagnosis(options(models, server.url, **how))
+        given = run_diagnosis(
+            options(
+                models,
+                server.url,
+                **how,
+                trainer="specforge",
+                training_sglang_version="0.5.12",
+            )
+        )
+    layout_ids = {"layout-mismatch", "capture-error", "capture-rule-version", "aux-ids-not-read"}
+    found = {f.id: f for f in assumed.findings}
+    assert not [f for f in assumed.findings if f.id in layout_ids and f.severity == "critical"]
+    assert found["training-layout-unsettled"].data["readings"] == {
+        "specforge": "0,1,2",
+        "specforge-hf": "1,2,3",
+    }
+    assert "--trainer specforge" in found["training-layout-unsettled"].fix
+    found = {f.id: f for f in given.findings}
+    assert found["layout-mismatch"].severity == "critical"
+    # on 0.5.23 a first id of 1 is read +1 and any other first id verbatim, so no ids lead with
+    # the state after block 1: the fix says why and offers the training release
+    assert "cannot lead the list" in found["layout-mismatch"].fix
+    drift = found["capture-rule-version"]
+    assert drift.data["training_sglang_version"] == "0.5.12"
+    assert "serve with SGLang 0.5.12" in drift.fix
+    assert "training-layout-unsettled" not in found
