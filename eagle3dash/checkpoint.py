@@ -25,6 +25,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from eagle3dash.errors import InputError
+from eagle3dash.provenance import (
+    Provenance,
+    RunFolderError,
+    export_command,
+    is_run_folder,
+    materialize,
+    read_run_folder,
+)
 from eagle3dash.spec import FORMATS, OPTIONAL_TENSORS, DraftSpec, expected_shapes
 
 if TYPE_CHECKING:
@@ -61,11 +69,51 @@ _DEFAULT_ARCH = {
     "export": "LlamaForCausalLMEagle3",
 }
 _AUX_NORMS = {"low": 0, "mid": 1, "high": 2}  # legacy TorchSpec/SGLang names of fc_norm.{i}
+_WRITER_KEYS = ("dtype", "torch_dtype", "rope_parameters", "rope_scaling")  # transformers 4 vs 5
 _UNFUSED_NAMES = ("lm_head.weight", "d2t", "t2d")  # export: names that get no `model.` prefix
 
 
 class CheckpointError(InputError):
     """A checkpoint that cannot be read; the message names the file, the problem and the fix."""
+
+
+# Draft algorithms other than EAGLE-3 that share its `fc` projection, by the names their configs
+# carry: speculators 0.9.0 registers peagle, dflash, dflash2, dspark, xpress and mtp
+# (models/*/config.py `speculators_model_type` and default `architectures`); SpecForge 0.2.0
+# exports PEagleDraftModel, DFlashDraftModel, DominoDraftModel and DSparkDraftModel
+# (modeling/draft/*.py `@register_draft`). Name -> (algorithm, what sets it apart).
+OTHER_ALGORITHMS = {
+    "P-EAGLE": "it drafts several positions in parallel in one forward pass (mask tokens), where "
+    "EAGLE-3 drafts one token per step and feeds each step back",
+    "DFlash": "a block-diffusion draft",
+    "DFlash2": "a block-diffusion draft",
+    "DSpark": "",
+    "XPress": "",
+    "MTP": "multi-token prediction heads",
+    "Domino": "a DFlash-family block draft",
+}
+_ALGORITHM_NAMES = {  # config names, lower case without punctuation -> algorithm
+    **dict.fromkeys(("peagle", "peaglespeculator", "peagledraftmodel"), "P-EAGLE"),
+    **dict.fromkeys(("dflash", "dflashspeculator", "dflashdraftmodel"), "DFlash"),
+    **dict.fromkeys(("dflash2", "dflash2draftmodel"), "DFlash2"),
+    **dict.fromkeys(("dspark", "dsparkspeculator", "dsparkdraftmodel"), "DSpark"),
+    **dict.fromkeys(("xpress", "xpressspeculator"), "XPress"),
+    **dict.fromkeys(("mtp", "mtpdraftmodel"), "MTP"),
+    "dominodraftmodel": "Domino",
+}
+
+
+def other_algorithm(names: list[str]) -> str | None:
+    """One line naming another draft algorithm among these config names, or None (EAGLE-3)."""
+    for name in names:
+        algorithm = _ALGORITHM_NAMES.get(re.sub(r"[^a-z0-9]", "", str(name).lower()))
+        if algorithm is not None:
+            how = OTHER_ALGORITHMS[algorithm]
+            return (
+                f"a {algorithm} draft{f' ({how})' if how else ''}: eagle3dash diagnoses "
+                "EAGLE-3 drafts only"
+            )
+    return None
 
 
 @dataclass
@@ -80,6 +128,7 @@ class InspectReport:
     param_count: int  # elements of the floating-point tensors
     problems: list[str] = field(default_factory=list)
     nonfinite: list[str] = field(default_factory=list)  # filled only by `load`
+    provenance: Provenance | None = None  # when a trainer's run folder was given
 
     def to_json(self) -> dict:
         """One JSON-ready object: every spec field plus files, tensors, counts and problems."""
@@ -93,6 +142,7 @@ class InspectReport:
             problems=self.problems,
             nonfinite=self.nonfinite,
             tensors={n: {"shape": s, "dtype": t} for n, (s, t) in self.tensors.items()},
+            provenance=None if self.provenance is None else self.provenance.to_dict(),
         )
         return d
 
@@ -136,6 +186,19 @@ def find_checkpoint(path: str | Path) -> tuple[Path, Path]:
 def inspect(path: str | Path) -> InspectReport:
     """Format, dims, options and problems of a checkpoint from config.json and weight headers."""
     return _inspect(path)[0]
+
+
+def inspect_draft(path: str | Path, draft_config: str | Path | None = None) -> InspectReport:
+    """`inspect`, or for a SpecForge step folder and the draft config the user gives, the draft
+    made from the step's state dict (provenance.materialize), with the run's card kept."""
+    if draft_config is None:
+        return inspect(path)
+    try:
+        report = inspect(materialize(path, draft_config))
+        report.provenance = read_run_folder(path)
+    except RunFolderError as e:
+        raise CheckpointError(str(e)) from None
+    return report
 
 
 def load(
@@ -215,8 +278,25 @@ def save(
 
 def _inspect(path: str | Path) -> tuple[InspectReport, dict[str, _Raw], dict[str, _Source]]:
     """The report, plus the on-disk tensors and canonical sources that `load` needs."""
+    card = None
+    if is_run_folder(path):
+        try:
+            card = read_run_folder(path)
+        except RunFolderError as e:
+            raise CheckpointError(str(e)) from None
+        if not card.has_model_config:
+            raise CheckpointError(
+                f"{card.checkpoint}: a SpecForge training checkpoint (training_state.pt, no "
+                f"config.json): export it first: {export_command(card)}; or give the draft's "
+                "config.json (--draft-config) to read the draft from the state dict"
+            )
+        path = card.checkpoint
     directory, config_path = find_checkpoint(path)
     cfg = _read_json(config_path)
+    names = [str(cfg.get("speculators_model_type") or ""), *(cfg.get("architectures") or [])]
+    refusal = other_algorithm(names)
+    if refusal is not None:
+        raise CheckpointError(f"{directory}: {refusal}")
     files = _weight_files(directory, Path(path).expanduser().absolute())
     raw = _read_raw(files)
     fmt = _detect_format(cfg, raw, files)
@@ -242,6 +322,7 @@ def _inspect(path: str | Path) -> tuple[InspectReport, dict[str, _Raw], dict[str
         raw_names={c: s.raw for c, s in sources.items()},
         param_count=sum(math.prod(s) for s in floats),
         problems=problems,
+        provenance=card,
     )
     return report, raw, sources
 
@@ -643,7 +724,16 @@ def _build_spec(
         if dtype in _FLOAT_DTYPES:
             float_sizes[dtype] = float_sizes.get(dtype, 0) + math.prod(shape)
     config_dtype = cfg.get("torch_dtype") or cfg.get("dtype")
-    extra = {"config_dtype": config_dtype, "dropped_tensors": dropped}
+    extra = {
+        "config_dtype": config_dtype,
+        "dropped_tensors": dropped,
+        # which transformers wrote the config: trainers.trainer_hints reads these
+        "transformers_version": cfg.get("transformers_version"),
+        "config_keys": [k for k in _WRITER_KEYS if k in cfg],
+    }
+    verifier = (cfg.get("speculators_config") or {}).get("verifier") or {}
+    if verifier.get("architectures"):
+        extra["verifier_architectures"] = list(verifier["architectures"])
     if shadowed is not None:
         extra["top_level_aux_layer_ids"] = shadowed
     default_dtype = config_dtype or "float32"
@@ -731,6 +821,16 @@ def _problems(
         problems.append(
             f"aux layer ids {list(ids)} are not strictly ascending: servers capture in layer "
             "order, so fc slots would receive the states in a different order than the ids say"
+        )
+    # SpecForge 0.2.0 algorithms/model_providers.py resolve_eagle_capture_layers: exactly three
+    # ints >= 0; training/capture_contract.py: unique
+    specforge_ids_ok = ids is None or (len(ids) == 3 and len(set(ids)) == 3 and min(ids) >= 0)
+    if spec.format in ("specforge", "export") and not specforge_ids_ok:
+        assert ids is not None
+        problems.append(
+            f"aux layer ids {list(ids)}: SpecForge trains only on exactly three distinct "
+            "non-negative ids, so this config was not the one training used; write the "
+            "three ids of the run (its training_state.pt capture layers)"
         )
     if not spec.use_aux_hidden_state:
         problems.append(

@@ -12,11 +12,16 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from eagle3dash.diagnosis.options import EXCLUSIVE, SCHEMA, DiagnoseOptions, Kind
 from eagle3dash.errors import InputError
 from eagle3dash.layout import Tap, bracketed, format_layout, parse_layout
 from eagle3dash.sglang_rules import DEFAULT_SGLANG_VERSION
+from eagle3dash.trainers import SPECFORGE_SGLANG_VERSION, TRAINERS, training_readings
+
+if TYPE_CHECKING:
+    from eagle3dash.provenance import Provenance
 
 DEBUG_ENV = "EAGLE3DASH_DEBUG"
 
@@ -37,9 +42,9 @@ def _rows(pairs: list[tuple[str, object]]) -> str:
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     """Report a draft checkpoint from its config and safetensors headers."""
-    from eagle3dash.checkpoint import inspect
+    from eagle3dash.checkpoint import inspect_draft
 
-    report = inspect(args.path)
+    report = inspect_draft(args.path, args.draft_config)
     if args.json:
         _print_json(report.to_json())
         return 0
@@ -66,6 +71,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             ]
         )
     )
+    if report.provenance is not None:
+        _print_provenance(report.provenance)
     if report.problems:
         print(f"{len(report.problems)} problem(s):")
         for p in report.problems:
@@ -73,6 +80,34 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     else:
         print("no problems found")
     return 0
+
+
+def _print_provenance(card: Provenance) -> None:
+    """The run folder's provenance card, one row per recorded fact."""
+    rows = [
+        ("trainer", f"{card.trainer} {card.trainer_version or ''}".strip()),
+        ("checkpoint", f"{card.checkpoint} ({card.chosen_by})"),
+        ("step", card.step),
+        ("epoch", card.epoch),
+        ("strategy", card.strategy),
+        ("target", card.target_path),
+        ("target revision", card.target_revision),
+        ("target config.json sha256", card.target_config_sha256),
+        ("capture layers", list(card.capture_layers) if card.capture_layers else None),
+        ("chat template", card.chat_template),
+        ("best metric", f"{card.best_metric} = {card.best_score}" if card.best_metric else None),
+    ]
+    print("provenance (the run folder):")
+    print(_rows([(k, v) for k, v in rows if v is not None]))
+    m = card.metrics
+    if m is not None:
+        positions = ", ".join(f"{p:.3f}" for p in m.per_position)
+        print(
+            f"training-time acceptance ({m.source}): per position {positions}; accept length "
+            f"{m.accept_length:.2f} with the bonus token ({m.conversion})"
+        )
+    for note in card.notes:
+        print(f"  note: {note}")
 
 
 def cmd_layout(args: argparse.Namespace) -> int:
@@ -92,6 +127,10 @@ def cmd_layout(args: argparse.Namespace) -> int:
             arch=args.arch,
             cuda_graph=not args.no_cuda_graph,
             training_override=override,
+            training_sglang_version=args.training_sglang_version,
+        )
+        readings = training_readings(
+            spec, args.target_layers, args.arch, args.training_sglang_version
         )
     except ValueError as e:
         raise UsageError(str(e)) from e
@@ -103,6 +142,10 @@ def cmd_layout(args: argparse.Namespace) -> int:
                 "diff": result.diff.to_dict(),
                 "training_rule": result.training.to_dict(),
                 "serving_rule": result.serving.to_dict(),
+                "readings": {
+                    r.trainer: {"layout": format_layout(r.layout), "hints": list(r.hints)}
+                    for r in readings
+                },
             }
         )
         return 0
@@ -120,6 +163,11 @@ def cmd_layout(args: argparse.Namespace) -> int:
             print(f"  note: {note}")
         if res.error:
             print(f"  error: {res.error}")
+    if args.trainer is None and len({r.layout for r in readings}) > 1:
+        print("training readings (the trainer is not given; give --trainer to pick one):")
+        for r in readings:
+            hints = ", ".join(r.hints) or "no hints"
+            print(f"  {r.trainer}: {bracketed(r.layout)} ({hints})")
     d = result.diff
     print(f"diff: {d.kind}: {d.summary}")
     for slot in d.to_dict()["slots"]:
@@ -518,13 +566,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("inspect", help="report a draft checkpoint (config + headers only)")
     p.add_argument("path", help="checkpoint directory, its config.json, or a .safetensors file")
+    p.add_argument(
+        "--draft-config",
+        help="the draft's config.json, to read a SpecForge step folder's training_state.pt",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_inspect)
 
     p = sub.add_parser("layout", help="training vs serving layer layout of a draft")
     p.add_argument("--draft", required=True, help="draft checkpoint path")
     p.add_argument("--target-layers", type=int, required=True, help="target decoder layers N")
-    p.add_argument("--trainer", help="specforge, specforge-sglang, speculators, eagle, hf-index")
+    p.add_argument("--trainer", help="the training framework: " + ", ".join(TRAINERS))
+    p.add_argument(
+        "--training-sglang-version",
+        help=f"the SGLang SpecForge 0.2+ trained through (default {SPECFORGE_SGLANG_VERSION})",
+    )
     p.add_argument("--training-layout", help="taps the training data really used, e.g. 0,3,31")
     p.add_argument(
         "--sglang-version", default=DEFAULT_SGLANG_VERSION, help="serving SGLang version"

@@ -4,7 +4,7 @@ rules for serving, and their diff. A prediction, checked in a diagnosis against 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from eagle3dash.layout import Layout, LayoutDiff, LayoutResult, diff
 from eagle3dash.sglang_rules import (
@@ -45,14 +45,19 @@ def predict_layouts(
     cuda_graph: bool = True,
     training_override: Layout | None = None,
     training_sglang_version: str | None = None,
+    training_ids: tuple[int, ...] | None = None,
 ) -> LayoutComparison:
-    """Training and serving layouts of a draft and their diff (and the decode diff, if any)."""
+    """Training and serving layouts of a draft and their diff (and the decode diff, if any);
+    `training_ids`: the ids a run recorded capturing with, when they differ from the config's."""
+    trained = spec
+    if training_ids is not None:
+        trained = replace(spec, aux_layer_ids=tuple(training_ids), aux_ids_location="eagle_config")
     training = training_layout(
-        spec,
+        trained,
         num_layers,
         trainer,
         layout=training_override,
-        sglang_version=training_sglang_version or sglang_version,
+        sglang_version=training_sglang_version,
         arch=arch,
     )
     serving = serving_layout(spec, num_layers, sglang_version, arch, cuda_graph)

@@ -1,7 +1,19 @@
 """Trainers: which ids each training framework reads and which taps its training data fed.
 
 A trainer's convention turns the draft's configured ids into the taps its data generation
-captured; SpecForge's SGLang backend follows the installed SGLang's rule (sglang_rules).
+captured. Trainers by release, read from their wheels:
+
+- `specforge` (SpecForge >= 0.2): trains only through SGLang (config/schema.py allows
+  `target_backend: "sglang"` only; offline_capture/sglang_backend/capture.py calls the target's
+  `set_eagle3_layers_to_capture` with the draft's ids) and pins `sglang==0.5.14` (the wheel's
+  METADATA), so its taps follow SGLang's rule at the training SGLang version (sglang_rules).
+- `specforge-hf`: a git install before 0.2 with the HF backend, a hook on `layers[id]`.
+- `specforge-0.1`: SpecForge 0.1.0 indexes HF `output_hidden_states` at the hard-coded
+  [2, N//2, N-3] and ignores the config's ids (its core/eagle3.py).
+- `speculators`: vLLM numbering (id k = the stream entering layer k).
+
+A draft's files rarely say which SpecForge made it: `training_readings` gives every plausible
+reading with its source and the hints that favour it, and the findings take the side from evidence.
 """
 
 from __future__ import annotations
@@ -17,8 +29,12 @@ from eagle3dash.layout import (
     default_layout,
     ids_text,
 )
-from eagle3dash.sglang_rules import DEFAULT_SGLANG_VERSION, capture_layout
+from eagle3dash.sglang_rules import capture_layout
 from eagle3dash.spec import DraftSpec
+
+DECLARED_RULE = "Training layout given by the user."
+# The SGLang release SpecForge 0.2.0 pins (specforge-0.2.0.dist-info/METADATA: sglang==0.5.14).
+SPECFORGE_SGLANG_VERSION = "0.5.14"
 
 
 @dataclass(frozen=True)
@@ -30,16 +46,29 @@ class Trainer:
     convention: str  # a CONVENTIONS key, or "sglang" (follows the SGLang version's rule)
     ascending: bool  # features are concatenated in layer order (else in list order)
     source: str
+    release: str = ""  # which releases of the framework follow this convention
 
 
 _SPECFORGE_HF = Trainer(
-    "specforge",
+    "specforge-hf",
     "eagle_config",
     "output-of",
     False,
     # eagle3_target_model.py: forward hook on layers[idx] keeps output[0], list order;
     # scripts/train_eagle3.py reads eagle_config ids, default [1, N//2-1, N-4]
     "SpecForge HF backend (hook on layers[id], eagle3_target_model.py)",
+    "a git install before 0.2 with the HF backend",
+)
+_SPECFORGE = Trainer(
+    "specforge",
+    "eagle_config",
+    "sglang",
+    True,
+    # algorithms/model_providers.py resolve_eagle_capture_layers: run override
+    # model.aux_hidden_state_layer_ids, else eagle_config ids, else [1, N//2-1, N-4];
+    # offline_capture/sglang_backend/capture.py: set_eagle3_layers_to_capture(ids)
+    "SpecForge >= 0.2 SGLang capture (offline_capture/sglang_backend/capture.py)",
+    "0.2 and later (trains through SGLang only)",
 )
 _SPECULATORS = Trainer(
     "speculators",
@@ -48,14 +77,21 @@ _SPECULATORS = Trainer(
     True,
     # speculators launch_vllm.py -> vLLM extract_hidden_states; vLLM sorts ids (PR #50514)
     "speculators/vLLM top-level ids (vLLM _maybe_add_hidden_state)",
+    "0.9",
 )
 TRAINERS: dict[str, Trainer] = {
-    "specforge": _SPECFORGE_HF,
+    "specforge": _SPECFORGE,
     "specforge-hf": _SPECFORGE_HF,
-    # SpecForge SGLang backend calls set_eagle3_layers_to_capture(ids) (research §7.3)
-    "specforge-sglang": Trainer(
-        "specforge-sglang", "eagle_config", "sglang", True, "SpecForge SGLang backend"
+    # SpecForge 0.1.0 core/eagle3.py: output_hidden_states[2], [N//2], [N-3], ids ignored
+    "specforge-0.1": Trainer(
+        "specforge-0.1",
+        None,
+        "hf-index",
+        True,
+        "SpecForge 0.1.0 HF output_hidden_states[2, N//2, N-3] (core/eagle3.py)",
+        "0.1.0",
     ),
+    "specforge-sglang": _SPECFORGE,  # the earlier name of `specforge`, kept for stored runs
     "speculators": _SPECULATORS,
     "vllm": _SPECULATORS,
     # SafeAILab EAGLE modeling_llama_kv.py:1137-1139: hard-coded capture before 2, N//2, N-3
@@ -69,6 +105,13 @@ DEFAULT_TRAINER = {
     "eagle": "eagle",
     "export": "specforge",
 }
+# The trainers a draft of each format may come from, when its files do not say which.
+PLAUSIBLE_TRAINERS = {
+    "speculators": ("speculators",),
+    "specforge": ("specforge", "specforge-hf"),
+    "eagle": ("eagle",),
+    "export": ("specforge", "specforge-hf"),
+}
 
 
 def training_layout(
@@ -77,12 +120,13 @@ def training_layout(
     trainer: str | None = None,
     *,
     layout: Layout | None = None,
-    sglang_version: str = DEFAULT_SGLANG_VERSION,
+    sglang_version: str | None = None,
     arch: str = "llama",
 ) -> LayoutResult:
-    """The taps the training data fed the fc slots, per the trainer's convention (or `layout`)."""
+    """The taps the training data fed the fc slots, per the trainer's convention (or `layout`);
+    `sglang_version` is the training SGLang release (SpecForge >= 0.2: default 0.5.14)."""
     if layout is not None:
-        return LayoutResult(tuple(layout), "Training layout given by the user.")
+        return LayoutResult(tuple(layout), DECLARED_RULE)
     name = trainer or DEFAULT_TRAINER[spec.format]
     if name not in TRAINERS:
         raise ValueError(f"unknown trainer {name!r} (one of {', '.join(TRAINERS)})")
@@ -98,10 +142,10 @@ def training_layout(
         ids = None
     if t.reads is None:
         if ids is not None and convert(ids, "input-of", num_layers) != default_layout(num_layers):
-            notes.append(f"SafeAILab EAGLE ignores the configured ids {ids_text(ids)}.")
+            notes.append(f"{t.source} ignores the configured ids {ids_text(ids)}.")
         ids = None
 
-    if t.name.startswith("specforge"):
+    if t.name in ("specforge", "specforge-hf"):
         if ids is None:
             ids = (1, num_layers // 2 - 1, num_layers - 4)  # eagle3_target_model.py default
             notes.append(f"no eagle_config ids: SpecForge's default {ids_text(ids)} applies.")
@@ -111,8 +155,8 @@ def training_layout(
             taps = convert(ids, "output-of", num_layers)
             return LayoutResult(taps, t.source, notes, error=problem)
     if t.convention == "sglang":
-        result = capture_layout(num_layers, ids, sglang_version, arch)
-        result.rule = f"SpecForge SGLang backend follows {result.rule}"
+        result = capture_layout(num_layers, ids, sglang_version or SPECFORGE_SGLANG_VERSION, arch)
+        result.rule = f"SpecForge >= 0.2 trained through SGLang: {result.rule}"
         result.notes[:0] = notes
         return result
 
@@ -134,3 +178,70 @@ def training_layout(
         )
     taps, error = check_depths(taps, num_layers)
     return LayoutResult(taps, f"{t.source}: {conv.meaning}.", notes, error=error)
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One plausible reading of the training side: a trainer, its taps and why it is plausible."""
+
+    trainer: str  # a TRAINERS key
+    result: LayoutResult
+    hints: tuple[str, ...]  # what in the draft's files favours this reading; () when nothing
+
+    @property
+    def layout(self) -> Layout:
+        """The taps this reading says training fed."""
+        return self.result.layout
+
+
+def _major(version: object) -> int | None:
+    """The major number of a version text such as '5.8.1'."""
+    head = str(version).split(".")[0] if version else ""
+    return int(head) if head.isdigit() else None
+
+
+def trainer_hints(spec: DraftSpec) -> dict[str, tuple[str, ...]]:
+    """What the draft's config.json says about which trainer wrote it, per trainer.
+
+    SpecForge 0.2.0 requires transformers==5.8.1 (its METADATA), whose configs carry
+    `transformers_version` 5.x, `dtype` instead of `torch_dtype` and `rope_parameters`
+    (export/checkpoint_io.py apply_legacy_rope_scaling mirrors them for older readers); a 4.x
+    `transformers_version` predates SpecForge 0.2. Hints order the readings; they settle nothing.
+    """
+    extra = spec.extra
+    version = extra.get("transformers_version")
+    keys = set(extra.get("config_keys") or ())
+    new: list[str] = []
+    old: list[str] = []
+    major = _major(version)
+    if major is not None and major >= 5:
+        new.append(f"transformers_version {version} (SpecForge 0.2 requires transformers 5)")
+    elif major is not None:
+        old.append(
+            f"transformers_version {version} (before transformers 5, so before SpecForge 0.2)"
+        )
+    if "dtype" in keys and "torch_dtype" not in keys:
+        new.append("a `dtype` key, as transformers 5 writes (4.x wrote `torch_dtype`)")
+    if "rope_parameters" in keys:
+        new.append("a `rope_parameters` key, as transformers 5 writes")
+    return {"specforge": tuple(new), "specforge-hf": tuple(old)}
+
+
+def training_readings(
+    spec: DraftSpec,
+    num_layers: int,
+    arch: str = "llama",
+    training_sglang_version: str | None = None,
+) -> list[Reading]:
+    """Every plausible training-side reading of this draft, the best-hinted first."""
+    hints = trainer_hints(spec)
+    readings = []
+    for name in PLAUSIBLE_TRAINERS[spec.format]:
+        try:
+            result = training_layout(
+                spec, num_layers, name, sglang_version=training_sglang_version, arch=arch
+            )
+        except ValueError:
+            continue
+        readings.append(Reading(name, result, hints.get(name, ())))
+    return sorted(readings, key=lambda r: -len(r.hints))

@@ -34,9 +34,10 @@ from typing import IO, Any, Protocol
 
 from eagle3dash import store as db
 from eagle3dash.checkpoint import _MAX_HEADER as MAX_HEADER_BYTES
-from eagle3dash.checkpoint import CONFIG, inspect
+from eagle3dash.checkpoint import CONFIG, inspect, inspect_draft
 from eagle3dash.errors import InputError
 from eagle3dash.identity import checkpoint_digest
+from eagle3dash.provenance import is_run_folder
 from eagle3dash.servebench import PromptFileError, parse_prompt_lines
 
 CHUNK = 1 << 20
@@ -475,7 +476,7 @@ def register_upload(
             default_name = None
         if not hashes:
             raise UploadError(f"{label}: no files in the upload")
-        if not (root / CONFIG).is_file():
+        if not (root / CONFIG).is_file() and not is_run_folder(root):
             found = ", ".join(sorted(hashes)[:8]) + (" ..." if len(hashes) > 8 else "")
             raise UploadError(
                 f"{label}: no config.json at the top of the upload (found: {found}); upload the "
@@ -499,16 +500,17 @@ def register_upload(
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     report = inspect(final)
+    checkpoint_dir = Path(report.path)  # a run folder's best (else latest) checkpoint
     registered = _register(
         store,
-        final,
+        checkpoint_dir,
         report.to_json(),
         name,
         default_name or f"upload-{sha[:12]}",
         sha256=sha,
         uploaded=True,
     )
-    if registered.path != final and not already:
+    if registered.path != checkpoint_dir and not already:
         shutil.rmtree(final, ignore_errors=True)  # the same content is registered elsewhere
     return UploadedCheckpoint(
         checkpoint_id=registered.checkpoint_id,
@@ -575,17 +577,22 @@ def _register(
 
 
 def register_path(
-    store: db.Store, path: str | os.PathLike[str], name: str | None = None
+    store: db.Store,
+    path: str | os.PathLike[str],
+    name: str | None = None,
+    draft_config: str | None = None,
 ) -> tuple[int, dict]:
     """Inspect a checkpoint on this machine and register it (files are left where they are).
 
-    Returns the checkpoint id and its inspect report; a CheckpointError names what is wrong. A
+    A SpecForge step folder with the draft's `draft_config` registers the draft made from its
+    state dict. Returns the checkpoint id and its inspect report; a CheckpointError names what is
+    wrong. A
     checkpoint with the same content (an upload of it, say) is that checkpoint, its name kept.
     """
     text = str(path).strip()
     if not text:
         raise InputError("give the checkpoint's folder (or its config.json) on this machine")
-    report = inspect(text)
+    report = inspect_draft(text, draft_config)
     directory = Path(report.path)
     registered = _register(store, directory, report.to_json(), name, directory.name)
     return registered.checkpoint_id, report.to_json()

@@ -149,6 +149,11 @@ INSPECT_CASES: dict[str, tuple[dict, str]] = {
         {"config": {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, "x", 3]}}},
         "eagle_aux_hidden_state_layer_ids",
     ),
+    "a-dflash-draft": ({"config": {"architectures": ["DFlashDraftModel"]}}, "a DFlash draft"),
+    "a-peagle-draft": (
+        {"config": {"architectures": ["PEagleDraftModel"]}},
+        "in parallel in one forward pass",
+    ),
     "safetensors-empty": ({"header": b""}, "model.safetensors"),
     "safetensors-truncated": ({"header": struct.pack("<Q", 1000) + b"{}"}, "model.safetensors"),
     "safetensors-garbage-header": (
@@ -227,6 +232,31 @@ def test_a_pickle_payload_never_runs(draft, place, capsys) -> None:
     assert "pytorch_model.bin" in line and not (place / "pwned").exists()
 
 
+def test_a_run_folder_whose_training_state_would_run_code(place, capsys) -> None:
+    """SpecForge 0.2's training_state.pt is read with weights_only=True: a payload that needs
+    a pickle global is refused in one line and runs nothing."""
+    import torch
+
+    step = place / "run-step10"
+    step.mkdir()
+    torch.save({"global_step": 10, "evil": _Evil()}, step / "training_state.pt")
+    (place / "run-latest").symlink_to(step)
+    with nothing_written(place):
+        line = cli_error(["inspect", str(place)], capsys)
+    assert "training_state.pt: refused" in line and not (place / "pwned").exists()
+
+
+def test_a_specforge_step_folder_without_a_model_config(place, capsys) -> None:
+    import torch
+
+    step = place / "run-step10"
+    step.mkdir()
+    torch.save({"global_step": 10, "draft_state_dict": {}}, step / "training_state.pt")
+    with nothing_written(place):
+        line = cli_error(["inspect", str(step)], capsys)
+    assert "specforge export --to sglang --checkpoint " + str(step) in line
+
+
 # --- layout, eval, detect ----------------------------------------------------------------------
 
 FLAG_CASES = {
@@ -289,6 +319,38 @@ def test_capture_token_ids_outside_the_vocabulary(draft, place, capsys) -> None:
             ["eval", "--draft", str(draft), "--capture", str(saved), "--layout", "1,2,3"], capsys
         )
     assert f"token ids [{SPEC.vocab_size + 7}] outside the vocabulary of" in line
+
+
+@pytest.mark.parametrize(
+    "tensors, says",
+    [
+        ("fp8-without-scales", "float8_e4m3fn but the file has no hidden_states_scales"),
+        ("scales-beside-float32", "but hidden_states are torch.float32, not float8"),
+        ("a-scale-per-layer", "one scale per token (5) was expected"),
+    ],
+)
+def test_an_inconsistent_fp8_dump(tensors, says, draft, place, capsys) -> None:
+    import torch
+    from safetensors.torch import save_file
+
+    plain = torch.randn(5, 4, SPEC.target_hidden_size)
+    made = {
+        "fp8-without-scales": {"hidden_states": plain.to(torch.float8_e4m3fn)},
+        "scales-beside-float32": {
+            "hidden_states": plain,
+            "hidden_states_scales": torch.ones(5, 1, 1),
+        },
+        "a-scale-per-layer": {
+            "hidden_states": plain.to(torch.float8_e4m3fn),
+            "hidden_states_scales": torch.ones(1, 4, 1),
+        },
+    }[tensors]
+    (place / "dump").mkdir()
+    save_file({**made, "token_ids": torch.arange(5)}, str(place / "dump" / "hs_0.safetensors"))
+    argv = ["eval", "--draft", str(draft), "--capture", str(place / "dump"), "--layout", "1,2,3"]
+    with nothing_written(place):
+        line = cli_error([*argv, "--target-layers", "4"], capsys)
+    assert "hs_0.safetensors: " in line and says in line
 
 
 def test_a_missing_draft_for_every_command(place, capsys) -> None:

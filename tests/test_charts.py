@@ -299,8 +299,14 @@ def test_slot_heatmap_chart_names_the_taps_in_depth_order() -> None:
     assert charts.slot_heatmap_chart(heat.iloc[:0]) is None
 
 
-@pytest.mark.parametrize("side", ["training", "serving", "measured", "baseline"])
+@pytest.mark.parametrize("side", ["training", "serving", "measured", "baseline", "trainer"])
 def test_each_side_keeps_its_colour_and_marker(side: str) -> None:
-    colours = {"training": BLUE, "serving": ORANGE, "measured": GREEN, "baseline": GREY}
+    colours = {
+        "training": BLUE,
+        "serving": ORANGE,
+        "measured": GREEN,
+        "baseline": GREY,
+        "trainer": charts.VERMILLION,
+    }
     assert charts.SIDE_COLORS[side] == colours[side]
-    assert len(set(charts.SIDE_SHAPES.values())) == 4  # four sides, four markers
+    assert len(set(charts.SIDE_SHAPES.values())) == 5  # five sources, five markers

@@ -299,7 +299,7 @@ def test_specforge_rejects_negative_or_not_three_ids() -> None:
 
 
 def test_specforge_hf_keeps_list_order_with_a_note() -> None:
-    r = training_layout(spec([15, 1, 28]), 32, "specforge")
+    r = training_layout(spec([15, 1, 28]), 32, "specforge-hf")
     assert depths(r.layout) == [16, 2, 29] and any("list order" in n for n in r.notes)
 
 
@@ -309,7 +309,7 @@ def test_specforge_sglang_follows_the_version_rule() -> None:
     old = training_layout(draft, 61, "specforge-sglang", sglang_version="0.5.12", arch="kimi")
     new = training_layout(draft, 61, "specforge-sglang", sglang_version="0.5.13", arch="kimi")
     assert depths(old.layout) == [3, 31, 58] and depths(new.layout) == [2, 30, 57]
-    assert new.rule.startswith("SpecForge SGLang backend")
+    assert new.rule.startswith("SpecForge >= 0.2 trained through SGLang")
 
 
 def test_training_ids_out_of_range() -> None:

@@ -112,8 +112,8 @@ values = {"draft": draft_path, "endpoint": endpoint, "baseline": baseline, "prom
 with st.expander("Options", expanded=False):
     values |= widgets.option_row("num_prompts", "max_new_tokens", "steps", "concurrency")
     values |= widgets.option_row("device", "dtype", "target_layers", "arch")
-    values |= widgets.option_row("training_layout", "trainer")
-    values |= widgets.option_row("target", "train_states")
+    values |= widgets.option_row("training_layout", "trainer", "training_sglang_version")
+    values |= widgets.option_row("target", "train_states", "draft_config")
     values |= widgets.option_row("profile", "temperatures")
 
 # Submit.
@@ -130,7 +130,9 @@ if submit:
         newrun.check_typed_paths(values)
         options = DiagnoseOptions.parse(values)
         if source == PATH:  # registered once everything else checks out
-            checkpoint_id, _ = register_path(store, options.draft)
+            checkpoint_id, _ = register_path(
+                store, options.draft, draft_config=options.draft_config
+            )
         run_id = submit_diagnosis(store, checkpoint_id, options)
     except InputError as e:
         widgets.show_error(e)

@@ -88,6 +88,14 @@ def read_specforge_dump(
         if not isinstance(obj, dict):
             raise CaptureError(f"{f}: expected a dict of tensors, got {type(obj).__name__}")
         absent = [k for k in ("input_ids", "aux_hidden_state") if k not in obj]
+        if "aux_hidden_state" in absent and "hidden_states" in obj:
+            # algorithms/{dflash,domino,dspark}/providers.py (SpecForge 0.2.0): their features
+            # are `hidden_states` (DSpark adds `target_last_hidden_states`), not EAGLE-3's
+            algorithm = "DSpark" if "target_last_hidden_states" in obj else "DFlash or Domino"
+            raise CaptureError(
+                f"{f}: features of a {algorithm} draft (keys {sorted(obj)}): eagle3dash "
+                "diagnoses EAGLE-3 drafts only, whose dumps hold aux_hidden_state"
+            )
         if absent:
             raise CaptureError(f"{f}: missing keys {absent}; has {sorted(obj)}")
         bad = [k for k, v in obj.items() if not isinstance(v, Tensor)]
@@ -134,12 +142,51 @@ def read_specforge_dump(
     )
 
 
+# hs_connectors 0.9.0 fp8_utils.py SCALES_KEY: the fp8 backend's per-token scales
+SCALES = "hidden_states_scales"
+_FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+def _dequantized(hs: Tensor, scales: Tensor | None, path: Path) -> Tensor:
+    """hidden_states as float32, fp8 ones times their per-token scales.
+
+    hs_connectors 0.9.0 (fp8_hidden_states_connector.py, fp8_utils.py) stores float8_e4m3fn
+    hidden_states [L, A+1, Ht] with float32 hidden_states_scales [L, 1, 1] (amax / 448 per
+    token) and dequantizes as fp8.to(dtype) * scale.
+    """
+    fp8 = hs.dtype in _FP8
+    if not fp8 and scales is None:
+        return hs
+    problem = None
+    if fp8 and scales is None:
+        problem = f"hidden_states are {hs.dtype} but the file has no {SCALES}"
+    elif not fp8:
+        problem = f"the file has {SCALES} but hidden_states are {hs.dtype}, not float8"
+    else:
+        assert scales is not None
+        rows = scales.reshape(-1) if scales.numel() == hs.shape[0] else None
+        if rows is None:
+            problem = (
+                f"{SCALES} has shape {tuple(scales.shape)}; one scale per token "
+                f"({hs.shape[0]}) was expected"
+            )
+        elif not bool(torch.isfinite(rows.float()).all()) or bool((rows <= 0).any()):
+            problem = f"{SCALES} holds non-positive or non-finite scales"
+    if problem is not None:
+        raise CaptureError(
+            f"{path}: {problem}: an inconsistent FP8 dump; write it again with one backend"
+        )
+    assert scales is not None
+    return hs.float() * scales.reshape(-1, 1, 1).float()
+
+
 def read_speculators_dump(path: str | Path, layout: Layout, num_target_layers: int) -> Capture:
     """speculators hidden states (`**/hs_*.safetensors`) as a capture.
 
     Each file holds hidden_states [L, A+1, Ht] (slots in capture order; the last slot is the
-    target's final pre-norm state, kept as Tap(N)) and token_ids [L]. A dump made without the
-    last layer ([L, A, Ht]) is accepted too. The loss mask lives in the Arrow dataset and is not
+    target's final pre-norm state, kept as Tap(N)) and token_ids [L]; the fp8 backend's
+    float8 hidden_states are dequantized with their hidden_states_scales. A dump made without
+    the last layer ([L, A, Ht]) is accepted too. The loss mask lives in the Arrow dataset and is not
     read here.
     """
     root = Path(path)
@@ -159,12 +206,13 @@ def read_speculators_dump(path: str | Path, layout: Layout, num_target_layers: i
                     raise CaptureError(f"{f}: missing tensors {absent}; has {sorted(keys)}")
                 hs = h.get_tensor("hidden_states")
                 ids = h.get_tensor("token_ids")
+                scales = h.get_tensor(SCALES) if SCALES in keys else None
         except CaptureError:
             raise
         except Exception as e:
             raise CaptureError(f"{f}: cannot be read as safetensors: {e}") from e
         ids = _squeeze_batch(ids, 1, "token_ids", f).to(torch.int64)
-        hs = _squeeze_batch(hs, 3, "hidden_states", f)
+        hs = _dequantized(_squeeze_batch(hs, 3, "hidden_states", f), scales, f)
         if hs.shape[0] != ids.shape[0]:
             raise CaptureError(
                 f"{f}: hidden_states has {hs.shape[0]} rows, token_ids {ids.shape[0]}"

@@ -18,7 +18,8 @@ from eagle3dash.layout import format_layout, parse_layout
 from eagle3dash.profile import parse_temperatures
 from eagle3dash.servebench import BUILTIN_PROMPT_SETS
 from eagle3dash.sglang import normalize_url
-from eagle3dash.trainers import TRAINERS
+from eagle3dash.sglang_rules import parse_version, version_text
+from eagle3dash.trainers import SPECFORGE_SGLANG_VERSION, TRAINERS
 
 DEVICES = ("cpu", "cuda")
 DTYPES = ("float32", "bfloat16", "float16")
@@ -37,6 +38,7 @@ class Kind(Enum):
     SET_OR_FILE = "a built-in set or an existing file"
     LAYOUT = "taps, e.g. 0,3,31"
     TEMPERATURES = "temperatures, e.g. 0,0.7"
+    VERSION = "a release, e.g. 0.5.14"
     SWITCH = "on unless switched off (the CLI's --no-<name>)"
 
 
@@ -134,6 +136,10 @@ def _temperatures(option: Option, value: object) -> str:
     return ",".join(f"{t:g}" for t in parse_temperatures(str(value)))
 
 
+def _version(option: Option, value: object) -> str:
+    return version_text(parse_version(str(value)))
+
+
 def _switch(option: Option, value: object) -> bool:
     if isinstance(value, bool):
         return value
@@ -149,6 +155,7 @@ _READERS: dict[Kind, Callable[[Option, object], Any]] = {
     Kind.SET_OR_FILE: _set_or_file,
     Kind.LAYOUT: _layout,
     Kind.TEMPERATURES: _temperatures,
+    Kind.VERSION: _version,
     Kind.SWITCH: _switch,
 }
 
@@ -182,6 +189,13 @@ class DiagnoseOptions:
         "the same target served without speculation, for the speedup",
         kind=Kind.URL,
         placeholder="http://gpubox:30001",
+    )
+    draft_config: str | None = _option(
+        None,
+        "Draft config (for a SpecForge step folder)",
+        "the draft's config.json the SpecForge run trained with, to read the draft from a step "
+        "folder's training_state.pt (which has no config.json)",
+        kind=Kind.PATH,
     )
     prompts: str = _option(
         "all",
@@ -234,6 +248,15 @@ class DiagnoseOptions:
         kind=Kind.CHOICE,
         choices=tuple(TRAINERS),
         placeholder="from the checkpoint format",
+    )
+    training_sglang_version: str | None = _option(
+        None,
+        "Training SGLang version (SpecForge 0.2 and later)",
+        "the SGLang release SpecForge 0.2+ captured the training states with (it pins "
+        f"{SPECFORGE_SGLANG_VERSION}; a patched install may differ), so drift to the serving "
+        "release is checked",
+        kind=Kind.VERSION,
+        placeholder=f"{SPECFORGE_SGLANG_VERSION} (SpecForge 0.2's pin)",
     )
     training_layout: str | None = _option(
         None,

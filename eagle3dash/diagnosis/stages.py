@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from eagle3dash.checkpoint import InspectReport, inspect
+from eagle3dash.checkpoint import InspectReport, inspect_draft
 from eagle3dash.diagnosis.options import SCHEMA, DiagnoseOptions
 from eagle3dash.diagnosis.result import (
     CONFIG,
@@ -50,6 +50,7 @@ from eagle3dash.profile import (
     step_costs,
     steps_advice,
 )
+from eagle3dash.provenance import json_digests
 from eagle3dash.servebench import BenchResult, Prompt, load_prompts, run_bench
 from eagle3dash.sglang import EndpointError, ServerReport, SGLangClient
 from eagle3dash.sglang_rules import DEFAULT_SGLANG_VERSION, default_capture, nested_ids
@@ -208,6 +209,12 @@ class _Run:
     warnings: list[str] = field(default_factory=list)
 
     @property
+    def trainer(self) -> str | None:
+        """The trainer: given by the user, else the run folder's provenance, else unknown."""
+        card = self.report.provenance
+        return self.options.trainer or (card.trainer if card is not None else None)
+
+    @property
     def declared(self) -> Layout | None:
         """The training layout the user declared."""
         text = self.options.training_layout
@@ -217,20 +224,23 @@ class _Run:
 def _start(options: DiagnoseOptions, stages: Stages) -> _Run:
     """Inspect the checkpoint, probe the endpoint, predict both layouts."""
     stages.report(INSPECT, 0.0)
-    report = inspect(options.draft)
+    report = inspect_draft(options.draft, options.draft_config)
     stages.report(PROBE, 0.03, f"probing {options.endpoint}")
     server = SGLangClient(options.endpoint, timeout=options.timeout).probe()
     depth = target_depth(options, server)
     served_arch = server.architectures[0] if server.architectures else None
     arch = options.arch or served_arch or server.model_type or "llama"
     version = server.version or DEFAULT_SGLANG_VERSION
+    card = report.provenance
     prediction = predict_layouts(
         report.spec,
         depth,
-        trainer=options.trainer,
+        trainer=options.trainer or (card.trainer if card is not None else None),
         sglang_version=version,
         arch=arch,
         cuda_graph=not server.disable_cuda_graph,
+        training_sglang_version=options.training_sglang_version,
+        training_ids=card.capture_layers if card is not None else None,
     )
     steps, eval_steps = simulation_steps(server, options)
     return _Run(
@@ -335,7 +345,7 @@ def load_standalone_draft(run: _Run) -> None:
 
     run.embed = target_embedding(run.options, run.server)
     dtype = getattr(torch, run.options.dtype)
-    run.draft, loaded = load_draft_reported(run.options.draft, run.options.device, dtype, run.embed)
+    run.draft, loaded = load_draft_reported(run.report.path, run.options.device, dtype, run.embed)
     # What only the tensor data shows (NaN/Inf, d2t): the findings read it from the report.
     run.report.nonfinite = loaded.nonfinite
     run.report.problems = list(dict.fromkeys(run.report.problems + loaded.problems))
@@ -376,7 +386,7 @@ def run_detective(run: _Run) -> None:
     run.stages.report(DETECT, 0.5)
     sides = {"serving": run.serving_capture} if run.serving_capture is not None else None
     run.detection = detect(
-        run.options.draft,
+        run.report.path,
         capture=run.target_capture,
         steps=run.steps,  # the sweep's accept lengths at the server's steps, like the sides
         sides=sides,
@@ -510,7 +520,7 @@ def draft_identity(run: _Run, cache: DigestCache | None) -> DraftIdentity | None
     if spec is None:
         return None
     identity = compare_drafts(
-        run.options.draft, spec.draft_model_path, is_local_url(run.server.url), cache
+        run.report.path, spec.draft_model_path, is_local_url(run.server.url), cache
     )
     if identity.status == "unknown":
         run.not_checked.append(
@@ -743,7 +753,9 @@ def find(run: _Run, diagnosis: Diagnosis) -> list[Finding]:
             training=diagnosis.training,
             serving=diagnosis.serving,
             sglang_version=run.server.version,
-            trainer=run.options.trainer,
+            trainer=run.trainer,
+            training_sglang_version=run.options.training_sglang_version,
+            target_json_sha256=json_digests(run.options.target) or None,
             detection=run.detection,
             training_eval=diagnosis.training.eval,
             serving_eval=diagnosis.serving.eval,

@@ -49,6 +49,11 @@ from eagle3dash.findings.server_rules import (
     rule_no_speculation,
     rule_speculative_adaptive,
 )
+from eagle3dash.findings.training_rules import (
+    rule_draft_for_another_target,
+    rule_ids_beyond_target,
+    rule_training_readings,
+)
 
 __all__ = ["RULES", "SEVERITIES", "Evidence", "Finding", "diagnose"]
 
@@ -58,6 +63,8 @@ RULES: tuple[Callable[[Evidence], list[Finding]], ...] = (
     rule_layout_mismatch,
     rule_server_feeds_other_taps,
     rule_detected_layout,
+    rule_draft_for_another_target,
+    rule_training_readings,
     rule_algorithm_eagle,
     rule_no_speculation,
     rule_draft_differs,
@@ -76,6 +83,7 @@ RULES: tuple[Callable[[Evidence], list[Finding]], ...] = (
     rule_hidden_states_off,
     rule_hidden_states_last_only,
     rule_checkpoint_problems,
+    rule_ids_beyond_target,
     rule_hidden_states_truncated,
     rule_prompt_format_gap,
     rule_category_far_below,

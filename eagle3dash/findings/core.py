@@ -99,7 +99,8 @@ class Evidence:
     # The SGLang version `layouts` were computed for; defaults to server.version.
     sglang_version: str | None = None
     trainer: str | None = None  # a layout.TRAINERS key, when known
-    training_sglang_version: str | None = None  # SpecForge SGLang backend: version used to train
+    training_sglang_version: str | None = None  # SpecForge >= 0.2: the SGLang it trained through
+    target_json_sha256: dict | None = None  # the local target's JSON files -> sha256, when given
     detection: Detection | None = None  # the layout detective's case: what the tensors say
     profile: Profile | None = None  # acceptance by category, prompt format, temperature, steps
 

@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 from eagle3dash.findings.core import Evidence, Finding, _fmt
+from eagle3dash.findings.training_rules import unsettled_readings
 from eagle3dash.layout import (
     Layout,
     LayoutDiff,
@@ -30,7 +31,7 @@ from eagle3dash.sglang_rules import (
     try_parse_version,
     version_text,
 )
-from eagle3dash.trainers import training_layout
+from eagle3dash.trainers import SPECFORGE_SGLANG_VERSION, TRAINERS, training_layout
 
 
 def _ids_json(ids: list[int] | tuple[int, ...]) -> str:
@@ -183,11 +184,19 @@ def rule_layout_mismatch(e: Evidence) -> list[Finding]:
     if d.kind == "identical":
         title = f"SGLang {v} cannot capture the taps this draft was trained on: {error}."
         return [Finding("capture-error", "critical", title, " ".join(lines), fix, data)]
+    # one assumed reading among several that disagree is no ground for a critical finding
+    unsettled = unsettled_readings(e)
+    severity = "critical" if unsettled is None else "warning"
+    if unsettled is not None:
+        lines.append(
+            "The training side is one assumed reading of several "
+            f"({', '.join(r.trainer for r in unsettled)}); see training-layout-unsettled."
+        )
     title = (
         f"Serving feeds the draft {taps_phrase(d.serving, n)}, but training fed "
         f"{taps_phrase(d.training, n)}: {_kind_phrase(d)}."
     )
-    return [Finding("layout-mismatch", "critical", title, " ".join(lines), fix, data)]
+    return [Finding("layout-mismatch", severity, title, " ".join(lines), fix, data)]
 
 
 def rule_detected_layout(e: Evidence) -> list[Finding]:
@@ -424,36 +433,39 @@ def rule_capture_rule_version(e: Evidence) -> list[Finding]:
             )
         )
     spec, version = e.spec, e.version_tuple()
-    tv_text, v_text = e.training_sglang_version, e.version()
+    v_text = e.version()
+    trainer = TRAINERS.get(e.trainer or "")
+    trained_through_sglang = trainer is not None and trainer.convention == "sglang"
+    tv_text = e.training_sglang_version or (
+        SPECFORGE_SGLANG_VERSION if trained_through_sglang else None
+    )
     tv = try_parse_version(tv_text)
     if (
         spec is not None
+        and trained_through_sglang
         and tv_text is not None
         and v_text is not None
         and n is not None
         and version is not None
         and tv is not None
         and tv != version
-        and e.trainer == "specforge-sglang"
-        and arch_family(e.arch_name()) == "deepseek"
     ):
-        at_train = serving_layout(spec, n, tv_text, e.arch_name(), cuda_graph=False)
-        at_serve = serving_layout(spec, n, v_text, e.arch_name(), cuda_graph=False)
+        arch = e.arch_name()
+        at_train = serving_layout(spec, n, tv_text, arch, cuda_graph=False)
+        at_serve = serving_layout(spec, n, v_text, arch, cuda_graph=False)
         if at_train.layout != at_serve.layout:
             fix, data = _layout_fix(e, at_train.layout, at_serve.layout)
             out.append(
                 Finding(
                     "capture-rule-version",
                     "warning",
-                    f"The draft was trained through SpecForge's SGLang backend on SGLang {tv_text}"
-                    f", whose DeepSeek/Kimi id rule reads ids "
-                    f"{_ids_json(spec.aux_layer_ids or ())} differently from SGLang {v} "
-                    "(first-id rule from 0.5.13).",
-                    f"SGLang {tv_text}: {_slots_text(at_train.layout, n)}. SGLang {v}: "
-                    f"{_slots_text(at_serve.layout, n)}. From 0.5.13 DeepSeek/Kimi targets add 1 "
-                    "to the ids only when the first id is 1 (sglang PR #25454).",
+                    f"The draft was trained through SGLang {tv_text} (SpecForge 0.2 and later "
+                    f"capture through SGLang), whose {arch_family(arch)} id rule reads ids "
+                    f"{_ids_json(spec.aux_layer_ids or ())} differently from SGLang {v}.",
+                    f"SGLang {tv_text}: {_slots_text(at_train.layout, n)} ({at_train.rule}) "
+                    f"SGLang {v}: {_slots_text(at_serve.layout, n)} ({at_serve.rule})",
                     fix + f" Or serve with SGLang {tv_text}, the version training used.",
-                    data,
+                    {**data, "training_sglang_version": tv_text},
                 )
             )
     return out

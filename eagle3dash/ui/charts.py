@@ -25,19 +25,27 @@ DASHED: Dash = (6, 3)
 DOTTED: Dash = (2, 2)
 
 # Each side keeps its colour and marker in every chart.
-SIDES = ("training", "serving", "measured", "baseline")
-SIDE_COLORS = {"training": BLUE, "serving": ORANGE, "measured": GREEN, "baseline": GREY}
+SIDES = ("training", "serving", "measured", "baseline", "trainer")
+SIDE_COLORS = {
+    "training": BLUE,
+    "serving": ORANGE,
+    "measured": GREEN,
+    "baseline": GREY,
+    "trainer": VERMILLION,
+}
 SIDE_SHAPES = {
     "training": "circle",
     "serving": "triangle-up",
     "measured": "square",
     "baseline": "diamond",
+    "trainer": "cross",
 }
 SIDE_NAMES = {
     "training": "training layout",
     "serving": "serving layout",
     "measured": "endpoint (measured)",
     "baseline": "baseline (no speculation)",
+    "trainer": "trainer's own eval (converted)",
 }
 METRIC_DASHES = {"accuracy": SOLID, "acceptance": DASHED}
 SIMULATED_DASHES = {"training": DASHED, "serving": DOTTED}  # the simulated accept lengths
@@ -125,9 +133,10 @@ def acceptance_chart(metrics: pd.DataFrame) -> alt.LayerChart | alt.FacetChart |
 def per_position_chart(metrics: pd.DataFrame) -> alt.LayerChart | alt.FacetChart | None:
     """Acceptance per draft position: measured on the endpoint (the share of verify rounds that
     accepted at least k drafts, solid) beside each side's simulation (the share of chains whose
-    first k drafts are right, dashed)."""
+    first k drafts are right, dashed) and the trainer's own eval converted to the same
+    definition (dotted), when the run folder recorded one."""
     df = metrics[
-        metrics["source"].isin(["measured", "training", "serving"])
+        metrics["source"].isin(["measured", "training", "serving", "trainer"])
         & (metrics["name"] == "acceptance")
         & metrics["step"].notna()
     ].copy()
@@ -135,13 +144,14 @@ def per_position_chart(metrics: pd.DataFrame) -> alt.LayerChart | alt.FacetChart
         return None
     df["k"] = df["step"].astype(int)
     df["side"] = [SIDE_NAMES[s] for s in df["source"]]
-    df["how"] = ["measured" if s == "measured" else "simulated" for s in df["source"]]
+    hows = {"measured": "measured", "trainer": "trainer's eval"}
+    df["how"] = [hows.get(s, "simulated") for s in df["source"]]
     return _lines_with_markers(
         df[["k", "side", "how", "value"]],
         alt.X("k:O", title="draft position k"),
         alt.Y("value:Q", title="share accepting at least k drafts", scale=alt.Scale(domain=[0, 1])),
         "how",
-        {"measured": SOLID, "simulated": DASHED},
+        {"measured": SOLID, "simulated": DASHED, "trainer's eval": DOTTED},
         "acceptance",
         ["side", "how", "k", alt.Tooltip("value:Q", format=".3f")],
     ).properties(

@@ -19,6 +19,7 @@ import streamlit as st
 from eagle3dash.profile_export import profile_csv, profile_json
 from eagle3dash.ui import charts, words
 from eagle3dash.ui.fmt import DASH, is_missing, md_escape, num, ratio
+from eagle3dash.ui.provenance import trainer_rows
 from eagle3dash.ui.tables import metrics_frame
 
 # per_position's lists, as the sources the per-position chart names.
@@ -435,7 +436,8 @@ def profile_section(run_id: int, diagnosis: Mapping[str, Any]) -> None:
             st.info(md_escape(text), icon="ℹ️")
 
     st.subheader("Per draft position")
-    chart = charts.per_position_chart(per_position_metrics(profile))
+    trainer = metrics_frame(trainer_rows(diagnosis))
+    chart = charts.per_position_chart(pd.concat([per_position_metrics(profile), trainer]))
     if chart is not None:
         st.altair_chart(chart, width="stretch")
         note = words.per_position_note(diagnosis)

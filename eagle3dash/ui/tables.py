@@ -26,6 +26,7 @@ from eagle3dash.ui.fmt import (
     status_label,
     when,
 )
+from eagle3dash.ui.provenance import trainer_rows
 from eagle3dash.ui.words import run_verdict, source_words, taps_words
 
 METRIC_COLUMNS = ("source", "name", "step", "request", "value")
@@ -119,6 +120,7 @@ def diagnosis_metrics(diagnosis: Mapping[str, Any] | None) -> pd.DataFrame:
         for name in ("accuracy", "acceptance"):
             rows += [(side, name, i + 1, None, v) for i, v in enumerate(evaluated.get(name) or [])]
         rows.append((side, "accept_length", None, None, found.get("sim_accept_length")))
+    rows += trainer_rows(diagnosis)
     for source in ("measured", "baseline"):
         bench = diagnosis.get(source) or {}
         for name, key, total in (

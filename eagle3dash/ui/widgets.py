@@ -19,7 +19,7 @@ from eagle3dash import jobs as jobq
 from eagle3dash.diagnosis.options import SCHEMA, Kind
 from eagle3dash.errors import InputError
 from eagle3dash.probe import Probe, probe
-from eagle3dash.ui import charts, tables, words
+from eagle3dash.ui import charts, provenance, tables, words
 from eagle3dash.ui.fmt import (
     DASH,
     delta,
@@ -272,11 +272,15 @@ def verdict_banner(diagnosis: Mapping[str, Any]) -> None:
 
 
 def sides_table(diagnosis: Mapping[str, Any]) -> None:
-    """The training vs serving table, and whether the endpoint serves this checkpoint's draft."""
+    """The training vs serving table, whether the endpoint serves this checkpoint's draft, and
+    the trainer's own eval beside the training side (a run folder's, converted)."""
     st.table(tables.sides_frame(diagnosis), hide_index=True)  # long text wraps
     identity = words.identity_words(diagnosis.get("draft_identity"))
     if identity:
         st.caption("Draft on the endpoint: " + md_escape(identity))
+    trainer = provenance.trainer_note(diagnosis)
+    if trainer:
+        st.caption("ℹ️ " + md_escape(trainer))
 
 
 def _highlight_differs(row: pd.Series) -> list[str]:
@@ -365,6 +369,7 @@ def checkpoint_report(report: Mapping[str, Any] | None) -> None:
         st.info("No checkpoint report.")
         return
     st.dataframe(tables.checkpoint_summary(report), hide_index=True, width="stretch")
+    provenance_card(report)
     problems = report.get("problems") or []
     for p in problems:
         st.warning(md_escape(p), icon="⚠️")
@@ -372,6 +377,18 @@ def checkpoint_report(report: Mapping[str, Any] | None) -> None:
         st.caption("No problems found in the checkpoint.")
     with st.expander("Full report (JSON)"):
         st.json(dict(report), expanded=False)
+
+
+def provenance_card(report: Mapping[str, Any] | None) -> None:
+    """The run folder's provenance card, when the checkpoint came from one."""
+    card = provenance.card_of(report)
+    if not card:
+        return
+    st.subheader("Provenance (the trainer's run folder)")
+    st.dataframe(provenance.card_frame(card), hide_index=True, width="stretch")
+    for line in [provenance.trainer_note(report), *(card.get("notes") or [])]:
+        if line:
+            st.caption("ℹ️ " + md_escape(line))
 
 
 def registered_checkpoint_report(row: Mapping[str, Any] | None) -> None:
