@@ -84,6 +84,13 @@ def demo_context(run: Mapping[str, Any]) -> None:
         )
 
 
+def text_table(frame: pd.DataFrame) -> None:
+    """A static table whose cells wrap; st.table renders each cell as Markdown, so every text cell
+    and header goes through md_escape (a checkpoint name or a server's message is text)."""
+    shown = frame.map(lambda v: md_escape(v) if isinstance(v, str) else v)
+    st.table(shown.rename(columns=lambda c: md_escape(c)), hide_index=True)
+
+
 def show_error(error: BaseException) -> None:
     """An InputError's message (no traceback)."""
     st.error(md_escape(str(error)), icon="🚫")
@@ -273,7 +280,7 @@ def verdict_banner(diagnosis: Mapping[str, Any]) -> None:
 
 def sides_table(diagnosis: Mapping[str, Any]) -> None:
     """The training vs serving table, and whether the endpoint serves this checkpoint's draft."""
-    st.table(tables.sides_frame(diagnosis), hide_index=True)  # long text wraps
+    text_table(tables.sides_frame(diagnosis))  # long text wraps
     identity = words.identity_words(diagnosis.get("draft_identity"))
     if identity:
         st.caption("Draft on the endpoint: " + md_escape(identity))
@@ -643,8 +650,8 @@ def probe_panel(
     server = value.server
     spec = server.speculative
     cols = st.columns(4)
-    cols[0].metric("SGLang version", server.version or "unknown")
-    cols[1].metric("Speculative", spec.algorithm if spec else "none")
+    cols[0].metric("SGLang version", md_escape(server.version or "unknown"))
+    cols[1].metric("Speculative", md_escape(spec.algorithm) if spec else "none")
     cols[2].metric("Draft steps", str(spec.num_steps) if spec else "—")
     cols[3].metric("Hidden states", HIDDEN_STATES_WORDS.get(server.hidden_states, "off"))
     st.caption("Model: " + md_escape(server.model_path or "unknown"))
