@@ -37,7 +37,7 @@ from eagle3dash.checkpoint import _MAX_HEADER as MAX_HEADER_BYTES
 from eagle3dash.checkpoint import CONFIG, inspect
 from eagle3dash.errors import InputError
 from eagle3dash.identity import checkpoint_digest
-from eagle3dash.servebench import PromptFileError, parse_prompt_lines
+from eagle3dash.servebench import MAX_PROMPT_FILE_BYTES, parse_prompt_bytes
 
 CHUNK = 1 << 20
 ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz")
@@ -49,7 +49,6 @@ MAX_TOTAL_BYTES = 64 << 30  # a Kimi-sized draft is ~5 GB; 64 GiB leaves room fo
 MAX_MEMBERS = 10_000
 MAX_EXPANSION = 100.0
 EXPANSION_FLOOR = 16 << 20
-MAX_PROMPT_BYTES = 64 << 20
 UNDECLARED_MARGIN = 16 << 20  # configs, tokenizers, readmes: what no safetensors header declares
 _SKIPPED_PREFIXES = ("__MACOSX/",)  # macOS Finder archive junk
 _SKIPPED_NAMES = (".DS_Store",)
@@ -594,23 +593,15 @@ def register_path(
 # --- prompts -----------------------------------------------------------------------------------
 
 
-def save_prompt_file(
-    store: db.Store, upload: NamedStream, max_bytes: int = MAX_PROMPT_BYTES
-) -> tuple[Path, int]:
+def save_prompt_file(store: db.Store, upload: NamedStream) -> tuple[Path, int]:
     """Validate an uploaded JSONL prompt file and keep it as prompts/<sha256>.jsonl.
 
     Returns the saved path (for DiagnoseOptions.prompts) and the number of prompts.
     """
     label = PurePosixPath(str(getattr(upload, "name", "prompts.jsonl")).replace("\\", "/")).name
     _rewind(upload)
-    data = upload.read(max_bytes + 1)
-    if len(data) > max_bytes:
-        raise PromptFileError(f"{label}: larger than {_size(max_bytes)}; use fewer prompts")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise PromptFileError(f"{label}: not UTF-8 text ({e})") from None
-    prompts = parse_prompt_lines(text.splitlines(), label)
+    data = upload.read(MAX_PROMPT_FILE_BYTES + 1)
+    prompts = parse_prompt_bytes(data, label)
     sha = hashlib.sha256(data).hexdigest()
     folder = store.path("prompts")
     folder.mkdir(exist_ok=True)
