@@ -147,6 +147,8 @@ class SpeculativeSettings:
     accept_threshold_single: float | None
     accept_threshold_acc: float | None
     adaptive: bool  # --speculative-adaptive: the draft steps change at runtime, down to 0
+    # "key=value" of each claimed setting outside CLAIM_BOUNDS: the value is not used (None)
+    implausible: list[str] = field(default_factory=list)
 
     @property
     def max_accept_length(self) -> int | None:
@@ -259,17 +261,40 @@ class _Fields:
         return self._get(key, (str,), "a string")
 
 
+# What a server may claim for the three settings that size a diagnosis's work. SGLang needs at
+# least one step and one branch, and verifies the bonus token plus at least one draft token
+# (arg_groups/speculative_hook.py, 0.5.23: num_draft_tokens = num_steps + 1 when topk == 1); the
+# upper ends are what eagle3dash simulates and prices (its tables are steps x draft tokens), far
+# above any served setting. A claim outside them is not used, and `server-claims-implausible`
+# names it.
+CLAIM_BOUNDS: dict[str, tuple[int, int]] = {
+    "speculative_num_steps": (1, 32),
+    "speculative_eagle_topk": (1, 64),
+    "speculative_num_draft_tokens": (2, 1024),
+}
+
+
+def _claim(f: _Fields, key: str, implausible: list[str]) -> int | None:
+    value = f.int(key)
+    low, high = CLAIM_BOUNDS[key]
+    if value is not None and not low <= value <= high:
+        implausible.append(f"{key}={value}")
+        return None
+    return value
+
+
 def _speculative(info: dict, url: str = "") -> SpeculativeSettings | None:
     algorithm = info.get("speculative_algorithm")
     if not algorithm:
         return None
     f = _Fields(info, url)
+    implausible: list[str] = []
     return SpeculativeSettings(
         algorithm=str(algorithm),
         draft_model_path=f.text("speculative_draft_model_path"),
-        num_steps=f.int("speculative_num_steps"),
-        eagle_topk=f.int("speculative_eagle_topk"),
-        num_draft_tokens=f.int("speculative_num_draft_tokens"),
+        num_steps=_claim(f, "speculative_num_steps", implausible),
+        eagle_topk=_claim(f, "speculative_eagle_topk", implausible),
+        num_draft_tokens=_claim(f, "speculative_num_draft_tokens", implausible),
         token_map=f.text("speculative_token_map"),
         # 0.5.8+ only; older servers quantize the draft like the target (research §3.1).
         draft_quantization=f.text("speculative_draft_model_quantization"),
@@ -278,6 +303,7 @@ def _speculative(info: dict, url: str = "") -> SpeculativeSettings | None:
         accept_threshold_acc=f.number("speculative_accept_threshold_acc"),
         # 0.5.16+ (server_args.py; 0.5.23 arg_groups/fields/spec.py), after startup resolution
         adaptive=bool(info.get("speculative_adaptive")),
+        implausible=implausible,
     )
 
 
