@@ -23,6 +23,7 @@ from eagle3dash.ui import charts, tables, words
 from eagle3dash.ui.fmt import (
     DASH,
     delta,
+    is_missing,
     md_escape,
     num,
     page_url,
@@ -266,6 +267,9 @@ def verdict_banner(diagnosis: Mapping[str, Any]) -> None:
                 f"draft steps; its layout is {words.source_words(verdict.get(f'{side}_source'))}."
             ),
         )
+        why_not = (diagnosis.get(side) or {}).get("capture_error")
+        if why_not and is_missing(verdict.get(f"sim_accept_{side}")):
+            column.caption("Not evaluated: " + md_escape(why_not))  # where the number would be
     columns[3].metric(
         "Speedup vs baseline",
         ratio(verdict.get("speedup")),
