@@ -28,6 +28,7 @@ from numpy.typing import NDArray
 from eagle3dash.errors import InputError
 from eagle3dash.sglang_rules import hidden_states_mode
 from eagle3dash.states_json import MAX_STATES_WIDTH, ReplyError, StatesReader, reply_bound
+from eagle3dash.text import ascii_int, one_line
 
 __all__ = [
     "EndpointError",
@@ -47,7 +48,6 @@ HIDDEN_STATES_REFUSED = "not configured to return"
 # ... and when it was started with --return-hidden-states-mode last (0.5.20+): "The requested
 # return_hidden_states mode exceeds the server maximum `last`. ..." (tokenizer_manager.py, 0.5.23).
 HIDDEN_STATES_ABOVE_MODE = "exceeds the server maximum"
-_SNIPPET = 200
 _CAUSE_SCAN = 4096  # an error reply's first characters, searched for a known cause
 _MEDIA_TYPE = re.compile(r"[a-z0-9.+-]{1,40}/[a-z0-9.+-]{1,80}|no content type", re.IGNORECASE)
 # The largest reply to a request without hidden states (server_info, a generation's text and
@@ -82,26 +82,43 @@ def normalize_url(url: str) -> str:
     if "://" not in text:
         text = "http://" + text
     text = text.rstrip("/")
+    shown = one_line(repr(url), 120)
     try:
         parsed = httpx.URL(text)
     except httpx.InvalidURL as exc:
         raise EndpointError(
-            f"{url!r} is not a valid endpoint URL ({exc}): use http://host:port",
+            f"{shown} is not a valid endpoint URL ({one_line(exc, 120)}): use http://host:port",
             url=url,
             kind=EndpointError.BAD_URL,
         ) from None
     if parsed.scheme not in ("http", "https") or not parsed.host:
         raise EndpointError(
-            f"{url!r} is not a valid endpoint URL: use http://host:port",
+            f"{shown} is not a valid endpoint URL: use http://host:port",
+            url=url,
+            kind=EndpointError.BAD_URL,
+        )
+    problem = _host_problem(parsed.host)
+    if problem:
+        raise EndpointError(
+            f"{shown} is not a valid endpoint URL: {problem}; use http://host:port",
             url=url,
             kind=EndpointError.BAD_URL,
         )
     return text
 
 
-def _one_line(text: str, limit: int = _SNIPPET) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+def _host_problem(host: str) -> str | None:
+    """Why a host name cannot be looked up (DNS: labels of 1-63 characters, 253 in all, as
+    IDNA encodes them), else None; an IP address has none."""
+    if host.startswith("[") or host.replace(".", "").isdigit() or ":" in host:
+        return None
+    try:
+        encoded = host.encode("idna")
+    except UnicodeError:
+        return "its host name cannot be encoded for DNS (a label is empty or too long)"
+    if len(encoded) > 253:
+        return f"its host name is {len(encoded):,} characters long, over DNS's 253"
+    return None
 
 
 # Phrases of SGLang's own error messages, recognised (lower case) and said in our words: a
@@ -529,7 +546,7 @@ class SGLangClient:
     def _down(self, method: str, path: str, exc: Exception) -> EndpointError:
         tries = f" after {self.retries} tries" if self.retries > 1 else ""
         return self._err(
-            f"cannot connect to {self.url} ({method} {path}: {_one_line(str(exc), 120)}){tries}: "
+            f"cannot connect to {self.url} ({method} {path}: {one_line(str(exc), 120)}){tries}: "
             "is the server running? check the URL and port",
             EndpointError.DOWN,
         )
@@ -560,7 +577,7 @@ class SGLangClient:
                 EndpointError.BAD_URL,
             )
         return self._err(
-            f"{method} {self.url}{path} failed: {type(exc).__name__}: {_one_line(str(exc), 120)} "
+            f"{method} {self.url}{path} failed: {type(exc).__name__}: {one_line(str(exc), 120)} "
             "(did the server crash or drop the connection?)",
             EndpointError.DOWN,
         )
@@ -924,7 +941,8 @@ class SGLangClient:
                     self._read_bounded(resp, "POST", "/generate", deadline), "POST", "/generate"
                 )
             length = resp.headers.get("content-length", "")
-            if length.isdigit() and int(length) > limit:
+            declared = ascii_int(length)
+            if declared is not None and declared > limit:
                 raise self._err(too_large, EndpointError.TOO_LARGE, resp.status_code)
             reader, received = StatesReader(tokens, width, parts), 0
             try:

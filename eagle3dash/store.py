@@ -34,6 +34,7 @@ from typing import IO, Any, overload
 from sqlite_utils import Database
 
 from eagle3dash.errors import InputError
+from eagle3dash.text import ascii_int
 
 HOME_ENV = "EAGLE3DASH_HOME"
 DEFAULT_HOME = ".eagle3dash"
@@ -877,9 +878,10 @@ def _run_filter(status: str | None, search: str | None) -> tuple[str, list[Any]]
             "(findings.rule_id LIKE ? ESCAPE '\\' OR findings.title LIKE ? ESCAPE '\\'))"
         )
         params.extend([like, like])
-        if text.lstrip("#").isdigit():
+        run_id = ascii_int(text.lstrip("#"))
+        if run_id is not None:
             ors.append("runs.id = ?")
-            params.append(int(text.lstrip("#")))
+            params.append(run_id)
         clauses.append("(" + " OR ".join(ors) + ")")
     where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
     return where, params

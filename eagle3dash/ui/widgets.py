@@ -19,6 +19,7 @@ from eagle3dash import jobs as jobq
 from eagle3dash.diagnosis.options import SCHEMA, Kind
 from eagle3dash.errors import InputError
 from eagle3dash.probe import Probe, probe
+from eagle3dash.text import ascii_int
 from eagle3dash.ui import charts, tables, words
 from eagle3dash.ui.fmt import (
     DASH,
@@ -504,10 +505,10 @@ def query_int(name: str) -> tuple[int | None, str | None]:
     raw = st.query_params.get(name)
     if raw is None or raw == "":
         return None, None
-    text = str(raw).strip().lstrip("#")
-    if not text.isdigit() or int(text) <= 0 or len(text) > 18:
+    value = ascii_int(str(raw).strip().lstrip("#"))
+    if value is None or value <= 0:
         return None, str(raw)
-    return int(text), None
+    return value, None
 
 
 def guard(fn, *args: Any, **kwargs: Any) -> Any:
