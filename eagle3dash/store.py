@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -412,6 +413,7 @@ def open_store(home: str | os.PathLike[str] | None = None) -> Store:
     store = Store(root)
     try:
         migrate(store)
+        _check_tables(store)
     except sqlite3.Error as e:
         store.close()
         raise HomeError(f"the database {store.db_path} cannot be used ({e}): {fix}") from None
@@ -442,7 +444,39 @@ def open_read_only(home: str | os.PathLike[str] | None = None) -> Store:
             f"the home {root} is read-only and its database is from an older eagle3dash "
             f"(schema {version}, this one needs {SCHEMA_VERSION}): {fix}"
         )
+    try:
+        _check_tables(store)
+    except BaseException:
+        store.close()
+        raise
     return store
+
+
+@functools.cache
+def _schema_tables() -> frozenset[str]:
+    """The tables the migrations create, read off an in-memory database built by them."""
+    conn = sqlite3.connect(":memory:")
+    try:
+        for _, _, statements in MIGRATIONS:
+            for sql in statements:
+                conn.execute(sql)
+        rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+    finally:
+        conn.close()
+    return frozenset(name for (name,) in rows if not name.startswith("sqlite_"))
+
+
+def _check_tables(store: Store) -> None:
+    """HomeError naming the tables a migrated database lacks (dropped by hand or a tool): every
+    page would otherwise fail on its first query."""
+    rows = store.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+    missing = sorted(_schema_tables() - {name for (name,) in rows})
+    if missing:
+        raise HomeError(
+            f"the database {store.db_path} lacks its {', '.join(missing)} table"
+            f"{'s' if len(missing) > 1 else ''} (dropped by hand or by a tool): move it aside "
+            f"to start a new one, or restore it from a backup"
+        )
 
 
 def schema_version(db: Database) -> int:
