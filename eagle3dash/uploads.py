@@ -17,6 +17,7 @@ No Streamlit here: the app hands over its UploadedFile objects (anything with `.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -436,7 +437,19 @@ def register_upload(
     `files` is either one archive or the checkpoint's files (each `.name` a plain file name).
     Raises UploadError (an InputError) with the problem; then nothing is registered or left.
     """
-    uploads = list(files)
+    try:
+        return _register_upload(store, list(files), name, limits)
+    except OSError as e:  # a full disk, a quota, an I/O error: the home's disk, not the upload
+        why = "the disk is full" if e.errno in (errno.ENOSPC, errno.EDQUOT) else e.strerror
+        raise UploadError(
+            f"the upload could not be written into the home {store.home} ({why or e}): free "
+            f"space there (or set {db.HOME_ENV} to a folder on a larger disk) and upload again"
+        ) from None
+
+
+def _register_upload(
+    store: db.Store, uploads: list[NamedStream], name: str | None, limits: UploadLimits
+) -> UploadedCheckpoint:
     if not uploads:
         raise UploadError("no files uploaded: upload config.json and the .safetensors files")
     names = [str(getattr(u, "name", "") or "") for u in uploads]
@@ -608,6 +621,13 @@ def save_prompt_file(store: db.Store, upload: NamedStream) -> tuple[Path, int]:
     path = store.path("prompts", f"{sha}.jsonl")
     if not path.is_file():
         tmp = path.with_suffix(".tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
+        try:
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
+        except OSError as e:
+            tmp.unlink(missing_ok=True)
+            raise PromptFileError(
+                f"{label}: could not be written into the home {store.home} ({e.strerror or e}): "
+                "free space there and upload again"
+            ) from None
     return path, len(prompts)
