@@ -38,7 +38,7 @@ from eagle3dash.checkpoint import _MAX_HEADER as MAX_HEADER_BYTES
 from eagle3dash.checkpoint import CONFIG, inspect
 from eagle3dash.errors import InputError
 from eagle3dash.identity import checkpoint_digest
-from eagle3dash.servebench import MAX_PROMPT_FILE_BYTES, parse_prompt_bytes
+from eagle3dash.servebench import MAX_PROMPT_FILE_BYTES, PromptFileError, parse_prompt_bytes
 
 CHUNK = 1 << 20
 ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz")
