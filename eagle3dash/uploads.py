@@ -48,6 +48,10 @@ UPLOAD_TYPES = ("json", "safetensors", "bin", "zip", "tar", "gz", "tgz")
 PROMPT_TYPES = ("jsonl", "json", "txt")
 MAX_TOTAL_BYTES = 64 << 30  # a Kimi-sized draft is ~5 GB; 64 GiB leaves room for big fp32 ones
 MAX_MEMBERS = 10_000
+# The largest file one upload takes, Streamlit's server.maxUploadSize (.streamlit/config.toml):
+# Streamlit holds an uploaded file in memory until it is stored, and a Kimi-sized EAGLE-3 draft's
+# weights are ~5 GB in one file.
+MAX_UPLOAD_FILE_MB = 8192
 MAX_EXPANSION = 100.0
 EXPANSION_FLOOR = 16 << 20
 UNDECLARED_MARGIN = 16 << 20  # configs, tokenizers, readmes: what no safetensors header declares
