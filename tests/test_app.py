@@ -673,7 +673,7 @@ def test_new_run_probes_the_endpoint_and_submits_to_the_run_page(world, home) ->
     assert endpoint.label == "Endpoint URL (the server running the target with this draft)"
     endpoint.set_value(world["url"]).run()
     no_exception(at)
-    metrics = {m.label: m.value for m in at.metric}
+    metrics = {m.label: plain(m.value) for m in at.metric}
     assert metrics["SGLang version"] == "0.5.23" and metrics["Speculative"] == "EAGLE3"
     assert metrics["Draft steps"] == "3" and metrics["Hidden states"] == "on"
     assert "Before you submit" in texts(at)  # the probe checked against the checkpoint
