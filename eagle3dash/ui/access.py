@@ -28,7 +28,7 @@ TOKEN_ENV = "EAGLE3DASH_TOKEN"
 COOKIE = "eagle3dash_access"
 FORM_PATH = "/_eagle3dash/access"
 # Streamlit's health check: "ok", nothing else; kept open for probes and `make run`'s wait.
-OPEN_PATHS = frozenset({"/_stcore/health", "/healthz"})
+OPEN_PATHS = frozenset({"/_stcore/health"})
 MAX_FORM_BYTES = 4096  # a token form, not an upload
 
 # streamlit 1.67 web/server/starlette/starlette_server.py: `_get_server_address` falls back to
