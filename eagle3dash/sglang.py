@@ -511,6 +511,7 @@ class SGLangClient:
         self._http: httpx.Client | None = None
         # The sockets this client opened: the deadline shuts them down (see `_deadline`).
         self._sockets: weakref.WeakSet[socket.socket] = weakref.WeakSet()
+        self._expired: threading.Event | None = None  # the running deadline's, once it passed
 
     # lifecycle
 
@@ -647,6 +648,9 @@ class SGLangClient:
             sock = info["return_value"].get_extra_info("socket")
             if sock is not None:
                 self._sockets.add(sock)
+                if self._expired is not None and self._expired.is_set():
+                    with suppress(OSError):  # connected after the deadline: no use any more
+                        sock.shutdown(socket.SHUT_RDWR)
 
     def _slow(self, method: str, path: str) -> EndpointError:
         return self._err(
@@ -661,6 +665,7 @@ class SGLangClient:
         per read, so a server sending its headers a byte a second would hold a request forever.
         At the deadline the client's sockets are shut down, which ends any blocked read."""
         fired = threading.Event()
+        self._expired = fired
 
         def stop() -> None:
             fired.set()
@@ -679,8 +684,11 @@ class SGLangClient:
             raise
         finally:
             timer.cancel()
+            self._expired = None
             if fired.is_set():
                 self.close()  # its connections are dead
+        if fired.is_set():  # an answer completed past the deadline is past it all the same
+            raise self._slow(method, path)
 
     # transport: retries on connection errors only; an HTTP error or a timeout is final, since a
     # generate that timed out may still be running on the server.
@@ -945,11 +953,14 @@ class SGLangClient:
             if declared is not None and declared > limit:
                 raise self._err(too_large, EndpointError.TOO_LARGE, resp.status_code)
             reader, received = StatesReader(tokens, width, parts), 0
+            deadline = time.monotonic() + self.timeout
             try:
                 for chunk in resp.iter_bytes():
                     received += len(chunk)
                     if received > limit:
                         raise self._err(too_large, EndpointError.TOO_LARGE, resp.status_code)
+                    if time.monotonic() > deadline:
+                        raise self._slow("POST", "/generate")
                     reader.feed(chunk)
                 rest, block = reader.close()
             except ReplyError as e:
