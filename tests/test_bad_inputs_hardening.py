@@ -398,6 +398,10 @@ def test_foreign_text_renders_as_text_in_chromium(tmp_path, home, monkeypatch) -
                         text.count(f"[click](http://{EVIL}/phish)"),
                     )
 
+                page.goto(f"{url}/")
+                look("runs", "Runs 1–2 of 2")
+                page.goto(f"{url}/checkpoints")
+                look("checkpoints", "Checkpoints")
                 page.goto(f"{url}/run?run=1")
                 look("run", "why not evaluated")
                 page.goto(f"{url}/compare?a=1&b=2")
@@ -414,11 +418,18 @@ def test_foreign_text_renders_as_text_in_chromium(tmp_path, home, monkeypatch) -
             os.killpg(proc.pid, 15)
             proc.wait(timeout=30)
     assert [u for u in asked if EVIL in u] == []
-    # No link, no image; the payload shown as the text it is: on the Run page as the checkpoint
-    # in its status line, under the serving number and in the "why not evaluated" row; in
-    # Compare as both runs' checkpoint; on New run as the probe's version, algorithm and model
-    # and twice in "Latest runs" (both runs' checkpoint).
-    assert seen == {"run": (0, 0, 3), "compare": (0, 0, 2), "new_run": (0, 0, 5)}
+    # No link, no image; the payload shown as the text it is: none on Runs (its table is drawn
+    # on a canvas), once on Checkpoints (the name in its picker), on the Run page as the
+    # checkpoint in its status line, under the serving number and in the "why not evaluated"
+    # row; in Compare as both runs' checkpoint; on New run as the probe's version, algorithm and
+    # model and twice in "Latest runs" (both runs' checkpoint).
+    assert seen == {
+        "runs": (0, 0, 0),
+        "checkpoints": (0, 0, 1),
+        "run": (0, 0, 3),
+        "compare": (0, 0, 2),
+        "new_run": (0, 0, 5),
+    }
 
 
 # --- foreign bodies are classified, never echoed -----------------------------------------------
