@@ -46,7 +46,7 @@ run: install
 	$(PY) -m eagle3dash worker & worker=$$!; \
 	  $(PY) -m eagle3dash demo seed & seed=$$!; \
 	  trap "kill $$seed $$worker 2>/dev/null" EXIT INT TERM; \
-	  EAGLE3DASH_BIND=$(BIND) $(VENV)/bin/streamlit run app.py --server.address $(BIND)
+	  $(VENV)/bin/streamlit run serve.py --server.address $(BIND)
 
 # Every CPU benchmark in bench/, each with its defaults (bench/gpu_check.sh is for a GPU machine).
 BENCHES := $(sort $(wildcard bench/*.py))

@@ -2,7 +2,8 @@
 
 The pages live in views/ and draw with eagle3dash.ui; the home folder is EAGLE3DASH_HOME. (Not in
 pages/: that folder name turns on Streamlit's old multipage mode, whose deep links skip this file;
-see ARCHITECTURE.md.) It listens on 127.0.0.1; a network bind needs a token (eagle3dash.ui.access).
+see ARCHITECTURE.md.) It listens on 127.0.0.1; on a network address it runs behind serve.py's access
+gate (eagle3dash.ui.access), and refuses to draw without it.
 """
 
 import streamlit as st

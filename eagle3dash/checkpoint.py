@@ -817,6 +817,19 @@ def _problems(
         problems.append(
             f"{len(ids)} aux layer ids {list(ids)} but fc.weight takes {spec.num_aux} aux states"
         )
+    top = spec.extra.get("top_level_aux_layer_ids")
+    # SGLang 0.5.23 captures the nested list (model_executor/model_runner_components/
+    # spec_aux_hidden_state.py reads eagle_config["eagle_aux_hidden_state_layer_ids"]); vLLM
+    # 0.33 reads the top-level list first (v1/worker/gpu_model_runner.py
+    # `_get_eagle3_aux_layers_from_config`). A dual-key config names the same taps in each
+    # engine's numbering: SGLang's id i (output of layer i) is vLLM's i + 1 (input of layer i + 1).
+    if ids is not None and top is not None and list(top) not in (list(ids), [i + 1 for i in ids]):
+        problems.append(
+            f"two different aux layer id lists: eagle_config.eagle_aux_hidden_state_layer_ids "
+            f"{list(ids)} (what SGLang captures) and top-level eagle_aux_hidden_state_layer_ids "
+            f"{list(top)} (what vLLM reads first), so the two engines feed this draft different "
+            "layers: keep one list, or write the top-level one as the nested ids + 1"
+        )
     if ids is not None and list(ids) != sorted(set(ids)):
         problems.append(
             f"aux layer ids {list(ids)} are not strictly ascending: servers capture in layer "

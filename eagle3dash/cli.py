@@ -7,6 +7,7 @@ Unusable input exits 1 with a one-line message, never a traceback.
 from __future__ import annotations
 
 import argparse
+import builtins
 import json
 import os
 import sys
@@ -18,12 +19,24 @@ from eagle3dash.diagnosis.options import EXCLUSIVE, SCHEMA, DiagnoseOptions, Kin
 from eagle3dash.errors import InputError
 from eagle3dash.layout import Tap, bracketed, format_layout, parse_layout
 from eagle3dash.sglang_rules import DEFAULT_SGLANG_VERSION
+from eagle3dash.text import one_line, printable, shortened
 from eagle3dash.trainers import SPECFORGE_SGLANG_VERSION, TRAINERS, training_readings
 
 if TYPE_CHECKING:
     from eagle3dash.provenance import Provenance
 
 DEBUG_ENV = "EAGLE3DASH_DEBUG"
+ERROR_LINE_CHARS = 1000  # an error line's longest: long names inside it are cut in the middle
+
+
+def print(*values: object, **kwargs: object) -> None:
+    """builtins.print with every value made printable: a prompt category, a server's model path
+    or a file name holding terminal escape codes is shown, never obeyed."""
+    builtins.print(*(printable(v) for v in values), **kwargs)  # type: ignore[call-overload]
+
+
+def _error_line(text: object) -> str:
+    return "error: " + shortened(one_line(text), ERROR_LINE_CHARS)
 
 
 class UsageError(InputError):
@@ -694,19 +707,25 @@ def main(argv: list[str] | None = None) -> int:
             args.target_layers = SCHEMA["target_layers"].parse(args.target_layers, "flag")
         return func(args)
     except (InputError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(_error_line(e), file=sys.stderr)
         return 1
     except BrokenPipeError:  # output piped into `head`: stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except KeyboardInterrupt:
         return 130
+    except OSError as e:  # a path the user gave: too long, unreadable, a full disk
+        where = f"{e.filename}: " if e.filename is not None else ""
+        print(_error_line(f"{where}{e.strerror or type(e).__name__}"), file=sys.stderr)
+        return 1
     except Exception as e:  # a bug, not the user's input: still one line, no traceback
         if os.environ.get(DEBUG_ENV):
             raise
         print(
-            f"error: unexpected {type(e).__name__}: {e} (a bug in eagle3dash, not in your "
-            f"input; {DEBUG_ENV}=1 shows the traceback)",
+            _error_line(
+                f"unexpected {type(e).__name__}: {e} (a bug in eagle3dash, not in your "
+                f"input; {DEBUG_ENV}=1 shows the traceback)"
+            ),
             file=sys.stderr,
         )
         return 1

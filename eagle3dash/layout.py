@@ -10,6 +10,8 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
+from eagle3dash.text import ascii_int
+
 
 @dataclass(frozen=True, order=True)
 class Tap:
@@ -45,7 +47,7 @@ def parse_layout(text: str) -> Layout:
             continue
         post_norm = part.endswith("n")
         digits = part[:-1] if post_norm else part
-        if not digits.isdigit():
+        if ascii_int(digits, max_digits=6) is None:
             raise ValueError(f"not a tap: {part!r} (use depths like '0,3,31'; '61n' = post-norm)")
         taps.append(Tap(int(digits), post_norm))
     if not taps:

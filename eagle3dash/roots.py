@@ -4,7 +4,8 @@ A path typed into the app is a question the app's process answers with the files
 the app (not the CLI, whose user is already on the machine) accepts only paths under these
 folders: the home folder plus those listed in `EAGLE3DASH_DATA_ROOTS` (separated like PATH). A
 path outside them is refused with the same message whether or not it exists, before anything
-reads it.
+reads it. Paths are judged by their real path: a link inside a root that points outside, the
+path itself or a file in the folder it names, is outside.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from eagle3dash.errors import InputError
 from eagle3dash.store import default_home
 
 ROOTS_ENV = "EAGLE3DASH_DATA_ROOTS"
+# A typed folder's entries whose real paths are checked: far above any checkpoint or model folder.
+MAX_CHECKED_ENTRIES = 100_000
 
 
 class OutsideRootsError(InputError):
@@ -48,12 +51,40 @@ def within_roots(
     being named); else OutsideRootsError naming the roots and how to add one. The path is not
     inspected, so the answer never tells whether it exists."""
     roots = tuple(roots)
+    allowed = tuple(_resolved(root) for root in (*roots, *also))
     resolved = _resolved(path)
-    if any(resolved.is_relative_to(_resolved(root)) for root in (*roots, *also)):
-        return str(resolved)
     names = ", ".join(str(root) for root in roots)
-    raise OutsideRootsError(
-        f"{label}: the app reads only paths under its data roots ({names}); to use another "
-        f"folder, add it to {ROOTS_ENV} (folders separated by '{os.pathsep}') and restart the "
-        "app, or upload the files"
+    how = (
+        f"to use another folder, add it to {ROOTS_ENV} (folders separated by '{os.pathsep}') and "
+        "restart the app, or upload the files"
     )
+    if not _inside(resolved, allowed):
+        raise OutsideRootsError(
+            f"{label}: the app reads only paths under its data roots ({names}); {how}"
+        )
+    leaving = _entry_leaving(resolved, allowed)
+    if leaving is not None:
+        raise OutsideRootsError(
+            f"{label}: {leaving} in it is a link to a path outside the data roots ({names}), "
+            f"and the app reads only paths under them; copy the file into the folder, or {how}"
+        )
+    return str(resolved)
+
+
+def _inside(resolved: Path, allowed: tuple[Path, ...]) -> bool:
+    return any(resolved.is_relative_to(root) for root in allowed)
+
+
+def _entry_leaving(folder: Path, allowed: tuple[Path, ...]) -> str | None:
+    """The first entry under a folder whose real path leaves the allowed roots (its name relative
+    to the folder), else None; a file or a missing path has no entries."""
+    if not folder.is_dir():
+        return None
+    for count, (where, dirs, files) in enumerate(os.walk(folder, followlinks=False)):
+        for name in [*dirs, *files]:
+            entry = Path(where) / name
+            if entry.is_symlink() and not _inside(entry.resolve(strict=False), allowed):
+                return str(entry.relative_to(folder))
+        if count > MAX_CHECKED_ENTRIES:
+            break
+    return None

@@ -102,6 +102,15 @@ def render_messages(messages: Sequence[tuple[str, str]]) -> str:
     return "\n".join([f"{role}: {content}" for role, content in messages] + ["assistant:"])
 
 
+# A prompt file's bounds, the same for a typed path and an upload: 64 MiB, 100,000 prompts, and
+# 2 MiB a line (about half a million tokens of text, past any served context; a 24 MiB line took a
+# diagnosis to 3.5 GB). A category is a short printable label.
+MAX_PROMPT_FILE_BYTES = 64 << 20
+MAX_PROMPTS = 100_000
+MAX_PROMPT_LINE_BYTES = 2 << 20
+MAX_CATEGORY_CHARS = 64
+
+
 def _parse_line(obj: object, where: str) -> Prompt:
     forms = (
         'expected {"prompt": "..."}, {"messages": [{"role": ..., "content": ...}, ...]} '
@@ -113,7 +122,12 @@ def _parse_line(obj: object, where: str) -> Prompt:
     if category is not None and (not isinstance(category, str) or not category.strip()):
         raise PromptFileError(
             f'{where}: "category" must be a non-empty string (the category this prompt counts '
-            f"in), got {json.dumps(category)}"
+            f"in), got {json.dumps(category)[:MAX_CATEGORY_CHARS]}"
+        )
+    if category is not None and (not category.isprintable() or len(category) > MAX_CATEGORY_CHARS):
+        raise PromptFileError(
+            f'{where}: "category" must be a label of at most {MAX_CATEGORY_CHARS} printable '
+            "characters (no control or terminal escape characters)"
         )
     return dataclasses.replace(_parse_form(obj, where, forms), category=category)
 
@@ -148,11 +162,21 @@ def _parse_form(obj: dict, where: str, forms: str) -> Prompt:
 
 def parse_prompt_lines(lines: Sequence[str], name: str) -> list[Prompt]:
     """Parse JSONL prompt lines (blank lines skipped); errors name `name` and the line number."""
-    prompts = []
+    prompts: list[Prompt] = []
     for lineno, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         where = f"{name}, line {lineno}"
+        if len(line) > MAX_PROMPT_LINE_BYTES // 4 and len(line.encode()) > MAX_PROMPT_LINE_BYTES:
+            raise PromptFileError(
+                f"{where}: longer than {MAX_PROMPT_LINE_BYTES >> 20} MiB, more than any context "
+                "length takes; shorten the prompt"
+            )
+        if len(prompts) == MAX_PROMPTS:
+            raise PromptFileError(
+                f"{name}: more than {MAX_PROMPTS:,} prompts; use fewer (a diagnosis uses the "
+                "first few hundred)"
+            )
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
@@ -189,10 +213,27 @@ def load_prompts(name_or_path: str | Path) -> list[Prompt]:
         builtins = ", ".join(BUILTIN_PROMPT_SETS)
         raise PromptFileError(f"{name}: no such prompt file, and not a built-in set ({builtins})")
     try:
-        text = path.read_text("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PromptFileError(f"{path}: cannot read ({exc})") from None
-    return parse_prompt_lines(text.splitlines(), str(path))
+        with path.open("rb") as f:
+            data = f.read(MAX_PROMPT_FILE_BYTES + 1)
+    except OSError as exc:
+        raise PromptFileError(
+            f"{path}: cannot read ({exc.strerror or type(exc).__name__})"
+        ) from None
+    return parse_prompt_bytes(data, str(path))
+
+
+def parse_prompt_bytes(data: bytes, name: str) -> list[Prompt]:
+    """A prompt file's bytes (read up to MAX_PROMPT_FILE_BYTES + 1) as prompts: the one bound
+    for a typed path and an upload."""
+    if len(data) > MAX_PROMPT_FILE_BYTES:
+        raise PromptFileError(
+            f"{name}: larger than {MAX_PROMPT_FILE_BYTES >> 20} MiB; use fewer prompts"
+        )
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise PromptFileError(f"{name}: not UTF-8 text (byte {e.start})") from None
+    return parse_prompt_lines(text.splitlines(), name)
 
 
 # --- results --------------------------------------------------------------------------------------

@@ -11,7 +11,13 @@ arrives (`states_json.StatesReader`), never whole.
 from __future__ import annotations
 
 import asyncio
+import re
+import socket
+import threading
 import time
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -23,6 +29,7 @@ from numpy.typing import NDArray
 from eagle3dash.errors import InputError
 from eagle3dash.sglang_rules import hidden_states_mode
 from eagle3dash.states_json import MAX_STATES_WIDTH, ReplyError, StatesReader, reply_bound
+from eagle3dash.text import ascii_int, one_line
 
 __all__ = [
     "EndpointError",
@@ -42,7 +49,8 @@ HIDDEN_STATES_REFUSED = "not configured to return"
 # ... and when it was started with --return-hidden-states-mode last (0.5.20+): "The requested
 # return_hidden_states mode exceeds the server maximum `last`. ..." (tokenizer_manager.py, 0.5.23).
 HIDDEN_STATES_ABOVE_MODE = "exceeds the server maximum"
-_SNIPPET = 200
+_CAUSE_SCAN = 4096  # an error reply's first characters, searched for a known cause
+_MEDIA_TYPE = re.compile(r"[a-z0-9.+-]{1,40}/[a-z0-9.+-]{1,80}|no content type", re.IGNORECASE)
 # The largest reply to a request without hidden states (server_info, a generation's text and
 # meta_info): far above any real one, far below what would exhaust memory.
 MAX_REPLY_BYTES = 64 << 20
@@ -75,48 +83,66 @@ def normalize_url(url: str) -> str:
     if "://" not in text:
         text = "http://" + text
     text = text.rstrip("/")
+    shown = one_line(repr(url), 120)
     try:
         parsed = httpx.URL(text)
     except httpx.InvalidURL as exc:
         raise EndpointError(
-            f"{url!r} is not a valid endpoint URL ({exc}): use http://host:port",
+            f"{shown} is not a valid endpoint URL ({one_line(exc, 120)}): use http://host:port",
             url=url,
             kind=EndpointError.BAD_URL,
         ) from None
     if parsed.scheme not in ("http", "https") or not parsed.host:
         raise EndpointError(
-            f"{url!r} is not a valid endpoint URL: use http://host:port",
+            f"{shown} is not a valid endpoint URL: use http://host:port",
+            url=url,
+            kind=EndpointError.BAD_URL,
+        )
+    problem = _host_problem(parsed.host)
+    if problem:
+        raise EndpointError(
+            f"{shown} is not a valid endpoint URL: {problem}; use http://host:port",
             url=url,
             kind=EndpointError.BAD_URL,
         )
     return text
 
 
-def _one_line(text: str, limit: int = _SNIPPET) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
-
-
-def _error_text(resp: httpx.Response) -> str:
-    """The server's own error message when it answers SGLang's way ({"error": {"message": ...}}
-    or a "message"/"detail" string); never the body of a foreign reply, which may be any page."""
+def _host_problem(host: str) -> str | None:
+    """Why a host name cannot be looked up (DNS: labels of 1-63 characters, 253 in all, as
+    IDNA encodes them), else None; an IP address has none."""
+    if host.startswith("[") or host.replace(".", "").isdigit() or ":" in host:
+        return None
     try:
-        body = resp.json()
-    except ValueError:
-        return f"no SGLang error message: {_describe_body(resp)}"
-    if isinstance(body, dict):
-        err = body.get("error")
-        if isinstance(err, dict) and err.get("message"):
-            return _one_line(str(err["message"]))
-        for key in ("message", "detail", "error"):
-            if isinstance(body.get(key), str) and body[key]:
-                return _one_line(body[key])
-    return f"no SGLang error message: {_describe_body(resp)}"
+        encoded = host.encode("idna")
+    except UnicodeError:
+        return "its host name cannot be encoded for DNS (a label is empty or too long)"
+    if len(encoded) > 253:
+        return f"its host name is {len(encoded):,} characters long, over DNS's 253"
+    return None
+
+
+# Phrases of SGLang's own error messages, recognised (lower case) and said in our words: a
+# reply's text is never shown, but a known cause is named.
+_KNOWN_CAUSES = (
+    ("out of memory", "the server ran out of GPU memory"),
+    ("longer than the model's context length", "the prompt is longer than the context length"),
+    ("input too long", "the prompt is longer than the context length"),
+)
+
+
+def _known_cause(text: str) -> str | None:
+    """Our words for a known SGLang error phrase in a reply's text, else None."""
+    lowered = text.lower()
+    return next((words for phrase, words in _KNOWN_CAUSES if phrase in lowered), None)
 
 
 def _describe_body(resp: httpx.Response) -> str:
-    """A reply's kind and size, never its content."""
-    kind = resp.headers.get("content-type", "no content type").split(";")[0]
+    """A reply's kind and size, never its content: whatever answers at a URL is classified, not
+    echoed (its words could be anyone's)."""
+    kind = resp.headers.get("content-type", "no content type").split(";")[0].strip()
+    if not _MEDIA_TYPE.fullmatch(kind):
+        kind = "an unusual content type"
     size = len(resp.content)
     return f"{kind}, {size:,} bytes" if size else f"{kind}, empty body"
 
@@ -139,6 +165,8 @@ class SpeculativeSettings:
     accept_threshold_single: float | None
     accept_threshold_acc: float | None
     adaptive: bool  # --speculative-adaptive: the draft steps change at runtime, down to 0
+    # "key=value" of each claimed setting outside CLAIM_BOUNDS: the value is not used (None)
+    implausible: list[str] = field(default_factory=list)
 
     @property
     def max_accept_length(self) -> int | None:
@@ -251,17 +279,40 @@ class _Fields:
         return self._get(key, (str,), "a string")
 
 
+# What a server may claim for the three settings that size a diagnosis's work. SGLang needs at
+# least one step and one branch, and verifies the bonus token plus at least one draft token
+# (arg_groups/speculative_hook.py, 0.5.23: num_draft_tokens = num_steps + 1 when topk == 1); the
+# upper ends are what eagle3dash simulates and prices (its tables are steps x draft tokens), far
+# above any served setting. A claim outside them is not used, and `server-claims-implausible`
+# names it.
+CLAIM_BOUNDS: dict[str, tuple[int, int]] = {
+    "speculative_num_steps": (1, 32),
+    "speculative_eagle_topk": (1, 64),
+    "speculative_num_draft_tokens": (2, 1024),
+}
+
+
+def _claim(f: _Fields, key: str, implausible: list[str]) -> int | None:
+    value = f.int(key)
+    low, high = CLAIM_BOUNDS[key]
+    if value is not None and not low <= value <= high:
+        implausible.append(f"{key}={value}")
+        return None
+    return value
+
+
 def _speculative(info: dict, url: str = "") -> SpeculativeSettings | None:
     algorithm = info.get("speculative_algorithm")
     if not algorithm:
         return None
     f = _Fields(info, url)
+    implausible: list[str] = []
     return SpeculativeSettings(
         algorithm=str(algorithm),
         draft_model_path=f.text("speculative_draft_model_path"),
-        num_steps=f.int("speculative_num_steps"),
-        eagle_topk=f.int("speculative_eagle_topk"),
-        num_draft_tokens=f.int("speculative_num_draft_tokens"),
+        num_steps=_claim(f, "speculative_num_steps", implausible),
+        eagle_topk=_claim(f, "speculative_eagle_topk", implausible),
+        num_draft_tokens=_claim(f, "speculative_num_draft_tokens", implausible),
         token_map=f.text("speculative_token_map"),
         # 0.5.8+ only; older servers quantize the draft like the target
         # (0.5.23 arg_groups/fields/spec.py).
@@ -271,6 +322,7 @@ def _speculative(info: dict, url: str = "") -> SpeculativeSettings | None:
         accept_threshold_acc=f.number("speculative_accept_threshold_acc"),
         # 0.5.16+ (server_args.py; 0.5.23 arg_groups/fields/spec.py), after startup resolution
         adaptive=bool(info.get("speculative_adaptive")),
+        implausible=implausible,
     )
 
 
@@ -412,8 +464,10 @@ def parse_generate(
     reason_type = reason.get("type") if isinstance(reason, dict) else reason
     if reason_type == "abort":
         message = reason.get("message") if isinstance(reason, dict) else None
+        cause = _known_cause(str(message)[:_CAUSE_SCAN]) if message else None
         raise EndpointError(
-            f"POST {url}/generate: the server aborted the request: {message or reason}",
+            f"POST {url}/generate: the server aborted the request ({cause or 'finish_reason abort'}"
+            "): its log says why",
             url=url,
             kind=EndpointError.SERVER_ERROR,
         )
@@ -459,6 +513,9 @@ class SGLangClient:
         # SGLang's --api-key checks a bearer token on every route.
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http: httpx.Client | None = None
+        # The sockets this client opened: the deadline shuts them down (see `_deadline`).
+        self._sockets: weakref.WeakSet[socket.socket] = weakref.WeakSet()
+        self._expired: threading.Event | None = None  # the running deadline's, once it passed
 
     # lifecycle
 
@@ -494,7 +551,7 @@ class SGLangClient:
     def _down(self, method: str, path: str, exc: Exception) -> EndpointError:
         tries = f" after {self.retries} tries" if self.retries > 1 else ""
         return self._err(
-            f"cannot connect to {self.url} ({method} {path}: {_one_line(str(exc), 120)}){tries}: "
+            f"cannot connect to {self.url} ({method} {path}: {one_line(str(exc), 120)}){tries}: "
             "is the server running? check the URL and port",
             EndpointError.DOWN,
         )
@@ -514,9 +571,9 @@ class SGLangClient:
                 EndpointError.DOWN,
             )
         if isinstance(exc, httpx.RemoteProtocolError | httpx.DecodingError):
-            return self._err(
+            return self._err(  # h11's words quote the reply's bytes: only the error's kind
                 f"{method} {self.url}{path} answered with something that is not valid HTTP "
-                f"({_one_line(str(exc), 120)}): does the URL point at an SGLang server?",
+                f"({type(exc).__name__}): does the URL point at an SGLang server?",
                 EndpointError.NOT_SGLANG,
             )
         if isinstance(exc, httpx.UnsupportedProtocol | httpx.InvalidURL):
@@ -525,7 +582,7 @@ class SGLangClient:
                 EndpointError.BAD_URL,
             )
         return self._err(
-            f"{method} {self.url}{path} failed: {type(exc).__name__}: {_one_line(str(exc), 120)} "
+            f"{method} {self.url}{path} failed: {type(exc).__name__}: {one_line(str(exc), 120)} "
             "(did the server crash or drop the connection?)",
             EndpointError.DOWN,
         )
@@ -535,26 +592,29 @@ class SGLangClient:
         status = resp.status_code
         if status < 300:
             return resp
-        text = _error_text(resp)
+        cause = _known_cause(resp.text[:_CAUSE_SCAN])
+        text = f"{cause}; " if cause else ""
+        text += f"its reply: {_describe_body(resp)}"
         where = f"{method} {self.url}{path}"
         if HIDDEN_STATES_ABOVE_MODE in resp.text.lower():
             raise self._err(
                 f"{self.url} returns only the last token's hidden state "
                 "(--return-hidden-states-mode last) and refuses return_hidden_states=true: "
-                f"restart it with --return-hidden-states-mode full (server said: {text})",
+                "restart it with --return-hidden-states-mode full",
                 EndpointError.NO_HIDDEN_STATES,
                 status,
             )
         if HIDDEN_STATES_REFUSED in resp.text.lower():
             return_msg = (
                 f"{self.url} was started without --enable-return-hidden-states, so it cannot "
-                f"return hidden states: restart it with --enable-return-hidden-states "
-                f"(server said: {text})"
+                "return hidden states: restart it with --enable-return-hidden-states"
             )
             raise self._err(return_msg, EndpointError.NO_HIDDEN_STATES, status)
         if status >= 500:
             raise self._err(
-                f"{where} failed with HTTP {status}: {text}", EndpointError.SERVER_ERROR, status
+                f"{where} failed with HTTP {status} ({text}): the server's log says why",
+                EndpointError.SERVER_ERROR,
+                status,
             )
         if status in (401, 403):
             raise self._err(
@@ -570,7 +630,7 @@ class SGLangClient:
                 status,
             )
         raise self._err(
-            f"{where} was rejected with HTTP {status}: {text}",
+            f"{where} was rejected with HTTP {status} ({text})",
             EndpointError.REQUEST_REJECTED,
             status,
         )
@@ -586,6 +646,54 @@ class SGLangClient:
                 resp.status_code,
             ) from None
 
+    def _trace(self, event: str, info: dict) -> None:
+        # httpcore's trace extension: each new connection's socket, for `_deadline` to shut.
+        if event == "connection.connect_tcp.complete" and info.get("return_value") is not None:
+            sock = info["return_value"].get_extra_info("socket")
+            if sock is not None:
+                self._sockets.add(sock)
+                if self._expired is not None and self._expired.is_set():
+                    with suppress(OSError):  # connected after the deadline: no use any more
+                        sock.shutdown(socket.SHUT_RDWR)
+
+    def _slow(self, method: str, path: str) -> EndpointError:
+        return self._err(
+            f"{method} {self.url}{path} is slow: no complete answer within {self.timeout:g} s "
+            "(is the server overloaded or stuck? raise the timeout for long generations)",
+            EndpointError.TIMEOUT,
+        )
+
+    @contextmanager
+    def _deadline(self, method: str, path: str) -> Iterator[None]:
+        """One total deadline (`timeout`) over connect, headers and body: httpx's timeouts are
+        per read, so a server sending its headers a byte a second would hold a request forever.
+        At the deadline the client's sockets are shut down, which ends any blocked read."""
+        fired = threading.Event()
+        self._expired = fired
+
+        def stop() -> None:
+            fired.set()
+            for sock in list(self._sockets):
+                with suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+        timer = threading.Timer(self.timeout, stop)
+        timer.daemon = True
+        timer.start()
+        try:
+            yield
+        except (EndpointError, httpx.HTTPError):
+            if fired.is_set():
+                raise self._slow(method, path) from None
+            raise
+        finally:
+            timer.cancel()
+            self._expired = None
+            if fired.is_set():
+                self.close()  # its connections are dead
+        if fired.is_set():  # an answer completed past the deadline is past it all the same
+            raise self._slow(method, path)
+
     # transport: retries on connection errors only; an HTTP error or a timeout is final, since a
     # generate that timed out may still be running on the server.
 
@@ -594,12 +702,20 @@ class SGLangClient:
     ) -> httpx.Response:
         """The response, read whole within the request's total deadline (`timeout`) and
         MAX_REPLY_BYTES; with `stream` its body is left unread (the caller closes it)."""
+        if not stream:
+            with self._deadline(method, path):
+                return self._send(method, path, json, stream)
+        return self._send(method, path, json, stream)
+
+    def _send(self, method: str, path: str, json: Any, stream: bool) -> httpx.Response:
         last: Exception | None = None
         for attempt in range(self.retries):
             deadline = time.monotonic() + self.timeout
             try:
                 client = self._client()
-                request = client.build_request(method, self.url + path, json=json)
+                request = client.build_request(
+                    method, self.url + path, json=json, extensions={"trace": self._trace}
+                )
                 resp = client.send(request, stream=True)
                 return resp if stream else self._read_bounded(resp, method, path, deadline)
             except httpx.ConnectError as exc:
@@ -638,11 +754,7 @@ class SGLangClient:
                 EndpointError.TOO_LARGE,
             )
         if time.monotonic() > deadline:
-            raise self._err(
-                f"{method} {self.url}{path} is slow: no complete answer within {self.timeout:g} s "
-                "(is the server overloaded or stuck? raise the timeout for long generations)",
-                EndpointError.TIMEOUT,
-            )
+            raise self._slow(method, path)
 
     async def _arequest(
         self, session: httpx.AsyncClient, method: str, path: str, json: Any = None
@@ -653,15 +765,19 @@ class SGLangClient:
             deadline = time.monotonic() + self.timeout
             try:
                 request = session.build_request(method, self.url + path, json=json)
-                resp = await session.send(request, stream=True)
                 chunks, size = [], 0
-                try:
-                    async for chunk in resp.aiter_bytes():
-                        size += len(chunk)
-                        self._bound(size, deadline, method, path)
-                        chunks.append(chunk)
-                finally:
-                    await resp.aclose()
+                try:  # the total deadline covers the headers too (a server may drip them)
+                    async with asyncio.timeout(self.timeout):
+                        resp = await session.send(request, stream=True)
+                        try:
+                            async for chunk in resp.aiter_bytes():
+                                size += len(chunk)
+                                self._bound(size, deadline, method, path)
+                                chunks.append(chunk)
+                        finally:
+                            await resp.aclose()
+                except TimeoutError:
+                    raise self._slow(method, path) from None
                 return httpx.Response(
                     resp.status_code,
                     headers=resp.headers,
@@ -810,20 +926,45 @@ class SGLangClient:
             f"{width} hidden-state numbers can take: refused (is this the server and the "
             "layout the capture expects?)"
         )
+        with self._deadline("POST", "/generate"):
+            rest, block, status = self._read_states(payload, tokens, width, parts, limit, too_large)
+        try:
+            body = orjson.loads(rest)
+        except orjson.JSONDecodeError:
+            raise self._err(
+                f"{where} returned a body that is not JSON ({len(rest):,} bytes after the hidden "
+                "states): does the URL point at an SGLang server?",
+                EndpointError.BAD_RESPONSE,
+                status,
+            ) from None
+        return parse_generate(body, self.url, block)
+
+    def _read_states(
+        self, payload: dict, tokens: int, width: int, parts: int, limit: int, too_large: str
+    ) -> tuple[bytes, Any, int]:
+        """The /generate reply read as it arrives: (the JSON left after the hidden states, the
+        prefill block, the status)."""
+        where = f"POST {self.url}/generate"
         resp = self._request("POST", "/generate", json=payload, stream=True)
         try:
-            if resp.status_code >= 300:
-                resp.read()
-                self._check(resp, "POST", "/generate")
+            if resp.status_code >= 300:  # read within the size bound, then classified
+                deadline = time.monotonic() + self.timeout
+                self._check(
+                    self._read_bounded(resp, "POST", "/generate", deadline), "POST", "/generate"
+                )
             length = resp.headers.get("content-length", "")
-            if length.isdigit() and int(length) > limit:
+            declared = ascii_int(length)
+            if declared is not None and declared > limit:
                 raise self._err(too_large, EndpointError.TOO_LARGE, resp.status_code)
             reader, received = StatesReader(tokens, width, parts), 0
+            deadline = time.monotonic() + self.timeout
             try:
                 for chunk in resp.iter_bytes():
                     received += len(chunk)
                     if received > limit:
                         raise self._err(too_large, EndpointError.TOO_LARGE, resp.status_code)
+                    if time.monotonic() > deadline:
+                        raise self._slow("POST", "/generate")
                     reader.feed(chunk)
                 rest, block = reader.close()
             except ReplyError as e:
@@ -832,16 +973,7 @@ class SGLangClient:
                 raise self._http_error("POST", "/generate", exc) from None
         finally:
             resp.close()
-        try:
-            body = orjson.loads(rest)
-        except orjson.JSONDecodeError:
-            text = _one_line(rest[:80].decode(errors="replace"), 80)
-            raise self._err(
-                f"{where} returned a body that is not JSON ({text!r}): does the URL point at an "
-                "SGLang server?",
-                EndpointError.BAD_RESPONSE,
-            ) from None
-        return parse_generate(body, self.url, block)
+        return rest, block, resp.status_code
 
     async def agenerate(
         self,
@@ -876,7 +1008,7 @@ class SGLangClient:
         if resp.status_code == 400:
             raise self._err(
                 f"{self.url} did not flush its cache: requests are running or queued "
-                f"({_error_text(resp)}); retry when it is idle",
+                f"(its reply: {_describe_body(resp)}); retry when it is idle",
                 EndpointError.REQUEST_REJECTED,
                 400,
             )

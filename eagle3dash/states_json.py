@@ -315,15 +315,25 @@ class StatesReader:
             )
         rows = slice(self._filled, self._filled + n)
         try:
-            if parts == 1:
-                self._block[0, rows] = part
-            else:
-                block = np.asarray(part, np.float32)
-                if block.shape != (n, parts * cols):
-                    raise ValueError(f"rows of shape {block.shape[1:]}")
-                self._block[:, rows] = block.reshape(n, parts, cols).transpose(1, 0, 2)
+            with np.errstate(over="ignore"):  # an overflow is refused below, as inf
+                if parts == 1:
+                    self._block[0, rows] = part
+                else:
+                    block = np.asarray(part, np.float32)
+                    if block.shape != (n, parts * cols):
+                        raise ValueError(f"rows of shape {block.shape[1:]}")
+                    self._block[:, rows] = block.reshape(n, parts, cols).transpose(1, 0, 2)
         except (TypeError, ValueError) as e:
-            raise ReplyError(f"{_NOT_A_BLOCK} ({e})") from None
+            raise ReplyError(f"{_NOT_A_BLOCK} ({_shape_problem(e)})") from None
+        # null becomes NaN and a number past float32's range inf on the way in: refused here,
+        # or a slot would be matched on NaN margins downstream.
+        finite = np.isfinite(self._block[:, rows]).all(axis=(0, 2))
+        if not finite.all():
+            first = self._filled + int(np.argmin(finite))
+            raise ReplyError(
+                f"meta_info.hidden_states[0] holds a value that is not a finite float32 number "
+                f"(null, NaN, or beyond ±3.4e38) in row {first}"
+            )
         self._filled += n
 
     @staticmethod
@@ -334,3 +344,11 @@ class StatesReader:
 
 
 _NOT_A_BLOCK = "meta_info.hidden_states[0] is not a [tokens][width] block of numbers"
+
+
+def _shape_problem(error: Exception) -> str:
+    """numpy's complaint about a block, in words that name the fault (not numpy's)."""
+    text = str(error)
+    if "sequence" in text or "inhomogeneous" in text or "shape" in text or "broadcast" in text:
+        return "its rows differ in length (ragged) or from the first row's width"
+    return "it holds something other than numbers"

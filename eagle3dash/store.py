@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import sqlite3
@@ -41,6 +42,7 @@ from eagle3dash.home_files import delete_upload
 from eagle3dash.home_files import safe_join as safe_join
 from eagle3dash.home_files import save_upload as save_upload
 from eagle3dash.store_faults import classify, db_wait_s
+from eagle3dash.text import ascii_int
 
 HOME_ENV = "EAGLE3DASH_HOME"
 DEFAULT_HOME = ".eagle3dash"
@@ -417,6 +419,7 @@ def open_store(home: str | os.PathLike[str] | None = None) -> Store:
     store = Store(root)
     try:
         migrate(store)
+        _check_tables(store)
     except sqlite3.Error as e:
         store.close()
         # A damaged database reads as the same line the pages show for it.
@@ -449,7 +452,39 @@ def open_read_only(home: str | os.PathLike[str] | None = None) -> Store:
             f"the home {root} is read-only and its database is from an older eagle3dash "
             f"(schema {version}, this one needs {SCHEMA_VERSION}): {fix}"
         )
+    try:
+        _check_tables(store)
+    except BaseException:
+        store.close()
+        raise
     return store
+
+
+@functools.cache
+def _schema_tables() -> frozenset[str]:
+    """The tables the migrations create, read off an in-memory database built by them."""
+    conn = sqlite3.connect(":memory:")
+    try:
+        for _, _, statements in MIGRATIONS:
+            for sql in statements:
+                conn.execute(sql)
+        rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+    finally:
+        conn.close()
+    return frozenset(name for (name,) in rows if not name.startswith("sqlite_"))
+
+
+def _check_tables(store: Store) -> None:
+    """HomeError naming the tables a migrated database lacks (dropped by hand or a tool): every
+    page would otherwise fail on its first query."""
+    rows = store.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+    missing = sorted(_schema_tables() - {name for (name,) in rows})
+    if missing:
+        raise HomeError(
+            f"the database {store.db_path} lacks its {', '.join(missing)} table"
+            f"{'s' if len(missing) > 1 else ''} (dropped by hand or by a tool): move it aside "
+            f"to start a new one, or restore it from a backup"
+        )
 
 
 def schema_version(db: Database) -> int:
@@ -783,9 +818,10 @@ def _run_filter(status: str | None, search: str | None) -> tuple[str, list[Any]]
             "(findings.rule_id LIKE ? ESCAPE '\\' OR findings.title LIKE ? ESCAPE '\\'))"
         )
         params.extend([like, like])
-        if text.lstrip("#").isdigit():
+        run_id = ascii_int(text.lstrip("#"))
+        if run_id is not None:
             ors.append("runs.id = ?")
-            params.append(int(text.lstrip("#")))
+            params.append(run_id)
         clauses.append("(" + " OR ".join(ors) + ")")
     where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
     return where, params

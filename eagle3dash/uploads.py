@@ -17,6 +17,7 @@ No Streamlit here: the app hands over its UploadedFile objects (anything with `.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -38,7 +39,7 @@ from eagle3dash.checkpoint import CONFIG, inspect, inspect_draft
 from eagle3dash.errors import InputError
 from eagle3dash.identity import checkpoint_digest
 from eagle3dash.provenance import is_run_folder
-from eagle3dash.servebench import PromptFileError, parse_prompt_lines
+from eagle3dash.servebench import MAX_PROMPT_FILE_BYTES, PromptFileError, parse_prompt_bytes
 
 CHUNK = 1 << 20
 ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz")
@@ -48,9 +49,12 @@ UPLOAD_TYPES = ("json", "safetensors", "bin", "zip", "tar", "gz", "tgz")
 PROMPT_TYPES = ("jsonl", "json", "txt")
 MAX_TOTAL_BYTES = 64 << 30  # a Kimi-sized draft is ~5 GB; 64 GiB leaves room for big fp32 ones
 MAX_MEMBERS = 10_000
+# The largest file one upload takes, Streamlit's server.maxUploadSize (.streamlit/config.toml):
+# Streamlit holds an uploaded file in memory until it is stored, and a Kimi-sized EAGLE-3 draft's
+# weights are ~5 GB in one file.
+MAX_UPLOAD_FILE_MB = 8192
 MAX_EXPANSION = 100.0
 EXPANSION_FLOOR = 16 << 20
-MAX_PROMPT_BYTES = 64 << 20
 UNDECLARED_MARGIN = 16 << 20  # configs, tokenizers, readmes: what no safetensors header declares
 _SKIPPED_PREFIXES = ("__MACOSX/",)  # macOS Finder archive junk
 _SKIPPED_NAMES = (".DS_Store",)
@@ -438,7 +442,19 @@ def register_upload(
     `files` is either one archive or the checkpoint's files (each `.name` a plain file name).
     Raises UploadError (an InputError) with the problem; then nothing is registered or left.
     """
-    uploads = list(files)
+    try:
+        return _register_upload(store, list(files), name, limits)
+    except OSError as e:  # a full disk, a quota, an I/O error: the home's disk, not the upload
+        why = "the disk is full" if e.errno in (errno.ENOSPC, errno.EDQUOT) else e.strerror
+        raise UploadError(
+            f"the upload could not be written into the home {store.home} ({why or e}): free "
+            f"space there (or set {db.HOME_ENV} to a folder on a larger disk) and upload again"
+        ) from None
+
+
+def _register_upload(
+    store: db.Store, uploads: list[NamedStream], name: str | None, limits: UploadLimits
+) -> UploadedCheckpoint:
     if not uploads:
         raise UploadError("no files uploaded: upload config.json and the .safetensors files")
     names = [str(getattr(u, "name", "") or "") for u in uploads]
@@ -601,29 +617,28 @@ def register_path(
 # --- prompts -----------------------------------------------------------------------------------
 
 
-def save_prompt_file(
-    store: db.Store, upload: NamedStream, max_bytes: int = MAX_PROMPT_BYTES
-) -> tuple[Path, int]:
+def save_prompt_file(store: db.Store, upload: NamedStream) -> tuple[Path, int]:
     """Validate an uploaded JSONL prompt file and keep it as prompts/<sha256>.jsonl.
 
     Returns the saved path (for DiagnoseOptions.prompts) and the number of prompts.
     """
     label = PurePosixPath(str(getattr(upload, "name", "prompts.jsonl")).replace("\\", "/")).name
     _rewind(upload)
-    data = upload.read(max_bytes + 1)
-    if len(data) > max_bytes:
-        raise PromptFileError(f"{label}: larger than {_size(max_bytes)}; use fewer prompts")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise PromptFileError(f"{label}: not UTF-8 text ({e})") from None
-    prompts = parse_prompt_lines(text.splitlines(), label)
+    data = upload.read(MAX_PROMPT_FILE_BYTES + 1)
+    prompts = parse_prompt_bytes(data, label)
     sha = hashlib.sha256(data).hexdigest()
     folder = store.path("prompts")
     folder.mkdir(exist_ok=True)
     path = store.path("prompts", f"{sha}.jsonl")
     if not path.is_file():
         tmp = path.with_suffix(".tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
+        try:
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
+        except OSError as e:
+            tmp.unlink(missing_ok=True)
+            raise PromptFileError(
+                f"{label}: could not be written into the home {store.home} ({e.strerror or e}): "
+                "free space there and upload again"
+            ) from None
     return path, len(prompts)

@@ -45,8 +45,9 @@ def no_exception(at: AppTest) -> None:
 
 
 def plain(text: str) -> str:
-    """Markdown source as the reader sees it: backslash escapes removed."""
-    return re.sub(r"\\(.)", r"\1", text)
+    """Markdown source as the reader sees it: backslash escapes and the zero-width spaces that
+    keep URLs from becoming links (fmt.md_escape) removed."""
+    return re.sub(r"\\(.)", r"\1", text).replace("\u200b", "")
 
 
 def texts(at: AppTest, *kinds: str) -> str:
@@ -55,8 +56,14 @@ def texts(at: AppTest, *kinds: str) -> str:
 
 
 def frames(at: AppTest) -> list[pd.DataFrame]:
-    """Every table on the page, as data frames."""
-    return [d.value for d in at.dataframe] + [t.value for t in at.table]
+    """Every table on the page, as data frames (a static table's Markdown cells as read)."""
+    return [d.value for d in at.dataframe] + [plain_frame(t.value) for t in at.table]
+
+
+def plain_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """A static table (st.table renders each cell as Markdown) as the reader sees it."""
+    shown = frame.map(lambda v: plain(v) if isinstance(v, str) else v)
+    return shown.rename(columns=lambda c: plain(c) if isinstance(c, str) else c)
 
 
 def frame_with(at: AppTest, column: str) -> pd.DataFrame:

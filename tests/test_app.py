@@ -673,7 +673,7 @@ def test_new_run_probes_the_endpoint_and_submits_to_the_run_page(world, home) ->
     assert endpoint.label == "Endpoint URL (the server running the target with this draft)"
     endpoint.set_value(world["url"]).run()
     no_exception(at)
-    metrics = {m.label: m.value for m in at.metric}
+    metrics = {m.label: plain(m.value) for m in at.metric}
     assert metrics["SGLang version"] == "0.5.23" and metrics["Speculative"] == "EAGLE3"
     assert metrics["Draft steps"] == "3" and metrics["Hidden states"] == "on"
     assert "Before you submit" in texts(at)  # the probe checked against the checkpoint
@@ -892,23 +892,34 @@ def test_a_home_that_is_a_file_is_one_clear_page(tmp_path, monkeypatch, page) ->
     )
 
 
-def test_loopback_asks_nothing_and_a_network_bind_asks_for_the_token(home, monkeypatch) -> None:
+def test_loopback_asks_nothing_and_a_network_address_needs_the_gate(home, monkeypatch) -> None:
+    from streamlit import config
+
+    from eagle3dash.ui import access
+
     at = app()
-    assert "Access token" not in [t.label for t in at.text_input]
-    monkeypatch.setenv("EAGLE3DASH_BIND", "0.0.0.0")
-    monkeypatch.delenv("EAGLE3DASH_TOKEN", raising=False)
-    at = app()
-    no_exception(at)
-    assert "no access token is set: set EAGLE3DASH_TOKEN" in texts(at, "error")
-    assert "Runs" not in [t.value for t in at.title]
-    monkeypatch.setenv("EAGLE3DASH_TOKEN", "s3cret")
-    at = app("run", run="1")
-    assert [t.label for t in at.text_input] == ["Access token"]
-    at.text_input(key="_access_token").input("wrong").run(timeout=TIMEOUT)
-    assert "That is not the access token." in texts(at, "error")
-    at.text_input(key="_access_token").input("s3cret").run(timeout=TIMEOUT)
-    no_exception(at)
-    assert "Run #1" in [t.value for t in at.title] or "There is no run #1" in texts(at, "error")
+    assert "Runs" in [t.value for t in at.title]
+    # The environment no longer decides: EAGLE3DASH_BIND=127.0.0.1 with a network server.address.
+    monkeypatch.setenv("EAGLE3DASH_BIND", "127.0.0.1")
+    monkeypatch.setattr(access, "_gates", [])
+    previous = config.get_option("server.address")
+    config.set_option("server.address", "0.0.0.0")
+    try:
+        at = app("run", run="1")
+        no_exception(at)
+        assert texts(at, "error") == (
+            "This app listens on 0.0.0.0, a network address, without its access gate (uploads "
+            "and media would be open to anyone): start it with `make run BIND=...` or "
+            "`streamlit run serve.py`, or serve on 127.0.0.1 and reach it through an SSH tunnel."
+        )
+        assert "Runs" not in [t.value for t in at.title]
+        monkeypatch.setattr(access, "_gates", [object()])  # a gate in front, but no cookie
+        at = app()
+        assert texts(at, "error") == (
+            "This session has not given the access token: open /_eagle3dash/access."
+        )
+    finally:
+        config.set_option("server.address", previous)
 
 
 def test_guard_turns_an_unexpected_exception_into_one_box(home) -> None:

@@ -95,13 +95,13 @@ def test_try_it_on_the_demo_fills_the_form_and_reaches_the_mismatch(home, demo_s
     assert "not a serving engine" in shown
     assert "each target forward sleeps 10 ms, each draft step 1 ms" in shown
     endpoint, baseline = at.metric[:4], at.metric[4:]  # the baseline's panel comes second
-    assert [(m.label, m.value) for m in endpoint] == [
+    assert [(m.label, plain(m.value)) for m in endpoint] == [
         ("SGLang version", "0.5.23"),
         ("Speculative", "EAGLE3"),
         ("Draft steps", "4"),
         ("Hidden states", "on"),
     ]
-    assert [m.value for m in baseline] == ["0.5.23", "none", "—", "off"]
+    assert [plain(m.value) for m in baseline] == ["0.5.23", "none", "—", "off"]
     assert at.number_input(key="opt_steps").value == 4
     assert "No problems found in the server's settings or against this checkpoint." in shown
     # A rerun reuses the endpoints; the same click again keeps them.

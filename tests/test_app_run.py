@@ -36,6 +36,7 @@ from tests.appkit import (
     frames,
     no_exception,
     plain,
+    plain_frame,
     run_queued,
     speculative_double,
     texts,
@@ -346,9 +347,9 @@ def test_compare_shows_the_speedup_above_the_table_and_keeps_the_match_column(wo
     assert metrics[f"Speedup, run B #{b}"] == "—"
     assert f"Measured accept length, run B #{b}" in metrics
     # The comparison is a static table: long text wraps instead of hiding in a scroll box.
-    (table,) = at.table
-    assert table.value.columns.tolist() == ["quantity", "run A", "run B", "change (B - A)"]
-    speedup = table.value.set_index("quantity").loc["speedup"].tolist()
+    (table,) = [plain_frame(t.value) for t in at.table]
+    assert table.columns.tolist() == ["quantity", "run A", "run B", "change (B - A)"]
+    speedup = table.set_index("quantity").loc["speedup"].tolist()
     assert speedup == [f"{full['speedup']:.2f}x", "—", "—"]
     # Each run's slot table, half a page wide: the match right after the slot, taps in words.
     slot_tables = [d for d in at.dataframe if "match" in d.value.columns]

@@ -5,7 +5,8 @@ call timeout (a hang fails the test; nothing is timed), and nothing written outs
 The CLI runs in-process (`cli.main`) in a thread with a timeout; the home-folder cases run the
 worker as a subprocess, as a user who cannot write when the tests run as root (root writes
 anywhere). Endpoints are local servers (tests/httpserver.py) that are down, drip, flood, answer
-HTML or are not SGLang.
+HTML or are not SGLang. The second pass (the access gate, escaping, bounds, deadlines, CLI edges)
+is tests/test_bad_inputs_hardening.py: `pytest tests/test_bad_inputs*.py` runs the whole suite.
 """
 
 from __future__ import annotations

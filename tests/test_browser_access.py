@@ -1,11 +1,13 @@
-"""The access gate in a real headless Chromium: an app told it listens on a network address
-(EAGLE3DASH_BIND=0.0.0.0, while the test server itself stays on 127.0.0.1) shows neither its runs
-nor its pages until the browser session gives the token from EAGLE3DASH_TOKEN.
+"""The access gate in a real headless Chromium: the app started as `make run` starts it
+(`streamlit run serve.py`) on this machine's own network address, with EAGLE3DASH_BIND still saying
+127.0.0.1 (the socket decides), shows neither its runs nor its pages until the browser gives the
+token from EAGLE3DASH_TOKEN in the gate's form; then every door works, an upload included.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -13,8 +15,13 @@ import pytest
 from playwright.sync_api import expect
 
 from eagle3dash import store as db
+from eagle3dash.checkpoint import save
+from eagle3dash.testing.tensors import random_tensors
+from tests.specs import tiny_spec
+from tests.test_bad_inputs_hardening import _network_address
 from tests.test_browser import (  # skips this module too when chromium is missing
     ROOT,
+    UI_MS,
     _free_port,
     _idle,
     _page,
@@ -30,7 +37,10 @@ ENDPOINT = "http://gpubox-secret:30000"  # the run's endpoint: shown only past t
 
 @pytest.fixture(scope="module")
 def gated(tmp_path_factory):
-    """The app on a 'network bind' with a token, its home holding one run."""
+    """The app behind its gate on a network address with a token, its home holding one run."""
+    host = _network_address()
+    if host is None:
+        pytest.skip("this machine has no non-loopback IPv4 address to listen on")
     root = tmp_path_factory.mktemp("browser-access")
     home = root / "home"
     with db.open_store(home) as store:
@@ -38,49 +48,69 @@ def gated(tmp_path_factory):
     env = {
         **os.environ,
         "EAGLE3DASH_HOME": str(home),
-        "EAGLE3DASH_BIND": "0.0.0.0",
+        "EAGLE3DASH_BIND": "127.0.0.1",  # ignored: the listening address decides
         "EAGLE3DASH_TOKEN": TOKEN,
         "PYTHONUNBUFFERED": "1",
     }
     log = root / "app.log"
     port = _free_port()
-    command = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port)]
-    command += ["--server.address", "127.0.0.1", "--server.headless", "true"]
+    command = [sys.executable, "-m", "streamlit", "run", "serve.py", "--server.port", str(port)]
+    command += ["--server.address", host, "--server.headless", "true"]
     with log.open("wb") as out:
         proc = subprocess.Popen(
             command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
     try:
-        url = f"http://127.0.0.1:{port}"
+        url = f"http://{host}:{port}"
         wait_healthy(url, {"app": proc}, {"app": log})
-        yield url
+        yield {"url": url, "root": root, "store": home}
     finally:
         _stop(proc)
         print(f"\n===== app log ({log}) =====\n{_tail(log)}")
 
 
-def test_the_gate_hides_the_runs_until_the_token_is_given(gated, browser) -> None:  # noqa: F811
+def test_the_gate_hides_every_page_until_the_token_is_given(gated, browser) -> None:  # noqa: F811
     page = _page(browser)
-    for path in ("/", "/run?run=1"):  # a deep link is gated too
-        page.goto(gated + path)
-        box = page.get_by_label("Access token", exact=True)
-        expect(box).to_be_visible()
-        _idle(page)
-        body = page.locator('[data-testid="stApp"]').inner_text()
-        assert "gpubox-secret" not in body and "Runs 1" not in body
-        expect(page.get_by_role("heading", name="Runs")).to_have_count(0)
+    for path in ("/", "/run?run=1", "/new_run"):  # a deep link is gated too
+        response = page.goto(gated["url"] + path)
+        assert response is not None and response.status == 401
+        expect(page.get_by_label("Access token")).to_be_visible(timeout=UI_MS)
+        assert "gpubox-secret" not in page.content()
+    box = page.get_by_label("Access token")
     box.fill("not-the-token")
     box.press("Enter")
-    expect(page.get_by_text("That is not the access token.")).to_be_visible()
-    assert "gpubox-secret" not in page.locator('[data-testid="stApp"]').inner_text()
-    page.goto(gated + "/")
-    box = page.get_by_label("Access token", exact=True)
+    expect(page.get_by_text("That is not the access token.")).to_be_visible(timeout=UI_MS)
+    assert "gpubox-secret" not in page.content()
+    box = page.get_by_label("Access token")
     box.fill(TOKEN)
     box.press("Enter")
-    expect(page.get_by_role("heading", name="Runs")).to_be_visible()
-    expect(page.get_by_text("Runs 1–1 of 1")).to_be_visible()
+    expect(page.get_by_role("heading", name="Runs")).to_be_visible(timeout=UI_MS)
+    expect(page.get_by_text("Runs 1–1 of 1")).to_be_visible(timeout=UI_MS)
     _idle(page)
-    # The session keeps its access: another page opens without the gate.
+    # The browser keeps its access: another page and a deep link open without the form.
     page.get_by_role("link", name="Checkpoints").click()
-    expect(page.get_by_role("heading", name="Checkpoints")).to_be_visible()
-    expect(page.get_by_label("Access token", exact=True)).to_have_count(0)
+    expect(page.get_by_role("heading", name="Checkpoints")).to_be_visible(timeout=UI_MS)
+    page.goto(gated["url"] + "/run?run=1")
+    expect(page.get_by_role("heading", name="Run #1")).to_be_visible(timeout=UI_MS)
+
+
+def test_an_upload_passes_the_gate_with_the_token(gated, browser) -> None:  # noqa: F811
+    spec = tiny_spec(aux_layer_ids=(1, 2, 3), aux_ids_location="eagle_config")
+    draft = save(spec, random_tensors(spec, seed=3), gated["root"] / "gate-draft", "specforge")
+    page = _page(browser)
+    page.goto(gated["url"] + "/")
+    box = page.get_by_label("Access token")
+    box.fill(TOKEN)
+    box.press("Enter")
+    expect(page.get_by_role("heading", name="Runs")).to_be_visible(timeout=UI_MS)
+    page.goto(gated["url"] + "/new_run")
+    _idle(page)
+    page.get_by_test_id("stRadio").first.get_by_text("An upload", exact=True).click()
+    _idle(page)
+    uploader = page.locator('[data-testid="stFileUploaderDropzoneInput"]')
+    uploader.set_input_files([draft / "config.json", draft / "model.safetensors"])
+    expect(page.get_by_text(re.compile(r"^Registered checkpoint #\d+"))).to_be_visible(
+        timeout=UI_MS
+    )
+    with db.open_store(gated["store"]) as store:
+        assert len(db.list_checkpoints(store)) == 1

@@ -249,7 +249,7 @@ def test_mode_last_cannot_capture_and_says_how_to_restart(server_info: dict) -> 
     assert str(refused.value) == (
         f"{served.url} returns only the last token's hidden state (--return-hidden-states-mode "
         "last) and refuses return_hidden_states=true: restart it with --return-hidden-states-mode "
-        f"full (server said: {HIDDEN_STATES_ABOVE_LAST})"
+        "full"  # SGLang's own words are classified, not echoed
     )
 
 
@@ -400,7 +400,10 @@ def test_sglangs_refusal_text_is_no_hidden_states_not_success(refusal: str) -> N
     assert served.hits("POST", "/generate") == 1
     assert info.value.kind == EndpointError.NO_HIDDEN_STATES
     assert info.value.status == 400
-    assert_one_line(info.value, served.url, "--enable-return-hidden-states", refusal)
+    assert str(info.value) == (  # recognised, said in our words, its text not echoed
+        f"{served.url} was started without --enable-return-hidden-states, so it cannot return "
+        "hidden states: restart it with --enable-return-hidden-states"
+    )
 
 
 def test_agenerate_on_a_shared_session(replay: Served) -> None:
@@ -586,10 +589,10 @@ def test_slow_server_times_out_without_retry() -> None:
             client.generate(text="x")
         assert s.hits("POST", "/generate") == 1  # a generate that timed out is never resent
     assert info.value.kind == EndpointError.TIMEOUT
-    assert_one_line(info.value, s.url, "slow: no answer within 0.2 s")
+    assert_one_line(info.value, s.url, "slow: no complete answer within 0.2 s")
 
 
-def test_server_error_shows_its_text_without_retry() -> None:
+def test_server_error_names_a_known_cause_without_its_text_or_a_retry() -> None:
     message = "CUDA out of memory. Tried to allocate 2.00 GiB"
     with serve(lambda req: Reply(500, {"error": {"message": message}})) as s:
         with pytest.raises(EndpointError) as info:
@@ -597,7 +600,10 @@ def test_server_error_shows_its_text_without_retry() -> None:
         assert s.hits("POST", "/generate") == 1
     assert info.value.kind == EndpointError.SERVER_ERROR
     assert info.value.status == 500
-    assert_one_line(info.value, s.url, "HTTP 500", message)
+    assert str(info.value) == (
+        f"POST {s.url}/generate failed with HTTP 500 (the server ran out of GPU memory; its reply: "
+        "application/json, 72 bytes): the server's log says why"
+    )
 
 
 def test_aborted_generate() -> None:
@@ -608,7 +614,10 @@ def test_aborted_generate() -> None:
     }
     with serve(lambda req: Reply(200, body)) as s, pytest.raises(EndpointError) as info:
         SGLangClient(s.url).generate(text="x")
-    assert_one_line(info.value, s.url, "aborted", "input too long")
+    assert str(info.value) == (
+        f"POST {s.url}/generate: the server aborted the request (the prompt is longer than the "
+        "context length): its log says why"
+    )
 
 
 def test_api_key_is_sent_and_refusal_explained() -> None:

@@ -300,8 +300,8 @@ def test_prompt_files_are_validated_and_kept(store) -> None:
         save_prompt_file(store, Upload("q.jsonl", b'{"prompt": "hi"}\n[1]\n'))
     with pytest.raises(PromptFileError, match="not UTF-8"):
         save_prompt_file(store, Upload("r.jsonl", b"\xff\xfe"))
-    with pytest.raises(PromptFileError, match="larger than"):
-        save_prompt_file(store, Upload("s.jsonl", b"x" * 100), max_bytes=10)
+    with pytest.raises(PromptFileError, match="s.jsonl: larger than 64 MiB"):
+        save_prompt_file(store, Upload("s.jsonl", b"x" * ((64 << 20) + 1)))
 
 
 # --- the same checkpoint, however it arrives ---------------------------------------------------

@@ -39,7 +39,7 @@ if unknown:
 
 widgets.share_link("compare", a=a, b=b)
 widgets.compare_headline(runs["A"], runs["B"])
-st.table(tables.compare_frame(runs["A"], runs["B"]), hide_index=True)
+widgets.text_table(tables.compare_frame(runs["A"], runs["B"]))
 
 chart = charts.compare_acceptance_chart(
     {f"{k} #{r['id']}": tables.diagnosis_metrics(r.get("diagnosis")) for k, r in runs.items()}

@@ -47,6 +47,7 @@ from eagle3dash.findings.server_rules import (
     rule_hidden_states_off,
     rule_hidden_states_truncated,
     rule_no_speculation,
+    rule_server_claims_implausible,
     rule_speculative_adaptive,
 )
 from eagle3dash.findings.training_rules import (
@@ -67,6 +68,7 @@ RULES: tuple[Callable[[Evidence], list[Finding]], ...] = (
     rule_training_readings,
     rule_algorithm_eagle,
     rule_no_speculation,
+    rule_server_claims_implausible,
     rule_draft_differs,
     rule_aux_ids_not_read,
     rule_capture_rule_version,

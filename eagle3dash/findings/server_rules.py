@@ -47,6 +47,29 @@ def rule_algorithm_eagle(e: Evidence) -> list[Finding]:
     ]
 
 
+def rule_server_claims_implausible(e: Evidence) -> list[Finding]:
+    """The server claims draft steps, topk or draft tokens no SGLang server runs with (a negative
+    count, 10**9 steps): those values are not used, and this says which.
+
+    Bounds: sglang.CLAIM_BOUNDS (arg_groups/speculative_hook.py, 0.5.23)."""
+    implausible = getattr(e.speculative, "implausible", None)  # stored reports predate it
+    if not implausible:
+        return []
+    claims = ", ".join(implausible)
+    return [
+        Finding(
+            "server-claims-implausible",
+            "warning",
+            f"The server reports speculative settings no SGLang server runs with ({claims}), so "
+            "they were not used: the draft steps come from the form or the defaults.",
+            f"{e.server.url if e.server else 'the server'} /server_info: {claims}.",
+            "Check that the URL points at the SGLang server you started, and give the draft "
+            "steps explicitly (--steps).",
+            {"implausible": list(implausible)},
+        )
+    ]
+
+
 def rule_no_speculation(e: Evidence) -> list[Finding]:
     """The endpoint runs without speculative decoding.
 

@@ -8,6 +8,7 @@ links, no emphasis, no LaTeX, no emoji shortcodes.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Literal
 from urllib.parse import urlencode
 
@@ -37,12 +38,21 @@ STATUS_ICONS = {
 _MD_SPECIAL = set("\\`*_{}[]()<>#+-.!|~$:&")
 
 
+# Streamlit's Markdown (remark-gfm) turns URLs, www. names and e-mail addresses in plain text into
+# links after escapes are read, so backslashes cannot stop them: a zero-width space inside each
+# ("http:\u200b//", "www\u200b.", "@\u200b") leaves the text as it reads and links nothing.
+ZERO_WIDTH_SPACE = "\u200b"
+_AUTOLINKS = re.compile(r"(?<=:)(?=//)|(?<=www)(?=\.)|(?<=@)", re.IGNORECASE)
+
+
 def md_escape(text: Any) -> str:
-    """Text shown literally by st.markdown (and every Markdown label): specials backslashed."""
+    """Text shown literally by st.markdown (and every Markdown label): specials backslashed, no
+    link made of a URL, www. name or e-mail address in it. The one helper every foreign text
+    (a server's, a checkpoint's, a file name, a user's) goes through on a page."""
     if text is None:
         return ""
     out = []
-    for ch in str(text):
+    for ch in _AUTOLINKS.sub(ZERO_WIDTH_SPACE, str(text)):
         if ch in _MD_SPECIAL:
             out.append("\\" + ch)
         elif ch == "\n":

@@ -19,10 +19,12 @@ from eagle3dash import jobs as jobq
 from eagle3dash.diagnosis.options import SCHEMA, Kind
 from eagle3dash.errors import InputError
 from eagle3dash.probe import Probe, probe
+from eagle3dash.text import ascii_int
 from eagle3dash.ui import charts, provenance, tables, words
 from eagle3dash.ui.fmt import (
     DASH,
     delta,
+    is_missing,
     md_escape,
     num,
     page_url,
@@ -82,6 +84,13 @@ def demo_context(run: Mapping[str, Any]) -> None:
             query_params={"run": str(int(fixed))},
             icon="🔧",
         )
+
+
+def text_table(frame: pd.DataFrame) -> None:
+    """A static table whose cells wrap; st.table renders each cell as Markdown, so every text cell
+    and header goes through md_escape (a checkpoint name or a server's message is text)."""
+    shown = frame.map(lambda v: md_escape(v) if isinstance(v, str) else v)
+    st.table(shown.rename(columns=lambda c: md_escape(c)), hide_index=True)
 
 
 def show_error(error: BaseException) -> None:
@@ -259,6 +268,9 @@ def verdict_banner(diagnosis: Mapping[str, Any]) -> None:
                 f"draft steps; its layout is {words.source_words(verdict.get(f'{side}_source'))}."
             ),
         )
+        why_not = (diagnosis.get(side) or {}).get("capture_error")
+        if why_not and is_missing(verdict.get(f"sim_accept_{side}")):
+            column.caption("Not evaluated: " + md_escape(why_not))  # where the number would be
     columns[3].metric(
         "Speedup vs baseline",
         ratio(verdict.get("speedup")),
@@ -274,7 +286,7 @@ def verdict_banner(diagnosis: Mapping[str, Any]) -> None:
 def sides_table(diagnosis: Mapping[str, Any]) -> None:
     """The training vs serving table, whether the endpoint serves this checkpoint's draft, and
     the trainer's own eval beside the training side (a run folder's, converted)."""
-    st.table(tables.sides_frame(diagnosis), hide_index=True)  # long text wraps
+    text_table(tables.sides_frame(diagnosis))  # long text wraps
     identity = words.identity_words(diagnosis.get("draft_identity"))
     if identity:
         st.caption("Draft on the endpoint: " + md_escape(identity))
@@ -510,10 +522,10 @@ def query_int(name: str) -> tuple[int | None, str | None]:
     raw = st.query_params.get(name)
     if raw is None or raw == "":
         return None, None
-    text = str(raw).strip().lstrip("#")
-    if not text.isdigit() or int(text) <= 0 or len(text) > 18:
+    value = ascii_int(str(raw).strip().lstrip("#"))
+    if value is None or value <= 0:
         return None, str(raw)
-    return int(text), None
+    return value, None
 
 
 def guard(fn, *args: Any, **kwargs: Any) -> Any:
@@ -660,8 +672,8 @@ def probe_panel(
     server = value.server
     spec = server.speculative
     cols = st.columns(4)
-    cols[0].metric("SGLang version", server.version or "unknown")
-    cols[1].metric("Speculative", spec.algorithm if spec else "none")
+    cols[0].metric("SGLang version", md_escape(server.version or "unknown"))
+    cols[1].metric("Speculative", md_escape(spec.algorithm) if spec else "none")
     cols[2].metric("Draft steps", str(spec.num_steps) if spec else "—")
     cols[3].metric("Hidden states", HIDDEN_STATES_WORDS.get(server.hidden_states, "off"))
     st.caption("Model: " + md_escape(server.model_path or "unknown"))
