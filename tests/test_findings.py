@@ -212,10 +212,12 @@ def test_seed_on_0_5_12_kimi_layout_mismatch_first_and_says_to_upgrade() -> None
     # At the server's chain length (3 steps), the one that its measured accept length reflects.
     assert "simulated accept length 2.85 at 3 steps, top-1 0.80" in first.evidence
     assert "simulated accept length 1.06 at 3 steps, top-1 0.05" in first.evidence
-    # Tap(0) is not capturable on 0.5.12 for Kimi: upgrade to 0.5.16+, with its ids
-    assert "0.5.16 or later" in first.fix and "[0, 3, 31]" in first.fix
+    # Tap(0) is not capturable on 0.5.12 for Kimi: the newest release that feeds the taps
+    # (0.5.23, as every release from 0.5.16 on), with its ids
+    assert "serve with SGLang 0.5.23 (every release read from 0.5.16 on feeds them)" in first.fix
+    assert "[0, 3, 31]" in first.fix
     assert "retrain" in first.fix
-    assert first.data["sglang_version"] == "0.5.16"
+    assert first.data["sglang_version"] == "0.5.23"
     ids = first.data["config_ids"]
     fixed = replace(draft(), aux_layer_ids=tuple(ids), aux_ids_location="eagle_config")
     for version in ("0.5.16", "0.5.23"):
@@ -770,7 +772,7 @@ def test_capture_error_fix_says_to_upgrade() -> None:
         diagnose(_llama("0.5.21", ids=(-1, 15, 28), training=(Tap(0), Tap(16), Tap(29)))),
         "capture-error",
     )
-    assert "0.5.22 or later" in f.fix and f.data["config_ids"] == [-1, 15, 28]
+    assert "every release read from 0.5.22 on" in f.fix and f.data["config_ids"] == [-1, 15, 28]
 
 
 def test_impossible_layout_says_retrain() -> None:
@@ -905,6 +907,7 @@ def test_finding_to_dict_and_severity_check() -> None:
         "evidence": "E",
         "fix": "F",
         "data": {"a": 1},
+        "basis": "observed",
     }
     json.dumps([g.to_dict() for g in diagnose(seed("0.5.12"))])
     with pytest.raises(ValueError):
@@ -950,3 +953,29 @@ def test_nan_weights_are_the_first_critical_finding() -> None:
     assert ids_of(found)[0] == "weights-not-finite" and found[0].severity == "critical"
     assert "fc.weight holds 3 NaN and 0 Inf values" in found[0].evidence
     assert "checkpoint-problems" not in ids_of(found)  # the same line is not listed twice
+
+
+def test_deepseek_first_id_case_names_the_newest_release_that_feeds_the_taps() -> None:
+    # Trained on the states after blocks 1, 30 and 58 (SpecForge ids [0, 29, 57]). From 0.5.13
+    # a first id 0 is kept verbatim (the embedding) and 1 becomes 2 (PR #25454): no ids lead
+    # with Tap(1) on 0.5.23. Up to 0.5.12 every id is + 1; 0.5.10 and before feed CUDA-graph
+    # decode the defaults. So the newest release is 0.5.12, with ids [0, 29, 57].
+    trained = (Tap(1), Tap(30), Tap(58))
+    spec = draft(aux_layer_ids=(0, 29, 57))
+    arch = "DeepseekV3ForCausalLM"
+    layouts = predict_layouts(
+        spec, N, training_override=trained, sglang_version="0.5.23", arch=arch
+    )
+    e = Evidence(
+        report=report(spec),
+        num_target_layers=N,
+        arch=arch,
+        layouts=layouts,
+        sglang_version="0.5.23",
+    )
+    f = only(diagnose(e), "layout-mismatch")
+    assert f.data["config_ids"] == [0, 29, 57] and f.data["sglang_version"] == "0.5.12"
+    assert "serve with SGLang 0.5.12 (the releases read that feed them: 0.5.11 and 0.5.12)" in (
+        f.fix
+    )
+    assert f.basis == "predicted"  # no side was measured: the finding says it rests on rules

@@ -1,0 +1,112 @@
+"""Severity by impact: what a difference between the sides costs, against the measurement's noise.
+
+The one place for the thresholds (README, "The verdict"): a difference is critical only when its
+measured or simulated cost is material (MATERIAL_ACCEPT_LENGTH tokens per round, or
+MATERIAL_TOP1 of step-1 accuracy), a warning when smaller but beyond the noise (NOISE_SE standard
+errors: over the sequences of the standalone draft's evaluations, or over the benchmark's
+requests), an info note when within it. A difference whose cost was not measured keeps the
+severity of what it predicts, and says it rests on a prediction (its `basis`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from eagle3dash.findings.core import Evidence, _fmt
+
+MATERIAL_ACCEPT_LENGTH = 0.5  # tokens per verify round
+MATERIAL_TOP1 = 0.15  # step-1 accuracy, as a share
+NOISE_SE = 2.0  # a difference within this many standard errors is noise
+MATERIAL_GAIN = 0.05  # advice changes a served setting only for a gain at least this large
+
+
+def standard_error(values: Sequence[float | None]) -> float | None:
+    """The standard error of the mean of the finite values; None with fewer than two."""
+    xs = [float(v) for v in values if v is not None and not math.isnan(float(v))]
+    if len(xs) < 2:
+        return None
+    mean = sum(xs) / len(xs)
+    return math.sqrt(sum((x - mean) ** 2 for x in xs) / (len(xs) - 1) / len(xs))
+
+
+def noise(values: Sequence[float | None]) -> float:
+    """NOISE_SE standard errors of the mean of these values (0 with fewer than two)."""
+    se = standard_error(values)
+    return 0.0 if se is None else NOISE_SE * se
+
+
+def _per_sequence(ev: object) -> list[float]:
+    return list(getattr(ev, "accept_length_per_sequence", None) or [])
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What serving loses against training: accept length per round and step-1 accuracy, and the
+    noise of that accept-length difference."""
+
+    accept_length: float  # training's minus serving's (simulated, or measured when not)
+    top1: float | None  # training's minus serving's step-1 accuracy, when both were evaluated
+    noise: float  # NOISE_SE standard errors of the accept-length difference
+    how: str  # what was compared, for the evidence line
+
+    def severity(self) -> str:
+        """critical when material, warning when beyond the noise, info within it."""
+        top1 = self.top1 or 0.0
+        if self.accept_length >= MATERIAL_ACCEPT_LENGTH or top1 >= MATERIAL_TOP1:
+            return "critical"
+        if self.accept_length > self.noise:
+            return "warning"
+        return "info"
+
+    def text(self) -> str:
+        """The cost in one clause, with its noise."""
+        top1 = "" if self.top1 is None else f", step-1 accuracy {100 * self.top1:+.1f} points"
+        return (
+            f"cost {self.how}: {_fmt(self.accept_length)} tokens per round (noise "
+            f"±{_fmt(self.noise)}){top1}"
+        )
+
+
+def _at_steps(ev: object, steps: int | None) -> float:
+    at = getattr(ev, "steps", None)
+    return ev.simulated_accept_length(at if steps is None else min(steps, at))  # type: ignore[attr-defined]
+
+
+def _top1(ev: object) -> float | None:
+    accuracy = getattr(ev, "accuracy", None)
+    return accuracy[0] if accuracy else None
+
+
+def layout_cost(e: Evidence) -> Cost | None:
+    """What the sides' difference costs: the training side's simulated accept length (at the
+    server's steps) minus the serving side's, paired over the same sequences when both were
+    evaluated on them; else minus the endpoint's measured accept length; None when neither
+    was measured."""
+    t_ev, s_ev = e.training_eval, e.serving_eval
+    if t_ev is None:
+        return None
+    steps = e.simulation_steps()
+    t_len = _at_steps(t_ev, steps)
+    a = _per_sequence(t_ev)
+    if s_ev is not None:
+        b = _per_sequence(s_ev)
+        if a and len(a) == len(b):
+            spread = noise([x - y for x, y in zip(a, b, strict=True)])
+        else:
+            spread = math.hypot(noise(a), noise(b))
+        t1, s1 = _top1(t_ev), _top1(s_ev)
+        top1 = None if t1 is None or s1 is None else t1 - s1
+        return Cost(
+            t_len - _at_steps(s_ev, steps),
+            top1,
+            spread,
+            "simulated, training side minus serving side",
+        )
+    m = e.measured
+    measured = getattr(m, "accept_length", None)
+    if m is None or measured is None:
+        return None
+    spread = math.hypot(noise(a), noise(m.accept_length_per_request))
+    return Cost(t_len - measured, None, spread, "training side simulated minus measured")
