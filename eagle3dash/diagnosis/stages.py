@@ -289,11 +289,34 @@ def capture_serving(run: _Run, prompts: list[Prompt]) -> None:
         capture = _capture(run, run.tokens, CAPTURE_SERVING, 0.08, 0.27)
     except (CaptureError, EndpointError) as e:
         run.capture_error = str(e)
+        run.not_checked.append(
+            NotChecked(
+                "serving-states",
+                "the server refused or failed the capture of the states it feeds the draft",
+                action=_capture_remedy(run),
+            )
+        )
         return
     if run.options.capture_dir:
         save_capture(capture, run.options.capture_dir)
     run.serving_capture = capture
     run.tokens = [seq.input_ids.tolist() for seq in capture.sequences]
+
+
+def _capture_remedy(run: _Run) -> str:
+    """The one thing that lets a refused serving capture run: a larger prefill chunk when the
+    capture sequences do not fit the server's, else the server's log."""
+    from eagle3dash.capture.from_sglang import REFERENCE_TAIL
+
+    chunk = run.server.chunked_prefill_size
+    generated = run.options.max_new_tokens + REFERENCE_TAIL
+    longest = max((len(ids) for ids in run.tokens), default=0) + generated
+    if chunk is not None and longest > chunk:
+        return (
+            f"restart the server with --chunked-prefill-size {longest} or more (or ask for fewer "
+            "new tokens)"
+        )
+    return "read the capture error below, fix the server or the prompts, and run again"
 
 
 def _capture(run: _Run, tokens: list[list[int]], stage: str, start: float, span: float) -> Capture:
@@ -571,6 +594,13 @@ def _bench(run: _Run, prompts: list[Prompt], **how: Any) -> BenchResult | None:
         return run_bench(options.endpoint, prompts, timeout=options.timeout, **how)
     except EndpointError as e:
         run.warnings.append(f"profile: a benchmark of {options.endpoint} failed: {e}")
+        failed = NotChecked(
+            "profile-benchmark",
+            "a benchmark of the acceptance profile failed, so part of the profile is missing",
+            action="read the warning below and run the diagnosis again",
+        )
+        if failed not in run.not_checked:
+            run.not_checked.append(failed)
         return None
 
 
@@ -629,6 +659,14 @@ def profile_formats(
                 capture = _capture(run, variant.ids, PROFILE, 0.97, 0.0)
             except (CaptureError, EndpointError) as e:
                 run.warnings.append(f"profile: the {variant.format} capture failed: {e}")
+                run.not_checked.append(
+                    NotChecked(
+                        f"profile-{variant.format}-capture",
+                        f"the serving capture of the {variant.format} prompts failed, so that "
+                        "row has no simulated accept length",
+                        action=_capture_remedy(run),
+                    )
+                )
             else:
                 evaluated = _evaluate(run, capture, tuple(capture.taps))
                 sim = None if evaluated is None else evaluated.simulated_accept_length(run.steps)
