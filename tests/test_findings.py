@@ -91,6 +91,7 @@ class Eval:
     acceptance: list[float]
     accuracy: list[float] = field(default_factory=list)
     num_positions: int = 100
+    accept_length_per_sequence: list[float] = field(default_factory=list)
 
     @property
     def steps(self) -> int:
@@ -979,3 +980,44 @@ def test_deepseek_first_id_case_names_the_newest_release_that_feeds_the_taps() -
         f.fix
     )
     assert f.basis == "predicted"  # no side was measured: the finding says it rests on rules
+
+
+def test_low_acceptance_without_a_training_side_is_a_verdict_with_ranked_causes() -> None:
+    # 1.40 tokens per round at 3 steps (at most 4): under half. No training side, no identity,
+    # a quantized target: layout first (not observed), then the draft's identity and the
+    # quantization (both settled by one run), then target and prompt format.
+    e = Evidence(
+        report=report(),
+        num_target_layers=N,
+        server=Server(quantization="fp8"),
+        measured=Bench(output_tok_s_aggregate=50.0, accept_length=1.4),
+    )
+    f = only(diagnose(e), "low-acceptance")
+    assert f.severity == "warning"
+    assert f.title == (
+        "The endpoint accepts few drafts (1.40 of at most 4), and the training side was not "
+        "measured to tell why."
+    )
+    assert [c.split(":")[0] for c in f.data["causes"]] == [
+        "layout",
+        "wrong draft",
+        "quantization",
+        "wrong target",
+        "prompt format",
+    ]
+    assert "(settled by a local copy of the target" in f.evidence
+    assert f.fix.startswith("Check the first: a local copy of the target")
+
+
+def test_low_acceptance_is_quiet_with_a_training_side_or_a_good_accept_length() -> None:
+    measured = Bench(output_tok_s_aggregate=50.0, accept_length=1.4)
+    with_training = Evidence(
+        report=report(), server=Server(), measured=measured, training_eval=GOOD
+    )
+    assert "low-acceptance" not in ids_of(diagnose(with_training))
+    good = Evidence(
+        report=report(),
+        server=Server(),
+        measured=Bench(output_tok_s_aggregate=50.0, accept_length=2.6),
+    )
+    assert "low-acceptance" not in ids_of(diagnose(good))

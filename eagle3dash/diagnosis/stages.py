@@ -44,6 +44,7 @@ from eagle3dash.profile import (
     NotProfiled,
     Profile,
     TemperatureRow,
+    accept_length_noise,
     category_rows,
     parse_temperatures,
     per_position,
@@ -615,6 +616,7 @@ def profile_temperatures(run: _Run, prompts: list[Prompt], measured: BenchResult
                 temperature,
                 None if bench is None else bench.accept_length,
                 None if bench is None else bench.output_tok_s_aggregate,
+                accept_length_noise(bench),
             )
         )
     return rows
@@ -648,6 +650,7 @@ def profile_formats(
                     measured.accept_length,
                     serving.sim_accept_length,
                     measured.output_tok_s_aggregate,
+                    accept_length_noise(measured),
                 )
             )
             continue
@@ -677,6 +680,7 @@ def profile_formats(
                 None if bench is None else bench.accept_length,
                 sim,
                 None if bench is None else bench.output_tok_s_aggregate,
+                accept_length_noise(bench),
             )
         )
     missing = None if reason is None else NotProfiled("prompt_format", reason)

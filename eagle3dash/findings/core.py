@@ -160,6 +160,11 @@ class Evidence:
         return not (self.server is not None and self.server.disable_cuda_graph)
 
 
+def critical_ids(found: list[Finding], among: tuple[str, ...] | None = None) -> list[str]:
+    """The ids of the critical findings (of these rule ids, when given)."""
+    return [f.id for f in found if f.severity == "critical" and (among is None or f.id in among)]
+
+
 def layouts_basis(e: Evidence) -> str:
     """How a claim over both sides' layouts is known: the weaker side's evidence level; a rule
     run on the config's prediction alone is predicted."""

@@ -1,44 +1,23 @@
-"""Severity by impact: what a difference between the sides costs, against the measurement's noise.
-
-The one place for the thresholds (README, "The verdict"): a difference is critical only when its
-measured or simulated cost is material (MATERIAL_ACCEPT_LENGTH tokens per round, or
-MATERIAL_TOP1 of step-1 accuracy), a warning when smaller but beyond the noise (NOISE_SE standard
-errors: over the sequences of the standalone draft's evaluations, or over the benchmark's
-requests), an info note when within it. A difference whose cost was not measured keeps the
+"""Severity by impact: what a difference between the sides costs, against the measurement's noise
+(the thresholds: eagle3dash/noise.py). A difference whose cost was not measured keeps the
 severity of what it predicts, and says it rests on a prediction (its `basis`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from eagle3dash.findings.core import Evidence, _fmt
+from eagle3dash.noise import MATERIAL_ACCEPT_LENGTH, MATERIAL_TOP1, noise
 
-MATERIAL_ACCEPT_LENGTH = 0.5  # tokens per verify round
-MATERIAL_TOP1 = 0.15  # step-1 accuracy, as a share
-NOISE_SE = 2.0  # a difference within this many standard errors is noise
-MATERIAL_GAIN = 0.05  # advice changes a served setting only for a gain at least this large
-
-
-def standard_error(values: Sequence[float | None]) -> float | None:
-    """The standard error of the mean of the finite values; None with fewer than two."""
-    xs = [float(v) for v in values if v is not None and not math.isnan(float(v))]
-    if len(xs) < 2:
-        return None
-    mean = sum(xs) / len(xs)
-    return math.sqrt(sum((x - mean) ** 2 for x in xs) / (len(xs) - 1) / len(xs))
+if TYPE_CHECKING:
+    from eagle3dash.metrics import DraftEval
 
 
-def noise(values: Sequence[float | None]) -> float:
-    """NOISE_SE standard errors of the mean of these values (0 with fewer than two)."""
-    se = standard_error(values)
-    return 0.0 if se is None else NOISE_SE * se
-
-
-def _per_sequence(ev: object) -> list[float]:
-    return list(getattr(ev, "accept_length_per_sequence", None) or [])
+def _per_sequence(ev: DraftEval) -> list[float]:
+    return list(ev.accept_length_per_sequence)
 
 
 @dataclass(frozen=True)
@@ -69,14 +48,12 @@ class Cost:
         )
 
 
-def _at_steps(ev: object, steps: int | None) -> float:
-    at = getattr(ev, "steps", None)
-    return ev.simulated_accept_length(at if steps is None else min(steps, at))  # type: ignore[attr-defined]
+def _at_steps(ev: DraftEval, steps: int | None) -> float:
+    return ev.simulated_accept_length(ev.steps if steps is None else min(steps, ev.steps))
 
 
-def _top1(ev: object) -> float | None:
-    accuracy = getattr(ev, "accuracy", None)
-    return accuracy[0] if accuracy else None
+def _top1(ev: DraftEval) -> float | None:
+    return ev.accuracy[0] if ev.accuracy else None
 
 
 def layout_cost(e: Evidence) -> Cost | None:
