@@ -26,7 +26,7 @@ from eagle3dash.ui.fmt import (
     status_label,
     when,
 )
-from eagle3dash.ui.words import run_verdict, source_words, taps_words
+from eagle3dash.ui.words import run_verdict, slot_word, source_words, taps_words
 
 METRIC_COLUMNS = ("source", "name", "step", "request", "value")
 SIDES = ("training", "serving")
@@ -235,7 +235,7 @@ def slots_frame(diagnosis: Mapping[str, Any]) -> pd.DataFrame:
         slot = int(s["slot"])
         row = {
             "slot": slot,
-            "match": "same" if s.get("same") else "DIFFERS",
+            "match": slot_word(diagnosis, bool(s.get("same"))),
             "training tap": s.get("training") or DASH,
             "training feeds": _tap_words(training, slot, n),
             "serving tap": s.get("serving") or DASH,
