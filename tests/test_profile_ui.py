@@ -16,9 +16,8 @@ from eagle3dash import store as db
 from eagle3dash.diagnosis.options import DiagnoseOptions
 from eagle3dash.profile_export import profile_csv, profile_json
 from eagle3dash.submit import submit_diagnosis
-from eagle3dash.ui import charts
+from eagle3dash.ui import charts, words
 from eagle3dash.ui import profile as ui
-from eagle3dash.ui import words
 from tests.appkit import app, no_exception, plain, run_queued, speculative_double, texts
 from tests.specs import tiny_models
 
