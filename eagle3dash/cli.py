@@ -311,7 +311,8 @@ def _print_diagnosis(d: dict) -> None:
     print(f"verdict ({d['verdict'].get('status') or 'unknown'}): {verdict_sentence(d)}")
     row("", "training", "serving")
     row("layout", taps(train), taps(serve))
-    print(f"layout comparison: {layout_comparison(d)[1]}")
+    _, kind, comparison = layout_comparison(d)
+    print(f"layout comparison: {comparison if kind is None else f'{kind}: {comparison}'}")
     action = layout_check_action(d, "cli")
     if action:
         print(f"  to check it: {action}")

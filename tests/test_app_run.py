@@ -328,8 +328,14 @@ def test_a_runs_verdict_in_words() -> None:
     clean = {"root_cause": None, "problems_found": False, "not_checked": ["speedup"]}
     assert words.run_verdict({"verdict": cause}) == "🛑 It is shifted."
     assert words.run_verdict({"verdict": warned, "worst_finding_title": "Odd."}) == "⚠️ Odd."
+    # Nothing found but something not checked: incomplete, never a green light.
     assert words.run_verdict({"verdict": clean}) == (
-        "✅ no problems found in what was checked (not checked: speedup)"
+        "➖ no critical problem in what was checked (not checked: speedup)"
+    )
+    # An info note is never the verdict: a healthy run reads healthy.
+    healthy = {"root_cause": None, "problems_found": False, "not_checked": [], "status": "healthy"}
+    assert words.run_verdict({"verdict": healthy, "worst_finding_title": "Weak novel."}) == (
+        "✅ healthy: every check ran and found nothing at warning or worse"
     )
     assert words.run_verdict({"status": "failed", "error": "boom\ntraceback"}) == "failed: boom"
     assert words.run_verdict({"status": "cancelled"}) == "cancelled"

@@ -60,12 +60,15 @@ def layout_cost(e: Evidence) -> Cost | None:
     """What the sides' difference costs: the training side's simulated accept length (at the
     server's steps) minus the serving side's, paired over the same sequences when both were
     evaluated on them; else minus the endpoint's measured accept length; None when neither
-    was measured."""
+    was measured, or when the draft accepts too little even on the training side's states for
+    any cost to show (under MATERIAL_ACCEPT_LENGTH drafts per round: an untrained draft)."""
     t_ev, s_ev = e.training_eval, e.serving_eval
     if t_ev is None:
         return None
     steps = e.simulation_steps()
     t_len = _at_steps(t_ev, steps)
+    if t_len - 1.0 < MATERIAL_ACCEPT_LENGTH:
+        return None
     a = _per_sequence(t_ev)
     if s_ev is not None:
         b = _per_sequence(s_ev)

@@ -22,6 +22,7 @@ from eagle3dash.layout import (
     join_words,
     taps_phrase,
 )
+from eagle3dash.noise import MATERIAL_ACCEPT_LENGTH
 from eagle3dash.sglang_rules import (
     KNOWN_SGLANG_VERSIONS,
     LayoutFix,
@@ -238,7 +239,11 @@ def _impact(e: Evidence, lines: list[str]) -> tuple[str, str]:
     with the cost added to the evidence lines; critical, unmeasured, when no cost was measured."""
     cost = layout_cost(e)
     if cost is None:
-        lines.append("Cost not measured: the severity is the rules' prediction.")
+        lines.append(
+            "Cost not measured (no training-side simulation, or a draft that accepts under "
+            f"{MATERIAL_ACCEPT_LENGTH} drafts per round even there): the severity is the rules' "
+            "prediction."
+        )
         return "critical", "not measured"
     severity = cost.severity()
     lines.append(cost.text()[0].upper() + cost.text()[1:] + f": {severity}.")

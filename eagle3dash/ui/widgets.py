@@ -180,8 +180,8 @@ def _finding_field(f: Mapping[str, Any], *names: str) -> Any:
 
 def findings_list(findings: Sequence[Mapping[str, Any]], compact: bool = False) -> None:
     """Each finding: severity badge, title, evidence, fix (as copyable text)."""
-    if not findings:
-        st.success("No problems found.", icon="✅")
+    if not findings:  # the verdict says whether that is healthy or only what was checked
+        st.caption("No findings.")
         return
     for f in findings:
         severity = str(_finding_field(f, "severity") or "info")
@@ -238,7 +238,7 @@ def verdict_banner(diagnosis: Mapping[str, Any]) -> None:
     speedup, and each check that could not run with the one action that enables it."""
     verdict = diagnosis.get("verdict") or {}
     sentence = f"**{md_escape(words.verdict_sentence(diagnosis))}**"
-    status = verdict.get("status")
+    status = words.verdict_status(verdict)
     root = verdict.get("root_cause")
     if root:
         st.error(sentence, icon="🛑")
@@ -249,7 +249,7 @@ def verdict_banner(diagnosis: Mapping[str, Any]) -> None:
             st.code(line, language=None, wrap_lines=True)
     elif status == "healthy":
         st.success(sentence, icon="✅")
-    elif status == "problem" or (status is None and verdict.get("problems_found")):
+    elif status == "problem":
         st.warning(sentence, icon="⚠️")
     else:
         st.info(sentence, icon="➖")
@@ -300,8 +300,8 @@ def layout_diff(diagnosis: Mapping[str, Any]) -> None:
     or assumed; then a diagram of slots to taps, and the slot table."""
     diff = diagnosis.get("layout_diff") or {}
     if diff.get("summary"):
-        tone, text = words.layout_comparison(diagnosis)
-        shown = md_escape(text)
+        tone, kind, text = words.layout_comparison(diagnosis)
+        shown = md_escape(text) if kind is None else f"**{md_escape(kind)}**: {md_escape(text)}"
         if tone == "success":
             st.success(shown, icon="✅")
         elif tone == "error":

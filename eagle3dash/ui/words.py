@@ -69,32 +69,28 @@ def evidence_words(level: str | None) -> str:
     return EVIDENCE_WORDS.get(level or "", level or "unknown")
 
 
-def layout_comparison(diagnosis: Mapping[str, Any]) -> tuple[str, str]:
-    """The layout comparison's tone and sentence: its word follows the weaker side. Tones:
-    'success' (observed agreement only), 'neutral' (the same, but not checked), 'warning' (a
-    difference not checked), 'error' (a checked difference)."""
+def layout_comparison(diagnosis: Mapping[str, Any]) -> tuple[str, str | None, str]:
+    """The layout comparison's tone, its kind (for a difference) and its sentence: its word
+    follows the weaker side. Tones: 'success' (a checked agreement only), 'neutral' (the same,
+    but not checked), 'warning' (a difference not checked), 'error' (a checked difference)."""
     diff = diagnosis.get("layout_diff") or {}
     level = diff.get("evidence")
     checked = bool(diff.get("checked", True))
-    same = diff.get("kind") == "identical"
-    if same and checked:
-        return (
-            "success",
-            f"Training and serving feed the same taps to every slot ({evidence_words(level)}).",
-        )
-    kind = diff.get("kind") or "differs"
-    head = (
-        f"Same taps on both sides ({evidence_words(level)})"
-        if same
-        else f"{kind}: {diff.get('summary') or ''} ({evidence_words(level)})"
-    )
     sides = (
         f"training side {evidence_words(diff.get('training_evidence'))}, serving side "
         f"{evidence_words(diff.get('serving_evidence'))}"
     )
-    if checked:
-        return "error", f"{head}; {sides}."
-    return ("neutral" if same else "warning"), f"{head}; {sides}."
+    if diff.get("kind") == "identical":
+        if checked:
+            return (
+                "success",
+                None,
+                f"Training and serving feed the same taps to every slot ({evidence_words(level)}).",
+            )
+        return "neutral", None, f"Same taps on both sides ({evidence_words(level)}): {sides}."
+    summary = str(diff.get("summary") or "").rstrip(".")
+    how = f"{summary}. How it is known: {sides}."
+    return ("error" if checked else "warning"), str(diff.get("kind") or "differs"), how
 
 
 def layout_check_action(diagnosis: Mapping[str, Any], interface: str = "app") -> str | None:
@@ -180,7 +176,7 @@ def verdict_sentence(diagnosis: Mapping[str, Any]) -> str:
     root = verdict.get("root_cause")
     if root:
         return str(root["title"])
-    status = verdict.get("status")
+    status = verdict_status(verdict)
     missing = verdict.get("not_checked") or []
     warning = _first_warning(diagnosis)
     if status == "healthy":
@@ -202,6 +198,17 @@ def stopped_text(status: str, reason: str | None) -> str:
     return f"The run failed: {reason or 'no reason recorded'}"
 
 
+def verdict_status(verdict: Mapping[str, Any]) -> str:
+    """The verdict's status; for a diagnosis stored before statuses, derived the same way."""
+    if verdict.get("status"):
+        return str(verdict["status"])
+    if verdict.get("root_cause"):
+        return "problem"
+    if verdict.get("not_checked"):
+        return "incomplete"
+    return "problem" if verdict.get("problems_found") else "healthy"
+
+
 def run_verdict(run: Mapping[str, Any]) -> str:
     """A run's verdict in the Runs table, by its status: the root cause or the worst warning
     (never an info note), what was not checked, or healthy; for a run without a diagnosis, how
@@ -213,11 +220,13 @@ def run_verdict(run: Mapping[str, Any]) -> str:
         if root:
             return f"🛑 {root['title']}"
         missing = verdict.get("not_checked") or []
-        worst = run.get("worst_finding_title") if run.get("worst_severity") == "warning" else None
-        if verdict.get("status") == "healthy":
+        # problems_found counts warnings and worse only, so the worst finding is one of them.
+        worst = run.get("worst_finding_title") if verdict.get("problems_found") else None
+        state = verdict_status(verdict)
+        if state == "healthy":
             return "✅ healthy: every check ran and found nothing at warning or worse"
-        if worst and verdict.get("status") == "problem":
-            return f"⚠️ {worst}"
+        if state == "problem":
+            return f"⚠️ {worst or 'warnings: see the run'}"
         head = f"⚠️ {worst}" if worst else "➖ no critical problem in what was checked"
         return head + (f" (not checked: {', '.join(missing)})" if missing else "")
     if status == "failed":
