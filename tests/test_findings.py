@@ -211,8 +211,8 @@ def test_seed_on_0_5_12_kimi_layout_mismatch_first_and_says_to_upgrade() -> None
     )
     assert "Tap(" not in first.evidence + first.title + first.fix
     # At the server's chain length (3 steps), the one that its measured accept length reflects.
-    assert "simulated accept length 2.85 at 3 steps, top-1 0.80" in first.evidence
-    assert "simulated accept length 1.06 at 3 steps, top-1 0.05" in first.evidence
+    assert "simulated accept length 2.85 at 3 steps, top-1 80.0%" in first.evidence
+    assert "simulated accept length 1.06 at 3 steps, top-1 5.0%" in first.evidence
     # Tap(0) is not capturable on 0.5.12 for Kimi: the newest release that feeds the taps
     # (0.5.23, as every release from 0.5.16 on), with its ids
     assert "serve with SGLang 0.5.23 (every release read from 0.5.16 on feeds them)" in first.fix

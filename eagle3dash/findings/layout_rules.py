@@ -71,7 +71,7 @@ def _kind_phrase(d: LayoutDiff) -> str:
 
 def _eval_text(ev: Any, label: str, steps: int | None = None) -> str:
     s = ev.steps if steps is None else min(steps, ev.steps)
-    top1 = f", top-1 {_fmt(ev.accuracy[0])}" if ev.accuracy else ""
+    top1 = f", top-1 {ev.accuracy[0]:.1%}" if ev.accuracy else ""
     return (
         f"{label}: simulated accept length {_fmt(ev.simulated_accept_length(s))} at {s} steps{top1}"
     )

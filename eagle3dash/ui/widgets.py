@@ -698,6 +698,7 @@ def layout_detective(detection: Mapping[str, Any]) -> None:
             st.markdown("- " + md_escape(line))
     st.subheader("Candidate layouts on one capture")
     st.dataframe(tables.sweep_frame(detection), hide_index=True, width="stretch")
+    st.caption(md_escape(words.SWEEP_RANKING))
     heatmap = charts.slot_heatmap_chart(tables.slot_heatmap_frame(detection))
     if heatmap is not None:
         st.subheader("Slot matching")

@@ -253,6 +253,12 @@ def identity_words(identity: Mapping[str, Any] | None) -> str | None:
     return f"{head} ({identity['reason']})" if identity.get("reason") else head
 
 
+SWEEP_RANKING = (
+    "Ranked by simulated accept length at the server's draft steps (serving rounds replayed on "
+    "the capture's sequences), not by top-1: a runner-up can have the higher top-1 (step-1 "
+    "accuracy over every scored position) and still accept fewer tokens per round."
+)
+
 SLOT_MATCH_CAPTION = (
     "Each cell scores how well the states one slot carries match one tap of the target: the mean "
     "cosine similarity of the two (their content) minus half the gap in their scale (|log10| of "
