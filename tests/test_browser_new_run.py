@@ -29,6 +29,7 @@ from tests.test_browser import (  # skips this module too when chromium is missi
     HEIGHT,
     ROOT,
     RUN_S,
+    SHOTS,
     _fill,
     _free_port,
     _idle,
@@ -227,6 +228,9 @@ def test_the_demo_without_the_target_shows_no_green_light_in_the_layout_section(
     # Nor is the verdict a green light: the run is incomplete.
     expect(page.get_by_test_id("stAlertContentSuccess")).to_have_count(0)
     _no_exception(page)
+    page.evaluate("window.scrollTo(0, 0)")
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / "verdict_incomplete.png"))
     page.context.close()
 
 

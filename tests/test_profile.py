@@ -428,3 +428,16 @@ def test_a_slowdown_fix_names_the_steps_advice_setting():
         "(the steps advice's fastest setting), and keep --cuda-graph-max-bs at least the request "
         "concurrency."
     )
+
+
+def test_a_prompt_format_gap_within_the_requests_noise_makes_no_finding():
+    from eagle3dash.profile import FormatRow
+
+    # 2.90 against 1.30: 1.60 apart, but each row's requests spread ±1.20: hypot 1.70 > 1.60.
+    rows = [
+        FormatRow("raw", 2, 1.3, accept_length_noise=1.2),
+        FormatRow("chat-template", 2, 2.9, accept_length_noise=1.2),
+    ]
+    assert findings_of(profile_with(prompt_format=rows))["rule_prompt_format_gap"] == []
+    rows[0].accept_length_noise = rows[1].accept_length_noise = 0.3  # hypot 0.42 < 1.60
+    assert len(findings_of(profile_with(prompt_format=rows))["rule_prompt_format_gap"]) == 1

@@ -8,6 +8,7 @@ chat templates and raw prompts (SpecForge#296, sglang#4716, InferenceX#1737), th
 
 from __future__ import annotations
 
+import math
 import statistics
 
 from eagle3dash.findings.core import Evidence, Finding, _fmt, critical_ids
@@ -120,8 +121,8 @@ def rule_category_far_below(e: Evidence, found: list[Finding]) -> list[Finding]:
 
 def rule_prompt_format_gap(e: Evidence) -> list[Finding]:
     """The same prompts accept far less in one prompt format (raw, chat template, thinking on or
-    off) than in another: the draft was trained on another format than it is served with
-    (SpecForge#296, sglang#4716, InferenceX#1737)."""
+    off) than in another, beyond the noise of either row's requests: the draft was trained on
+    another format than it is served with (SpecForge#296, sglang#4716, InferenceX#1737)."""
     profile = e.profile
     if profile is None:
         return []
@@ -131,7 +132,8 @@ def rule_prompt_format_gap(e: Evidence) -> list[Finding]:
     best = max(rows, key=lambda r: r.measured_accept_length or 0.0)
     worst = min(rows, key=lambda r: r.measured_accept_length or 0.0)
     high, low = best.measured_accept_length or 0.0, worst.measured_accept_length or 0.0
-    if not _far_below(low, high):
+    spread = math.hypot(best.accept_length_noise or 0.0, worst.accept_length_noise or 0.0)
+    if not _far_below(low, high) or high - low <= spread:  # within the requests' noise
         return []
     numbers = "; ".join(
         f"{r.format}: measured {_fmt(r.measured_accept_length or 0.0)}"
