@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from eagle3dash.evidence_levels import OBSERVED
+from eagle3dash.evidence_levels import LEVEL_DETECTIVE, LEVEL_PREDICTED, OBSERVED
 from eagle3dash.findings.core import Evidence, Finding, _fmt, layouts_basis
 from eagle3dash.findings.impact import layout_cost
 from eagle3dash.layout import (
@@ -296,6 +296,7 @@ def rule_detected_layout(e: Evidence) -> list[Finding]:
             + " ".join(det.verdict[1:3]),
             fix,
             {"best": format_layout(best), "claimed": format_layout(claimed), "fix_ids": fix_ids},
+            LEVEL_DETECTIVE,
         )
     ]
 
@@ -428,7 +429,7 @@ def rule_aux_ids_not_read(e: Evidence) -> list[Finding]:
             "used (SGLang reads id i as the output of layer i)."
         )
         data = {}
-    return [Finding("aux-ids-not-read", severity, title, evidence, fix, data)]
+    return [Finding("aux-ids-not-read", severity, title, evidence, fix, data, LEVEL_PREDICTED)]
 
 
 def rule_capture_rule_version(e: Evidence) -> list[Finding]:
@@ -463,6 +464,7 @@ def rule_capture_rule_version(e: Evidence) -> list[Finding]:
                 "0.5.4-0.5.10.",
                 fix + ".",
                 {"decode_kind": dd.kind},
+                LEVEL_PREDICTED,
             )
         )
     spec, version = e.spec, e.version_tuple()

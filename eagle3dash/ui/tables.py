@@ -418,6 +418,8 @@ def _source_of(diagnosis: Mapping[str, Any], side: str) -> str:
 def _worst(run: Mapping[str, Any]) -> str:
     if not run.get("worst_severity"):
         return DASH
+    if run["worst_severity"] == "info":  # an info note is never a run's headline
+        return "none at warning or worse"
     return f"{run['worst_severity']}: {run.get('worst_finding_title') or ''}"
 
 
