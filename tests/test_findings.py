@@ -1021,3 +1021,26 @@ def test_low_acceptance_is_quiet_with_a_training_side_or_a_good_accept_length() 
         measured=Bench(output_tok_s_aggregate=50.0, accept_length=2.6),
     )
     assert "low-acceptance" not in ids_of(diagnose(good))
+
+
+@dataclass
+class NoisyBench(Bench):
+    """A benchmark stand-in with its per-request tok/s."""
+
+    output_tok_s_per_request: list[float] = field(default_factory=list)
+
+
+def test_a_slowdown_within_the_per_request_noise_is_not_critical() -> None:
+    baseline = Bench(100.0)
+    # 0.80x; per-request 60 and 100 tok/s: SE 20, two SE 40 = 50% of the mean: 0.80 ± 0.40.
+    noisy = Evidence(
+        server=Server(), measured=NoisyBench(80.0, 2.0, 1, [60.0, 100.0]), baseline=baseline
+    )
+    f = only(diagnose(noisy), "slower-than-baseline")
+    assert f.severity == "info" and "within the per-request noise" in f.title
+    assert f.data["noise"] == pytest.approx(0.4)
+    # Per-request 78 and 82: two SE 4 = 5%: 0.80 ± 0.04 stays below 1.
+    steady = Evidence(
+        server=Server(), measured=NoisyBench(80.0, 2.0, 1, [78.0, 82.0]), baseline=baseline
+    )
+    assert only(diagnose(steady), "slower-than-baseline").severity == "critical"

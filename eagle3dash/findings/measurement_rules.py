@@ -4,8 +4,10 @@ against the draft's simulated accept length.
 
 from __future__ import annotations
 
+import math
+
 from eagle3dash.findings.core import Evidence, Finding, _fmt, critical_ids
-from eagle3dash.noise import MATERIAL_ACCEPT_LENGTH, MATERIAL_TOP1, noise
+from eagle3dash.noise import MATERIAL_ACCEPT_LENGTH, MATERIAL_TOP1, noise, relative_noise
 
 # Measured above the serving simulation by at least this much (and beyond the bench's spread).
 ABOVE_MIN = 0.3
@@ -33,23 +35,35 @@ def _speedup(e: Evidence) -> float | None:
     return m.output_tok_s_aggregate / b.output_tok_s_aggregate
 
 
+def _speedup_noise(e: Evidence, speedup: float) -> float:
+    """The speedup's noise: its relative noise over the per-request tok/s of both benchmarks."""
+    parts = [
+        relative_noise(getattr(bench, "output_tok_s_per_request", None) or []) or 0.0
+        for bench in (e.measured, e.baseline)
+    ]
+    return speedup * math.hypot(*parts)
+
+
 def rule_slower_than_baseline(e: Evidence, found: list[Finding]) -> list[Finding]:
     """Measured tok/s against a baseline without speculation, both from servebench.py; the fix
-    points at the findings that cap the accept length, or says none was found."""
+    points at the findings that cap the accept length, or says none was found. Critical only
+    when the slowdown stands beyond the per-request noise (eagle3dash/noise.py)."""
     speedup = _speedup(e)
     m, b = e.measured, e.baseline
     if speedup is None or speedup >= 1.2 or m is None or b is None:
         return []
+    spread = _speedup_noise(e, speedup)
     evidence = (
         f"with the draft {m.output_tok_s_aggregate:.1f} tok/s, baseline "
         f"{b.output_tok_s_aggregate:.1f} tok/s: speedup {speedup:.2f}x"
+        + (f" (±{spread:.2f} with the per-request noise)" if spread else "")
     )
     if m.accept_length is not None:
         evidence += f"; measured accept length {_fmt(m.accept_length)}"
     concurrency = getattr(m, "concurrency", None)
     if concurrency:
         evidence += f"; concurrency {concurrency}"
-    if speedup < 1:
+    if speedup + spread < 1:
         return [
             Finding(
                 "slower-than-baseline",
@@ -58,18 +72,24 @@ def rule_slower_than_baseline(e: Evidence, found: list[Finding]) -> list[Finding
                 "tok/s.",
                 evidence + ".",
                 _slowdown_fix(e, found),
-                {"speedup": speedup},
+                {"speedup": speedup, "noise": spread},
             )
         ]
+    title = (
+        f"Speculative decoding gains little: {speedup:.2f}x the baseline's tok/s."
+        if speedup >= 1
+        else f"Speculative decoding may make the endpoint slower ({speedup:.2f}x the baseline's "
+        "tok/s), within the per-request noise."
+    )
     return [
         Finding(
             "slower-than-baseline",
             "info",
-            f"Speculative decoding gains little: {speedup:.2f}x the baseline's tok/s.",
+            title,
             evidence + ".",
             f"Raise the accept length (see the other findings) or try {_steps_flags(e)}; "
             "speculation pays most at low concurrency.",
-            {"speedup": speedup},
+            {"speedup": speedup, "noise": spread},
         )
     ]
 
