@@ -224,7 +224,8 @@ def test_the_demo_without_the_target_shows_no_green_light_in_the_layout_section(
     assert section is not None and section["success"] is False, section
     # Both sides rest on the config: the comparison says so, and what would check it.
     assert "not checked" in section["text"], section["text"]
-    assert "To check it: fill in 'Local target path" in section["text"], section["text"]
+    assert "To check it: " in section["text"], section["text"]
+    assert "fill in 'Local target path" in section["text"], section["text"]
     # Nor is the verdict a green light: the run is incomplete.
     expect(page.get_by_test_id("stAlertContentSuccess")).to_have_count(0)
     _no_exception(page)
