@@ -29,7 +29,6 @@ from tests.test_browser import (  # skips this module too when chromium is missi
     HEIGHT,
     ROOT,
     RUN_S,
-    SHOTS,
     _fill,
     _free_port,
     _idle,
@@ -152,7 +151,8 @@ def test_the_demo_in_one_click_reaches_the_mismatched_verdict(
     page.get_by_role("button", name="Try it on the demo").click()
     _idle(page)
     banner = _alert(page, "The demo runs on this machine")
-    expect(banner).to_contain_text("not a serving engine")
+    # Starting the demo's endpoints loads its models: slow on a busy machine.
+    expect(banner).to_contain_text("not a serving engine", timeout=RUN_S * 1000)
     expect(banner).to_contain_text("each target forward sleeps 10 ms")
     expect(page.get_by_label(ENDPOINT, exact=True)).to_have_value(re.compile(r"^http://127\."))
     metrics = page.get_by_test_id("stMetric")
@@ -209,12 +209,16 @@ def test_the_demo_without_the_target_shows_no_green_light_in_the_layout_section(
     page = _new_run(browser, world)
     page.get_by_role("button", name="Try it on the demo").click()
     _idle(page)
+    expect(_alert(page, "The demo runs on this machine")).to_be_visible(timeout=RUN_S * 1000)
+    expect(page.get_by_label(ENDPOINT, exact=True)).to_have_value(re.compile(r"^http://127\."))
     page.get_by_test_id("stExpander").filter(has_text="Number of prompts").locator(
         "summary"
     ).click()
     _fill(page, "Number of prompts", "2")
     _fill(page, "Max new tokens", "32")
-    _fill(page, "Local target path (for training-side states)", "")
+    target = "Local target path (for training-side states)"
+    expect(page.get_by_label(target, exact=True)).to_have_value(re.compile(r"target$"))
+    _fill(page, target, "")
     _no_exception(page)
     page.get_by_role("button", name="Run the diagnosis").click()
     page.wait_for_url(re.compile(r"/run\?run=\d+$"))
@@ -226,12 +230,9 @@ def test_the_demo_without_the_target_shows_no_green_light_in_the_layout_section(
     assert "not checked" in section["text"], section["text"]
     assert "To check it: " in section["text"], section["text"]
     assert "fill in 'Local target path" in section["text"], section["text"]
-    # Nor is the verdict a green light: the run is incomplete.
+    # Nor is anything else on the page a green light.
     expect(page.get_by_test_id("stAlertContentSuccess")).to_have_count(0)
     _no_exception(page)
-    page.evaluate("window.scrollTo(0, 0)")
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / "verdict_incomplete.png"))
     page.context.close()
 
 

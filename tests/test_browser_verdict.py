@@ -5,13 +5,14 @@ and fixed deployments, each with its target, baseline and identity check) and se
 it. The mismatched run reads as a problem (red, its fix's line to copy on the first screen), the
 correct and fixed runs as healthy (green, stating the observed agreement, the served weights,
 measured against simulated and the speedup), and the Runs page's verdict column says so, not the
-category note below. The first screens go to verdict_problem.png and verdict_healthy.png, beside
-test_browser.py's screenshots (docs/ with EAGLE3DASH_SCREENSHOTS=docs: the README's);
-verdict_incomplete.png is test_browser_new_run.py's (the demo without its target).
+category note below; the correct deployment diagnosed without its target reads as incomplete. The
+first screens go to verdict_problem.png, verdict_healthy.png and verdict_incomplete.png, beside
+test_browser.py's screenshots (docs/ with EAGLE3DASH_SCREENSHOTS=docs: the README's).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -36,15 +37,39 @@ from tests.test_browser import (  # skips this module too when chromium is missi
 HEALTHY = "✅ healthy: every check ran and found nothing at warning or worse"
 
 
+def _without_target(home) -> int:
+    """The correct deployment diagnosed without its target (and with its baseline), run by a
+    worker in this process: nothing found, but the layout is assumed, not checked."""
+    from eagle3dash import store as db
+    from eagle3dash.demo import deployments
+    from eagle3dash.demo.serve import demo_options, serve_baseline, serve_deployment
+    from eagle3dash.job_kinds import JOB_KINDS
+    from eagle3dash.jobs.worker import run_worker
+    from eagle3dash.submit import submit_diagnosis
+
+    plan = deployments()["correct"]
+    store = db.open_store(home)
+    with serve_baseline(plan) as baseline, serve_deployment(plan) as server:
+        options = demo_options(plan.draft_path, server.url, baseline.url, 2, 32)
+        run_id = submit_diagnosis(store, None, dataclasses.replace(options, target=None))
+        assert run_worker(home, JOB_KINDS, poll_interval=0.05, once=True) == 1
+    status = db.get_run(store, run_id)["status"]
+    store.close()
+    assert status == "succeeded"
+    return run_id
+
+
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    """The demo seeded into a fresh home (its runs finished), and the app serving it."""
+    """The demo seeded into a fresh home (its runs finished), one run without the target, and
+    the app serving them."""
     from eagle3dash.demo.seed import seed
 
     home = tmp_path_factory.mktemp("browser-verdict")
     made = seed(home, num_prompts=2, max_new_tokens=32, worker=True)
     runs = {r.deployment: r.run_id for r in made}
     assert {r.status for r in made} == {"succeeded"}, made
+    runs["without target"] = _without_target(home)
     log = home / "app.log"
     port = _free_port()
     env = {**os.environ, "EAGLE3DASH_HOME": str(home), "PYTHONUNBUFFERED": "1"}
@@ -103,6 +128,22 @@ def test_the_mismatched_run_is_a_problem_with_its_fix_on_the_first_screen(
     _no_exception(page)
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / "verdict_problem.png"))
+    page.context.close()
+
+
+def test_a_run_without_the_target_is_incomplete_and_says_what_would_check_it(
+    world,
+    browser,  # noqa: F811
+    log_on_failure,
+) -> None:
+    page = _open_run(browser, world, "without target")
+    expect(page.get_by_test_id("stAlertContentSuccess")).to_have_count(0)
+    banner = page.get_by_test_id("stAlertContentInfo").first
+    expect(banner).to_contain_text("No critical problem found in what was checked")
+    expect(banner).to_contain_text("not checked: training-side, serving-taps")
+    _no_exception(page)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / "verdict_incomplete.png"))
     page.context.close()
 
 

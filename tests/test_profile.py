@@ -316,7 +316,8 @@ def test_a_category_far_below_the_others_is_named():
     (finding,) = findings_of(profile_with(per_category=rows))["rule_category_far_below"]
     # No training side per category: not known to be the draft's own weakness, so a warning.
     assert finding.id == "category-far-below" and finding.severity == "warning"
-    assert finding.data == {"categories": ["math"], "weak_in_training": False}
+    assert finding.data == {"categories": ["math"], "weak_in_training": None}
+    assert "whether the draft itself is weak there was not measured" in finding.title
     assert "math (2 prompts): serving accept length 1.90 against 2.90" in finding.evidence
     assert "training side not measured" in finding.evidence
 

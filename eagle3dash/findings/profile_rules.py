@@ -74,49 +74,70 @@ def rule_category_far_below(e: Evidence, found: list[Finding]) -> list[Finding]:
         return []
     weak_in_training = _far_below_others(training) if len(training) >= 2 else {}
     out = []
-    for both in (True, False):
-        names = [c for c in low if (c in weak_in_training) == both]
-        if not names:
-            continue
-        listed = ", ".join(names)
-        evidence = "; ".join(
-            f"{c} ({prompts[c]} prompt{'s' if prompts[c] != 1 else ''}): serving accept length "
-            f"{_fmt(serving[c])} against {_fmt(low[c])} for the other categories (median)"
-            + (
-                f"; training side simulated {_fmt(training[c])}"
-                if c in training
-                else "; training side not measured"
-            )
-            for c in names
-        )
-        if both:
-            out.append(
-                Finding(
-                    "category-far-below",
-                    "info",
-                    f"The draft is weak on {listed} prompts, on the training side as in serving.",
-                    evidence + ": the draft itself accepts less there, not the deployment.",
-                    f"Nothing to fix in serving. The {listed} prompts are the ones labelled so in "
-                    "the prompt set; if your traffic looks like them, train the draft on more "
-                    "text like them, else weigh this category as your traffic does.",
-                    {"categories": names, "weak_in_training": True},
-                )
-            )
-        else:
-            out.append(
-                Finding(
-                    "category-far-below",
-                    "warning",
-                    f"The draft accepts far less on {listed} prompts in serving than the other "
-                    "categories, where its training side does not.",
-                    evidence + ".",
-                    f"Compare how the {listed} prompts (the ones labelled so in the prompt set) "
-                    "reach the server with how training saw such text: prompt format, sampling, "
-                    "truncation; measure with the prompts your traffic sends.",
-                    {"categories": names, "weak_in_training": False},
-                )
-            )
+    for group in ("both", "serving", "unknown"):
+        names = [
+            c
+            for c in low
+            if group
+            == ("unknown" if c not in training else "both" if c in weak_in_training else "serving")
+        ]
+        if names:
+            out.append(_category_finding(group, names, serving, training, low, prompts))
     return out
+
+
+def _category_finding(
+    group: str,
+    names: list[str],
+    serving: dict[str, float],
+    training: dict[str, float],
+    low: dict[str, float],
+    prompts: dict[str, int],
+) -> Finding:
+    """One category-far-below finding for the categories weak on both sides ('both'), only in
+    serving ('serving'), or whose training side was not measured ('unknown')."""
+    listed = ", ".join(names)
+    evidence = "; ".join(
+        f"{c} ({prompts[c]} prompt{'s' if prompts[c] != 1 else ''}): serving accept length "
+        f"{_fmt(serving[c])} against {_fmt(low[c])} for the other categories (median)"
+        + (
+            f"; training side simulated {_fmt(training[c])}"
+            if c in training
+            else "; training side not measured"
+        )
+        for c in names
+    )
+    data = {"categories": names, "weak_in_training": {"both": True, "serving": False}.get(group)}
+    where = f"The {listed} prompts are the ones labelled so in the prompt set"
+    if group == "both":
+        return Finding(
+            "category-far-below",
+            "info",
+            f"The draft is weak on {listed} prompts, on the training side as in serving.",
+            evidence + ": the draft itself accepts less there, not the deployment.",
+            f"Nothing to fix in serving. {where}; if your traffic looks like them, train the "
+            "draft on more text like them, else weigh this category as your traffic does.",
+            data,
+        )
+    if group == "serving":
+        title = (
+            f"The draft accepts far less on {listed} prompts in serving than the other "
+            "categories, where its training side does not."
+        )
+        fix = (
+            f"{where}: compare how they reach the server with how training saw such text "
+            "(prompt format, sampling, truncation); measure with the prompts your traffic sends."
+        )
+    else:
+        title = (
+            f"The draft accepts far less on {listed} prompts than on the other categories; "
+            "whether the draft itself is weak there was not measured."
+        )
+        fix = (
+            f"{where}. Give a local copy of the target to simulate the training side per "
+            "category: weak there too means the draft, not the deployment."
+        )
+    return Finding("category-far-below", "warning", title, evidence + ".", fix, data)
 
 
 def rule_prompt_format_gap(e: Evidence) -> list[Finding]:
