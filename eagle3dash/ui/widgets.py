@@ -132,8 +132,8 @@ def runs_table(rows: Sequence[Mapping[str, Any]]) -> None:
             "verdict": text(
                 "verdict",
                 width=width["verdict"],
-                help="The root cause, else the worst finding, else what was checked. Click a "
-                "cell to read it whole.",
+                help="The root cause, else the worst warning, else what was not checked, else "
+                "healthy (an info note is never the verdict). Click a cell to read it whole.",
             ),
             "measured": number(
                 "measured",
