@@ -442,10 +442,10 @@ def training_side(run: _Run) -> Side:
         detection.best == config.layout or detection.outperforms(config.layout)
     ):
         best = detection.best
-        top = detection.rows[0]
+        # The side's own numbers are its evaluation's: one source per quantity, not the sweep's.
         detail = (
-            f"best of {len(detection.rows)} candidate layouts on one capture of every tap "
-            f"(top-1 {top.top1:.1%}, simulated accept length {top.sim_accept_length:.2f})"
+            f"best of {len(detection.rows)} candidate layouts on one capture of every tap, "
+            "ranked by simulated accept length"
             + ("; the config implies the same" if best == config.layout else "")
         )
         side = Side("training", best, DETECTIVE, detail, config.layout)

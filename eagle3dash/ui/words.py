@@ -256,7 +256,9 @@ def identity_words(identity: Mapping[str, Any] | None) -> str | None:
 SWEEP_RANKING = (
     "Ranked by simulated accept length at the server's draft steps (serving rounds replayed on "
     "the capture's sequences), not by top-1: a runner-up can have the higher top-1 (step-1 "
-    "accuracy over every scored position) and still accept fewer tokens per round."
+    "accuracy over the positions scored at the server's draft steps) and still accept fewer "
+    "tokens per round. The sides' numbers above come from their own evaluations, which score "
+    "the positions of the longest chain the run simulates, so their top-1 can differ slightly."
 )
 
 SLOT_MATCH_CAPTION = (
