@@ -352,7 +352,13 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
 
 def _print_diagnosis(d: dict) -> None:
     """The human report of a diagnosis: verdict, the two sides, findings, what was not checked."""
-    from eagle3dash.ui.words import not_checked_text, source_words, verdict_sentence
+    from eagle3dash.ui.words import (
+        layout_check_action,
+        layout_comparison,
+        not_checked_text,
+        source_words,
+        verdict_sentence,
+    )
 
     train, serve, measured = d["training"], d["serving"], d["measured"] or {}
     speedup = d["speedup"] or {}
@@ -363,9 +369,14 @@ def _print_diagnosis(d: dict) -> None:
     def taps(side: dict) -> str:
         return bracketed(tuple(Tap(t["depth"], t["post_norm"]) for t in side["layout"]))
 
-    print(f"verdict: {verdict_sentence(d)}")
+    print(f"verdict ({d['verdict'].get('status') or 'unknown'}): {verdict_sentence(d)}")
     row("", "training", "serving")
     row("layout", taps(train), taps(serve))
+    _, kind, comparison = layout_comparison(d)
+    print(f"layout comparison: {comparison if kind is None else f'{kind}: {comparison}'}")
+    action = layout_check_action(d, "cli")
+    if action:
+        print(f"  to check it: {action}")
     row("top-1 (draft step 1)", _fmt(train["top1"], ".1%"), _fmt(serve["top1"], ".1%"))
     row(
         f"simulated accept length S={d['steps']}",
@@ -410,7 +421,7 @@ def _write_profile(d: dict, path: Path) -> None:
 
 def _print_profile(d: dict) -> None:
     """The acceptance profile: categories, prompt formats, temperatures, the steps advice."""
-    from eagle3dash.ui.words import not_checked_text
+    from eagle3dash.ui.words import not_checked_text, recommendation_text
 
     profile = d.get("profile")
     if not profile:
@@ -428,12 +439,14 @@ def _print_profile(d: dict) -> None:
     for r in profile["prompt_format"]:
         print(
             f"prompt format {r['format']}: measured accept length "
-            f"{_fmt(r['measured_accept_length'])}, simulated {_fmt(r['sim_accept_serving'])}"
+            f"{_fmt(r['measured_accept_length'])}{_pm(r.get('accept_length_noise'))}, simulated "
+            f"{_fmt(r['sim_accept_serving'])}"
         )
     for r in profile["temperature"]:
         print(
             f"temperature {r['temperature']:g}: measured accept length "
-            f"{_fmt(r['measured_accept_length'])}, {_fmt(r['tok_s'], '.1f')} tok/s"
+            f"{_fmt(r['measured_accept_length'])}{_pm(r.get('accept_length_noise'))}, "
+            f"{_fmt(r['tok_s'], '.1f')} tok/s"
         )
     if profile["steps_advice"]:
         print(f"{'--speculative-num-steps':30}{'accept length':>14}{'tok/s':>10}  source")
@@ -442,15 +455,16 @@ def _print_profile(d: dict) -> None:
                 f"  {r['num_steps']:<28}{_fmt(r['predicted_accept_length']):>14}"
                 f"{_fmt(r['predicted_tok_s'], '.1f'):>10}  {r['source']}"
             )
-    best = profile["recommended"]
-    if best:
-        print(
-            f"recommended: {best['flags']} (predicted {_fmt(best['predicted_tok_s'], '.1f')} "
-            f"tok/s at {best['num_steps']} steps, {_fmt(best['current_tok_s'], '.1f')} measured "
-            f"at {best['current_num_steps']})"
-        )
+    advice = recommendation_text(profile, d)
+    if advice:
+        print(f"steps advice: {advice}")
     for item in profile["not_profiled"]:
         print(f"not profiled: {not_checked_text(item, interface='cli')}")
+
+
+def _pm(noise: float | None) -> str:
+    """' ±0.12' for a value's noise, '' without one."""
+    return "" if noise is None else f" ±{noise:.2f}"
 
 
 def _print_per_position(d: dict) -> None:

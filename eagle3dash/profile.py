@@ -36,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from eagle3dash.noise import MATERIAL_GAIN, noise, relative_noise
 from eagle3dash.servebench import shares_at_least
 
 if TYPE_CHECKING:
@@ -84,6 +85,7 @@ class FormatRow:
     measured_accept_length: float | None = None
     sim_accept_serving: float | None = None
     tok_s: float | None = None
+    accept_length_noise: float | None = None  # ± noise.NOISE_SE standard errors over requests
 
 
 @dataclass
@@ -93,6 +95,7 @@ class TemperatureRow:
     temperature: float
     measured_accept_length: float | None = None
     tok_s: float | None = None
+    accept_length_noise: float | None = None  # ± noise.NOISE_SE standard errors over requests
 
 
 @dataclass
@@ -117,7 +120,8 @@ class StepCosts:
 
 @dataclass
 class Recommendation:
-    """The fastest predicted setting, and the flags that run it."""
+    """The setting to run and the flags that run it: the fastest predicted one when its gain
+    stands above the noise (`changes`), else the served one."""
 
     num_steps: int
     predicted_accept_length: float
@@ -125,6 +129,11 @@ class Recommendation:
     current_num_steps: int
     current_tok_s: float | None
     flags: str
+    fastest_num_steps: int | None = None  # the fastest predicted setting, changed to or not
+    gain: float | None = None  # the fastest setting's predicted tok/s over the served one's - 1
+    gain_low: float | None = None  # the gain's interval: ± the per-request tok/s noise
+    gain_high: float | None = None
+    changes: bool = False  # the gain is at least MATERIAL_GAIN and its lower bound above 0
 
 
 @dataclass(frozen=True)
@@ -231,6 +240,15 @@ def per_position(
         simulated_serving=cut(serving),
         measured=padded_shares(measured, steps),
     )
+
+
+def accept_length_noise(bench: BenchResult | None) -> float | None:
+    """± noise.NOISE_SE standard errors of a benchmark's per-request accept lengths; None
+    without a benchmark or with fewer than two requests."""
+    if bench is None:
+        return None
+    values = [v for v in bench.accept_length_per_request if v is not None]
+    return noise(values) if len(values) >= 2 else None
 
 
 def _ratio(tokens: float, verify_rounds: float) -> float | None:
@@ -409,18 +427,31 @@ def steps_advice(
             tok_s = measured_tok_s * now / request_seconds(costs, tokens, length, s)
         rows.append(StepsRow(s, length * counted, tok_s, source))
     priced = [r for r in rows if r.predicted_tok_s is not None]
-    if not priced:
+    if not priced or measured is None or not measured_tok_s:
         return rows, None
     # The fastest; a setting within 1% of it with fewer steps wins (less draft work, less risk).
     top = max(r.predicted_tok_s or 0.0 for r in priced)
     best = min(
         (r for r in priced if (r.predicted_tok_s or 0.0) >= 0.99 * top), key=lambda r: r.num_steps
     )
+    gain = (best.predicted_tok_s or 0.0) / measured_tok_s - 1.0
+    # The prediction scales the measured tok/s, so it is as uncertain as that measurement.
+    spread = relative_noise(measured.output_tok_s_per_request)
+    low = None if spread is None else gain - (1.0 + gain) * spread
+    high = None if spread is None else gain + (1.0 + gain) * spread
+    changes = best.num_steps != steps and low is not None and low > 0 and gain >= MATERIAL_GAIN
+    served = next((r for r in rows if r.num_steps == steps), None)
+    chosen = best if changes or served is None else served
     return rows, Recommendation(
-        num_steps=best.num_steps,
-        predicted_accept_length=best.predicted_accept_length,
-        predicted_tok_s=best.predicted_tok_s,
+        num_steps=chosen.num_steps,
+        predicted_accept_length=chosen.predicted_accept_length,
+        predicted_tok_s=chosen.predicted_tok_s,
         current_num_steps=steps,
         current_tok_s=measured_tok_s,
-        flags=flags_for(best.num_steps),
+        flags=flags_for(chosen.num_steps),
+        fastest_num_steps=best.num_steps,
+        gain=gain,
+        gain_low=low,
+        gain_high=high,
+        changes=changes,
     )

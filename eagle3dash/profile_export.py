@@ -27,15 +27,19 @@ is raised. The Run page offers both as downloads; `diagnose --profile-out PATH` 
     (with a baseline).
   - `prompt_format`: one row per format sent ("raw", "chat-template", "chat-template, thinking
     on", "chat-template, thinking off"): `format`, `prompts`, `measured_accept_length`,
-    `sim_accept_serving`, `tok_s`.
+    `sim_accept_serving`, `tok_s`, `accept_length_noise` (two standard errors of the per-request
+    accept lengths).
   - `temperature`: one row per sampling temperature: `temperature`, `measured_accept_length`,
-    `tok_s`.
+    `tok_s`, `accept_length_noise`.
   - `steps_advice`: one row per `--speculative-num-steps` (topk 1, draft tokens = steps + 1):
     `num_steps`, `predicted_accept_length`, `predicted_tok_s`, `source` ("measured": from the
     server's histogram; "simulated": from the standalone draft).
   - `recommended`: the setting to run, `num_steps`, `predicted_accept_length`,
     `predicted_tok_s`; the server's `current_num_steps` and its `current_tok_s`; `flags`, the
-    SGLang flag line to use.
+    SGLang flag line to use; `fastest_num_steps`, its `gain` over the served setting and the
+    gain's interval `gain_low`..`gain_high` (± two standard errors of the per-request tok/s);
+    `changes`: whether the gain is at least 5% with its lower bound above 0 (else the setting to
+    run is the served one).
   - `step_costs`: the costs the prediction uses, in seconds: `verify_s` (one verify forward),
     `draft_step_s` (one draft step), `request_fixed_s` (a request's fixed cost); `source`
     ("baseline": the verify cost is the baseline's per-token time; without a baseline there are

@@ -624,18 +624,25 @@ def config_ids_for(
     return None
 
 
+# The id-to-tap mapping a server was observed to apply: (config id, the tap that slot carried).
+ObservedMapping = tuple[tuple[int, Tap], ...]
+
+
 @dataclass
 class LayoutFix:
-    """How to make SGLang feed a wanted layout: ids on this version, or why not and what would."""
+    """How to make a server feed a wanted layout: ids for this server; else the newest release
+    whose rules feed it (and its ids); else nothing but retraining."""
 
     target: Layout
     version: Version  # the serving version searched (the newest known when unknown)
     version_assumed: bool  # the server did not say its version
-    ids: list[int] | None  # eagle_config ids that work on `version`
+    ids: list[int] | None  # eagle_config ids that make THIS server feed `target`
+    ids_from: str = "rules"  # "rules" (SGLang's for `version`) | "observed" (the server's mapping)
+    departs: bool = False  # the server was observed to depart from its release's rules
     why_not: str | None = None  # one clause, when `ids` is None
-    upgrade_version: str | None = None  # the first known later version where ids exist
-    upgrade_ids: list[int] | None = None
-    newest_ids: list[int] | None = None  # the ids on the newest known version
+    release: str | None = None  # the newest known release whose rules feed `target`
+    release_ids: list[int] | None = None
+    releases: list[str] = field(default_factory=list)  # every known release that feeds it
     eager_ids: list[int] | None = None  # ids under --disable-cuda-graph (CUDA-graph bug versions)
     notes: list[str] = field(default_factory=list)
 
@@ -682,6 +689,26 @@ def why_not_capturable(
     return f"no eagle_config ids make SGLang {v} capture exactly these taps"
 
 
+def ids_from_observed(target: Layout, observed: ObservedMapping) -> list[int] | None:
+    """The ids that make a server with this observed id-to-tap mapping feed `target`: each
+    target tap's id where the server was seen to feed it, else through the server's constant
+    offset (tap depth minus id, the same for every observed pre-norm slot); None when the
+    mapping does not tell, or the ids would not be in layer order."""
+    seen = {tap: i for i, tap in observed}
+    offsets = {tap.depth - i for i, tap in observed}
+    pre_norm = all(not tap.post_norm for _, tap in observed)
+    offset = offsets.pop() if len(offsets) == 1 and pre_norm else None
+    ids = []
+    for tap in target:
+        if tap in seen:
+            ids.append(seen[tap])
+        elif offset is not None and not tap.post_norm:
+            ids.append(tap.depth - offset)
+        else:
+            return None
+    return ids if ids == sorted(ids) and len(set(ids)) == len(ids) else None
+
+
 def find_fix(
     target: Layout,
     spec: DraftSpec,
@@ -689,30 +716,40 @@ def find_fix(
     version: Version | None,
     arch: str,
     cuda_graph: bool = True,
+    observed: ObservedMapping | None = None,
 ) -> LayoutFix:
-    """The eagle_config ids that make SGLang feed `target`; if none on this version, why not,
-    the first known version that can (and its ids), and the eager-mode ids on CUDA-graph-bug
-    versions."""
+    """The one fix search: the ids that make THIS server feed `target` (from its release's
+    rules, or from the id-to-tap mapping it was observed to apply, `observed`, when that departs
+    from the rules); else the newest known release whose rules feed `target`, and its ids; else
+    none (retrain). On CUDA-graph-bug versions, also the ids under --disable-cuda-graph."""
     assumed = version is None
     v = LAST_KNOWN_SGLANG if version is None else version
     spec = replace(spec, use_aux_hidden_state=True)
-    ids = config_ids_for(target, spec, num_layers, version_text(v), arch, cuda_graph)
-    fix = LayoutFix(tuple(target), v, assumed, ids)
-    if ids is not None:
+    fix = LayoutFix(tuple(target), v, assumed, None)
+    if observed is not None:
+        fix.departs = True
+        fix.ids = ids_from_observed(tuple(target), observed)
+        fix.ids_from = "observed"
+        if fix.ids is None:
+            fix.why_not = (
+                "this server departs from SGLang's rules, and the ids it was seen to take do not "
+                "reach these taps"
+            )
+    else:
+        fix.ids = config_ids_for(target, spec, num_layers, version_text(v), arch, cuda_graph)
+        if fix.ids is None:
+            fix.why_not = why_not_capturable(target, num_layers, v, arch, cuda_graph)
+    if fix.ids is not None and observed is None:
         return fix
-    fix.why_not = why_not_capturable(target, num_layers, v, arch, cuda_graph)
-    if cuda_graph and v < CUDA_GRAPH_FIX:
+    if observed is None and cuda_graph and v < CUDA_GRAPH_FIX:
         fix.eager_ids = config_ids_for(
             target, spec, num_layers, version_text(v), arch, cuda_graph=False
         )
-    for text in KNOWN_SGLANG_VERSIONS:
-        if parse_version(text) <= v:
+    for text in reversed(KNOWN_SGLANG_VERSIONS):
+        ids = config_ids_for(target, spec, num_layers, text, arch, True)
+        if ids is None:
             continue
-        up = config_ids_for(target, spec, num_layers, text, arch, True)
-        if up is not None:
-            fix.upgrade_version, fix.upgrade_ids = text, up
-            fix.newest_ids = config_ids_for(
-                target, spec, num_layers, DEFAULT_SGLANG_VERSION, arch, True
-            )
-            break
+        fix.releases.insert(0, text)
+        if fix.release is None:
+            fix.release, fix.release_ids = text, ids
     return fix

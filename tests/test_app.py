@@ -184,6 +184,11 @@ def test_the_verdict_banner_opens_the_run_page(world_home) -> None:
     # First of all: the root cause in one sentence (red), then the accept lengths and the speedup,
     # then what was not checked with the one form field that enables it; then the findings.
     assert drawn[0] == ("error", f"**{ROOT_CAUSE}**")
+    # The root cause's fix in one line to copy, right under it (the SGLang double is 0.5.23).
+    assert plain(at.caption[0].value) == (
+        "The fix, to copy (in the draft's config.json, served by SGLang 0.5.23):"
+    )
+    assert at.code[0].value == '"eagle_config": {"eagle_aux_hidden_state_layer_ids": [-1, 0, 1]}'
     assert [kind for kind, _ in drawn[1:5]] == ["metric"] * 4
     assert drawn[5][0] == "info"
     assert drawn[5][1].startswith(
@@ -293,21 +298,31 @@ def test_the_matching_run_has_no_layout_finding(world_home) -> None:
     diff = frame_with(at, "serving feeds")
     assert diff["match"].tolist() == ["same"] * 3
     assert diff["training tap"].tolist() == ["1", "2", "3"]
-    assert "Training and serving feed the same taps to every slot." in texts(at, "success")
+    # Observed serving slots against a declared training layout: a checked agreement, green.
+    assert "Training and serving feed the same taps to every slot (declared by you)." in texts(
+        at, "success"
+    )
     assert "rule layout-mismatch" not in texts(at, "caption")
     table = frame_with(at, "quantity").set_index("quantity")
     assert table.loc["taps fed to the fc slots"].tolist() == [SERVING_WORDS, SERVING_WORDS]
     assert "what the config / SGLang's rules predict" not in table.index  # both agree
 
 
-def test_a_diagnosis_without_problems_says_so_in_green(world, home) -> None:
+def test_a_diagnosis_without_problems_but_unchecked_parts_is_incomplete_not_green(
+    world, home
+) -> None:
     # The mismatch run's stored diagnosis with its findings taken away: nothing was found, the
-    # speedup still was not checked.
+    # speedup still was not checked: incomplete, in blue, and no green anywhere in the verdict.
     stored = db.get_run(world["store"], world["mismatch"])["diagnosis"]
     clean = {
         **stored,
         "findings": [],
-        "verdict": {**stored["verdict"], "root_cause": None, "problems_found": False},
+        "verdict": {
+            **stored["verdict"],
+            "root_cause": None,
+            "problems_found": False,
+            "status": "incomplete",
+        },
     }
     run_id = db.create_run(home, None, "http://gpubox:30000")
     db.update_run(home, run_id, status="succeeded", diagnosis_json=json.dumps(clean))
@@ -315,11 +330,44 @@ def test_a_diagnosis_without_problems_says_so_in_green(world, home) -> None:
     no_exception(at)
     drawn = in_order(at)
     assert drawn[0] == (
-        "success",
-        "**No problems found in what was checked; not checked: speedup.**",
+        "info",
+        "**No critical problem found in what was checked; not checked: speedup.**",
     )
     assert drawn[6] == ("header", "Findings")
-    assert "No problems found." in texts(at, "success")
+    assert "No findings." in texts(at, "caption")
+
+
+def test_a_healthy_diagnosis_says_what_it_rests_on_in_green(world, home) -> None:
+    # Every check ran, nothing at warning or worse: the banner states the observed agreement,
+    # the served weights, measured against simulated and the speedup.
+    stored = db.get_run(world["store"], world["mismatch"])["diagnosis"]
+    healthy = {
+        **stored,
+        "findings": [],
+        "not_checked": [],
+        "layout_diff": {**stored["layout_diff"], "kind": "identical", "evidence": "observed"},
+        "draft_identity": {"status": "same", "reason": "the weight files are byte-identical"},
+        "verdict": {
+            **stored["verdict"],
+            "root_cause": None,
+            "problems_found": False,
+            "status": "healthy",
+            "not_checked": [],
+            "measured_accept_length": 3.28,
+            "sim_accept_serving": 3.25,
+            "speedup": 1.79,
+        },
+    }
+    run_id = db.create_run(home, None, "http://gpubox:30000")
+    db.update_run(home, run_id, status="succeeded", diagnosis_json=json.dumps(healthy))
+    at = app("run", run=str(run_id))
+    no_exception(at)
+    assert in_order(at)[0] == (
+        "success",
+        "**Healthy: training and serving feed the same taps to every slot (observed); the "
+        "endpoint serves this checkpoint's weights (byte-identical); measured accept length 3.28 "
+        "against 3.25 simulated on the served states; 1.79x the baseline's tok/s.**",
+    )
 
 
 def test_the_run_tables_charts_and_exports_as_plain_functions(world) -> None:

@@ -329,8 +329,14 @@ def test_a_runs_verdict_in_words() -> None:
     clean = {"root_cause": None, "problems_found": False, "not_checked": ["speedup"]}
     assert words.run_verdict({"verdict": cause}) == "🛑 It is shifted."
     assert words.run_verdict({"verdict": warned, "worst_finding_title": "Odd."}) == "⚠️ Odd."
+    # Nothing found but something not checked: incomplete, never a green light.
     assert words.run_verdict({"verdict": clean}) == (
-        "✅ no problems found in what was checked (not checked: speedup)"
+        "➖ no critical problem in what was checked (not checked: speedup)"
+    )
+    # An info note is never the verdict: a healthy run reads healthy.
+    healthy = {"root_cause": None, "problems_found": False, "not_checked": [], "status": "healthy"}
+    assert words.run_verdict({"verdict": healthy, "worst_finding_title": "Weak novel."}) == (
+        "✅ healthy: every check ran and found nothing at warning or worse"
     )
     assert words.run_verdict({"status": "failed", "error": "boom\ntraceback"}) == "failed: boom"
     assert words.run_verdict({"status": "cancelled"}) == "cancelled"
@@ -483,3 +489,50 @@ def test_a_library_error_names_the_form_field_beside_the_flag() -> None:
         "checkpoint here; give --target-layers ('Target layers N' on New run) or --target "
         "('Local target path (for training-side states)' on New run)"
     )
+
+
+def test_the_fix_line_to_copy() -> None:
+    ids = {"fix": "Set ...", "data": {"config_ids": [-1, 0, 1], "sglang_version": "0.5.23"}}
+    assert words.fix_line(ids) == (
+        "in the draft's config.json, served by SGLang 0.5.23",
+        '"eagle_config": {"eagle_aux_hidden_state_layer_ids": [-1, 0, 1]}',
+    )
+    flag = {"fix": "Restart the server with --chunked-prefill-size 88 or more, then run again."}
+    assert words.fix_line(flag) == ("on the server's command line", "--chunked-prefill-size 88")
+    bare = {"fix": "Restart it with --enable-return-hidden-states and run the diagnosis again."}
+    assert words.fix_line(bare) == ("on the server's command line", "--enable-return-hidden-states")
+    prose = {"fix": "Retrain the draft. Then serve it."}
+    assert words.fix_line(prose) == ("what to do", "Retrain the draft")
+
+
+def test_the_layout_comparison_follows_its_weaker_side() -> None:
+    def diff(kind: str, level: str, checked: bool, training: str, serving: str) -> dict:
+        return {
+            "layout_diff": {
+                "kind": kind,
+                "summary": "Serving feeds every slot one block later than training.",
+                "evidence": level,
+                "checked": checked,
+                "training_evidence": training,
+                "serving_evidence": serving,
+            }
+        }
+
+    assert words.layout_comparison(diff("identical", "observed", True, "observed", "observed")) == (
+        "success",
+        None,
+        "Training and serving feed the same taps to every slot (observed).",
+    )
+    assumed = diff("identical", "assumed", False, "assumed", "predicted")
+    assert words.layout_comparison(assumed) == (
+        "neutral",
+        None,
+        "Same taps on both sides (assumed from the config, not checked): training side assumed "
+        "from the config, not checked, serving side predicted from SGLang's rules, not checked.",
+    )
+    assert words.slot_word(assumed, True) == "same (assumed from the config, not checked)"
+    predicted = diff("off-by-one", "predicted", False, "declared", "predicted")
+    assert words.layout_comparison(predicted)[:2] == ("warning", "off-by-one")
+    observed = diff("off-by-one", "observed", True, "observed", "observed")
+    assert words.layout_comparison(observed)[:2] == ("error", "off-by-one")
+    assert words.slot_word(observed, False) == "DIFFERS"

@@ -395,7 +395,7 @@ def test_compare_the_mismatch_with_the_fixed_draft(world, browser, logs_on_failu
     left = columns.filter(has=page.get_by_role("heading", name=f"Run A: #{a}")).last
     right = columns.filter(has=page.get_by_role("heading", name=f"Run B: #{b}")).last
     expect(left.get_by_text("rule layout-mismatch", exact=True)).to_be_visible()
-    expect(right.get_by_text("No problems found.")).to_be_visible()
+    expect(right.get_by_text("No findings.")).to_be_visible()
     expect(page.get_by_test_id("stDataFrame").first).to_be_visible()
     expect(page.locator('[data-testid="stVegaLiteChart"]').first).to_be_visible()
     expect(page.get_by_test_id("stSpinner")).to_have_count(0)

@@ -26,6 +26,7 @@ from eagle3dash.testing.tensors import random_tensors
 from eagle3dash.uploads import register_path
 from tests.specs import served_draft_spec, tiny_models
 from tests.test_browser import (  # skips this module too when chromium is missing
+    HEIGHT,
     ROOT,
     RUN_S,
     _fill,
@@ -150,7 +151,8 @@ def test_the_demo_in_one_click_reaches_the_mismatched_verdict(
     page.get_by_role("button", name="Try it on the demo").click()
     _idle(page)
     banner = _alert(page, "The demo runs on this machine")
-    expect(banner).to_contain_text("not a serving engine")
+    # Starting the demo's endpoints loads its models: slow on a busy machine.
+    expect(banner).to_contain_text("not a serving engine", timeout=RUN_S * 1000)
     expect(banner).to_contain_text("each target forward sleeps 10 ms")
     expect(page.get_by_label(ENDPOINT, exact=True)).to_have_value(re.compile(r"^http://127\."))
     metrics = page.get_by_test_id("stMetric")
@@ -168,7 +170,68 @@ def test_the_demo_in_one_click_reaches_the_mismatched_verdict(
     expect(page.get_by_role("heading", name="Findings")).to_be_visible(timeout=RUN_S * 1000)
     _idle(page)
     expect(page.get_by_text(re.compile(r"^rule ")).first).to_have_text("rule layout-mismatch")
-    expect(page.get_by_test_id("stCode").filter(has_text="[-1, 0, 1]").first).to_be_visible()
+    fix = page.get_by_test_id("stCode").filter(has_text="[-1, 0, 1]").first
+    expect(fix).to_be_visible()
+    # The root cause's fix line, to copy, sits in the banner on the first screen (1400x900).
+    page.evaluate("window.scrollTo(0, 0)")
+    box = fix.bounding_box()
+    assert box is not None and box["y"] + box["height"] <= HEIGHT, box
+    expect(
+        page.get_by_text(re.compile(r"^The fix, to copy \(in the draft's config\.json"))
+    ).to_be_visible()
+    _no_exception(page)
+    page.context.close()
+
+
+# The layout section's elements, from its heading to the next heading: their text, and whether
+# one of them is a green success box.
+LAYOUT_SECTION_JS = """() => {
+  const head = [...document.querySelectorAll('[data-testid="stHeading"]')]
+    .find(e => e.innerText.trim().startsWith('Layer layout'));
+  if (!head) return null;
+  const texts = [];
+  let success = false;
+  let el = head.closest('[data-testid="stElementContainer"]');
+  for (el = el && el.nextElementSibling; el; el = el.nextElementSibling) {
+    if (el.querySelector('[data-testid="stHeading"]')) break;
+    if (el.querySelector('[data-testid="stAlertContentSuccess"]')) success = true;
+    texts.push(el.innerText);
+  }
+  return {success, text: texts.join('\\n')};
+}"""
+
+
+def test_the_demo_without_the_target_shows_no_green_light_in_the_layout_section(
+    world,
+    browser,  # noqa: F811
+    logs_on_failure,
+) -> None:
+    page = _new_run(browser, world)
+    page.get_by_role("button", name="Try it on the demo").click()
+    _idle(page)
+    expect(_alert(page, "The demo runs on this machine")).to_be_visible(timeout=RUN_S * 1000)
+    expect(page.get_by_label(ENDPOINT, exact=True)).to_have_value(re.compile(r"^http://127\."))
+    page.get_by_test_id("stExpander").filter(has_text="Number of prompts").locator(
+        "summary"
+    ).click()
+    _fill(page, "Number of prompts", "2")
+    _fill(page, "Max new tokens", "32")
+    target = "Local target path (for training-side states)"
+    expect(page.get_by_label(target, exact=True)).to_have_value(re.compile(r"target$"))
+    _fill(page, target, "")
+    _no_exception(page)
+    page.get_by_role("button", name="Run the diagnosis").click()
+    page.wait_for_url(re.compile(r"/run\?run=\d+$"))
+    expect(page.get_by_role("heading", name="Layer layout")).to_be_visible(timeout=RUN_S * 1000)
+    _idle(page)
+    section = page.evaluate(LAYOUT_SECTION_JS)
+    assert section is not None and section["success"] is False, section
+    # Both sides rest on the config: the comparison says so, and what would check it.
+    assert "not checked" in section["text"], section["text"]
+    assert "To check it: " in section["text"], section["text"]
+    assert "fill in 'Local target path" in section["text"], section["text"]
+    # Nor is anything else on the page a green light.
+    expect(page.get_by_test_id("stAlertContentSuccess")).to_have_count(0)
     _no_exception(page)
     page.context.close()
 

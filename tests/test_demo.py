@@ -362,6 +362,7 @@ def test_seeded_demo_meets_the_gaps(tmp_path):
     """
     from eagle3dash import store as db
     from eagle3dash.demo.seed import seed, seeded
+    from eagle3dash.ui.words import run_verdict
 
     made = seed(tmp_path, num_prompts=2, max_new_tokens=32, worker=True)
     assert [(r.deployment, r.status) for r in made] == [
@@ -388,6 +389,14 @@ def test_seeded_demo_meets_the_gaps(tmp_path):
         # measured on the first two prompts, one copy-heavy and one novel, 32 tokens each:
         # correct 2.67, fixed 2.29, mismatched 1.36 (the novel prompt holds every one down)
         assert measured - mis["measured"]["accept_length"] > 0.75
+        # Every check ran (target, baseline, identity) and nothing at warning or worse: the
+        # category weak on both sides is an info note, never the verdict.
+        assert d["verdict"]["status"] == "healthy", (d["verdict"], d["findings"])
+        assert d["not_checked"] == []
+        assert d["layout_diff"]["checked"] is True
+        assert all(f["severity"] == "info" for f in d["findings"])
+    assert mis["verdict"]["status"] == "problem"
+    assert mis["verdict"]["root_cause"]["id"] == "layout-mismatch"
     # Each run carries its deployment's name, the mismatched one links to its fix, and the
     # demo's endpoints are marked stopped once the runs are done.
     ids = {r.deployment: r.run_id for r in made}
@@ -402,6 +411,13 @@ def test_seeded_demo_meets_the_gaps(tmp_path):
         assert all(row["endpoint_stopped_at"] for row in rows.values())
         assert len({row["endpoint_url"] for row in rows.values()}) == 3
         assert all(e["stopped_at"] for e in db.list_endpoints(store))  # the baseline too
+        # The Runs page's verdict column: healthy reads healthy, not the category note.
+        listed = {r["id"]: r for r in db.list_runs(store)}
+        for name in ("correct", "fixed"):
+            assert run_verdict(listed[ids[name]]) == (
+                "✅ healthy: every check ran and found nothing at warning or worse"
+            )
+        assert run_verdict(listed[ids["mismatched"]]).startswith("🛑 Serving feeds the draft")
         assert seeded(store)
     assert seed(tmp_path, progress=lambda m: None) == []  # made once
 

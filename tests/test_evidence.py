@@ -83,7 +83,14 @@ def test_a_server_feeding_other_taps_than_predicted_is_observed_and_reported() -
     assert other.severity == "critical"
     assert other.data["observed"] == "0,1,2" and other.data["predicted"] == "1,2,3"
     assert all(m > 0 for m in other.data["margins"])
-    assert "layout-mismatch" in ids(diagnosis)
+    # The fix is in THIS server's ids: it was seen to feed id i the tap after i blocks, so the
+    # training taps after 1, 2 and 3 blocks take ids [1, 2, 3] (stock SGLang: [0, 1, 2]).
+    mismatch = next(f for f in diagnosis.findings if f.id == "layout-mismatch")
+    assert mismatch.data["config_ids"] == [1, 2, 3]
+    assert mismatch.data["ids_from"] == "observed"
+    assert '"eagle_aux_hidden_state_layer_ids": [1, 2, 3]' in mismatch.fix
+    assert "On a released build (SGLang 0.5.23" in mismatch.fix and "[0, 1, 2]" in mismatch.fix
+    assert mismatch.basis == "detective"  # the weaker side: the training side, inferred
     gap = next(f for f in diagnosis.findings if f.id == "training-serving-gap")
     assert diagnosis.training.top1 - diagnosis.serving.top1 >= 0.15
     assert set(gap.data["explained_by"]) >= {"layout-mismatch", "server-feeds-other-taps"}
@@ -233,6 +240,51 @@ def test_prompts_are_cut_to_fit_one_prefill_chunk() -> None:
         "(40 generated tokens included) fits one prefill chunk of 64 tokens: SGLang returns the "
         "hidden states of the last chunk only"
     ) in diagnosis.warnings
+
+
+def test_a_chunk_too_small_is_not_checked_with_the_restart_flag_and_the_run_incomplete() -> None:
+    plan = deployments()["correct"]
+    config = plan.double_config(enable_return_hidden_states=True, chunked_prefill_size=32)
+    with start_double(config) as server:
+        diagnosis = run_diagnosis(options(plan.draft_path, server.url))
+    item = next(n for n in diagnosis.not_checked if n.check == "serving-states")
+    # 48 prompt tokens + 32 new + 8 reference tokens.
+    assert item.action == (
+        "restart the server with --chunked-prefill-size 88 or more (or ask for fewer new tokens)"
+    )
+    verdict = diagnosis.verdict()
+    assert verdict["status"] == "incomplete" and verdict["root_cause"] is None
+    assert diagnosis.to_dict()["layout_diff"]["evidence"] == "predicted"
+    assert diagnosis.to_dict()["layout_diff"]["checked"] is False
+
+
+def test_without_the_target_the_layout_comparison_is_assumed_and_the_run_incomplete() -> None:
+    plan = deployments()["correct"]
+    with start_double(plan.double_config(enable_return_hidden_states=True)) as server:
+        diagnosis = run_diagnosis(options(plan.draft_path, server.url, target=None))
+    result = diagnosis.to_dict()
+    layout = result["layout_diff"]
+    assert layout["kind"] == "identical"  # both sides from the config: same, but not checked
+    assert (layout["evidence"], layout["checked"]) == ("assumed", False)
+    assert (layout["training_evidence"], layout["serving_evidence"]) == ("assumed", "predicted")
+    assert {n["check"] for n in layout["would_check"]} == {"training-side", "serving-taps"}
+    assert all(n["option"] == "target" for n in layout["would_check"])
+    assert result["verdict"]["status"] == "incomplete"
+    assert result["verdict"]["root_cause"] is None
+
+
+def test_a_slot_difference_without_a_measured_cost_is_not_critical() -> None:
+    # Draft B was trained on the taps after 1, 2 and 3 blocks; this server feeds the raw last
+    # block's output in the last slot. The demo target's 4th block is a no-op, so that state is
+    # the one training used: a difference (or none) that costs nothing is never critical.
+    plan = deployments()["correct"]
+    config = plan.double_config(enable_return_hidden_states=True, capture_taps=[1, 2, 4])
+    with start_double(config) as server:
+        diagnosis = run_diagnosis(options(plan.draft_path, server.url))
+    assert [f.id for f in diagnosis.findings if f.severity == "critical"] == []
+    for f in diagnosis.findings:
+        if f.id in ("layout-mismatch", "server-feeds-other-taps"):
+            assert f.severity == "info", f.to_dict()
 
 
 def test_a_chunk_too_small_for_the_completion_is_named_in_the_capture_error() -> None:

@@ -91,6 +91,7 @@ class Eval:
     acceptance: list[float]
     accuracy: list[float] = field(default_factory=list)
     num_positions: int = 100
+    accept_length_per_sequence: list[float] = field(default_factory=list)
 
     @property
     def steps(self) -> int:
@@ -210,12 +211,14 @@ def test_seed_on_0_5_12_kimi_layout_mismatch_first_and_says_to_upgrade() -> None
     )
     assert "Tap(" not in first.evidence + first.title + first.fix
     # At the server's chain length (3 steps), the one that its measured accept length reflects.
-    assert "simulated accept length 2.85 at 3 steps, top-1 0.80" in first.evidence
-    assert "simulated accept length 1.06 at 3 steps, top-1 0.05" in first.evidence
-    # Tap(0) is not capturable on 0.5.12 for Kimi: upgrade to 0.5.16+, with its ids
-    assert "0.5.16 or later" in first.fix and "[0, 3, 31]" in first.fix
+    assert "simulated accept length 2.85 at 3 steps, top-1 80.0%" in first.evidence
+    assert "simulated accept length 1.06 at 3 steps, top-1 5.0%" in first.evidence
+    # Tap(0) is not capturable on 0.5.12 for Kimi: the newest release that feeds the taps
+    # (0.5.23, as every release from 0.5.16 on), with its ids
+    assert "serve with SGLang 0.5.23 (every release read from 0.5.16 on feeds them)" in first.fix
+    assert "[0, 3, 31]" in first.fix
     assert "retrain" in first.fix
-    assert first.data["sglang_version"] == "0.5.16"
+    assert first.data["sglang_version"] == "0.5.23"
     ids = first.data["config_ids"]
     fixed = replace(draft(), aux_layer_ids=tuple(ids), aux_ids_location="eagle_config")
     for version in ("0.5.16", "0.5.23"):
@@ -770,7 +773,7 @@ def test_capture_error_fix_says_to_upgrade() -> None:
         diagnose(_llama("0.5.21", ids=(-1, 15, 28), training=(Tap(0), Tap(16), Tap(29)))),
         "capture-error",
     )
-    assert "0.5.22 or later" in f.fix and f.data["config_ids"] == [-1, 15, 28]
+    assert "every release read from 0.5.22 on" in f.fix and f.data["config_ids"] == [-1, 15, 28]
 
 
 def test_impossible_layout_says_retrain() -> None:
@@ -905,6 +908,7 @@ def test_finding_to_dict_and_severity_check() -> None:
         "evidence": "E",
         "fix": "F",
         "data": {"a": 1},
+        "basis": "observed",
     }
     json.dumps([g.to_dict() for g in diagnose(seed("0.5.12"))])
     with pytest.raises(ValueError):
@@ -950,3 +954,93 @@ def test_nan_weights_are_the_first_critical_finding() -> None:
     assert ids_of(found)[0] == "weights-not-finite" and found[0].severity == "critical"
     assert "fc.weight holds 3 NaN and 0 Inf values" in found[0].evidence
     assert "checkpoint-problems" not in ids_of(found)  # the same line is not listed twice
+
+
+def test_deepseek_first_id_case_names_the_newest_release_that_feeds_the_taps() -> None:
+    # Trained on the states after blocks 1, 30 and 58 (SpecForge ids [0, 29, 57]). From 0.5.13
+    # a first id 0 is kept verbatim (the embedding) and 1 becomes 2 (PR #25454): no ids lead
+    # with Tap(1) on 0.5.23. Up to 0.5.12 every id is + 1; 0.5.10 and before feed CUDA-graph
+    # decode the defaults. So the newest release is 0.5.12, with ids [0, 29, 57].
+    trained = (Tap(1), Tap(30), Tap(58))
+    spec = draft(aux_layer_ids=(0, 29, 57))
+    arch = "DeepseekV3ForCausalLM"
+    layouts = predict_layouts(
+        spec, N, training_override=trained, sglang_version="0.5.23", arch=arch
+    )
+    e = Evidence(
+        report=report(spec),
+        num_target_layers=N,
+        arch=arch,
+        layouts=layouts,
+        sglang_version="0.5.23",
+    )
+    f = only(diagnose(e), "layout-mismatch")
+    assert f.data["config_ids"] == [0, 29, 57] and f.data["sglang_version"] == "0.5.12"
+    assert "serve with SGLang 0.5.12 (the releases read that feed them: 0.5.11 and 0.5.12)" in (
+        f.fix
+    )
+    assert f.basis == "predicted"  # no side was measured: the finding says it rests on rules
+
+
+def test_low_acceptance_without_a_training_side_is_a_verdict_with_ranked_causes() -> None:
+    # 1.40 tokens per round at 3 steps (at most 4): under half. No training side, no identity,
+    # a quantized target: layout first (not observed), then the draft's identity and the
+    # quantization (both settled by one run), then target and prompt format.
+    e = Evidence(
+        report=report(),
+        num_target_layers=N,
+        server=Server(quantization="fp8"),
+        measured=Bench(output_tok_s_aggregate=50.0, accept_length=1.4),
+    )
+    f = only(diagnose(e), "low-acceptance")
+    assert f.severity == "warning"
+    assert f.title == (
+        "The endpoint accepts few drafts (1.40 of at most 4), and the training side was not "
+        "measured to tell why."
+    )
+    assert [c.split(":")[0] for c in f.data["causes"]] == [
+        "layout",
+        "wrong draft",
+        "quantization",
+        "wrong target",
+        "prompt format",
+    ]
+    assert "(settled by a local copy of the target" in f.evidence
+    assert f.fix.startswith("Check the first: a local copy of the target")
+
+
+def test_low_acceptance_is_quiet_with_a_training_side_or_a_good_accept_length() -> None:
+    measured = Bench(output_tok_s_aggregate=50.0, accept_length=1.4)
+    with_training = Evidence(
+        report=report(), server=Server(), measured=measured, training_eval=GOOD
+    )
+    assert "low-acceptance" not in ids_of(diagnose(with_training))
+    good = Evidence(
+        report=report(),
+        server=Server(),
+        measured=Bench(output_tok_s_aggregate=50.0, accept_length=2.6),
+    )
+    assert "low-acceptance" not in ids_of(diagnose(good))
+
+
+@dataclass
+class NoisyBench(Bench):
+    """A benchmark stand-in with its per-request tok/s."""
+
+    output_tok_s_per_request: list[float] = field(default_factory=list)
+
+
+def test_a_slowdown_within_the_per_request_noise_is_not_critical() -> None:
+    baseline = Bench(100.0)
+    # 0.80x; per-request 60 and 100 tok/s: SE 20, two SE 40 = 50% of the mean: 0.80 ± 0.40.
+    noisy = Evidence(
+        server=Server(), measured=NoisyBench(80.0, 2.0, 1, [60.0, 100.0]), baseline=baseline
+    )
+    f = only(diagnose(noisy), "slower-than-baseline")
+    assert f.severity == "info" and "within the per-request noise" in f.title
+    assert f.data["noise"] == pytest.approx(0.4)
+    # Per-request 78 and 82: two SE 4 = 5%: 0.80 ± 0.04 stays below 1.
+    steady = Evidence(
+        server=Server(), measured=NoisyBench(80.0, 2.0, 1, [78.0, 82.0]), baseline=baseline
+    )
+    assert only(diagnose(steady), "slower-than-baseline").severity == "critical"

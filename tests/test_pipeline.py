@@ -134,7 +134,32 @@ def test_cli_probe_and_diagnose_json_contract(models) -> None:
     result = json.loads(out.stdout)
     assert {"findings", "training", "serving", "measured"} <= result.keys()
     for finding in result["findings"]:
-        assert {"id", "severity", "title", "fix"} <= finding.keys()
+        assert {"id", "severity", "title", "fix", "basis"} <= finding.keys()
+    # How each claim is known: the sides, the comparison (the weaker side), the identity.
+    assert result["serving"]["evidence"] == "observed"
+    assert result["layout_diff"]["evidence"] in ("observed", "detective", "assumed")
+    assert result["draft_identity"]["evidence"] == "observed"
+    assert result["verdict"]["status"] in ("problem", "incomplete", "healthy")
+
+
+def test_cli_text_says_the_layout_comparison_is_not_checked_without_the_target(models) -> None:
+    # The config's ids [0, 1, 2] under SpecForge's convention and SGLang's +1 rule: both sides
+    # the taps after 1, 2 and 3 blocks, from the config alone.
+    with double(models) as server:
+        out = run_cli(
+            *("diagnose", "--draft", str(models["draft"]), "--endpoint", server.url),
+            *("--num-prompts", "2", "--max-new-tokens", "16", "--no-profile"),
+        )
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("verdict (incomplete): ")
+    assert (
+        "layout comparison: Same taps on both sides (assumed from the config, not checked): "
+        "training side assumed from the config, not checked, serving side predicted from "
+        "SGLang's rules, not checked."
+    ) in lines
+    check = [line for line in lines if line.startswith("  to check it: ")]
+    assert len(check) == 1 and "pass --target" in check[0], lines
 
 
 def test_cli_diagnose_against_a_down_endpoint_is_one_line(models) -> None:

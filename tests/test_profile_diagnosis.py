@@ -134,3 +134,32 @@ def test_profile_out_without_the_profile_is_refused_before_the_run(tmp_path, cap
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["error: --profile-out needs the profile: drop --no-profile"]
     assert not (tmp_path / "p.json").exists()
+
+
+def test_identical_settings_give_the_same_steps_advice(diagnosed) -> None:
+    # The same deployment diagnosed again with the same settings. Its prompts alternate
+    # copy-heavy and novel, whose tok/s differ by far more than any steps setting gains: the
+    # advice keeps the served 4 steps both times and shows the gain's interval.
+    from eagle3dash.diagnosis.options import DiagnoseOptions
+    from eagle3dash.diagnosis.stages import run_diagnosis
+
+    d, _, _ = diagnosed
+    plan = deployments()["format"]
+    with serve_deployment(plan) as server, serve_baseline(plan) as baseline:
+        again = run_diagnosis(
+            DiagnoseOptions(
+                draft=str(plan.draft_path),
+                endpoint=server.url,
+                baseline=baseline.url,
+                target=str(FIXTURES / "target"),
+                prompts=str(PROMPTS),
+                num_prompts=4,
+                max_new_tokens=32,
+                concurrency=1,
+            )
+        ).to_dict()
+    first, second = d["profile"]["recommended"], again["profile"]["recommended"]
+    for advice in (first, second):
+        assert (advice["num_steps"], advice["changes"]) == (4, False), advice
+        assert advice["gain_low"] is not None and advice["gain_low"] <= 0 < advice["gain_high"]
+    assert "num-steps-advice" not in [f["id"] for f in d["findings"] + again["findings"]]

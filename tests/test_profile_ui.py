@@ -16,7 +16,7 @@ from eagle3dash import store as db
 from eagle3dash.diagnosis.options import DiagnoseOptions
 from eagle3dash.profile_export import profile_csv, profile_json
 from eagle3dash.submit import submit_diagnosis
-from eagle3dash.ui import charts
+from eagle3dash.ui import charts, words
 from eagle3dash.ui import profile as ui
 from tests.appkit import app, no_exception, plain, run_queued, speculative_double, texts
 from tests.specs import tiny_models
@@ -121,6 +121,11 @@ SAMPLE = {
         "current_num_steps": 3,
         "current_tok_s": 80.0,
         "flags": FLAGS,
+        "fastest_num_steps": 2,
+        "gain": 0.05,
+        "gain_low": 0.01,
+        "gain_high": 0.09,
+        "changes": True,
     },
     "step_costs": {
         "verify_s": 0.011,
@@ -389,11 +394,23 @@ def test_the_steps_chart_marks_the_current_and_recommended_settings() -> None:
 
 
 def test_the_steps_advice_and_not_profiled_in_words() -> None:
-    assert ui.recommendation_text(SAMPLE) == (
-        "Recommended: 2 draft steps (predicted 84.0 tok/s, accept length 1.50) instead of the "
-        "current 3 (80.0 tok/s, +5%)."
+    assert words.recommendation_text(SAMPLE) == (
+        "Recommended: 2 draft steps (predicted 84.0 tok/s, accept length 1.50, +5% (+1% to +9%)) "
+        "instead of the current 3 (80.0 tok/s)."
     )
-    assert ui.recommendation_text(SMALL) == (
+    # While a critical finding stands the advice says it holds only until that is fixed.
+    broken = {"verdict": {"root_cause": {"id": "layout-mismatch", "title": "T."}}}
+    assert words.recommendation_text(SAMPLE, broken) == (
+        "After fixing layout-mismatch the acceptance changes: measure again. Recommended: 2 draft "
+        "steps (predicted 84.0 tok/s, accept length 1.50, +5% (+1% to +9%)) instead of the "
+        "current 3 (80.0 tok/s) — holds only while that finding stands."
+    )
+    within = dict(SAMPLE["recommended"], num_steps=3, changes=False, gain_low=-0.03)
+    assert words.recommendation_text({"recommended": within}) == (
+        "Keep 3 draft steps: the fastest predicted setting, 2 draft steps, gains +5% (-3% to "
+        "+9%), which is not above the per-request noise and 5%."
+    )
+    assert words.recommendation_text(SMALL) == (
         "The server already runs the recommended 1 draft step (predicted 40.0 tok/s, accept "
         "length 1.50)."
     )

@@ -101,7 +101,7 @@ def test_architectures_without_capture_are_unsupported_not_predicted(arch: str) 
     )
     assert r.decode_layout is None
     fix = find_fix(taps(2, 30, 58), NO_IDS, 61, (0, 5, 23), arch)
-    assert fix.ids is None and fix.upgrade_version is None
+    assert fix.ids is None and fix.release is None and fix.releases == []
     assert fix.why_not == f"SGLang 0.5.23 has no EAGLE-3 capture for {arch}"
 
 
@@ -150,7 +150,9 @@ def test_gemma_has_no_eagle3_before_0_5_12() -> None:
     assert r.error == "SGLang 0.5.11 has no EAGLE-3 capture for Gemma3ForCausalLM (from 0.5.12)"
     fix = find_fix(taps(2, 13, 26), NO_IDS, 26, (0, 5, 11), "Gemma3ForCausalLM", cuda_graph=False)
     assert fix.why_not == "SGLang 0.5.11 has no EAGLE-3 capture for Gemma3ForCausalLM (from 0.5.12)"
-    assert (fix.upgrade_version, fix.upgrade_ids) == ("0.5.12", [1, 12, 25])
+    # The newest release that feeds these taps, and every release read that does.
+    assert (fix.release, fix.release_ids) == ("0.5.23", [1, 12, 25])
+    assert fix.releases[0] == "0.5.12" and fix.releases[-1] == "0.5.23"
 
 
 def test_gemma_captures_the_embedding_from_its_first_eagle3_release() -> None:
@@ -172,7 +174,7 @@ def test_minimax_m3_captures_the_last_block_from_0_5_23() -> None:
         "SGLang 0.5.22 does not capture the last block's output for minimax-m3-family targets "
         "(from 0.5.23)"
     )
-    assert (fix.upgrade_version, fix.upgrade_ids) == ("0.5.23", [1, 30, 61])
+    assert (fix.release, fix.release_ids, fix.releases) == ("0.5.23", [1, 30, 61], ["0.5.23"])
 
 
 # --- MiniMax-M3-VL: its defaults + 1 (minimax_m3_vl.py 0.5.20+) ------------------------------
@@ -197,3 +199,67 @@ def test_minimax_m3_vl_has_no_eagle3_before_0_5_20() -> None:
         "SGLang 0.5.16 has no EAGLE-3 capture for MiniMaxM3SparseForConditionalGeneration "
         "(from 0.5.20)"
     )
+
+
+# --- the one fix search: ids for this server, else the newest release, else none --------------
+# Expected ids are hand-derived from the rules cited in sglang_rules.py: Llama adds 1 to every id
+# (models/llama.py); DeepSeek adds 1 up to 0.5.12 and, from 0.5.13 (PR #25454), only when the
+# first id is 1; gpt-oss captures the last block's output (index N) from 0.5.20 (PR #32334).
+
+
+def test_fix_search_llama_ids_on_this_server() -> None:
+    fix = find_fix(taps(2, 16, 29), NO_IDS, 32, (0, 5, 23), "LlamaForCausalLM")
+    assert (fix.ids, fix.ids_from, fix.departs, fix.release) == ([1, 15, 28], "rules", False, None)
+
+
+def test_fix_search_deepseek_state_after_block_1_leads_only_before_0_5_13() -> None:
+    # Tap(1) first: id 0 under +1. From 0.5.13 a first id 0 is kept (embedding), 1 becomes 2.
+    arch = "DeepseekV3ForCausalLM"
+    on_12 = find_fix(taps(1, 30, 58), NO_IDS, 61, (0, 5, 12), arch)
+    assert on_12.ids == [0, 29, 57]
+    on_13 = find_fix(taps(1, 30, 58), NO_IDS, 61, (0, 5, 13), arch)
+    assert on_13.ids is None
+    # 0.5.10 and before: CUDA-graph decode feeds the defaults; 0.5.11 and 0.5.12 feed them.
+    assert (on_13.release, on_13.release_ids, on_13.releases) == (
+        "0.5.12",
+        [0, 29, 57],
+        ["0.5.11", "0.5.12"],
+    )
+
+
+def test_fix_search_gpt_oss_last_block_from_0_5_20() -> None:
+    arch = "GptOssForCausalLM"
+    on_19 = find_fix(taps(2, 12, 24), NO_IDS, 24, (0, 5, 19), arch)
+    assert on_19.ids is None
+    assert on_19.why_not == (
+        "SGLang 0.5.19 does not capture the last block's output for gpt-oss-family targets "
+        "(from 0.5.20)"
+    )
+    assert (on_19.release, on_19.release_ids) == ("0.5.23", [1, 11, 23])
+    assert on_19.releases == ["0.5.20", "0.5.21", "0.5.22", "0.5.23"]
+    assert find_fix(taps(2, 12, 24), NO_IDS, 24, (0, 5, 20), arch).ids == [1, 11, 23]
+
+
+def test_fix_search_no_release_feeds_a_post_norm_tap() -> None:
+    target = (Tap(2), Tap(16), Tap(32, post_norm=True))
+    fix = find_fix(target, NO_IDS, 32, (0, 5, 23), "LlamaForCausalLM")
+    assert (fix.ids, fix.release, fix.releases) == (None, None, [])
+
+
+def test_fix_search_from_an_observed_custom_mapping() -> None:
+    # The server was seen to feed ids [1, 3, 5] the taps after 3, 5 and 7 blocks: each id two
+    # blocks deeper (stock Llama: one). To get Tap(2), Tap(4), Tap(6): ids [0, 2, 4].
+    observed = ((1, Tap(3)), (3, Tap(5)), (5, Tap(7)))
+    fix = find_fix(taps(2, 4, 6), NO_IDS, 8, (0, 5, 23), "LlamaForCausalLM", observed=observed)
+    assert (fix.ids, fix.ids_from, fix.departs) == ([0, 2, 4], "observed", True)
+    # Stock rules (+1) would say [1, 3, 5]: on a released build only.
+    assert (fix.release, fix.release_ids) == ("0.5.23", [1, 3, 5])
+
+
+def test_fix_search_observed_mapping_that_does_not_reach_the_taps() -> None:
+    # No constant offset (the last slot is final-normed) and Tap(3) never seen: stock ids hold
+    # only on a released build.
+    observed = ((1, Tap(2)), (3, Tap(4)), (5, Tap(8, post_norm=True)))
+    fix = find_fix(taps(2, 3, 4), NO_IDS, 8, (0, 5, 23), "LlamaForCausalLM", observed=observed)
+    assert (fix.ids, fix.departs) == (None, True)
+    assert (fix.release, fix.release_ids) == ("0.5.23", [1, 2, 3])

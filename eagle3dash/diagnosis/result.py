@@ -26,6 +26,19 @@ from typing import TYPE_CHECKING, Any
 
 from eagle3dash.checkpoint import InspectReport
 from eagle3dash.diagnosis.options import DiagnoseOptions
+from eagle3dash.evidence_levels import (
+    CONFIG,
+    DECLARED,
+    DETECTIVE,
+    DUMP_MATCHED,
+    MEASURED_SOURCES,
+    OBSERVED,
+    PREDICTED,
+    TRAINING_DUMP,
+    checked,
+    source_level,
+    weaker,
+)
 from eagle3dash.findings import Finding
 from eagle3dash.identity import DraftIdentity
 from eagle3dash.layout import Layout, LayoutDiff, diff
@@ -37,15 +50,26 @@ from eagle3dash.sglang import ServerReport
 if TYPE_CHECKING:
     from eagle3dash.metrics import DraftEval
 
-# Where a side's layout comes from (values, not words: ui/ says them).
-TRAINING_DUMP = "training-dump"  # the training features themselves
-DECLARED = "declared"  # the user's --training-layout
-DETECTIVE = "layout-detective"  # the layout the draft performs best with, from the tensors
-CONFIG = "config"  # the config's ids under a trainer's convention: assumed
-OBSERVED = "observed"  # each served slot matched to the target's taps
-DUMP_MATCHED = "matched-to-dump"  # served slots matched to the training dump's slots by scale
-PREDICTED = "predicted"  # SGLang's rules for the server's version and architecture: assumed
-MEASURED_SOURCES = frozenset({TRAINING_DUMP, DECLARED, DETECTIVE, OBSERVED, DUMP_MATCHED})
+
+__all__ = [
+    "CONFIG",
+    "DECLARED",
+    "DETECTIVE",
+    "DUMP_MATCHED",
+    "OBSERVED",
+    "PREDICTED",
+    "TRAINING_DUMP",
+    "Diagnosis",
+    "NotChecked",
+    "Side",
+]
+
+# The verdict's three statuses.
+PROBLEM = "problem"  # a critical finding (or, every check having run, a warning)
+HEALTHY = "healthy"  # every check ran and nothing at warning or worse was found
+INCOMPLETE = "incomplete"  # no critical finding, but something was not checked
+# The checks that would turn an unchecked side of the layout comparison into an observed one.
+LAYOUT_CHECKS = ("serving-states", "serving-taps", "training-side")
 
 
 @dataclass
@@ -69,6 +93,11 @@ class Side:
         return self.source in MEASURED_SOURCES
 
     @property
+    def evidence(self) -> str:
+        """How this side's layout is known: an evidence level (eagle3dash/evidence_levels.py)."""
+        return source_level(self.source)
+
+    @property
     def top1(self) -> float | None:
         """Draft accuracy at step 1."""
         return self.eval.accuracy[0] if self.eval is not None and self.eval.accuracy else None
@@ -85,6 +114,7 @@ class Side:
             "layout": [t.to_dict() for t in self.layout],
             "source": self.source,
             "measured": self.measured,
+            "evidence": self.evidence,
             "detail": self.detail,
             "prediction": None
             if self.prediction is None
@@ -146,6 +176,47 @@ class Diagnosis:
         return diff(self.training.layout, self.serving.layout)
 
     @property
+    def layout_evidence(self) -> str:
+        """How the comparison of the sides is known: the weaker side's evidence level."""
+        return weaker(self.training.evidence, self.serving.evidence)
+
+    def layout_diff_dict(self) -> dict:
+        """The layout diff's JSON form with its evidence: the level (the weaker side's), whether
+        it was checked, and the checks that did not run and would check it."""
+        level = self.layout_evidence
+        d = self.layout_diff.to_dict()
+        d["evidence"] = level
+        d["checked"] = checked(level)
+        d["training_evidence"] = self.training.evidence
+        d["serving_evidence"] = self.serving.evidence
+        for slot in d["slots"]:
+            slot["evidence"] = level
+        d["would_check"] = [n.to_dict() for n in self.not_checked if n.check in LAYOUT_CHECKS]
+        return d
+
+    def identity_dict(self) -> dict | None:
+        """The draft identity's JSON form with its evidence level: observed when the weights'
+        digests were compared, else not checked."""
+        if self.identity is None:
+            return None
+        d = self.identity.to_dict()
+        d["evidence"] = "observed" if self.identity.status != "unknown" else "not-checked"
+        return d
+
+    @property
+    def status(self) -> str:
+        """problem (a critical finding; or, every check having run, a warning), incomplete (no
+        critical finding but something was not checked), healthy (every check ran, nothing at
+        warning or worse)."""
+        if self.root_cause is not None:
+            return PROBLEM
+        if self.not_checked:
+            return INCOMPLETE
+        if any(f.severity == "warning" for f in self.findings):
+            return PROBLEM
+        return HEALTHY
+
+    @property
     def speedup(self) -> dict | None:
         """Measured tok/s against the baseline's, when both were benchmarked."""
         if self.measured is None or self.baseline is None:
@@ -164,7 +235,10 @@ class Diagnosis:
         root = self.root_cause
         return {
             "root_cause": None if root is None else root.to_dict(),
-            "problems_found": bool(self.findings),
+            "status": self.status,
+            "problems_found": any(f.severity != "info" for f in self.findings),
+            "layout_evidence": self.layout_evidence,
+            "identity": None if self.identity is None else self.identity.status,
             "all_checked": not self.not_checked,
             "measured_accept_length": None
             if self.measured is None
@@ -184,13 +258,13 @@ class Diagnosis:
             "findings": [f.to_dict() for f in self.findings],
             "training": self.training.to_dict(),
             "serving": self.serving.to_dict(),
-            "layout_diff": self.layout_diff.to_dict(),
+            "layout_diff": self.layout_diff_dict(),
             "prediction": self.prediction.to_dict(),
             "measured": self.measured.to_dict() if self.measured else None,
             "baseline": self.baseline.to_dict() if self.baseline else None,
             "speedup": self.speedup,
             "detective": None if self.detection is None else self.detection.to_dict(),
-            "draft_identity": None if self.identity is None else self.identity.to_dict(),
+            "draft_identity": self.identity_dict(),
             "num_target_layers": self.num_target_layers,
             "arch": self.arch,
             "steps": self.steps,

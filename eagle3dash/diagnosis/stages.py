@@ -44,6 +44,7 @@ from eagle3dash.profile import (
     NotProfiled,
     Profile,
     TemperatureRow,
+    accept_length_noise,
     category_rows,
     parse_temperatures,
     per_position,
@@ -299,11 +300,34 @@ def capture_serving(run: _Run, prompts: list[Prompt]) -> None:
         capture = _capture(run, run.tokens, CAPTURE_SERVING, 0.08, 0.27)
     except (CaptureError, EndpointError) as e:
         run.capture_error = str(e)
+        run.not_checked.append(
+            NotChecked(
+                "serving-states",
+                "the server refused or failed the capture of the states it feeds the draft",
+                action=_capture_remedy(run),
+            )
+        )
         return
     if run.options.capture_dir:
         save_capture(capture, run.options.capture_dir)
     run.serving_capture = capture
     run.tokens = [seq.input_ids.tolist() for seq in capture.sequences]
+
+
+def _capture_remedy(run: _Run) -> str:
+    """The one thing that lets a refused serving capture run: a larger prefill chunk when the
+    capture sequences do not fit the server's, else the server's log."""
+    from eagle3dash.capture.from_sglang import REFERENCE_TAIL
+
+    chunk = run.server.chunked_prefill_size
+    generated = run.options.max_new_tokens + REFERENCE_TAIL
+    longest = max((len(ids) for ids in run.tokens), default=0) + generated
+    if chunk is not None and longest > chunk:
+        return (
+            f"restart the server with --chunked-prefill-size {longest} or more (or ask for fewer "
+            "new tokens)"
+        )
+    return "read the capture error below, fix the server or the prompts, and run again"
 
 
 def _capture(run: _Run, tokens: list[list[int]], stage: str, start: float, span: float) -> Capture:
@@ -428,10 +452,10 @@ def training_side(run: _Run) -> Side:
         detection.best == config.layout or detection.outperforms(config.layout)
     ):
         best = detection.best
-        top = detection.rows[0]
+        # The side's own numbers are its evaluation's: one source per quantity, not the sweep's.
         detail = (
-            f"best of {len(detection.rows)} candidate layouts on one capture of every tap "
-            f"(top-1 {top.top1:.1%}, simulated accept length {top.sim_accept_length:.2f})"
+            f"best of {len(detection.rows)} candidate layouts on one capture of every tap, "
+            "ranked by simulated accept length"
             + ("; the config implies the same" if best == config.layout else "")
         )
         side = Side("training", best, DETECTIVE, detail, config.layout)
@@ -581,6 +605,13 @@ def _bench(run: _Run, prompts: list[Prompt], **how: Any) -> BenchResult | None:
         return run_bench(options.endpoint, prompts, timeout=options.timeout, **how)
     except EndpointError as e:
         run.warnings.append(f"profile: a benchmark of {options.endpoint} failed: {e}")
+        failed = NotChecked(
+            "profile-benchmark",
+            "a benchmark of the acceptance profile failed, so part of the profile is missing",
+            action="read the warning below and run the diagnosis again",
+        )
+        if failed not in run.not_checked:
+            run.not_checked.append(failed)
         return None
 
 
@@ -595,6 +626,7 @@ def profile_temperatures(run: _Run, prompts: list[Prompt], measured: BenchResult
                 temperature,
                 None if bench is None else bench.accept_length,
                 None if bench is None else bench.output_tok_s_aggregate,
+                accept_length_noise(bench),
             )
         )
     return rows
@@ -628,6 +660,7 @@ def profile_formats(
                     measured.accept_length,
                     serving.sim_accept_length,
                     measured.output_tok_s_aggregate,
+                    accept_length_noise(measured),
                 )
             )
             continue
@@ -639,6 +672,14 @@ def profile_formats(
                 capture = _capture(run, variant.ids, PROFILE, 0.97, 0.0)
             except (CaptureError, EndpointError) as e:
                 run.warnings.append(f"profile: the {variant.format} capture failed: {e}")
+                run.not_checked.append(
+                    NotChecked(
+                        f"profile-{variant.format}-capture",
+                        f"the serving capture of the {variant.format} prompts failed, so that "
+                        "row has no simulated accept length",
+                        action=_capture_remedy(run),
+                    )
+                )
             else:
                 evaluated = _evaluate(run, capture, tuple(capture.taps))
                 sim = None if evaluated is None else evaluated.simulated_accept_length(run.steps)
@@ -649,6 +690,7 @@ def profile_formats(
                 None if bench is None else bench.accept_length,
                 sim,
                 None if bench is None else bench.output_tok_s_aggregate,
+                accept_length_noise(bench),
             )
         )
     missing = None if reason is None else NotProfiled("prompt_format", reason)

@@ -28,6 +28,7 @@ from eagle3dash.findings.layout_rules import (
     rule_server_feeds_other_taps,
 )
 from eagle3dash.findings.measurement_rules import (
+    rule_low_acceptance,
     rule_measured_above_simulated,
     rule_measured_below_simulated,
     rule_slower_than_baseline,
@@ -88,8 +89,6 @@ RULES: tuple[Callable[[Evidence], list[Finding]], ...] = (
     rule_ids_beyond_target,
     rule_hidden_states_truncated,
     rule_prompt_format_gap,
-    rule_category_far_below,
-    rule_num_steps_advice,
 )
 
 
@@ -98,6 +97,9 @@ RULES: tuple[Callable[[Evidence], list[Finding]], ...] = (
 SUMMARY_RULES: tuple[Callable[[Evidence, list[Finding]], list[Finding]], ...] = (
     rule_training_serving_gap,
     rule_slower_than_baseline,
+    rule_low_acceptance,
+    rule_category_far_below,
+    rule_num_steps_advice,
 )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from eagle3dash.evidence_levels import LEVEL_PREDICTED, source_level, weaker
 from eagle3dash.layout import Layout
 from eagle3dash.sglang_rules import try_parse_version
 
@@ -59,6 +60,9 @@ class Finding:
     evidence: str  # the numbers and config values that show it
     fix: str  # a concrete config key to set or a flag to change
     data: dict = field(default_factory=dict, compare=False, hash=False)  # machine-readable extras
+    # How the finding is known: an evidence level (eagle3dash/evidence_levels.py); a rule over
+    # a prediction or an assumption says so.
+    basis: str = "observed"
 
     def __post_init__(self) -> None:
         if self.severity not in SEVERITIES:
@@ -73,6 +77,7 @@ class Finding:
             "evidence": self.evidence,
             "fix": self.fix,
             "data": dict(self.data),
+            "basis": self.basis,
         }
 
 
@@ -154,6 +159,19 @@ class Evidence:
     def cuda_graph(self) -> bool:
         """Whether the server runs CUDA graphs (SGLang's default)."""
         return not (self.server is not None and self.server.disable_cuda_graph)
+
+
+def critical_ids(found: list[Finding], among: tuple[str, ...] | None = None) -> list[str]:
+    """The ids of the critical findings (of these rule ids, when given)."""
+    return [f.id for f in found if f.severity == "critical" and (among is None or f.id in among)]
+
+
+def layouts_basis(e: Evidence) -> str:
+    """How a claim over both sides' layouts is known: the weaker side's evidence level; a rule
+    run on the config's prediction alone is predicted."""
+    if e.training is None or e.serving is None:
+        return LEVEL_PREDICTED
+    return weaker(source_level(e.training.source), source_level(e.serving.source))
 
 
 def _fmt(x: float) -> str:

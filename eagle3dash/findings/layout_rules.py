@@ -10,23 +10,28 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from eagle3dash.findings.core import Evidence, Finding, _fmt
+from eagle3dash.evidence_levels import LEVEL_DETECTIVE, LEVEL_PREDICTED, OBSERVED
+from eagle3dash.findings.core import Evidence, Finding, _fmt, layouts_basis
+from eagle3dash.findings.impact import layout_cost
 from eagle3dash.findings.training_rules import unsettled_readings
 from eagle3dash.layout import (
     Layout,
     LayoutDiff,
-    Tap,
     default_layout,
     describe_tap,
     format_layout,
     join_words,
     taps_phrase,
 )
+from eagle3dash.noise import MATERIAL_ACCEPT_LENGTH
 from eagle3dash.sglang_rules import (
-    DEFAULT_SGLANG_VERSION,
+    KNOWN_SGLANG_VERSIONS,
+    LayoutFix,
+    ObservedMapping,
     arch_family,
     default_capture,
     find_fix,
+    nested_ids,
     serving_layout,
     try_parse_version,
     version_text,
@@ -67,7 +72,7 @@ def _kind_phrase(d: LayoutDiff) -> str:
 
 def _eval_text(ev: Any, label: str, steps: int | None = None) -> str:
     s = ev.steps if steps is None else min(steps, ev.steps)
-    top1 = f", top-1 {_fmt(ev.accuracy[0])}" if ev.accuracy else ""
+    top1 = f", top-1 {ev.accuracy[0]:.1%}" if ev.accuracy else ""
     return (
         f"{label}: simulated accept length {_fmt(ev.simulated_accept_length(s))} at {s} steps{top1}"
     )
@@ -78,11 +83,24 @@ def _default_ids(n: int) -> list[int]:
     return [1, n // 2 - 1, n - 4]
 
 
-def _layout_fix(e: Evidence, target: Layout, serving: Layout | None) -> tuple[str, dict]:
-    """The concrete fix that makes this server feed `target`, and its data.
+def _releases_text(fix: LayoutFix) -> str:
+    """'SGLang 0.5.23 (and every release read from 0.5.16 on)' or 'SGLang 0.5.12'."""
+    head = f"SGLang {fix.release}"
+    known = list(KNOWN_SGLANG_VERSIONS)
+    if len(fix.releases) > 1 and fix.releases == known[known.index(fix.releases[0]) :]:
+        return f"{head} (every release read from {fix.releases[0]} on feeds them)"
+    if len(fix.releases) > 1:
+        return f"{head} (the releases read that feed them: {join_words(fix.releases)})"
+    return head
 
-    data: config_ids (and sglang_version, when an upgrade is needed); empty when impossible.
-    """
+
+def _layout_fix(
+    e: Evidence, target: Layout, serving: Layout | None, observed: ObservedMapping | None = None
+) -> tuple[str, dict]:
+    """The concrete fix that makes this server feed `target` (`sglang_rules.find_fix`), and its
+    data: config_ids and the sglang_version they hold on; needs_released_build when the server
+    departs from its release's rules and the ids are stock SGLang's; empty when only retraining
+    helps."""
     spec, n = e.spec, e.num_target_layers
     if spec is None or n is None:
         return (
@@ -91,16 +109,30 @@ def _layout_fix(e: Evidence, target: Layout, serving: Layout | None) -> tuple[st
             "layer count for the exact ids.",
             {},
         )
-    fix = find_fix(target, spec, n, e.version_tuple(), e.arch_name(), e.cuda_graph())
+    fix = find_fix(target, spec, n, e.version_tuple(), e.arch_name(), e.cuda_graph(), observed)
     assumed = " (assumed: the server's version is unknown)" if fix.version_assumed else ""
     aux_on = "" if spec.use_aux_hidden_state else ', "use_aux_hidden_state": true'
     v = version_text(fix.version)
     phrase = taps_phrase(target, n)
-    if fix.ids is not None:
-        cfg = _eagle_config_json(fix.ids)[:-1] + aux_on + "}"
+
+    def cfg(ids: list[int]) -> str:
+        return _eagle_config_json(ids)[:-1] + aux_on + "}"
+
+    if fix.ids is not None and fix.ids_from == "observed":
+        stock = ""
+        if fix.release_ids is not None:
+            stock = f" On a released build ({_releases_text(fix)}) the ids are "
+            stock += f"{_ids_json(fix.release_ids)}."
         return (
-            f"Set {cfg} in the draft's config.json and restart the server: SGLang {v}{assumed} "
-            f"then captures {phrase}.",
+            f"Set {cfg(fix.ids)} in the draft's config.json and restart the server: this server "
+            f"departs from SGLang {v}'s rules, and the ids it was observed to take make it feed "
+            f"{phrase}.{stock}",
+            {"config_ids": fix.ids, "sglang_version": v, "ids_from": "observed"},
+        )
+    if fix.ids is not None:
+        return (
+            f"Set {cfg(fix.ids)} in the draft's config.json and restart the server: SGLang {v}"
+            f"{assumed} then captures {phrase}.",
             {"config_ids": fix.ids, "sglang_version": v},
         )
     retrain = (
@@ -109,28 +141,37 @@ def _layout_fix(e: Evidence, target: Layout, serving: Layout | None) -> tuple[st
         else "retrain the draft on layers SGLang captures, e.g. its defaults "
         f"({taps_phrase(default_layout(n), n)}; SpecForge ids {_ids_json(_default_ids(n))})"
     )
-    options = []
     data: dict = {}
-    if fix.upgrade_version is not None:
-        up_ids = fix.upgrade_ids or []
-        later = (
-            f"SGLang {fix.upgrade_version} or later"
-            if fix.newest_ids == up_ids
-            else f"SGLang {fix.upgrade_version} (on {DEFAULT_SGLANG_VERSION} use "
-            f"{_ids_json(fix.newest_ids or [])})"
-        )
+    options = []
+    if fix.release is not None and fix.release_ids is not None:
+        build = "a released build of " if fix.departs else ""
         options.append(
-            f"upgrade to {later} and set {_eagle_config_json(up_ids)[:-1] + aux_on + '}'} in the "
+            f"serve with {build}{_releases_text(fix)} and set {cfg(fix.release_ids)} in the "
             "draft's config.json"
         )
-        data = {"config_ids": up_ids, "sglang_version": fix.upgrade_version}
+        data = {"config_ids": fix.release_ids, "sglang_version": fix.release}
+        if fix.departs:
+            data["needs_released_build"] = True
     if fix.eager_ids is not None:
         options.append(
             f"keep SGLang {v} but restart with --disable-cuda-graph (slow) and "
             f"{_eagle_config_json(fix.eager_ids)} in config.json"
         )
     options.append(retrain)
-    text = f"No ids reproduce the training taps on SGLang {v}{assumed}: {fix.why_not}. "
+    if fix.departs:
+        text = (
+            f"No ids are known to make this server feed the training taps: {fix.why_not}, so "
+            "stock SGLang's ids hold only on a released build. "
+        )
+    elif fix.release is None:
+        text = (
+            f"No release of SGLang read ({KNOWN_SGLANG_VERSIONS[0]} to "
+            f"{KNOWN_SGLANG_VERSIONS[-1]}) feeds these taps; on SGLang {v}{assumed}: "
+            f"{fix.why_not}. "
+        )
+        return text + "Only retraining helps: " + retrain + ".", data
+    else:
+        text = f"No ids reproduce the training taps on SGLang {v}{assumed}: {fix.why_not}. "
     text += "Either " + "; or ".join(options) + "."
     return text, data
 
@@ -181,22 +222,42 @@ def rule_layout_mismatch(e: Evidence) -> list[Finding]:
         lines.append("Layout detective: " + " ".join(e.detection.verdict[:3]))
     fix, data = _server_fix(e, d.training, d.serving)
     data = {"kind": d.kind, **data}
+    basis = layouts_basis(e)
     if d.kind == "identical":
         title = f"SGLang {v} cannot capture the taps this draft was trained on: {error}."
-        return [Finding("capture-error", "critical", title, " ".join(lines), fix, data)]
+        return [Finding("capture-error", "critical", title, " ".join(lines), fix, data, basis)]
+    title = (
+        f"Serving feeds the draft {taps_phrase(d.serving, n)}, but training fed "
+        f"{taps_phrase(d.training, n)}: {_kind_phrase(d)}."
+    )
+    severity, impact = _impact(e, lines)
+    data["impact"] = impact
     # one assumed reading among several that disagree is no ground for a critical finding
     unsettled = unsettled_readings(e)
-    severity = "critical" if unsettled is None else "warning"
     if unsettled is not None:
         lines.append(
             "The training side is one assumed reading of several "
             f"({', '.join(r.trainer for r in unsettled)}); see training-layout-unsettled."
         )
-    title = (
-        f"Serving feeds the draft {taps_phrase(d.serving, n)}, but training fed "
-        f"{taps_phrase(d.training, n)}: {_kind_phrase(d)}."
-    )
-    return [Finding("layout-mismatch", severity, title, " ".join(lines), fix, data)]
+        if severity == "critical":
+            severity = "warning"
+    return [Finding("layout-mismatch", severity, title, " ".join(lines), fix, data, basis)]
+
+
+def _impact(e: Evidence, lines: list[str]) -> tuple[str, str]:
+    """The severity of a difference between the sides by what it costs (findings/impact.py),
+    with the cost added to the evidence lines; critical, unmeasured, when no cost was measured."""
+    cost = layout_cost(e)
+    if cost is None:
+        lines.append(
+            "Cost not measured (no training-side simulation, or a draft that accepts under "
+            f"{MATERIAL_ACCEPT_LENGTH} drafts per round even there): the severity is the rules' "
+            "prediction."
+        )
+        return "critical", "not measured"
+    severity = cost.severity()
+    lines.append(cost.text()[0].upper() + cost.text()[1:] + f": {severity}.")
+    return severity, cost.text()
 
 
 def rule_detected_layout(e: Evidence) -> list[Finding]:
@@ -245,50 +306,30 @@ def rule_detected_layout(e: Evidence) -> list[Finding]:
             + " ".join(det.verdict[1:3]),
             fix,
             {"best": format_layout(best), "claimed": format_layout(claimed), "fix_ids": fix_ids},
+            LEVEL_DETECTIVE,
         )
     ]
 
 
-# Served slots matched to the target's taps (diagnosis.result.OBSERVED): the only serving source
-# in absolute taps. Slots matched to a training dump are in the dump's labels, which may be wrong.
-OBSERVED = "observed"
-
-
-def _server_shift(e: Evidence) -> int | None:
-    """The depth by which every served slot differs from SGLang's rule for this server, when
-    the served slots were observed and differ by one constant shift; else None."""
+def _observed_mapping(e: Evidence) -> ObservedMapping | None:
+    """The id-to-tap mapping this server was observed to apply, when it departs from SGLang's
+    rules: each config id and the tap its slot was matched to (empty when the config has no ids
+    the server reads); None when the served slots were not observed or follow the rules."""
     side = e.serving
     if side is None or side.source != OBSERVED or side.prediction is None:
         return None
-    pairs = list(zip(side.layout, side.prediction, strict=False))
-    if len(side.layout) != len(side.prediction) or not pairs:
+    if tuple(side.layout) == tuple(side.prediction):
         return None
-    deltas = {a.depth - b.depth for a, b in pairs}
-    return deltas.pop() if len(deltas) == 1 and 0 not in deltas else None
+    ids = nested_ids(e.spec) if e.spec is not None else None
+    if ids is None or len(ids) != len(side.layout):
+        return ()
+    return tuple(zip(sorted(ids), side.layout, strict=True))
 
 
 def _server_fix(e: Evidence, target: Layout, serving: Layout | None) -> tuple[str, dict]:
-    """The fix for THIS server: stock SGLang's ids, shifted when the server was observed to feed
-    every slot a constant number of blocks away from SGLang's rule."""
-    shift = _server_shift(e)
-    if shift is None:
-        return _layout_fix(e, target, serving)
-    asked = tuple(Tap(t.depth - shift) for t in target)
-    if any(t.depth < 0 for t in asked):
-        return (
-            f"This server feeds every slot {abs(shift)} block(s) "
-            f"{'deeper' if shift > 0 else 'shallower'} than SGLang's rule, so no ids make it feed "
-            f"{taps_phrase(target, e.num_target_layers)}: serve the draft with a released SGLang "
-            "build whose capture follows its rule, or retrain on the taps this server feeds.",
-            {"server_shift": shift},
-        )
-    text, data = _layout_fix(e, asked, serving)
-    return (
-        f"This server feeds every slot {abs(shift)} block(s) "
-        f"{'deeper' if shift > 0 else 'shallower'} than SGLang's rule for its version, so ask it "
-        f"for {taps_phrase(asked, e.num_target_layers)} to get the training taps: {text}",
-        {**data, "server_shift": shift},
-    )
+    """The fix for THIS server: from the id-to-tap mapping it was observed to apply when that
+    departs from SGLang's rules, else from its release's rules."""
+    return _layout_fix(e, target, serving, _observed_mapping(e))
 
 
 def rule_server_feeds_other_taps(e: Evidence) -> list[Finding]:
@@ -310,7 +351,9 @@ def rule_server_feeds_other_taps(e: Evidence) -> list[Finding]:
         for i, (o, p) in enumerate(zip(observed, predicted, strict=False))
     )
     training = e.training.layout if e.training is not None else None
-    if training is not None and _server_shift(e) is not None:
+    lines = [f"{side.detail}: {per_slot}."]
+    severity, impact = _impact(e, lines)
+    if training is not None and tuple(training) != observed:
         fix, data = _server_fix(e, tuple(training), observed)
     else:
         fix = (
@@ -322,15 +365,16 @@ def rule_server_feeds_other_taps(e: Evidence) -> list[Finding]:
     return [
         Finding(
             "server-feeds-other-taps",
-            "critical",
+            severity,
             f"This server feeds the draft {taps_phrase(observed, n)}, where stock SGLang {v} "
             f"feeds {taps_phrase(predicted, n)}.",
-            f"{side.detail}: {per_slot}.",
+            " ".join(lines),
             fix,
             {
                 "observed": format_layout(observed),
                 "predicted": format_layout(predicted),
                 "margins": margins,
+                "impact": impact,
                 **data,
             },
         )
@@ -395,7 +439,7 @@ def rule_aux_ids_not_read(e: Evidence) -> list[Finding]:
             "used (SGLang reads id i as the output of layer i)."
         )
         data = {}
-    return [Finding("aux-ids-not-read", severity, title, evidence, fix, data)]
+    return [Finding("aux-ids-not-read", severity, title, evidence, fix, data, LEVEL_PREDICTED)]
 
 
 def rule_capture_rule_version(e: Evidence) -> list[Finding]:
@@ -430,6 +474,7 @@ def rule_capture_rule_version(e: Evidence) -> list[Finding]:
                 "0.5.4-0.5.10.",
                 fix + ".",
                 {"decode_kind": dd.kind},
+                LEVEL_PREDICTED,
             )
         )
     spec, version = e.spec, e.version_tuple()

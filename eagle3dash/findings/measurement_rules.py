@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import math
 
-from eagle3dash.findings.core import Evidence, Finding, _fmt
+from eagle3dash.findings.core import Evidence, Finding, _fmt, critical_ids
+from eagle3dash.noise import MATERIAL_ACCEPT_LENGTH, MATERIAL_TOP1, noise, relative_noise
 
-# A gap between the sides that needs explaining (simulated accept length / step-1 accuracy).
-GAP_ACCEPT_LENGTH = 0.5
-GAP_TOP1 = 0.15
 # Measured above the serving simulation by at least this much (and beyond the bench's spread).
 ABOVE_MIN = 0.3
 # Findings that explain a training-serving gap: the sides were fed other states.
@@ -37,23 +35,35 @@ def _speedup(e: Evidence) -> float | None:
     return m.output_tok_s_aggregate / b.output_tok_s_aggregate
 
 
+def _speedup_noise(e: Evidence, speedup: float) -> float:
+    """The speedup's noise: its relative noise over the per-request tok/s of both benchmarks."""
+    parts = [
+        relative_noise(getattr(bench, "output_tok_s_per_request", None) or []) or 0.0
+        for bench in (e.measured, e.baseline)
+    ]
+    return speedup * math.hypot(*parts)
+
+
 def rule_slower_than_baseline(e: Evidence, found: list[Finding]) -> list[Finding]:
     """Measured tok/s against a baseline without speculation, both from servebench.py; the fix
-    points at the findings that cap the accept length, or says none was found."""
+    points at the findings that cap the accept length, or says none was found. Critical only
+    when the slowdown stands beyond the per-request noise (eagle3dash/noise.py)."""
     speedup = _speedup(e)
     m, b = e.measured, e.baseline
     if speedup is None or speedup >= 1.2 or m is None or b is None:
         return []
+    spread = _speedup_noise(e, speedup)
     evidence = (
         f"with the draft {m.output_tok_s_aggregate:.1f} tok/s, baseline "
         f"{b.output_tok_s_aggregate:.1f} tok/s: speedup {speedup:.2f}x"
+        + (f" (±{spread:.2f} with the per-request noise)" if spread else "")
     )
     if m.accept_length is not None:
         evidence += f"; measured accept length {_fmt(m.accept_length)}"
     concurrency = getattr(m, "concurrency", None)
     if concurrency:
         evidence += f"; concurrency {concurrency}"
-    if speedup < 1:
+    if speedup + spread < 1:
         return [
             Finding(
                 "slower-than-baseline",
@@ -62,18 +72,24 @@ def rule_slower_than_baseline(e: Evidence, found: list[Finding]) -> list[Finding
                 "tok/s.",
                 evidence + ".",
                 _slowdown_fix(e, found),
-                {"speedup": speedup},
+                {"speedup": speedup, "noise": spread},
             )
         ]
+    title = (
+        f"Speculative decoding gains little: {speedup:.2f}x the baseline's tok/s."
+        if speedup >= 1
+        else f"Speculative decoding may make the endpoint slower ({speedup:.2f}x the baseline's "
+        "tok/s), within the per-request noise."
+    )
     return [
         Finding(
             "slower-than-baseline",
             "info",
-            f"Speculative decoding gains little: {speedup:.2f}x the baseline's tok/s.",
+            title,
             evidence + ".",
             f"Raise the accept length (see the other findings) or try {_steps_flags(e)}; "
             "speculation pays most at low concurrency.",
-            {"speedup": speedup},
+            {"speedup": speedup, "noise": spread},
         )
     ]
 
@@ -93,7 +109,7 @@ def _slowdown_fix(e: Evidence, found: list[Finding]) -> str:
         f"lower the batch or draft cost: {_steps_flags(e)}, and keep --cuda-graph-max-bs at "
         "least the request concurrency"
     )
-    critical = [f.id for f in found if f.severity == "critical"]
+    critical = critical_ids(found)
     if critical:
         caps = "they cap" if len(critical) > 1 else "it caps"
         return (
@@ -176,17 +192,6 @@ def rule_measured_below_simulated(e: Evidence) -> list[Finding]:
     ]
 
 
-def _bench_spread(e: Evidence) -> float:
-    """Two standard errors of the measured per-request accept lengths (0 with one request)."""
-    per_request = getattr(e.measured, "accept_length_per_request", None) or []
-    values = [v for v in per_request if v]
-    if len(values) < 2:
-        return 0.0
-    mean = sum(values) / len(values)
-    var = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
-    return 2 * math.sqrt(var / len(values))
-
-
 def rule_measured_above_simulated(e: Evidence) -> list[Finding]:
     """Measured accept length well above what the captured states simulate: the endpoint runs
     another draft, or feeds the draft other states than the capture returned (measured as
@@ -199,7 +204,7 @@ def rule_measured_above_simulated(e: Evidence) -> list[Finding]:
     steps = min(e.simulation_steps() or ev.steps, ev.steps)
     simulated = ev.simulated_accept_length(steps)
     measured = e.measured.accept_length
-    spread = _bench_spread(e)
+    spread = noise(getattr(e.measured, "accept_length_per_request", None) or [])
     if measured - simulated < max(ABOVE_MIN, spread):
         return []
     return [
@@ -222,7 +227,7 @@ def rule_measured_above_simulated(e: Evidence) -> list[Finding]:
 
 def rule_training_serving_gap(e: Evidence, found: list[Finding]) -> list[Finding]:
     """A gap between the sides is a finding, whatever explains it: the training side's simulated
-    accept length above the serving side's by GAP_ACCEPT_LENGTH, or its top-1 by GAP_TOP1.
+    accept length above the serving side's by MATERIAL_ACCEPT_LENGTH, or its top-1 by MATERIAL_TOP1.
     Reads the other rules' findings to cite the ones that explain it (metrics.py, draft.py)."""
     if e.training is None or e.serving is None:
         return []
@@ -231,7 +236,7 @@ def rule_training_serving_gap(e: Evidence, found: list[Finding]) -> list[Finding
         return []
     accept_gap = t.sim_accept_length - s.sim_accept_length
     top1_gap = (t.top1 or 0.0) - (s.top1 or 0.0)
-    if accept_gap < GAP_ACCEPT_LENGTH and top1_gap < GAP_TOP1:
+    if accept_gap < MATERIAL_ACCEPT_LENGTH and top1_gap < MATERIAL_TOP1:
         return []
     explained = [f.id for f in found if f.id in EXPLAINS_GAP]
     evidence = (
@@ -262,5 +267,98 @@ def rule_training_serving_gap(e: Evidence, found: list[Finding]) -> list[Finding
             evidence,
             fix,
             {"accept_gap": accept_gap, "top1_gap": top1_gap, "explained_by": explained},
+        )
+    ]
+
+
+def _likely_causes(e: Evidence) -> list[tuple[str, str]]:
+    """The likely causes of a low accept length on this deployment, most likely first, each with
+    the evidence that settles it; a cause a check already ruled out is left out."""
+    causes: list[tuple[int, str, str]] = []
+    serving = e.serving
+    observed = serving is not None and serving.source in ("observed", "matched-to-dump")
+    causes.append(
+        (
+            1 if observed else 0,
+            "layout: serving feeds the draft other taps than training did",
+            "a local copy of the target (or a training dump) measures the training side and "
+            "matches each served slot to the target's taps",
+        )
+    )
+    identity = e.identity.status if e.identity is not None else None
+    if identity != "same":
+        causes.append(
+            (
+                1,
+                "wrong draft: the server runs another checkpoint than this one",
+                "running the diagnosis where the server's --speculative-draft-model-path is "
+                "readable compares the weights' digests",
+            )
+        )
+    spec = e.spec
+    causes.append(
+        (
+            2,
+            "wrong target: the draft was trained for another target model than the one served",
+            "the draft's config (target_hidden_size "
+            f"{spec.target_hidden_size if spec is not None else '?'}, its verifier) against the "
+            "served model's config and tokenizer",
+        )
+    )
+    formats = e.profile.prompt_format if e.profile is not None else []
+    if len([r for r in formats if r.measured_accept_length is not None]) < 2:
+        causes.append(
+            (
+                2,
+                "prompt format: the prompts reach the draft in another format (raw, chat "
+                "template, thinking on or off) than it was trained on",
+                "the acceptance profile's prompt-format rows (the target's tokenizer at hand)",
+            )
+        )
+    server = e.server
+    quantized = server is not None and bool(server.quantization)
+    causes.append(
+        (
+            1 if quantized else 3,
+            "quantization: the draft or the target runs quantized"
+            + (f" ({server.quantization})" if quantized and server is not None else ""),
+            "a run with --speculative-draft-model-quantization unquant (and the target "
+            "unquantized, if you can)",
+        )
+    )
+    return [(c, how) for _, c, how in sorted(causes, key=lambda x: x[0])]
+
+
+def rule_low_acceptance(e: Evidence, found: list[Finding]) -> list[Finding]:
+    """The endpoint accepts few drafts (under half of what its steps allow; or it is slower than
+    its baseline) and no finding explains it, with no training side to compare: the likely
+    causes for this deployment, ranked, each with the evidence that settles it (servebench.py
+    accept length; speculative decoding's causes as in rule_measured_below_simulated)."""
+    if e.training_eval is not None or critical_ids(found):
+        return []
+    m = e.measured
+    accept = m.accept_length if m is not None else None
+    steps = e.simulation_steps()
+    speedup = _speedup(e)
+    low = accept is not None and steps is not None and accept < 0.5 * (steps + 1)
+    slow = speedup is not None and speedup < 1
+    if not (low or slow) or accept is None:
+        return []
+    causes = _likely_causes(e)
+    how = f"{_fmt(accept)} of at most {steps + 1}" if steps else _fmt(accept)
+    if slow and speedup is not None:
+        how += f"; {speedup:.2f}x the baseline's tok/s"
+    return [
+        Finding(
+            "low-acceptance",
+            "warning",
+            f"The endpoint accepts few drafts ({how}), and the training side was not measured "
+            "to tell why.",
+            "Likely causes for this deployment, most likely first: "
+            + " ".join(
+                f"{i}. {cause} (settled by {ev})." for i, (cause, ev) in enumerate(causes, 1)
+            ),
+            f"Check the first: {causes[0][1]}; then run the diagnosis again.",
+            {"accept_length": accept, "causes": [c for c, _ in causes]},
         )
     ]

@@ -8,64 +8,142 @@ chat templates and raw prompts (SpecForge#296, sglang#4716, InferenceX#1737), th
 
 from __future__ import annotations
 
+import math
 import statistics
 
-from eagle3dash.findings.core import Evidence, Finding, _fmt
+from eagle3dash.findings.core import Evidence, Finding, _fmt, critical_ids
 
 # A category or format this far below the others (absolute, and as a share of theirs).
 FAR_BELOW = 0.5
 FAR_BELOW_SHARE = 0.8
-# A steps setting predicted at least this much faster than the served one.
-STEPS_GAIN = 0.05
 
 
 def _far_below(value: float, reference: float) -> bool:
     return reference - value >= FAR_BELOW and value <= FAR_BELOW_SHARE * reference
 
 
-def rule_category_far_below(e: Evidence) -> list[Finding]:
-    """A prompt category whose measured accept length (else the served states' simulated one)
-    falls far below the median of the other categories: the draft's training data lacks it
-    (BaldEagle#15, SpecForge#310)."""
+# Findings while which the categories say nothing: on a broken layout or another draft every
+# category is flattened.
+FLATTENS_CATEGORIES = (
+    "layout-mismatch",
+    "capture-error",
+    "server-feeds-other-taps",
+    "detected-layout",
+    "aux-ids-not-read",
+    "capture-rule-version",
+    "draft-differs",
+    "measured-above-simulated",
+    "training-serving-gap",
+)
+
+
+def _far_below_others(values: dict[str, float]) -> dict[str, float]:
+    """The categories far below the median of the others: {category: that median}."""
+    low = {}
+    for category, value in values.items():
+        others = statistics.median(v for c, v in values.items() if c != category)
+        if _far_below(value, others):
+            low[category] = others
+    return low
+
+
+def rule_category_far_below(e: Evidence, found: list[Finding]) -> list[Finding]:
+    """A prompt category whose serving-side accept length (measured, else the served states'
+    simulated one) falls far below the other categories'. Weak on the training side too (its own
+    simulation there): the draft is weak on these prompts (BaldEagle#15, SpecForge#310), an info
+    note; weak only in serving: a warning. Not raised while a critical layout or identity
+    finding stands: those flatten every category."""
     profile = e.profile
-    if profile is None:
+    if profile is None or critical_ids(found, FLATTENS_CATEGORIES):
         return []
-    values = {}
+    serving = {}
+    training = {}
+    prompts = {}
     for row in profile.per_category:
         value = row.measured_accept_length
-        values[row.category] = value if value is not None else row.sim_accept_serving
-    known = {c: v for c, v in values.items() if v is not None}
-    if len(known) < 2:
+        value = value if value is not None else row.sim_accept_serving
+        if value is not None:
+            serving[row.category] = value
+            prompts[row.category] = row.prompts
+        if row.sim_accept_training is not None:
+            training[row.category] = row.sim_accept_training
+    if len(serving) < 2:
         return []
-    low = []
-    for category, value in known.items():
-        others = statistics.median(v for c, v in known.items() if c != category)
-        if _far_below(value, others):
-            low.append((category, value, others))
+    low = _far_below_others(serving)
     if not low:
         return []
-    names = ", ".join(c for c, _, _ in low)
+    weak_in_training = _far_below_others(training) if len(training) >= 2 else {}
+    out = []
+    for group in ("both", "serving", "unknown"):
+        names = [
+            c
+            for c in low
+            if group
+            == ("unknown" if c not in training else "both" if c in weak_in_training else "serving")
+        ]
+        if names:
+            out.append(_category_finding(group, names, serving, training, low, prompts))
+    return out
+
+
+def _category_finding(
+    group: str,
+    names: list[str],
+    serving: dict[str, float],
+    training: dict[str, float],
+    low: dict[str, float],
+    prompts: dict[str, int],
+) -> Finding:
+    """One category-far-below finding for the categories weak on both sides ('both'), only in
+    serving ('serving'), or whose training side was not measured ('unknown')."""
+    listed = ", ".join(names)
     evidence = "; ".join(
-        f"{c}: accept length {_fmt(v)} against {_fmt(o)} for the other categories (median)"
-        for c, v, o in low
-    )
-    return [
-        Finding(
-            "category-far-below",
-            "warning",
-            f"The draft accepts far less on {names} prompts than on the others.",
-            evidence,
-            f"add {names} data to the draft's training set (SpecForge and speculators report "
-            "acceptance per dataset), or measure with the prompts your traffic sends",
-            {"categories": [c for c, _, _ in low]},
+        f"{c} ({prompts[c]} prompt{'s' if prompts[c] != 1 else ''}): serving accept length "
+        f"{_fmt(serving[c])} against {_fmt(low[c])} for the other categories (median)"
+        + (
+            f"; training side simulated {_fmt(training[c])}"
+            if c in training
+            else "; training side not measured"
         )
-    ]
+        for c in names
+    )
+    data = {"categories": names, "weak_in_training": {"both": True, "serving": False}.get(group)}
+    where = f"The {listed} prompts are the ones labelled so in the prompt set"
+    if group == "both":
+        return Finding(
+            "category-far-below",
+            "info",
+            f"The draft is weak on {listed} prompts, on the training side as in serving.",
+            evidence + ": the draft itself accepts less there, not the deployment.",
+            f"Nothing to fix in serving. {where}; if your traffic looks like them, train the "
+            "draft on more text like them, else weigh this category as your traffic does.",
+            data,
+        )
+    if group == "serving":
+        title = (
+            f"The draft accepts far less on {listed} prompts in serving than the other "
+            "categories, where its training side does not."
+        )
+        fix = (
+            f"{where}: compare how they reach the server with how training saw such text "
+            "(prompt format, sampling, truncation); measure with the prompts your traffic sends."
+        )
+    else:
+        title = (
+            f"The draft accepts far less on {listed} prompts than on the other categories; "
+            "whether the draft itself is weak there was not measured."
+        )
+        fix = (
+            f"{where}. Give a local copy of the target to simulate the training side per "
+            "category: weak there too means the draft, not the deployment."
+        )
+    return Finding("category-far-below", "warning", title, evidence + ".", fix, data)
 
 
 def rule_prompt_format_gap(e: Evidence) -> list[Finding]:
     """The same prompts accept far less in one prompt format (raw, chat template, thinking on or
-    off) than in another: the draft was trained on another format than it is served with
-    (SpecForge#296, sglang#4716, InferenceX#1737)."""
+    off) than in another, beyond the noise of either row's requests: the draft was trained on
+    another format than it is served with (SpecForge#296, sglang#4716, InferenceX#1737)."""
     profile = e.profile
     if profile is None:
         return []
@@ -75,7 +153,8 @@ def rule_prompt_format_gap(e: Evidence) -> list[Finding]:
     best = max(rows, key=lambda r: r.measured_accept_length or 0.0)
     worst = min(rows, key=lambda r: r.measured_accept_length or 0.0)
     high, low = best.measured_accept_length or 0.0, worst.measured_accept_length or 0.0
-    if not _far_below(low, high):
+    spread = math.hypot(best.accept_length_noise or 0.0, worst.accept_length_noise or 0.0)
+    if not _far_below(low, high) or high - low <= spread:  # within the requests' noise
         return []
     numbers = "; ".join(
         f"{r.format}: measured {_fmt(r.measured_accept_length or 0.0)}"
@@ -96,29 +175,32 @@ def rule_prompt_format_gap(e: Evidence) -> list[Finding]:
     ]
 
 
-def rule_num_steps_advice(e: Evidence) -> list[Finding]:
-    """Another --speculative-num-steps is predicted faster than the served one, from the
-    measured acceptance per position and the run's own verify and draft-step costs
-    (SafeAILab/EAGLE#132, sglang#13212)."""
+def rule_num_steps_advice(e: Evidence, found: list[Finding]) -> list[Finding]:
+    """Another --speculative-num-steps is predicted faster than the served one beyond the
+    per-request noise, from the measured acceptance per position and the run's own verify and
+    draft-step costs (SafeAILab/EAGLE#132, sglang#13212). Withheld while a critical finding
+    stands: the acceptance it rests on changes once that is fixed."""
     profile = e.profile
     best = None if profile is None else profile.recommended
-    if best is None or best.num_steps == best.current_num_steps:
+    if best is None or not best.changes or critical_ids(found):
         return []
-    if not best.predicted_tok_s or not best.current_tok_s:
+    if not best.predicted_tok_s or not best.current_tok_s or best.gain is None:
         return []
-    gain = best.predicted_tok_s / best.current_tok_s - 1.0
-    if gain < STEPS_GAIN:
-        return []
+    interval = (
+        ""
+        if best.gain_low is None or best.gain_high is None
+        else f" ({best.gain_low:+.0%} to {best.gain_high:+.0%} with the per-request noise)"
+    )
     return [
         Finding(
             "num-steps-advice",
             "info",
-            f"--speculative-num-steps {best.num_steps} is predicted {gain:.0%} faster than the "
-            f"served {best.current_num_steps}.",
+            f"--speculative-num-steps {best.num_steps} is predicted {best.gain:.0%} faster than "
+            f"the served {best.current_num_steps}{interval}.",
             f"predicted {best.predicted_tok_s:.1f} tok/s at {best.num_steps} steps (accept "
             f"length {_fmt(best.predicted_accept_length)}) against {best.current_tok_s:.1f} "
             f"tok/s measured at {best.current_num_steps}",
             best.flags,
-            {"num_steps": best.num_steps, "gain": gain},
+            {"num_steps": best.num_steps, "gain": best.gain},
         )
     ]

@@ -8,6 +8,7 @@ verifier` in models/eagle3/config.py), and SGLang's rules by version (sglang_rul
 
 from __future__ import annotations
 
+from eagle3dash.evidence_levels import LEVEL_ASSUMED
 from eagle3dash.findings.core import Evidence, Finding, _fmt
 from eagle3dash.layout import format_layout, taps_phrase
 from eagle3dash.trainers import DECLARED_RULE, TRAINERS, Reading, training_readings
@@ -83,6 +84,7 @@ def rule_training_readings(e: Evidence) -> list[Finding]:
                 "readings": {r.trainer: format_layout(r.layout) for r in readings},
                 "disagree": [r.trainer for r in disagree],
             },
+            LEVEL_ASSUMED,
         )
     ]
 

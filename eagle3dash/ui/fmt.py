@@ -67,6 +67,16 @@ def is_missing(value: Any) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
 
 
+def as_float(value: Any) -> float | None:
+    """A stored number as a float; None when missing."""
+    return None if is_missing(value) else float(value)
+
+
+def as_int(value: Any) -> int | None:
+    """A stored number as an int; None when missing."""
+    return None if is_missing(value) else int(value)
+
+
 def num(value: Any, digits: int = 2) -> str:
     """A number with `digits` decimals; a dash for None/NaN."""
     if is_missing(value):

@@ -18,7 +18,7 @@ import streamlit as st
 
 from eagle3dash.profile_export import profile_csv, profile_json
 from eagle3dash.ui import charts, words
-from eagle3dash.ui.fmt import DASH, is_missing, md_escape, num, ratio
+from eagle3dash.ui.fmt import DASH, as_float, as_int, is_missing, md_escape, num, ratio
 from eagle3dash.ui.provenance import trainer_rows
 from eagle3dash.ui.tables import metrics_frame
 
@@ -60,14 +60,6 @@ STEP_COSTS_SOURCES = {
 
 def _rows(profile: Mapping[str, Any], part: str) -> list[Mapping[str, Any]]:
     return list(profile.get(part) or [])
-
-
-def _value(value: Any) -> float | None:
-    return None if is_missing(value) else float(value)
-
-
-def _int(value: Any) -> int | None:
-    return None if is_missing(value) else int(value)
 
 
 # --- per draft position -------------------------------------------------------------------------
@@ -140,7 +132,7 @@ def category_frame(profile: Mapping[str, Any]) -> pd.DataFrame:
     weakest = weakest_category(profile)
     out = []
     for field, name, kind in CATEGORY_METRICS:
-        values = [_value(row.get(field)) for row in rows]
+        values = [as_float(row.get(field)) for row in rows]
         present = [v for v in values if v is not None]
         if not present:
             continue
@@ -214,13 +206,20 @@ def category_chart(profile: Mapping[str, Any]) -> alt.LayerChart | alt.FacetChar
 # --- prompt format and temperature --------------------------------------------------------------
 
 
+def _with_noise(row: Mapping[str, Any]) -> str:
+    """'2.41 ± 0.12': a measured accept length and its noise over the requests."""
+    noise = as_float(row.get("accept_length_noise"))
+    value = num(row.get("measured_accept_length"))
+    return value if noise is None or value == DASH else f"{value} ± {num(noise)}"
+
+
 def format_frame(profile: Mapping[str, Any]) -> pd.DataFrame:
     """One row per prompt format: prompts, measured and simulated accept length, tok/s (text)."""
     rows = [
         {
             "prompt format": str(row.get("format")),
             "prompts": DASH if is_missing(row.get("prompts")) else str(row["prompts"]),
-            "measured accept length": num(row.get("measured_accept_length")),
+            "measured accept length": _with_noise(row),
             "simulated accept length (serving layout)": num(row.get("sim_accept_serving")),
             "output tok/s": num(row.get("tok_s"), 1),
         }
@@ -241,7 +240,7 @@ def temperature_frame(profile: Mapping[str, Any]) -> pd.DataFrame:
     rows = [
         {
             "temperature": num(row.get("temperature"), 1),
-            "measured accept length": num(row.get("measured_accept_length")),
+            "measured accept length": _with_noise(row),
             "output tok/s": num(row.get("tok_s"), 1),
         }
         for row in _rows(profile, "temperature")
@@ -258,8 +257,8 @@ def steps_frame(profile: Mapping[str, Any]) -> pd.DataFrame:
     rows = [
         {
             "num_steps": int(row["num_steps"]),
-            "predicted tok/s": _value(row.get("predicted_tok_s")),
-            "predicted accept length": _value(row.get("predicted_accept_length")),
+            "predicted tok/s": as_float(row.get("predicted_tok_s")),
+            "predicted accept length": as_float(row.get("predicted_accept_length")),
             "acceptance from": SOURCE_NAMES.get(row.get("source") or "", row.get("source")),
         }
         for row in _rows(profile, "steps_advice")
@@ -273,8 +272,8 @@ def settings_frame(profile: Mapping[str, Any]) -> pd.DataFrame:
     'current = recommended', when they are the same)."""
     recommended = profile.get("recommended") or {}
     found = [
-        ("recommended", _int(recommended.get("num_steps"))),
-        ("current", _int(recommended.get("current_num_steps"))),
+        ("recommended", as_int(recommended.get("num_steps"))),
+        ("current", as_int(recommended.get("current_num_steps"))),
     ]
     marks = [(name, n) for name, n in found if n is not None]
     if len(marks) == 2 and marks[0][1] == marks[1][1]:
@@ -360,39 +359,11 @@ def steps_chart(
     )
 
 
-def recommendation_text(profile: Mapping[str, Any]) -> str | None:
-    """The recommended setting against the current one, in words."""
-    rec = profile.get("recommended") or {}
-    n = _int(rec.get("num_steps"))
-    if n is None:
-        return None
-    tok_s = _value(rec.get("predicted_tok_s"))
-    predicted = (
-        f"predicted {num(tok_s, 1)} tok/s, accept length {num(rec.get('predicted_accept_length'))}"
-    )
-    current, current_tok_s = _int(rec.get("current_num_steps")), _value(rec.get("current_tok_s"))
-    if current is None:
-        return f"Recommended: {_steps(n)} ({predicted})."
-    if current == n:
-        return f"The server already runs the recommended {_steps(n)} ({predicted})."
-    gain = ""
-    if tok_s is not None and current_tok_s is not None and current_tok_s > 0:
-        gain = f", {tok_s / current_tok_s - 1:+.0%}"
-    return (
-        f"Recommended: {_steps(n)} ({predicted}) instead of the current {current} "
-        f"({num(current_tok_s, 1)} tok/s{gain})."
-    )
-
-
-def _steps(n: int) -> str:
-    return f"{n} draft step" + ("" if n == 1 else "s")
-
-
 def step_costs_text(profile: Mapping[str, Any]) -> str | None:
     """The costs the prediction rests on, in milliseconds, and where they come from."""
     costs = profile.get("step_costs") or {}
     parts = [
-        (name, _value(costs.get(key)))
+        (name, as_float(costs.get(key)))
         for name, key in (
             ("one verify forward", "verify_s"),
             ("one draft step", "draft_step_s"),
@@ -471,11 +442,12 @@ def profile_section(run_id: int, diagnosis: Mapping[str, Any]) -> None:
         chart = steps_chart(profile, field)
         if chart is not None:
             st.altair_chart(chart, width="stretch")
-    recommendation = recommendation_text(profile)
+    recommendation = words.recommendation_text(profile, diagnosis)
     if recommendation:
         st.markdown(md_escape(recommendation))
-    flags = (profile.get("recommended") or {}).get("flags")
-    if flags:
+    recommended = profile.get("recommended") or {}
+    flags = recommended.get("flags")
+    if flags and recommended.get("changes", True):
         st.code(str(flags), language="bash")
     costs = step_costs_text(profile)
     if costs:

@@ -27,7 +27,7 @@ from eagle3dash.ui.fmt import (
     when,
 )
 from eagle3dash.ui.provenance import trainer_rows
-from eagle3dash.ui.words import run_verdict, source_words, taps_words
+from eagle3dash.ui.words import run_verdict, slot_word, source_words, taps_words
 
 METRIC_COLUMNS = ("source", "name", "step", "request", "value")
 SIDES = ("training", "serving")
@@ -237,7 +237,7 @@ def slots_frame(diagnosis: Mapping[str, Any]) -> pd.DataFrame:
         slot = int(s["slot"])
         row = {
             "slot": slot,
-            "match": "same" if s.get("same") else "DIFFERS",
+            "match": slot_word(diagnosis, bool(s.get("same"))),
             "training tap": s.get("training") or DASH,
             "training feeds": _tap_words(training, slot, n),
             "serving tap": s.get("serving") or DASH,
@@ -420,6 +420,8 @@ def _source_of(diagnosis: Mapping[str, Any], side: str) -> str:
 def _worst(run: Mapping[str, Any]) -> str:
     if not run.get("worst_severity"):
         return DASH
+    if run["worst_severity"] == "info":  # an info note is never a run's headline
+        return "none at warning or worse"
     return f"{run['worst_severity']}: {run.get('worst_finding_title') or ''}"
 
 

@@ -141,8 +141,8 @@ def runs_table(rows: Sequence[Mapping[str, Any]]) -> None:
             "verdict": text(
                 "verdict",
                 width=width["verdict"],
-                help="The root cause, else the worst finding, else what was checked. Click a "
-                "cell to read it whole.",
+                help="The root cause, else the worst warning, else what was not checked, else "
+                "healthy (an info note is never the verdict). Click a cell to read it whole.",
             ),
             "measured": number(
                 "measured",
@@ -189,8 +189,8 @@ def _finding_field(f: Mapping[str, Any], *names: str) -> Any:
 
 def findings_list(findings: Sequence[Mapping[str, Any]], compact: bool = False) -> None:
     """Each finding: severity badge, title, evidence, fix (as copyable text)."""
-    if not findings:
-        st.success("No problems found.", icon="✅")
+    if not findings:  # the verdict says whether that is healthy or only what was checked
+        st.caption("No findings.")
         return
     for f in findings:
         severity = str(_finding_field(f, "severity") or "info")
@@ -241,17 +241,27 @@ def without_diagnosis(findings: Sequence[Mapping[str, Any]]) -> None:
 
 
 def verdict_banner(diagnosis: Mapping[str, Any]) -> None:
-    """The verdict: the root cause in one sentence (or what was found and not checked), the
-    measured and simulated accept lengths and the speedup, then each check that could not run
-    with the one action that enables it."""
+    """The verdict by its status: a problem in red (its root cause, and the fix's one line to
+    copy) or yellow (warnings), an incomplete run in blue with what was not checked, a healthy
+    one in green with what it rests on; then the measured and simulated accept lengths and the
+    speedup, and each check that could not run with the one action that enables it."""
     verdict = diagnosis.get("verdict") or {}
     sentence = f"**{md_escape(words.verdict_sentence(diagnosis))}**"
-    if verdict.get("root_cause"):
+    status = words.verdict_status(verdict)
+    root = verdict.get("root_cause")
+    if root:
         st.error(sentence, icon="🛑")
-    elif verdict.get("problems_found"):
+        fix = words.fix_line(root)
+        if fix is not None:
+            where, line = fix
+            st.caption(md_escape(f"The fix, to copy ({where}):"))
+            st.code(line, language=None, wrap_lines=True)
+    elif status == "healthy":
+        st.success(sentence, icon="✅")
+    elif status == "problem":
         st.warning(sentence, icon="⚠️")
     else:
-        st.success(sentence, icon="✅")
+        st.info(sentence, icon="➖")
     steps = diagnosis.get("steps") or "?"
     columns = st.columns(4)
     columns[0].metric(
@@ -301,15 +311,24 @@ def _highlight_differs(row: pd.Series) -> list[str]:
 
 
 def layout_diff(diagnosis: Mapping[str, Any]) -> None:
-    """The layer-layout diff as the diagnosis classified it: the summary (red unless identical),
-    a diagram of slots to taps, and the slot table."""
+    """The layer-layout comparison, worded by its weaker side: green only for observed
+    agreement, neutral grey with the one action that would check it when a side was predicted
+    or assumed; then a diagram of slots to taps, and the slot table."""
     diff = diagnosis.get("layout_diff") or {}
     if diff.get("summary"):
-        text = md_escape(diff["summary"])
-        if diff.get("kind") == "identical":
-            st.success(text, icon="✅")
+        tone, kind, text = words.layout_comparison(diagnosis)
+        shown = md_escape(text) if kind is None else f"**{md_escape(kind)}**: {md_escape(text)}"
+        if tone == "success":
+            st.success(shown, icon="✅")
+        elif tone == "error":
+            st.error(shown, icon="🛑")
+        elif tone == "warning":
+            st.warning(shown, icon="⚠️")
         else:
-            st.error(f"**{md_escape(diff.get('kind') or '')}**: {text}", icon="🛑")
+            st.markdown(f":gray-background[➖ {shown}]")
+        action = words.layout_check_action(diagnosis, "app")
+        if action:
+            st.caption("To check it: " + md_escape(action))
     chart = charts.layout_chart(tables.layout_points(diagnosis), diagnosis.get("num_target_layers"))
     if chart is not None:
         st.altair_chart(chart, width="stretch")
@@ -708,6 +727,7 @@ def layout_detective(detection: Mapping[str, Any]) -> None:
             st.markdown("- " + md_escape(line))
     st.subheader("Candidate layouts on one capture")
     st.dataframe(tables.sweep_frame(detection), hide_index=True, width="stretch")
+    st.caption(md_escape(words.SWEEP_RANKING))
     heatmap = charts.slot_heatmap_chart(tables.slot_heatmap_frame(detection))
     if heatmap is not None:
         st.subheader("Slot matching")

@@ -6,12 +6,14 @@ library returns values, the interfaces say them. The app names its form fields, 
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from eagle3dash.diagnosis.options import SCHEMA
 from eagle3dash.layout import Tap, describe_layout
-from eagle3dash.ui.fmt import DASH
+from eagle3dash.ui.fmt import DASH, as_float, as_int, num
 
 SOURCE_WORDS = {
     "training-dump": "measured: the training dump's own features",
@@ -50,17 +52,141 @@ def not_checked_text(item: Mapping[str, Any], interface: str = "app") -> str:
     return f"{item['reason']}: {action}" if action else str(item["reason"])
 
 
+# How a claim is known (eagle3dash/evidence_levels.py), in words.
+EVIDENCE_WORDS = {
+    "observed": "observed",
+    "training-dump": "from the training dump",
+    "declared": "declared by you",
+    "detective": "inferred by the layout detective",
+    "predicted": "predicted from SGLang's rules, not checked",
+    "assumed": "assumed from the config, not checked",
+    "not-checked": "not checked",
+}
+
+
+def evidence_words(level: str | None) -> str:
+    """An evidence level in words."""
+    return EVIDENCE_WORDS.get(level or "", level or "unknown")
+
+
+def layout_comparison(diagnosis: Mapping[str, Any]) -> tuple[str, str | None, str]:
+    """The layout comparison's tone, its kind (for a difference) and its sentence: its word
+    follows the weaker side. Tones: 'success' (a checked agreement only), 'neutral' (the same,
+    but not checked), 'warning' (a difference not checked), 'error' (a checked difference)."""
+    diff = diagnosis.get("layout_diff") or {}
+    level = diff.get("evidence")
+    checked = bool(diff.get("checked", True))
+    sides = (
+        f"training side {evidence_words(diff.get('training_evidence'))}, serving side "
+        f"{evidence_words(diff.get('serving_evidence'))}"
+    )
+    if diff.get("kind") == "identical":
+        if checked:
+            return (
+                "success",
+                None,
+                f"Training and serving feed the same taps to every slot ({evidence_words(level)}).",
+            )
+        return "neutral", None, f"Same taps on both sides ({evidence_words(level)}): {sides}."
+    summary = str(diff.get("summary") or "").rstrip(".")
+    how = f"{summary}. How it is known: {sides}."
+    return ("error" if checked else "warning"), str(diff.get("kind") or "differs"), how
+
+
+def layout_check_action(diagnosis: Mapping[str, Any], interface: str = "app") -> str | None:
+    """The one action that would check the layout comparison, when it was not checked."""
+    diff = diagnosis.get("layout_diff") or {}
+    items = diff.get("would_check") or []
+    if diff.get("checked", True) or not items:
+        return None
+    return not_checked_text(items[0], interface)
+
+
+def slot_word(diagnosis: Mapping[str, Any], same: bool) -> str:
+    """A slot's match word: 'same' / 'DIFFERS', with '(predicted, not checked)' when the weaker
+    side was not checked."""
+    diff = diagnosis.get("layout_diff") or {}
+    word = "same" if same else "DIFFERS"
+    if diff.get("checked", True):
+        return word
+    return f"{word} ({evidence_words(diff.get('evidence'))})"
+
+
+def healthy_lines(diagnosis: Mapping[str, Any]) -> list[str]:
+    """What a healthy verdict rests on: the taps, the served weights, measured against
+    simulated, the speedup."""
+    verdict = diagnosis.get("verdict") or {}
+    lines = []
+    diff = diagnosis.get("layout_diff") or {}
+    if diff.get("kind") == "identical":
+        lines.append(
+            "training and serving feed the same taps to every slot "
+            f"({evidence_words(diff.get('evidence'))})"
+        )
+    identity = (diagnosis.get("draft_identity") or {}).get("status")
+    if identity == "same":
+        lines.append("the endpoint serves this checkpoint's weights (byte-identical)")
+    measured, simulated = verdict.get("measured_accept_length"), verdict.get("sim_accept_serving")
+    if measured is not None and simulated is not None:
+        lines.append(
+            f"measured accept length {measured:.2f} against {simulated:.2f} simulated on the "
+            "served states"
+        )
+    if verdict.get("speedup") is not None:
+        lines.append(f"{verdict['speedup']:.2f}x the baseline's tok/s")
+    return lines
+
+
+def fix_line(finding: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The fix's one line to copy, and where it goes: the eagle_config edit for the draft's
+    config.json (on the SGLang version it holds on), else a server flag, else the fix's first
+    sentence."""
+    data = finding.get("data") or {}
+    ids = data.get("config_ids")
+    if ids is not None:
+        version = data.get("sglang_version")
+        where = "in the draft's config.json" + (f", served by SGLang {version}" if version else "")
+        return where, '"eagle_config": {"eagle_aux_hidden_state_layer_ids": ' + json.dumps(
+            ids
+        ) + "}"
+    fix = str(finding.get("fix") or "")
+    # A flag and its value when it has one (a number, or one of SGLang's mode words).
+    flag = re.search(r"--[a-z][a-z0-9-]+(?: (?:\d[\w.]*|full|last|unquant|true|false)\b)?", fix)
+    if flag:
+        return "on the server's command line", flag.group(0).rstrip(".")
+    first = fix.split(". ")[0].rstrip(".")
+    return ("what to do", first) if first else None
+
+
+def _first_warning(diagnosis: Mapping[str, Any]) -> str | None:
+    return next(
+        (
+            str(f["title"])
+            for f in diagnosis.get("findings") or []
+            if f.get("severity") == "warning"
+        ),
+        None,
+    )
+
+
 def verdict_sentence(diagnosis: Mapping[str, Any]) -> str:
-    """The verdict in one sentence: the root cause, or what was found and what was not checked."""
+    """The verdict in one sentence, by its status: the root cause (or the first warning) for a
+    problem; what was not checked for an incomplete run; what it rests on for a healthy one."""
     verdict = diagnosis.get("verdict") or {}
     root = verdict.get("root_cause")
     if root:
         return str(root["title"])
+    status = verdict_status(verdict)
     missing = verdict.get("not_checked") or []
-    if verdict.get("problems_found"):
-        head = "No critical problem found; see the warnings below"
-    else:
-        head = "No problems found" + (" in what was checked" if missing else "")
+    warning = _first_warning(diagnosis)
+    if status == "healthy":
+        lines = healthy_lines(diagnosis)
+        return "Healthy" + (": " + "; ".join(lines) if lines else "") + "."
+    if status == "problem" and warning:
+        return warning
+    head = "No critical problem found in what was checked"
+    if warning:
+        head += f"; warning: {warning.rstrip('.')}"
     return head + (f"; not checked: {', '.join(missing)}." if missing else ".")
 
 
@@ -72,26 +198,42 @@ def stopped_text(status: str, reason: str | None) -> str:
     return f"The run failed: {reason or 'no reason recorded'}"
 
 
+def verdict_status(verdict: Mapping[str, Any]) -> str:
+    """The verdict's status; for a diagnosis stored before statuses, derived the same way."""
+    if verdict.get("status"):
+        return str(verdict["status"])
+    if verdict.get("root_cause"):
+        return "problem"
+    if verdict.get("not_checked"):
+        return "incomplete"
+    return "problem" if verdict.get("problems_found") else "healthy"
+
+
 def run_verdict(run: Mapping[str, Any]) -> str:
-    """A run's verdict in the Runs table: the root cause, the worst finding, or that nothing was
-    found in what was checked; for a run without a diagnosis, how it ended."""
+    """A run's verdict in the Runs table, by its status: the root cause or the worst warning
+    (never an info note), what was not checked, or healthy; for a run without a diagnosis, how
+    it ended."""
     verdict = run.get("verdict")
     status = run.get("status")
     if verdict:
         root = verdict.get("root_cause")
         if root:
             return f"🛑 {root['title']}"
-        if verdict.get("problems_found"):
-            return f"⚠️ {run.get('worst_finding_title') or 'warnings: see the run'}"
         missing = verdict.get("not_checked") or []
-        if missing:
-            return f"✅ no problems found in what was checked (not checked: {', '.join(missing)})"
-        return "✅ no problems found"
+        # problems_found counts warnings and worse only, so the worst finding is one of them.
+        worst = run.get("worst_finding_title") if verdict.get("problems_found") else None
+        state = verdict_status(verdict)
+        if state == "healthy":
+            return "✅ healthy: every check ran and found nothing at warning or worse"
+        if state == "problem":
+            return f"⚠️ {worst or 'warnings: see the run'}"
+        head = f"⚠️ {worst}" if worst else "➖ no critical problem in what was checked"
+        return head + (f" (not checked: {', '.join(missing)})" if missing else "")
     if status == "failed":
         return f"failed: {str(run.get('error') or 'no reason recorded').splitlines()[0]}"
     if status == "cancelled":
         return "cancelled"
-    return run.get("worst_finding_title") or DASH
+    return DASH
 
 
 IDENTITY_WORDS = {
@@ -110,6 +252,14 @@ def identity_words(identity: Mapping[str, Any] | None) -> str | None:
     head = IDENTITY_WORDS.get(status, f"draft identity: {status}")
     return f"{head} ({identity['reason']})" if identity.get("reason") else head
 
+
+SWEEP_RANKING = (
+    "Ranked by simulated accept length at the server's draft steps (serving rounds replayed on "
+    "the capture's sequences), not by top-1: a runner-up can have the higher top-1 (step-1 "
+    "accuracy over the positions scored at the server's draft steps) and still accept fewer "
+    "tokens per round. The sides' numbers above come from their own evaluations, which score "
+    "the positions of the longest chain the run simulates, so their top-1 can differ slightly."
+)
 
 SLOT_MATCH_CAPTION = (
     "Each cell scores how well the states one slot carries match one tap of the target: the mean "
@@ -153,3 +303,60 @@ def per_position_note(diagnosis: Mapping[str, Any]) -> str | None:
         "Measured acceptance per position: not reported, as the server predates SGLang's "
         "spec_correct_drafts_histogram; only the simulated sides are drawn."
     )
+
+
+# --- the steps advice ---------------------------------------------------------------------
+
+
+def gain_interval_text(rec: Mapping[str, Any]) -> str | None:
+    """'+19% (+7% to +31%)': the fastest setting's predicted gain and its interval."""
+    gain = as_float(rec.get("gain"))
+    tok_s, current = as_float(rec.get("predicted_tok_s")), as_float(rec.get("current_tok_s"))
+    if gain is None and tok_s is not None and current:  # stored before the interval
+        gain = tok_s / current - 1
+    if gain is None:
+        return None
+    low, high = as_float(rec.get("gain_low")), as_float(rec.get("gain_high"))
+    interval = "" if low is None or high is None else f" ({low:+.0%} to {high:+.0%})"
+    return f"{gain:+.0%}{interval}"
+
+
+def recommendation_text(
+    profile: Mapping[str, Any], diagnosis: Mapping[str, Any] | None = None
+) -> str | None:
+    """The steps advice in words, with the gain's interval from the per-request noise: a change
+    only above the noise, and labelled 'after fixing' while a critical finding stands."""
+    rec = profile.get("recommended") or {}
+    n = as_int(rec.get("num_steps"))
+    if n is None:
+        return None
+    tok_s = as_float(rec.get("predicted_tok_s"))
+    predicted = (
+        f"predicted {num(tok_s, 1)} tok/s, accept length {num(rec.get('predicted_accept_length'))}"
+    )
+    current, current_tok_s = (
+        as_int(rec.get("current_num_steps")),
+        as_float(rec.get("current_tok_s")),
+    )
+    fastest = as_int(rec.get("fastest_num_steps"))
+    gain = gain_interval_text(rec)
+    root = ((diagnosis or {}).get("verdict") or {}).get("root_cause")
+    after = f"After fixing {root['id']} the acceptance changes: measure again. " if root else ""
+    if current is None:
+        return f"{after}Recommended: {_steps(n)} ({predicted})."
+    if current == n:
+        if fastest is not None and fastest != n and gain:
+            return (
+                f"{after}Keep {_steps(n)}: the fastest predicted setting, {_steps(fastest)}, "
+                f"gains {gain}, which is not above the per-request noise and 5%."
+            )
+        return f"{after}The server already runs the recommended {_steps(n)} ({predicted})."
+    return (
+        f"{after}Recommended: {_steps(n)} ({predicted}, {gain or 'gain unknown'}) instead of the "
+        f"current {current} ({num(current_tok_s, 1)} tok/s)"
+        + (" — holds only while that finding stands." if root else ".")
+    )
+
+
+def _steps(n: int) -> str:
+    return f"{n} draft step" + ("" if n == 1 else "s")

@@ -1,0 +1,71 @@
+"""How a claim is known: where each side's layout comes from, and the evidence level it carries.
+
+A diagnosis never states a claim more strongly than its weakest evidence: a comparison of a
+predicted side with an observed one is a prediction. Levels, strongest first:
+
+- observed: measured from tensors or requests (served slots matched to the target's taps, a
+  benchmark, weight digests);
+- training-dump: the training features themselves;
+- declared: the user said so (`--training-layout`);
+- detective: inferred by the layout detective (the layout the draft performs best with);
+- predicted: SGLang's rules for the server's version and architecture;
+- assumed: a config read under a trainer's convention.
+
+Values, not words: `ui/words.py` says them.
+"""
+
+from __future__ import annotations
+
+# Where a side's layout comes from (diagnosis.result.Side.source).
+TRAINING_DUMP = "training-dump"  # the training features themselves
+DECLARED = "declared"  # the user's --training-layout
+DETECTIVE = "layout-detective"  # the layout the draft performs best with, from the tensors
+CONFIG = "config"  # the config's ids under a trainer's convention: assumed
+OBSERVED = "observed"  # each served slot matched to the target's taps
+DUMP_MATCHED = "matched-to-dump"  # served slots matched to the training dump's slots by scale
+PREDICTED = "predicted"  # SGLang's rules for the server's version and architecture: assumed
+MEASURED_SOURCES = frozenset({TRAINING_DUMP, DECLARED, DETECTIVE, OBSERVED, DUMP_MATCHED})
+
+# Evidence levels, strongest first.
+LEVEL_OBSERVED = "observed"
+LEVEL_DUMP = "training-dump"
+LEVEL_DECLARED = "declared"
+LEVEL_DETECTIVE = "detective"
+LEVEL_PREDICTED = "predicted"
+LEVEL_ASSUMED = "assumed"
+LEVELS = (
+    LEVEL_OBSERVED,
+    LEVEL_DUMP,
+    LEVEL_DECLARED,
+    LEVEL_DETECTIVE,
+    LEVEL_PREDICTED,
+    LEVEL_ASSUMED,
+)
+# Levels at which a claim was not checked against tensors or requests.
+UNCHECKED_LEVELS = frozenset({LEVEL_PREDICTED, LEVEL_ASSUMED})
+
+SOURCE_LEVEL = {
+    TRAINING_DUMP: LEVEL_DUMP,
+    DECLARED: LEVEL_DECLARED,
+    DETECTIVE: LEVEL_DETECTIVE,
+    CONFIG: LEVEL_ASSUMED,
+    OBSERVED: LEVEL_OBSERVED,
+    DUMP_MATCHED: LEVEL_OBSERVED,
+    PREDICTED: LEVEL_PREDICTED,
+}
+
+
+def source_level(source: str) -> str:
+    """The evidence level of a side's layout source (an unknown source is assumed)."""
+    return SOURCE_LEVEL.get(source, LEVEL_ASSUMED)
+
+
+def weaker(*levels: str) -> str:
+    """The weakest of these evidence levels: what a claim resting on all of them is worth."""
+    return max(levels, key=lambda level: LEVELS.index(level) if level in LEVELS else len(LEVELS))
+
+
+def checked(level: str) -> bool:
+    """Whether a claim at this level rests on tensors, requests or the user's word, not on a
+    prediction or an assumption."""
+    return level not in UNCHECKED_LEVELS

@@ -1,0 +1,43 @@
+"""The one place for what counts as material and what counts as noise (README, "The verdict").
+
+A difference between the sides is critical only when its cost is material (MATERIAL_ACCEPT_LENGTH
+tokens per round, or MATERIAL_TOP1 of step-1 accuracy), a warning when smaller but beyond the
+noise (NOISE_SE standard errors of the mean: over the sequences of the standalone draft's
+evaluations, or over the benchmark's requests), an info note within it. Advice changes a served
+setting only when its predicted gain is at least MATERIAL_GAIN and the gain's lower bound (the
+gain minus NOISE_SE standard errors of the per-request tok/s, relative to their mean) is above 0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+MATERIAL_ACCEPT_LENGTH = 0.5  # tokens per verify round
+MATERIAL_TOP1 = 0.15  # step-1 accuracy, as a share
+NOISE_SE = 2.0  # a difference within this many standard errors is noise
+MATERIAL_GAIN = 0.05  # advice changes a served setting only for a gain at least this large
+
+
+def standard_error(values: Sequence[float | None]) -> float | None:
+    """The standard error of the mean of the finite values; None with fewer than two."""
+    xs = [float(v) for v in values if v is not None and not math.isnan(float(v))]
+    if len(xs) < 2:
+        return None
+    mean = sum(xs) / len(xs)
+    return math.sqrt(sum((x - mean) ** 2 for x in xs) / (len(xs) - 1) / len(xs))
+
+
+def noise(values: Sequence[float | None]) -> float:
+    """NOISE_SE standard errors of the mean of these values (0 with fewer than two)."""
+    se = standard_error(values)
+    return 0.0 if se is None else NOISE_SE * se
+
+
+def relative_noise(values: Sequence[float | None]) -> float | None:
+    """noise() over the mean of the values: the share by which a scaled prediction is uncertain;
+    None with fewer than two values or a mean of 0."""
+    xs = [float(v) for v in values if v is not None and not math.isnan(float(v))]
+    if len(xs) < 2 or not sum(xs):
+        return None
+    return noise(xs) / (sum(xs) / len(xs))
