@@ -291,6 +291,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
 
 def _print_diagnosis(d: dict) -> None:
     """The human report of a diagnosis: verdict, the two sides, findings, what was not checked."""
+    from eagle3dash.ui.timings import timing_lines
     from eagle3dash.ui.words import not_checked_text, source_words, verdict_sentence
 
     train, serve, measured = d["training"], d["serving"], d["measured"] or {}
@@ -329,6 +330,8 @@ def _print_diagnosis(d: dict) -> None:
         print(f"not checked: {not_checked_text(item, interface='cli')}")
     for line in d["warnings"]:
         print(f"warning: {line}")
+    for line in timing_lines(d.get("timings") or {}):
+        print(line)
 
 
 def _write_profile(d: dict, path: Path) -> None:

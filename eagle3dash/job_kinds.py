@@ -12,7 +12,7 @@ from collections.abc import Callable
 from eagle3dash.checkpoint import inspect
 from eagle3dash.diagnosis.options import DiagnoseOptions
 from eagle3dash.diagnosis.record import record_diagnosis
-from eagle3dash.diagnosis.stages import prompt_ids, run_diagnosis
+from eagle3dash.diagnosis.stages import earlier_timings, prompt_ids, run_diagnosis, unit_costs
 from eagle3dash.jobs import JobFn
 from eagle3dash.layout import parse_layout
 from eagle3dash.probe import probe
@@ -36,7 +36,8 @@ def job_diagnose(params: dict, progress: Progress) -> dict:
     db.update_run(store, run_id, status="running")
     # A failure or cancel needs no handling here: the worker ends the run with the job.
     options = DiagnoseOptions(**params["options"])
-    diagnosis = run_diagnosis(options, progress, digest_cache=store)
+    costs = unit_costs(earlier_timings(db.recent_timings(store)))
+    diagnosis = run_diagnosis(options, progress, digest_cache=store, costs=costs)
     record_diagnosis(store, run_id, diagnosis)
     # The diagnosis is stored once, on the run; the job's result only points at it.
     return {"run_id": run_id, "findings": len(diagnosis.findings)}

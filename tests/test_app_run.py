@@ -50,7 +50,8 @@ ROOT_CAUSE = (
 DOUBLE_NOTE = (
     "This endpoint is eagle3dash's SGLang API double, a test and demo stand-in, not a serving "
     "engine: its tok/s and the speedup come from the double's modelled cost (each target forward "
-    "sleeps 2 ms and each draft step 0.2 ms), not from measured serving speed."
+    "takes at least 2 ms and each draft step 0.2 ms, the tiny models' compute inside those "
+    "floors), not from measured serving speed."
 )
 
 
@@ -468,8 +469,8 @@ def test_a_real_server_gets_no_double_note(world, home) -> None:
     assert words.double_note({"server_info": {"eagle3dash_double": True}}) == (
         "This endpoint is eagle3dash's SGLang API double, a test and demo stand-in, not a serving "
         "engine: its tok/s and the speedup come from the double's modelled cost (each target "
-        "forward sleeps a set delay and each draft step a tenth of it), not from measured serving "
-        "speed."
+        "forward takes at least a set delay and each draft step a tenth of it), not from measured "
+        "serving speed."
     )
 
 
