@@ -185,6 +185,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     """Report an SGLang endpoint, the draft it serves (when readable here) and the findings."""
     from eagle3dash.checkpoint import inspect
     from eagle3dash.probe import before_submit, probe
+    from eagle3dash.ui.fmt import size
 
     if args.draft is not None:
         inspect(args.draft)  # an unusable checkpoint is an error here, not a silent skip
@@ -236,7 +237,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
         rows.append(
             (
                 "served model here",
-                f"{t.path} ({t.num_layers} layers, {t.weight_bytes / 1e9:.2f} GB of weights): "
+                f"{t.path} ({t.num_layers} layers, {size(t.weight_bytes)} of weights): "
                 "--target it to measure the training side and the served slots",
             )
         )

@@ -278,16 +278,18 @@ def test_every_stage_is_numbered_and_the_log_leads_with_the_projects_lines(world
         "running the standalone draft on each side's states",
         "benchmarking the endpoint",
         "benchmarking the baseline",
-        "profiling acceptance: categories, prompt formats, temperatures, steps",
+        "profiling acceptance: per position, category and temperature",
+        "profiling acceptance: prompt formats",
+        "profiling acceptance: the cost of a step, for the steps advice",
     )
     numbered = list(dict.fromkeys(line.split(": ", 1)[0] for line in stages))
-    assert numbered == [f"stage {k}/9" for k in range(1, 10)]
-    assert stages[0] == "stage 1/9: inspecting the checkpoint"
+    assert numbered == [f"stage {k}/11" for k in range(1, 12)]
+    assert stages[0] == "stage 1/11: inspecting the checkpoint"
     lines = [line for line in log.splitlines() if line.strip()]
     assert "job" in lines[0] and "started" in lines[0]  # the worker's header
-    assert "stage 1/9: inspecting the checkpoint" in lines[1]
+    assert "stage 1/11: inspecting the checkpoint" in lines[1]
     bare = DiagnoseOptions(draft="d", endpoint="e")
-    assert len(plan_stages(bare)) == 6
+    assert len(plan_stages(bare)) == 8
     assert len(plan_stages(DiagnoseOptions(draft="d", endpoint="e", profile=False))) == 5
 
 

@@ -21,7 +21,7 @@ from eagle3dash.findings import Finding
 from eagle3dash.probe import Probe, before_submit
 from eagle3dash.roots import data_roots, within_roots
 from eagle3dash.ui import widgets
-from eagle3dash.ui.fmt import md_escape, status_label, when
+from eagle3dash.ui.fmt import md_escape, size, status_label, when
 from eagle3dash.ui.home import get_store
 
 # Where the checkpoint comes from (the radio's entries, key ckpt_source).
@@ -236,7 +236,7 @@ def propose_target(found: Probe | None) -> None:
         return
     st.info(
         f"The served model is on this machine: {md_escape(target.path)} "
-        f"({target.num_layers} layers, {target.weight_bytes / 1e9:,.2f} GB of weights). Given as "
+        f"({target.num_layers} layers, {size(target.weight_bytes)} of weights). Given as "
         f"the '{md_escape(SCHEMA['target'].label)}', the run measures the training side and "
         "which taps the server really feeds, from one forward of the target.",
         icon="💡",
@@ -244,6 +244,18 @@ def propose_target(found: Probe | None) -> None:
     if st.button("Use it as the local target path", key="use_served_target"):
         st.session_state["opt_target"] = target.path
         st.rerun()
+
+
+def local_target_input() -> str:
+    """The local target path, outside the collapsed options: it decides whether the training
+    side and the served taps are measured or assumed."""
+    value = widgets.option_input(st, "target")
+    st.caption(
+        "Why it matters: with a local copy of the target (its Hugging Face folder on this "
+        "machine), the run measures what the draft was trained on and which taps the server "
+        "really feeds it; without one, both are assumed from the config and SGLang's rules."
+    )
+    return value
 
 
 # --- before submit -----------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import MISSING
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -539,7 +540,10 @@ def option_input(where: Any, name: str, key: str | None = None) -> Any:
             help=help_text,
             key=key,
         )
-    return where.text_input(label, placeholder=option.placeholder, help=help_text, key=key)
+    placeholder = option.placeholder or (
+        f"{option.default} (the default)" if option.default not in (None, MISSING) else ""
+    )
+    return where.text_input(label, placeholder=placeholder, help=help_text, key=key)
 
 
 def option_row(*names: str) -> dict[str, Any]:
