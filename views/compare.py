@@ -4,7 +4,7 @@ columns) with their change, each side's layout and accuracy from each run's diag
 import streamlit as st
 
 from eagle3dash import store as db
-from eagle3dash.ui import charts, live, tables, widgets
+from eagle3dash.ui import charts, compare, live, tables, widgets
 from eagle3dash.ui.fmt import md_escape
 from eagle3dash.ui.home import get_store
 
@@ -38,6 +38,7 @@ if unknown:
     st.stop()
 
 live.compare_watch(store, {"A": a, "B": b})
+compare.what_differs(runs["A"], runs["B"])
 widgets.share_link("compare", a=a, b=b)
 widgets.compare_headline(runs["A"], runs["B"])
 st.table(tables.compare_frame(runs["A"], runs["B"]), hide_index=True)

@@ -83,6 +83,12 @@ def demo_context(run: Mapping[str, Any]) -> None:
             query_params={"run": str(int(fixed))},
             icon="🔧",
         )
+        st.page_link(
+            COMPARE_PAGE,
+            label=f"Compare this run with run #{int(fixed)}: what changed, what it did",
+            query_params={"a": str(run["id"]), "b": str(int(fixed))},
+            icon="⚖️",
+        )
 
 
 def show_error(error: BaseException) -> None:
