@@ -5,7 +5,7 @@ import streamlit as st
 
 from eagle3dash import jobs as jobq
 from eagle3dash import store as db
-from eagle3dash.ui import data, tables, timings, widgets
+from eagle3dash.ui import data, glossary, tables, timings, widgets
 from eagle3dash.ui import profile as profile_ui
 from eagle3dash.ui.fmt import md_escape, status_label, when
 from eagle3dash.ui.home import get_store
@@ -102,3 +102,5 @@ with logs_tab:
     widgets.job_logs(jobs)
 with export_tab:
     widgets.export_buttons(run, diagnosis)
+if diagnosis:
+    glossary.glossary_section()

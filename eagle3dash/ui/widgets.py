@@ -31,6 +31,7 @@ from eagle3dash.ui.fmt import (
     severity_color,
     status_label,
 )
+from eagle3dash.ui.glossary import term_help
 from eagle3dash.ui.home import get_store
 from eagle3dash.ui.progress import cancel_run, load_progress
 
@@ -688,10 +689,26 @@ def layout_detective(detection: Mapping[str, Any]) -> None:
         for line in verdict[1:]:
             st.markdown("- " + md_escape(line))
     st.subheader("Candidate layouts on one capture")
-    st.dataframe(tables.sweep_frame(detection), hide_index=True, width="stretch")
+    sweep = tables.sweep_frame(detection)
+    st.dataframe(
+        sweep,
+        hide_index=True,
+        width="stretch",
+        height=38 + 35 * min(len(sweep), 12),  # sized to its rows, up to a dozen
+        column_config={
+            "layout": st.column_config.TextColumn("layout", help=term_help("tap")),
+            "top-1": st.column_config.TextColumn("top-1", help=term_help("top-1")),
+            "sim accept length": st.column_config.TextColumn(
+                "sim accept length", help=term_help("accept length")
+            ),
+            "behind the best": st.column_config.TextColumn(
+                "behind the best", help=term_help("behind the best")
+            ),
+        },
+    )
     heatmap = charts.slot_heatmap_chart(tables.slot_heatmap_frame(detection))
     if heatmap is not None:
-        st.subheader("Slot matching")
+        st.subheader("Slot matching", help=term_help("slot", "margin", "tied"))
         st.altair_chart(heatmap, width="stretch")
         st.caption(md_escape(words.SLOT_MATCH_CAPTION))
     fingerprint = tables.fingerprint_frame(detection)
