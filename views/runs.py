@@ -66,4 +66,4 @@ def runs_page() -> None:
     st.caption("Home folder: " + md_escape(store.home))
 
 
-live.live_section(store, live.runs_waiting, runs_page)
+live.live_section(store, live.runs_waiting, runs_page, idle=live.IDLE_POLL_S)

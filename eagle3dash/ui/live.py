@@ -1,8 +1,9 @@
-"""Pages that keep up with the worker: the Runs table while a run is queued or running (or while
-there are none yet, so the demo's runs appear as `demo seed` queues them), and Compare while
-either of its runs is unfinished. Each is a Streamlit fragment with `run_every`: only the
-fragment redraws, no full-page flicker; the page reruns once when there is nothing left to wait
-for, so the polling stops."""
+"""Pages that keep up with the worker: the Runs table every POLL_S while a run is queued or
+running (or while there are none yet, so the demo's runs appear as `demo seed` queues them), and
+every IDLE_POLL_S otherwise, so a run queued elsewhere (the CLI, another tab) shows up; Compare
+while either of its runs is unfinished. Each is a Streamlit fragment with `run_every`: only the
+fragment redraws, no full-page flicker; the page reruns once when the waiting starts or stops,
+so the polling follows."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from eagle3dash import store as db
 from eagle3dash.ui.fmt import md_escape, status_label
 from eagle3dash.ui.progress import ACTIVE, POLL_S, load_progress
 
+IDLE_POLL_S = 10.0  # the Runs page with nothing unfinished: new runs still show up
+
 
 def runs_waiting(store: db.Store) -> bool:
     """Whether the Runs page has something to wait for: a queued or running run, or no runs at
@@ -24,17 +27,23 @@ def runs_waiting(store: db.Store) -> bool:
     return any(db.count_runs(store, status=status) for status in ACTIVE)
 
 
-def poll_every(waiting: bool) -> float | None:
-    """The fragment's run_every: POLL_S while waiting, else None (no polling)."""
-    return POLL_S if waiting else None
+def poll_every(waiting: bool, idle: float | None = None) -> float | None:
+    """The fragment's run_every: POLL_S while waiting, else `idle` (None: no polling)."""
+    return POLL_S if waiting else idle
 
 
-def live_section(store: db.Store, waiting: Callable[[db.Store], bool], draw: Callable[[], None]):
-    """Draw `draw` in a fragment that redraws every POLL_S while `waiting(store)` holds; when it
-    stops holding (or starts to), the page reruns so the polling follows."""
+def live_section(
+    store: db.Store,
+    waiting: Callable[[db.Store], bool],
+    draw: Callable[[], None],
+    idle: float | None = None,
+) -> None:
+    """Draw `draw` in a fragment that redraws every POLL_S while `waiting(store)` holds, every
+    `idle` seconds (or never) otherwise; when it stops holding (or starts to), the page reruns
+    so the polling follows."""
     polling = waiting(store)
 
-    @st.fragment(run_every=poll_every(polling))
+    @st.fragment(run_every=poll_every(polling, idle))
     def section() -> None:
         if waiting(store) != polling:
             st.rerun()
