@@ -143,7 +143,8 @@ def what_differs(run_a: Mapping[str, Any], run_b: Mapping[str, Any]) -> None:
         return
     change = ids_change(a, b)
     if change:
-        st.markdown(f"**Draft layer ids** (aux_layer_ids): `{md_escape(change)}`")
+        # a code span shows its text as is (escapes would show): only backticks would end it
+        st.markdown(f"**Draft layer ids** (aux_layer_ids): `{change.replace('`', '')}`")
     rows = differences(a, b)
     if rows:
         st.dataframe(rows, hide_index=True, width="stretch", height=38 + 35 * len(rows))
