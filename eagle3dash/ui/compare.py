@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from eagle3dash.ui import words
+from eagle3dash.ui.fmt import rows_height
 
 # The draft config's fields that say nothing about the draft itself (where and how it is stored).
 CONFIG_SKIPPED = ("path", "files", "tensors", "problems", "nonfinite", "param_count")
@@ -147,7 +148,7 @@ def what_differs(run_a: Mapping[str, Any], run_b: Mapping[str, Any]) -> None:
         st.markdown(f"**Draft layer ids** (aux_layer_ids): `{change.replace('`', '')}`")
     rows = differences(a, b)
     if rows:
-        st.dataframe(rows, hide_index=True, width="stretch", height=38 + 35 * len(rows))
+        st.dataframe(rows, hide_index=True, width="stretch", height=rows_height(len(rows)))
     else:
         st.caption("Same draft config, weights, server settings, prompts and options.")
     note = baseline_note(run_a, run_b)

@@ -96,6 +96,12 @@ def size(num_bytes: int) -> str:
     return f"{max(num_bytes, 0) / 1e3:,.0f} KB"
 
 
+def rows_height(rows: int) -> int:
+    """The pixel height of a dataframe that shows `rows` rows and its header, without a scroll
+    box (Streamlit's default rows are 35 px, the header and border 38)."""
+    return 38 + 35 * max(rows, 1)
+
+
 def duration(seconds: float) -> str:
     """'42 s', '3 min 05 s', '1 h 02 min'."""
     total = max(0, round(seconds))

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from eagle3dash.ui.fmt import rows_height
+
 # The stages in the order they run (diagnosis/stages.py TIMING_KEYS), in words.
 STAGE_WORDS = {
     "inspect": "inspect the checkpoint",
@@ -65,4 +67,4 @@ def time_spent(diagnosis: Mapping | None) -> None:
     total = timings.get("total")
     if total:
         st.caption(f"{total:.1f} s from the first stage to the findings, stage by stage.")
-    st.dataframe(rows, hide_index=True, height=38 + 35 * len(rows), width="content")
+    st.dataframe(rows, hide_index=True, height=rows_height(len(rows)), width="content")

@@ -28,6 +28,7 @@ from eagle3dash.ui.fmt import (
     num,
     page_url,
     ratio,
+    rows_height,
     severity_color,
     status_label,
 )
@@ -372,7 +373,8 @@ def checkpoint_report(report: Mapping[str, Any] | None) -> None:
     if not report:
         st.info("No checkpoint report.")
         return
-    st.dataframe(tables.checkpoint_summary(report), hide_index=True, width="stretch")
+    summary = tables.checkpoint_summary(report)
+    st.dataframe(summary, hide_index=True, width="stretch", height=rows_height(len(summary)))
     problems = report.get("problems") or []
     for p in problems:
         st.warning(md_escape(p), icon="⚠️")
@@ -404,7 +406,8 @@ def server_settings(server: Mapping[str, Any] | None) -> None:
     if not server:
         st.info("No server report.")
         return
-    st.dataframe(tables.server_summary(server), hide_index=True, width="stretch")
+    summary = tables.server_summary(server)
+    st.dataframe(summary, hide_index=True, width="stretch", height=rows_height(len(summary)))
     with st.expander("Raw server_info (JSON)"):
         st.json(server.get("server_info") or {}, expanded=False)
 
@@ -694,7 +697,7 @@ def layout_detective(detection: Mapping[str, Any]) -> None:
         sweep,
         hide_index=True,
         width="stretch",
-        height=38 + 35 * min(len(sweep), 12),  # sized to its rows, up to a dozen
+        height=rows_height(min(len(sweep), 12)),  # sized to its rows, up to a dozen
         column_config={
             "layout": st.column_config.TextColumn("layout", help=term_help("tap")),
             "top-1": st.column_config.TextColumn("top-1", help=term_help("top-1")),
