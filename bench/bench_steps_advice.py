@@ -7,9 +7,9 @@ settings and measures them with the same prompts, concurrency and tokens. Prints
 measured (median of --repeats runs) and their ratio per setting; exits 1 when one is more than
 15% off.
 
-The double's speed is a modelled cost (each target forward sleeps DELAY_S, each draft step a tenth
-of it, plus the tiny models' compute on this CPU): the numbers check the prediction's arithmetic
-against a world with that cost, not SGLang's speed on a GPU.
+The double's speed is a modelled cost (each target forward takes at least DELAY_S, each draft
+step DRAFT_STEP_S, the tiny models' compute on this CPU inside those floors): the numbers check
+the prediction's arithmetic against a world with that cost, not SGLang's speed on a GPU.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from eagle3dash.demo import DELAY_S, deployments  # noqa: E402
+from eagle3dash.demo import DELAY_S, DRAFT_STEP_S, deployments  # noqa: E402
 from eagle3dash.demo.serve import demo_options, serve_baseline  # noqa: E402
 from eagle3dash.diagnosis.stages import run_diagnosis  # noqa: E402
 from eagle3dash.servebench import load_prompts, run_bench  # noqa: E402
@@ -39,6 +39,7 @@ def measure(plan, steps: int, options, repeats: int) -> tuple[float, float]:
         num_draft_tokens=steps + 1,
         enable_return_hidden_states=True,
         delay_s=DELAY_S,
+        draft_step_s=DRAFT_STEP_S,
     )
     prompts = load_prompts(options.prompts)[: options.num_prompts]
     with start_double(config) as server:
@@ -65,7 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     plan = deployments()["correct"]
     served = plan.double_config().num_steps
-    config = plan.double_config(enable_return_hidden_states=True, delay_s=DELAY_S)
+    config = plan.double_config(
+        enable_return_hidden_states=True, delay_s=DELAY_S, draft_step_s=DRAFT_STEP_S
+    )
     # the baseline's time per token prices a verify forward
     with start_double(config) as server, serve_baseline(plan) as baseline:
         options = demo_options(plan.draft_path, server.url, baseline.url)

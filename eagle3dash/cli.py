@@ -246,6 +246,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     """Report an SGLang endpoint, the draft it serves (when readable here) and the findings."""
     from eagle3dash.checkpoint import inspect
     from eagle3dash.probe import before_submit, probe
+    from eagle3dash.ui.fmt import size
 
     if args.draft is not None:
         inspect(args.draft)  # an unusable checkpoint is an error here, not a silent skip
@@ -297,7 +298,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
         rows.append(
             (
                 "served model here",
-                f"{t.path} ({t.num_layers} layers, {t.weight_bytes / 1e9:.2f} GB of weights): "
+                f"{t.path} ({t.num_layers} layers, {size(t.weight_bytes)} of weights): "
                 "--target it to measure the training side and the served slots",
             )
         )
@@ -352,6 +353,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
 
 def _print_diagnosis(d: dict) -> None:
     """The human report of a diagnosis: verdict, the two sides, findings, what was not checked."""
+    from eagle3dash.ui.timings import timing_lines
     from eagle3dash.ui.words import (
         layout_check_action,
         layout_comparison,
@@ -401,6 +403,8 @@ def _print_diagnosis(d: dict) -> None:
         print(f"not checked: {not_checked_text(item, interface='cli')}")
     for line in d["warnings"]:
         print(f"warning: {line}")
+    for line in timing_lines(d.get("timings") or {}):
+        print(line)
 
 
 def _write_profile(d: dict, path: Path) -> None:

@@ -211,11 +211,13 @@ def attend_chain(
     Row t, step k (RoPE position t+k) sees step-0 keys of rows s <= t (position s) and its own
     keys of steps 1..k (positions t+1..t+k); with a sliding window W only keys at positions
     p > (t+k) - W. Softmax runs in float32 over the union. Rows are processed in chunks so the
-    score block is [nkv, g, chunk, keys].
+    score block is [nkv, g, chunk, keys]. When q holds fewer rows than the step-0 keys, they are
+    the last rows (a chain rooted at the last rows only).
     """
     assert kv.k0 is not None and kv.v0 is not None
     R, nh, hd = q.shape
     nkv = kv.k0.shape[0]
+    row0 = kv.k0.shape[1] - R  # the position of q's first row
     g = nh // nkv
     qh = q.reshape(R, nkv, g, hd).permute(1, 2, 0, 3)  # [nkv, g, R, hd]
     out = torch.empty_like(q)  # [R, nh, hd]
@@ -226,16 +228,17 @@ def attend_chain(
     for c0 in range(0, R, chunk):
         c1 = min(R, c0 + chunk)
         C = c1 - c0
-        lo = 0 if window is None else max(0, c0 + step - window + 1)
+        p0, p1 = row0 + c0, row0 + c1  # the chunk's rows as positions of the step-0 keys
+        lo = 0 if window is None else max(0, p0 + step - window + 1)
         qc = qh[:, :, c0:c1]  # [nkv, g, C, hd]
-        kc = kv.k0[:, lo:c1]  # [nkv, K, hd]
-        vc = kv.v0[:, lo:c1]
+        kc = kv.k0[:, lo:p1]  # [nkv, K, hd]
+        vc = kv.v0[:, lo:p1]
         K = kc.shape[1]
         # one matmul per kv head over all its g query heads: no copies of K for GQA
         scores = torch.matmul(qc.reshape(nkv, g * C, hd), kc.transpose(-1, -2))  # [nkv, gC, K]
         scores = scores.view(nkv, g, C, K).float() * scale
-        rows = torch.arange(c0, c1, device=q.device)[:, None]  # [C, 1]
-        keys = torch.arange(lo, c1, device=q.device)[None, :]  # [1, K]
+        rows = torch.arange(p0, p1, device=q.device)[:, None]  # [C, 1]
+        keys = torch.arange(lo, p1, device=q.device)[None, :]  # [1, K]
         allowed = keys <= rows
         if window is not None:
             allowed = allowed & (rows + step - keys < window)
@@ -434,18 +437,19 @@ class Draft(nn.Module):
         embed_weight: Tensor | None = None,
         chunk: int = 256,
         return_logits: bool = False,
+        last_only: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
         """Greedy chain drafting rooted at every row at once.
 
         g [R, H] fed hiddens (fc output), tokens [R] the step-0 input tokens (tok[t+1]); row t
         has RoPE position t at step 0. Returns (predicted target ids [R, S], logits [R, S, Vd] or
-        None).
+        None). `last_only`: the chain rooted at the last row alone ([1, S]), as a server drafts
+        one round: every row's step 0 (their keys), the later steps for the last row only.
         """
-        R = g.shape[0]
-        positions = torch.arange(R, device=self.device)
+        positions = torch.arange(g.shape[0], device=self.device)
         kvs = [LayerKV() for _ in self.layers]
-        preds = torch.empty(R, steps, dtype=torch.int64, device=self.device)
-        all_logits: list[Tensor] | None = [] if return_logits else None
+        columns: list[Tensor] = []
+        all_logits: list[Tensor] = []
         h_in, tok = g, tokens
         for k in range(steps):
             cos, sin = self.rotary(positions + k, self.dtype)  # [R, hd]
@@ -455,11 +459,20 @@ class Draft(nn.Module):
                 h = layer(h, cos, sin, kv, k, emb=emb if layer.index == 0 else None, chunk=chunk)
             logits = self.logits(h)  # [R, Vd]
             tok = self.to_target(logits.argmax(dim=-1))  # [R] target ids
-            preds[:, k] = tok
-            if all_logits is not None:
+            columns.append(tok)
+            if return_logits:
                 all_logits.append(logits.float())
             h_in = self.feedback(h)
-        return preds, (torch.stack(all_logits, dim=1) if all_logits is not None else None)
+            if last_only and k == 0:
+                h_in, tok, positions = h_in[-1:], tok[-1:], positions[-1:]
+        rows = tok.shape[0] if columns else g.shape[0]
+        preds = (
+            torch.stack([c[-rows:] for c in columns], dim=1)
+            if columns
+            else torch.empty(rows, 0, dtype=torch.int64, device=self.device)
+        )
+        logits_out = torch.stack([x[-rows:] for x in all_logits], dim=1) if return_logits else None
+        return preds, logits_out
 
 
 def build_draft(

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from eagle3dash.checkpoint import inspect
 from eagle3dash.diagnosis.options import DiagnoseOptions
 from eagle3dash.diagnosis.record import record_diagnosis
-from eagle3dash.diagnosis.stages import prompt_ids, run_diagnosis
+from eagle3dash.diagnosis.stages import earlier_timings, prompt_ids, run_diagnosis, unit_costs
 from eagle3dash.jobs import JobFn
 from eagle3dash.layout import parse_layout
 from eagle3dash.probe import probe
@@ -32,7 +32,8 @@ def job_diagnose(params: dict, progress: Progress) -> dict:
     # Starting and ending the run is the lifecycle's: the backend moves it with this job.
     with db.open_store() as store:
         options = DiagnoseOptions(**params["options"])
-        diagnosis = run_diagnosis(options, progress, digest_cache=store)
+        costs = unit_costs(earlier_timings(db.recent_timings(store)))
+        diagnosis = run_diagnosis(options, progress, digest_cache=store, costs=costs)
         record_diagnosis(store, run_id, diagnosis)
     # The diagnosis is stored once, on the run; the job's result only points at it.
     return {"run_id": run_id, "findings": len(diagnosis.findings)}

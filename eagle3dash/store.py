@@ -777,6 +777,17 @@ def get_run(store: Store, run_id: int) -> dict | None:
     return _one(store, f"{_RUN_SELECT} WHERE runs.id = ?", (run_id,))
 
 
+def recent_timings(store: Store, limit: int = 10) -> list[tuple[dict, dict]]:
+    """(timings, options) of the latest succeeded diagnoses that recorded stage timings."""
+    rows = store.db.query(
+        "SELECT json_extract(diagnosis_json, '$.timings') AS timings, options_json FROM runs "
+        "WHERE status = 'succeeded' AND json_extract(diagnosis_json, '$.timings') IS NOT NULL "
+        "ORDER BY id DESC LIMIT ?",
+        (limit,),
+    )
+    return [(json.loads(r["timings"]), json.loads(r["options_json"] or "{}")) for r in rows]
+
+
 def update_run(store: Store, run_id: int, **fields: Any) -> None:
     """Set run columns (`options=` is stored as options_json); unknown names raise ValueError."""
     if "options" in fields:

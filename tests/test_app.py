@@ -552,7 +552,17 @@ def test_the_compare_view_shows_both_runs_and_the_deltas(world_home) -> None:
     assert table.loc["measured accept length"].tolist() == ["1.07", "1.07", "+0.00"]
     assert table.loc["speedup"].tolist() == ["—", "—", "—"]
     assert table.loc["worst finding", "run A"] == f"critical: {ROOT_CAUSE}"
-    assert [s.value for s in at.subheader] == [f"Run A: #{a}", f"Run B: #{b}"]
+    assert [s.value for s in at.subheader] == ["What differs", f"Run A: #{a}", f"Run B: #{b}"]
+    # What differs comes first: the two runs declared different training layouts.
+    differs = frame_with(at, "setting")
+    assert differs.to_dict("records") == [
+        {
+            "what": "prompts and options",
+            "setting": "training_layout",
+            "run A": "0,1,2",
+            "run B": "1,2,3",
+        }
+    ]
     # Each run's layer layout from its diagnosis.
     slots = [f for f in frames(at) if "serving feeds" in f.columns]
     assert [f["match"].tolist() for f in slots] == [["DIFFERS"] * 3, ["same"] * 3]

@@ -9,9 +9,12 @@ hidden states (3 draft steps); the demo test starts the demo's own endpoints fro
 from __future__ import annotations
 
 import io
+import json
+import os
 import zipfile
 from pathlib import Path
 
+import httpx
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -73,8 +76,7 @@ def upload(at: AppTest, files: list[tuple[str, bytes, str]]) -> AppTest:
 def demo_stopped_after():
     """The demo's endpoints live in this process's st.cache_resource: stop them afterwards."""
     yield
-    newrun._demo().stop()
-    newrun._demo.clear()
+    newrun.stop_demo()
 
 
 def test_try_it_on_the_demo_fills_the_form_and_reaches_the_mismatch(home, demo_stopped_after):
@@ -91,9 +93,11 @@ def test_try_it_on_the_demo_fills_the_form_and_reaches_the_mismatch(home, demo_s
     assert numbers == {"opt_num_prompts": 8, "opt_concurrency": 1}
     shown = texts(at)
     assert "16 prompts in " + str(FIXTURES / "prompts.jsonl") in shown
-    assert f"The demo runs on this machine: endpoint {demo.endpoint.url} (draft A" in shown
+    assert (
+        f"The demo runs on this machine: endpoint {demo.endpoint.url} (mismatched: draft A" in shown
+    )
     assert "not a serving engine" in shown
-    assert "each target forward sleeps 10 ms, each draft step 1 ms" in shown
+    assert "each target forward takes at least 10 ms, each draft step 2 ms" in shown
     endpoint, baseline = at.metric[:4], at.metric[4:]  # the baseline's panel comes second
     assert [(m.label, plain(m.value)) for m in endpoint] == [
         ("SGLang version", "0.5.23"),
@@ -122,6 +126,35 @@ def test_try_it_on_the_demo_fills_the_form_and_reaches_the_mismatch(home, demo_s
     assert diagnosis["findings"][0]["id"] == "layout-mismatch"
     assert "[-1, 0, 1]" in diagnosis["findings"][0]["fix"]
     assert diagnosis["speedup"]["speedup"] < 1.0  # slower than no speculation, as in the incident
+
+
+def test_try_it_on_the_demo_serves_the_deployment_picked(home, demo_stopped_after):
+    # Each demo deployment can be re-run from the app: the fixed one serves draft A with the
+    # fix written into a copy of its config under the home, in processes of their own.
+    at = app("new_run")
+    assert at.selectbox(key="demo_pick").options == [
+        "mismatched: draft A as shipped",
+        "correct: draft B, the control",
+        "fixed: draft A with the fix applied",
+        "format: draft C, needs the chat template",
+    ]
+    at.selectbox(key="demo_pick").set_value("fixed").run()
+    at.button(key="demo_try").click().run()
+    no_exception(at)
+    demo = newrun.demo_endpoints("fixed")
+    assert demo.name == "fixed" and demo.endpoint.process.pid != os.getpid()
+    fixed = home.home / "demo" / "draft-a-fixed"
+    assert at.text_input(key="ckpt_path").value == str(fixed)
+    config = json.loads((fixed / "config.json").read_text())
+    assert config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [-1, 0, 1]
+    assert "(fixed: draft A with the fix applied)" in texts(at)
+    info = httpx.get(demo.endpoint.url + "/server_info", timeout=30).json()
+    assert info["speculative_draft_model_path"] == str(fixed)
+    # Picking another deployment stops this one's doubles.
+    at.selectbox(key="demo_pick").set_value("correct").run()
+    at.button(key="demo_try").click().run()
+    assert not demo.alive() and newrun.demo_endpoints("correct").name == "correct"
+    assert at.text_input(key="ckpt_path").value == str(FIXTURES / "draft-b")
 
 
 # --- before submit -----------------------------------------------------------------------------

@@ -51,7 +51,8 @@ ROOT_CAUSE = (
 DOUBLE_NOTE = (
     "This endpoint is eagle3dash's SGLang API double, a test and demo stand-in, not a serving "
     "engine: its tok/s and the speedup come from the double's modelled cost (each target forward "
-    "sleeps 2 ms and each draft step 0.2 ms), not from measured serving speed."
+    "takes at least 2 ms and each draft step 0.2 ms, the tiny models' compute inside those "
+    "floors), not from measured serving speed."
 )
 
 
@@ -278,16 +279,18 @@ def test_every_stage_is_numbered_and_the_log_leads_with_the_projects_lines(world
         "running the standalone draft on each side's states",
         "benchmarking the endpoint",
         "benchmarking the baseline",
-        "profiling acceptance: categories, prompt formats, temperatures, steps",
+        "profiling acceptance: per position, category and temperature",
+        "profiling acceptance: prompt formats",
+        "profiling acceptance: the cost of a step, for the steps advice",
     )
     numbered = list(dict.fromkeys(line.split(": ", 1)[0] for line in stages))
-    assert numbered == [f"stage {k}/9" for k in range(1, 10)]
-    assert stages[0] == "stage 1/9: inspecting the checkpoint"
+    assert numbered == [f"stage {k}/11" for k in range(1, 12)]
+    assert stages[0] == "stage 1/11: inspecting the checkpoint"
     lines = [line for line in log.splitlines() if line.strip()]
     assert "job" in lines[0] and "started" in lines[0]  # the worker's header
-    assert "stage 1/9: inspecting the checkpoint" in lines[1]
+    assert "stage 1/11: inspecting the checkpoint" in lines[1]
     bare = DiagnoseOptions(draft="d", endpoint="e")
-    assert len(plan_stages(bare)) == 6
+    assert len(plan_stages(bare)) == 8
     assert len(plan_stages(DiagnoseOptions(draft="d", endpoint="e", profile=False))) == 5
 
 
@@ -475,8 +478,8 @@ def test_a_real_server_gets_no_double_note(world, home) -> None:
     assert words.double_note({"server_info": {"eagle3dash_double": True}}) == (
         "This endpoint is eagle3dash's SGLang API double, a test and demo stand-in, not a serving "
         "engine: its tok/s and the speedup come from the double's modelled cost (each target "
-        "forward sleeps a set delay and each draft step a tenth of it), not from measured serving "
-        "speed."
+        "forward takes at least a set delay and each draft step a tenth of it), not from measured "
+        "serving speed."
     )
 
 

@@ -394,6 +394,9 @@ def test_compare_the_mismatch_with_the_fixed_draft(world, browser, logs_on_failu
     columns = page.get_by_test_id("stColumn")
     left = columns.filter(has=page.get_by_role("heading", name=f"Run A: #{a}")).last
     right = columns.filter(has=page.get_by_role("heading", name=f"Run B: #{b}")).last
+    # What differs comes first: the fix, the draft's layer ids before -> after.
+    expect(page.get_by_role("heading", name="What differs")).to_be_visible()
+    expect(page.get_by_text("[0, 1, 2] → [-1, 0, 1]", exact=True)).to_be_visible()
     expect(left.get_by_text("rule layout-mismatch", exact=True)).to_be_visible()
     expect(right.get_by_text("No findings.")).to_be_visible()
     expect(page.get_by_test_id("stDataFrame").first).to_be_visible()

@@ -157,6 +157,25 @@ def test_the_key_runs_columns_fit_1400px(world, runs, browser, logs_on_failure) 
     page.context.close()
 
 
+def test_the_runs_page_shows_a_queued_run_succeed_without_a_reload(
+    world, runs, browser, logs_on_failure
+) -> None:
+    # The page is open before the run exists; it is never reloaded: its fragment polls while a
+    # run is queued or running (a page drawn once would keep the old rows).
+    page = _page(browser)
+    _open_runs(page, world["url"])
+    store = world["store"]
+    run_id = submit_diagnosis(
+        store, None, _options(world["fixed"], world["fixed_double"], world["target"])
+    )
+    row = page.locator('[data-testid="stDataFrame"] table tr').filter(has_text=f"run={run_id}")
+    expect(row).to_have_count(1, timeout=30_000)
+    expect(row).to_contain_text("succeeded", timeout=RUN_S * 1000)
+    assert db.get_run(store, run_id)["status"] == "succeeded"
+    _no_exception(page)
+    page.context.close()
+
+
 def test_search_by_rule_id(world, runs, browser, logs_on_failure) -> None:
     page = _page(browser)
     _open_runs(page, world["url"])

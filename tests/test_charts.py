@@ -310,3 +310,45 @@ def test_each_side_keeps_its_colour_and_marker(side: str) -> None:
     }
     assert charts.SIDE_COLORS[side] == colours[side]
     assert len(set(charts.SIDE_SHAPES.values())) == 5  # five sources, five markers
+
+
+def _layers(spec: dict) -> list[dict]:
+    return spec.get("layer", [spec])
+
+
+def test_a_healthy_runs_equal_series_stay_apart() -> None:
+    # A healthy run: training, serving and measured acceptance all equal. Each line and marker
+    # layer must spread its series along x (an xOffset over a field that tells every series
+    # apart), and the plotted rows must hold every series, so no series lies under another.
+    same = metrics_frame(
+        [
+            *(
+                row(side, "acceptance", v, step=k)
+                for side in ("training", "serving", "measured")
+                for k, v in ((1, 0.8), (2, 0.6))
+            ),
+            *(
+                row(side, "accuracy", v, step=k)
+                for side in ("training", "serving")
+                for k, v in ((1, 0.8), (2, 0.6))
+            ),
+        ]
+    )
+    for chart, series in (
+        (charts.per_position_chart(same), 3),
+        (charts.acceptance_chart(same), 4),  # two sides x two metrics
+    ):
+        spec = chart.to_dict()
+        data = next(iter(spec["datasets"].values()))
+        for layer in _layers(spec):
+            offset = layer["encoding"]["xOffset"]["field"]
+            assert len({r[offset] for r in data}) == series
+            # every series at every x: each has its own offset position
+            assert (
+                len({(r[offset], r[layer["encoding"]["x"]["field"]]) for r in data}) == 2 * series
+            )
+    compare = charts.compare_acceptance_chart({"A #1": same, "B #2": same}).to_dict()
+    data = next(iter(compare["datasets"].values()))
+    for layer in _layers(compare):
+        assert layer["encoding"]["xOffset"]["field"] == "series"
+    assert len({r["series"] for r in data}) == 4  # two runs x two sides, none merged

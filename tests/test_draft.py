@@ -477,3 +477,18 @@ def test_build_eval_of_rows_right_after_a_wrong_step() -> None:
     assert ev.served_accept_length_at(1) == pytest.approx(7 / 4)
     capped = build_eval([Tap(1)], [SKIPPY], 3, rows_per_sequence=[torch.arange(6)], budget=5)
     assert capped.served_accept_length == pytest.approx(5 / 2)
+
+
+@pytest.mark.parametrize("window", [None, 3])
+def test_a_chain_rooted_at_the_last_row_alone_is_that_rows_chain(window):
+    # The double drafts one round from the last row only; a bug in the row offset (keys of the
+    # wrong positions, a window measured from row 0) changes its logits from the full chain's.
+    spec = make_spec(num_layers=2, num_kv_heads=2, sliding_window=window)
+    draft = build_draft(spec, random_tensors(spec, seed=5))
+    aux, ids = random_inputs(spec, 23)
+    g = draft.project(aux)
+    every, every_logits = draft.chain(g, ids, 4, return_logits=True)
+    last, last_logits = draft.chain(g, ids, 4, return_logits=True, last_only=True)
+    assert last.shape == (1, 4) and last_logits is not None and every_logits is not None
+    assert last.tolist() == every[-1:].tolist()
+    torch.testing.assert_close(last_logits, every_logits[-1:], rtol=1e-5, atol=1e-5)

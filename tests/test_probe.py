@@ -188,7 +188,7 @@ def test_the_served_model_on_this_machine_is_proposed_as_the_target(tmp_path, ca
     assert (found.target.path, found.target.num_layers) == (str(model), 61)
     assert found.target.weight_bytes == 1234
     assert found.to_dict()["target"]["num_layers"] == 61
-    assert f"served model here          {model} (61 layers, 0.00 GB of weights)" in out
+    assert f"served model here          {model} (61 layers, 1 KB of weights)" in out
     # A model path that is no folder here (a hub id) proposes nothing.
     info["model_path"] = "moonshotai/Kimi-K2"
     with serve(replay_app(info)) as served:

@@ -4,7 +4,7 @@ columns) with their change, each side's layout and accuracy from each run's diag
 import streamlit as st
 
 from eagle3dash import store as db
-from eagle3dash.ui import charts, tables, widgets
+from eagle3dash.ui import charts, compare, live, tables, widgets
 from eagle3dash.ui.fmt import md_escape
 from eagle3dash.ui.home import get_store
 
@@ -37,6 +37,8 @@ if unknown:
     st.error(f"No run {' or '.join(unknown)} in this home folder ({md_escape(store.home)}).")
     st.stop()
 
+live.compare_watch(store, {"A": a, "B": b})
+compare.what_differs(runs["A"], runs["B"])
 widgets.share_link("compare", a=a, b=b)
 widgets.compare_headline(runs["A"], runs["B"])
 widgets.text_table(tables.compare_frame(runs["A"], runs["B"]))

@@ -81,6 +81,7 @@ probe = widgets.probe_panel(endpoint, key="endpoint", findings_title=None)
 newrun.before_submit_warnings(probe, draft_path)
 newrun.follow_server_steps(probe)
 newrun.propose_target(probe)
+target = newrun.local_target_input()
 baseline = widgets.option_input(st, "baseline", key="baseline")
 if baseline.strip():
     with st.expander("Baseline server", expanded=False):
@@ -108,12 +109,18 @@ else:
 
 # 4. Options.
 st.header("4. Options")
-values = {"draft": draft_path, "endpoint": endpoint, "baseline": baseline, "prompts": prompts}
+values = {
+    "draft": draft_path,
+    "endpoint": endpoint,
+    "baseline": baseline,
+    "prompts": prompts,
+    "target": target,
+}
 with st.expander("Options", expanded=False):
     values |= widgets.option_row("num_prompts", "max_new_tokens", "steps", "concurrency")
     values |= widgets.option_row("device", "dtype", "target_layers", "arch")
     values |= widgets.option_row("training_layout", "trainer", "training_sglang_version")
-    values |= widgets.option_row("target", "train_states", "draft_config")
+    values |= widgets.option_row("train_states", "draft_config")
     values |= widgets.option_row("profile", "temperatures")
 
 # Submit.

@@ -5,7 +5,7 @@ import streamlit as st
 
 from eagle3dash import jobs as jobq
 from eagle3dash import store as db
-from eagle3dash.ui import data, tables, widgets
+from eagle3dash.ui import data, glossary, tables, timings, widgets
 from eagle3dash.ui import profile as profile_ui
 from eagle3dash.ui.fmt import md_escape, status_label, when
 from eagle3dash.ui.home import get_store
@@ -98,6 +98,9 @@ with checkpoint_tab:
 with server_tab:
     widgets.server_settings(data.server_report_of(store, run, diagnosis))
 with logs_tab:
+    timings.time_spent(diagnosis)
     widgets.job_logs(jobs)
 with export_tab:
     widgets.export_buttons(run, diagnosis)
+if diagnosis:
+    glossary.glossary_section()

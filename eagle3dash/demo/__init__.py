@@ -22,9 +22,9 @@ config says), "correct" (draft B) and "fixed" (draft A with the ids the tool pro
 is the prompt format: send its prompts raw and through the chat template. `serve.py` serves
 them on this machine (`python -m eagle3dash demo seed`, and New run's "Try it on the demo").
 
-The demo's speed is modelled, not measured: the SGLang API double sleeps DELAY_S per target
-forward and DELAY_S / 10 per draft step, so its tok/s and speedups follow that cost model; the
-tiny models' own compute is noise.
+The demo's speed is modelled, not measured: each target forward of the SGLang API double takes
+at least DELAY_S and each draft step DRAFT_STEP_S (the compute runs inside those floors), so its
+tok/s and speedups follow that cost model, whatever else the machine is doing.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ __all__ = [
     "CONCURRENCY",
     "DELAY_S",
     "DEMO_CATEGORIES",
+    "DRAFT_STEP_S",
     "DEMO_PROMPTS",
     "DEPLOYMENT_NAMES",
     "FIXTURES",
@@ -71,9 +72,12 @@ NUM_STEPS = 4  # --speculative-num-steps
 EAGLE_TOPK = 1
 NUM_DRAFT_TOKENS = 5  # num_steps + 1, chain drafting
 DEPLOYMENT_NAMES = ("mismatched", "correct", "fixed")  # the seeded runs; "format" is not one
-# The double's cost model, so tok/s and speedup look like serving: a target forward sleeps
-# DELAY_S and a draft step DELAY_S / 10 (DoubleConfig.delay_s); the tiny models' compute is noise.
+# The double's cost model, so tok/s and speedup look like serving: a target forward takes at
+# least DELAY_S and a draft step DRAFT_STEP_S (DoubleConfig.delay_s, .draft_step_s), the tiny
+# models' compute inside those floors. A round of 4 draft steps and a verify costs 1.8 forwards,
+# so the mismatched draft (about 1.2 tokens a round) is slower than no speculation.
 DELAY_S = 0.01
+DRAFT_STEP_S = 0.002
 NUM_PROMPTS = 8  # a diagnosis of a demo deployment: its prompts, tokens and requests in flight
 MAX_NEW_TOKENS = 64
 CONCURRENCY = 1  # the double serves one request at a time

@@ -2,8 +2,9 @@
 
 Registers the demo drafts, applies the tool's own fix to draft A for real (a copy of it whose
 config.json carries the ids the layout finding proposes), serves each deployment through the
-SGLang API double (a test/demo double, not a serving engine) beside a baseline without
-speculation, and queues one diagnosis per deployment, as New run would:
+SGLang API double (a test/demo double, not a serving engine; each in a process of its own,
+`demo/serve.py`) beside a baseline without speculation, and queues one diagnosis per
+deployment, as New run would:
 
 - "mismatched": draft A as its config says; SGLang feeds every slot one tap too deep.
 - "correct": draft B, trained on what SGLang feeds it.
@@ -19,8 +20,6 @@ without a worker. Then the doubles stop and their endpoints are marked stopped i
 from __future__ import annotations
 
 import argparse
-import json
-import shutil
 import signal
 import sys
 import time
@@ -30,7 +29,7 @@ from pathlib import Path
 
 from eagle3dash import jobs as jobq
 from eagle3dash import store as db
-from eagle3dash.demo import DEPLOYMENT_NAMES, FIXTURES, MAX_NEW_TOKENS, NUM_PROMPTS, deployments
+from eagle3dash.demo import DEPLOYMENT_NAMES, MAX_NEW_TOKENS, NUM_PROMPTS, deployments
 
 POLL_S = 0.5
 WORKER_HINT_S = 15.0  # queued this long without a worker: say how to start one
@@ -44,18 +43,6 @@ class DemoRun:
     run_id: int
     status: str
     diagnosis: dict | None  # Diagnosis.to_dict(), None when the run did not succeed
-
-
-def fixed_draft(home: Path, ids: tuple[int, ...], fixtures: Path = FIXTURES) -> Path:
-    """Draft A with `eagle_config.eagle_aux_hidden_state_layer_ids = ids`: the fix, applied."""
-    out = home / "demo" / "draft-a-fixed"
-    if out.exists():
-        shutil.rmtree(out)
-    shutil.copytree(fixtures / "draft-a", out)
-    config = json.loads((out / "config.json").read_text())
-    config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = list(ids)
-    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    return out
 
 
 def demo_runs(store: db.Store) -> list[int]:
@@ -143,26 +130,20 @@ def _serve_until_run(
 ) -> dict[str, int]:
     """Serve the deployments, queue their runs, wait for them; then stop the endpoints and
     mark them stopped, and cancel what did not run (on an interrupt)."""
-    from eagle3dash.demo.serve import demo_options, serve_baseline, serve_deployment
+    from eagle3dash.demo.serve import demo_draft, demo_options, serve_doubles
     from eagle3dash.submit import submit_diagnosis
     from eagle3dash.uploads import register_path
 
     plans = deployments()
-    fix_ids = plans["fixed"].aux_layer_ids_override
-    assert fix_ids is not None  # the fixed deployment names the ids the fix writes
-    drafts = {
-        "mismatched": plans["mismatched"].draft_path,
-        "correct": plans["correct"].draft_path,
-        "fixed": fixed_draft(store.home, fix_ids),
-    }
-    servers = []
+    drafts = {name: demo_draft(name, store.home) for name in DEPLOYMENT_NAMES}
+    # every double at once, each in a process of its own: the baseline, then the deployments
+    servers = serve_doubles(
+        ("mismatched", None, True), *((name, drafts[name], False) for name in DEPLOYMENT_NAMES)
+    )
+    baseline = servers[0]
     run_ids: dict[str, int] = {}
     try:
-        baseline = serve_baseline(plans["mismatched"])
-        servers.append(baseline)
-        for name in DEPLOYMENT_NAMES:
-            server = serve_deployment(plans[name], drafts[name])
-            servers.append(server)
+        for name, server in zip(DEPLOYMENT_NAMES, servers[1:], strict=True):
             checkpoint_id, _ = register_path(store, drafts[name], name=f"demo {drafts[name].name}")
             options = demo_options(
                 drafts[name], server.url, baseline.url, num_prompts, max_new_tokens

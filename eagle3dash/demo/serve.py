@@ -1,19 +1,34 @@
 """The demo's deployments served on this machine by the SGLang API double (a test and demo double
 that answers like SGLang, not a serving engine), and the diagnosis options that fit them.
 
-`start_demo()` is New run's "Try it on the demo": draft A's mismatched deployment with hidden
-states on, and the same target without speculation as the baseline. `demo seed` serves all three
-deployments the same way.
+Each double runs in a process of its own (`python -m eagle3dash.demo.serve NAME`), never on a
+thread of the app, the worker or the seed: the double's modelled cost is a floor per forward, and
+a process of its own keeps a page rerun or a diagnosis's compute (and the GIL) out of its clock.
+A double stops with its parent (it watches the parent's pid), so a killed app leaves none behind.
+
+`start_demo(name)` is New run's "Try it on the demo": one demo deployment with hidden states on,
+and the same target without speculation as the baseline. `demo seed` serves three of them the
+same way.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from eagle3dash.demo import (
     CONCURRENCY,
     DELAY_S,
+    DRAFT_STEP_S,
     FIXTURES,
     MAX_NEW_TOKENS,
     NUM_PROMPTS,
@@ -22,25 +37,135 @@ from eagle3dash.demo import (
     deployments,
 )
 from eagle3dash.diagnosis.options import DiagnoseOptions
-from eagle3dash.testing.sglang_double import RunningDouble, start_double
+from eagle3dash.errors import InputError
 
 PROMPTS = FIXTURES / "prompts.jsonl"
+DEMO_NAMES = ("mismatched", "correct", "fixed", "format")  # New run's choice, in this order
+START_TIMEOUT_S = 120.0  # loading torch and the tiny models; slow only on a loaded machine
+STOP_TIMEOUT_S = 10.0
+URL_PREFIX = "serving "  # the child's first stdout line: "serving http://127.0.0.1:PORT"
 
 
-def serve_deployment(plan: Deployment, draft_path: Path | None = None) -> RunningDouble:
-    """A demo deployment on a free port of 127.0.0.1: its draft (or `draft_path`, whose config
-    says it all), hidden states returned, the demo's cost model."""
-    overrides: dict = {"enable_return_hidden_states": True, "delay_s": DELAY_S}
+def fixed_draft(home: Path, ids: tuple[int, ...], fixtures: Path = FIXTURES) -> Path:
+    """Draft A with `eagle_config.eagle_aux_hidden_state_layer_ids = ids`: the fix, applied
+    (kept as it is when an earlier call wrote the same ids, so a run reading it is not raced)."""
+    out = home / "demo" / "draft-a-fixed"
+    config_path = out / "config.json"
+    if config_path.is_file():
+        config = json.loads(config_path.read_text())
+        if config.get("eagle_config", {}).get("eagle_aux_hidden_state_layer_ids") == list(ids):
+            return out
+        shutil.rmtree(out)
+    shutil.copytree(fixtures / "draft-a", out)
+    config = json.loads(config_path.read_text())
+    config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = list(ids)
+    config_path.write_text(json.dumps(config, indent=2) + "\n")
+    return out
+
+
+@dataclass
+class ServedDouble:
+    """A demo double serving in a child process: its URL, and stop() to end it."""
+
+    process: subprocess.Popen
+    url: str
+    stderr_path: Path = field(repr=False)
+
+    def alive(self) -> bool:
+        """Whether the process still serves."""
+        return self.process.poll() is None
+
+    def stop(self) -> None:
+        """End the process (SIGTERM, then SIGKILL) and release its port (idempotent)."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+        self.stderr_path.unlink(missing_ok=True)
+
+    def __enter__(self) -> ServedDouble:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _spawn(name: str, draft_path: Path | None, baseline: bool) -> tuple[subprocess.Popen, Path]:
+    """Start `python -m eagle3dash.demo.serve` for one double; its stderr goes to a temp file."""
+    argv = [sys.executable, "-m", "eagle3dash.demo.serve", name, "--parent", str(os.getpid())]
+    if draft_path is not None:
+        argv += ["--draft", str(draft_path)]
+    if baseline:
+        argv.append("--baseline")
+    fd, stderr_name = tempfile.mkstemp(prefix="eagle3dash-double-", suffix=".log")
+    with os.fdopen(fd, "w") as stderr:
+        process = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.DEVNULL, text=True
+        )
+    return process, Path(stderr_name)
+
+
+def _wait_started(process: subprocess.Popen, stderr_path: Path) -> ServedDouble:
+    """The child's URL once it serves; InputError with its last words if it exits first."""
+    assert process.stdout is not None
+    line = process.stdout.readline()  # the child prints its URL once it is bound, or exits
+    if line.startswith(URL_PREFIX):
+        return ServedDouble(process, line[len(URL_PREFIX) :].strip(), stderr_path)
+    process.wait(STOP_TIMEOUT_S)
+    said = stderr_path.read_text(errors="replace").strip().splitlines()
+    stderr_path.unlink(missing_ok=True)
+    raise InputError(
+        "a demo double did not start (exit status "
+        f"{process.returncode}): {said[-1] if said else 'no message'}"
+    )
+
+
+def serve_doubles(*wanted: tuple[str, Path | None, bool]) -> list[ServedDouble]:
+    """Start the doubles (deployment name, draft path or None, baseline?) at once, each in a
+    process of its own on a free port of 127.0.0.1; all of them, or none (InputError)."""
+    spawned = [_spawn(name, draft, baseline) for name, draft, baseline in wanted]
+    started: list[ServedDouble] = []
+    try:
+        for process, stderr_path in spawned:
+            started.append(_wait_started(process, stderr_path))
+    except BaseException:
+        for served in started:
+            served.stop()
+        for process, stderr_path in spawned[len(started) :]:
+            ServedDouble(process, "", stderr_path).stop()
+        raise
+    return started
+
+
+def serve_deployment(plan: Deployment, draft_path: Path | None = None) -> ServedDouble:
+    """A demo deployment in a process of its own: its draft (or `draft_path`, whose config says
+    it all), hidden states returned, the demo's cost model."""
+    return serve_doubles((plan.name, draft_path, False))[0]
+
+
+def serve_baseline(plan: Deployment) -> ServedDouble:
+    """The demo's target without speculation, for the speedup, in a process of its own."""
+    return serve_doubles((plan.name, None, True))[0]
+
+
+def double_config(plan: Deployment, draft_path: Path | None, baseline: bool):
+    """The `DoubleConfig` a demo double serves: the deployment (or its baseline without
+    speculation), hidden states returned, the demo's cost model."""
+    if baseline:
+        return plan.double_config(draft_path=None, speculative_algorithm=None, delay_s=DELAY_S)
+    overrides: dict = {
+        "enable_return_hidden_states": True,
+        "delay_s": DELAY_S,
+        "draft_step_s": DRAFT_STEP_S,
+    }
     if draft_path is not None:
         overrides |= {"draft_path": draft_path, "aux_layer_ids_override": None}
-    return start_double(plan.double_config(**overrides))
-
-
-def serve_baseline(plan: Deployment) -> RunningDouble:
-    """The demo's target without speculation, for the speedup."""
-    return start_double(
-        plan.double_config(draft_path=None, speculative_algorithm=None, delay_s=DELAY_S)
-    )
+    return plan.double_config(**overrides)
 
 
 def demo_options(
@@ -68,19 +193,21 @@ def demo_options(
 
 @dataclass
 class DemoEndpoints:
-    """Draft A's mismatched deployment and its baseline, served here by the SGLang API double."""
+    """One demo deployment and its baseline, each served by the SGLang API double in a process of
+    its own."""
 
-    endpoint: RunningDouble
-    baseline: RunningDouble
-    draft: Path  # draft A as shipped
+    name: str  # one of DEMO_NAMES
+    endpoint: ServedDouble
+    baseline: ServedDouble
+    draft: Path  # the draft the deployment serves (draft A with the fix, for "fixed")
 
     def options(self) -> DiagnoseOptions:
-        """The diagnosis that reproduces the seeded mismatched run."""
+        """The diagnosis that reproduces this deployment's demo run."""
         return demo_options(self.draft, self.endpoint.url, self.baseline.url)
 
     def alive(self) -> bool:
         """Whether both doubles still serve."""
-        return self.endpoint.thread.is_alive() and self.baseline.thread.is_alive()
+        return self.endpoint.alive() and self.baseline.alive()
 
     def stop(self) -> None:
         """Stop both doubles and release their ports."""
@@ -88,13 +215,63 @@ class DemoEndpoints:
         self.baseline.stop()
 
 
-def start_demo() -> DemoEndpoints:
-    """Start the mismatched deployment of draft A and a baseline on free local ports."""
-    plan = deployments()["mismatched"]
-    baseline = serve_baseline(plan)
+def demo_draft(name: str, home: Path) -> Path:
+    """The draft a demo deployment serves: its fixture, or for "fixed" draft A with the fix
+    written into a copy under `home`."""
+    plan = deployments()[name]
+    if name == "fixed":
+        assert plan.aux_layer_ids_override is not None  # the fixed deployment names the fix
+        return fixed_draft(home, plan.aux_layer_ids_override)
+    return plan.draft_path
+
+
+def start_demo(name: str = "mismatched", home: Path | None = None) -> DemoEndpoints:
+    """Start a demo deployment (DEMO_NAMES) and a baseline on free local ports, each in a process
+    of its own; `home` holds the fixed draft's copy (default: a temporary folder)."""
+    if name not in DEMO_NAMES:
+        raise InputError(f"no demo deployment {name!r}: choose one of {', '.join(DEMO_NAMES)}")
+    draft = demo_draft(name, home or Path(tempfile.gettempdir()) / "eagle3dash-demo")
+    endpoint, baseline = serve_doubles((name, draft, False), (name, None, True))
+    return DemoEndpoints(name, endpoint, baseline, draft)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m eagle3dash.demo.serve NAME [--draft DIR] [--baseline]`: serve one demo double,
+    print "serving URL" once bound, stop on SIGTERM or when the parent process is gone."""
+    import torch
+
+    from eagle3dash.testing.sglang_double import start_double
+
+    parser = argparse.ArgumentParser(prog="python -m eagle3dash.demo.serve", description=__doc__)
+    parser.add_argument("name", choices=DEMO_NAMES)
+    parser.add_argument("--draft", type=Path, help="serve this draft instead (its config rules)")
+    parser.add_argument("--baseline", action="store_true", help="the target without speculation")
+    parser.add_argument("--parent", type=int, help="stop when this process is gone")
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupt)
+    plan = deployments()[args.name]
+    # One thread: the tiny models gain nothing from more, and idle OpenMP threads spinning
+    # beside the other doubles and the diagnosis on a small machine would bend the cost floor.
+    torch.set_num_threads(1)
     try:
-        endpoint = serve_deployment(plan)
-    except BaseException:
-        baseline.stop()
-        raise
-    return DemoEndpoints(endpoint, baseline, plan.draft_path)
+        running = start_double(double_config(plan, args.draft, args.baseline))
+    except (InputError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"{URL_PREFIX}{running.url}", flush=True)
+    try:
+        while running.thread.is_alive() and (args.parent is None or os.getppid() == args.parent):
+            time.sleep(1.0)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        running.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -169,6 +169,8 @@ class Diagnosis:
     not_checked: list[NotChecked] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     profile: Profile | None = None  # None: --no-profile
+    # wall seconds per stage (diagnosis/stages.py TIMING_KEYS) and "total"
+    timings: dict[str, float] = field(default_factory=dict)
 
     @property
     def layout_diff(self) -> LayoutDiff:
@@ -271,6 +273,7 @@ class Diagnosis:
             "not_checked": [n.to_dict() for n in self.not_checked],
             "warnings": self.warnings,
             "profile": None if self.profile is None else self.profile.to_dict(),
+            "timings": {key: round(seconds, 3) for key, seconds in self.timings.items()},
             "options": dataclasses.asdict(self.options),
             "checkpoint": self.report.to_json(),
             "server": self.server.to_dict(),

@@ -14,6 +14,8 @@ refused. Torch is imported only inside the stages that need it.
 from __future__ import annotations
 
 import math
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,7 +76,41 @@ DETECT = "layout detective: which taps does the draft perform best with?"
 EVALUATE = "running the standalone draft on each side's states"
 BENCHMARK = "benchmarking the endpoint"
 BASELINE = "benchmarking the baseline"
-PROFILE = "profiling acceptance: categories, prompt formats, temperatures, steps"
+PROFILE_TEMPERATURES = "profiling acceptance: per position, category and temperature"
+PROFILE_FORMATS = "profiling acceptance: prompt formats"
+PROFILE_STEPS = "profiling acceptance: the cost of a step, for the steps advice"
+FINDINGS = "findings"  # timed, not a numbered stage: the rules over what was measured
+
+# Each stage's key in Diagnosis.timings (seconds of wall time).
+TIMING_KEYS = {
+    INSPECT: "inspect",
+    PROBE: "probe",
+    CAPTURE_SERVING: "capture_serving",
+    CAPTURE_TARGET: "capture_target",
+    READ_DUMP: "read_dump",
+    DETECT: "detective",
+    EVALUATE: "evaluate",
+    BENCHMARK: "benchmark",
+    BASELINE: "baseline",
+    PROFILE_TEMPERATURES: "profile_temperatures",
+    PROFILE_FORMATS: "profile_formats",
+    PROFILE_STEPS: "profile_steps",
+    FINDINGS: "findings",
+}
+# Before a home has timings of its own, what a unit of each stage costs (seconds), measured on
+# the demo (bench/bench_time_budget.py): a generated token for the stages that send requests,
+# the stage itself for the others. Only their ratios shape the progress bar.
+SECONDS_PER_TOKEN = 0.011
+DEFAULT_UNIT_COST = {
+    "inspect": 0.1,
+    "probe": 0.3,
+    "capture_target": 3.0,
+    "read_dump": 2.0,
+    "detective": 1.0,
+    "evaluate": 0.5,
+    "profile_steps": 0.1,
+}
+BENCH_WARMUP = 1  # unmeasured requests before a benchmark of a server that has served nothing
 
 
 def _no_progress(fraction: float, message: str) -> None:
@@ -93,21 +129,114 @@ def plan_stages(options: DiagnoseOptions) -> tuple[str, ...]:
         EVALUATE,
         BENCHMARK,
         *((BASELINE,) if options.baseline else ()),
-        *((PROFILE,) if options.profile else ()),
+        *((PROFILE_TEMPERATURES, PROFILE_FORMATS, PROFILE_STEPS) if options.profile else ()),
     )
 
 
-@dataclass(frozen=True)
+def stage_units(options: DiagnoseOptions) -> dict[str, float]:
+    """How much work each stage of these options is: tokens generated for the stages that send
+    requests (prompts x tokens, warmups included), 1 for the others."""
+    tokens = options.num_prompts * options.max_new_tokens
+    extra_temperatures = [t for t in parse_temperatures(options.temperatures) if t != 0]
+    units = {TIMING_KEYS[stage]: 1.0 for stage in plan_stages(options)}
+    units["capture_serving"] = float(tokens)
+    units["benchmark"] = float(tokens)  # warm from the capture: no warmup
+    if options.baseline:
+        units["baseline"] = float(tokens + BENCH_WARMUP * options.max_new_tokens)
+    if options.profile:
+        units["profile_temperatures"] = float(tokens * len(extra_temperatures)) or 1.0
+        units["profile_formats"] = float(2 * tokens)  # the chat template: a benchmark, a capture
+        units["profile_steps"] = 3.0  # three one-token requests
+    return units
+
+
+def earlier_timings(
+    rows: list[tuple[dict, dict]],
+) -> list[tuple[dict[str, float], DiagnoseOptions]]:
+    """Stored (timings, options dict) pairs as `unit_costs` reads them (a run's extra options,
+    such as the demo's name, left aside); a row whose options no longer parse is left out."""
+    import dataclasses
+
+    names = {f.name for f in dataclasses.fields(DiagnoseOptions)}
+    out = []
+    for timings, options in rows:
+        try:
+            out.append((timings, DiagnoseOptions(**{k: options[k] for k in names & set(options)})))
+        except TypeError:  # stored by a version whose required options differ
+            continue
+    return out
+
+
+def unit_costs(earlier: list[tuple[dict[str, float], DiagnoseOptions]]) -> dict[str, float]:
+    """Seconds per unit of each stage, the median over earlier runs' timings on this home (each
+    with its options), else the defaults."""
+    import statistics
+
+    seen: dict[str, list[float]] = {}
+    for timings, options in earlier:
+        units = stage_units(options)
+        for key, seconds in timings.items():
+            if key in units and units[key] > 0:
+                seen.setdefault(key, []).append(seconds / units[key])
+    defaults = {key: DEFAULT_UNIT_COST.get(key, SECONDS_PER_TOKEN) for key in TIMING_KEYS.values()}
+    return defaults | {key: statistics.median(values) for key, values in seen.items()}
+
+
+def expected_seconds(
+    options: DiagnoseOptions, costs: dict[str, float] | None = None
+) -> dict[str, float]:
+    """What each stage of these options is expected to take (`unit_costs`, else defaults)."""
+    per_unit = costs or unit_costs([])
+    return {
+        key: units * per_unit.get(key, SECONDS_PER_TOKEN)
+        for key, units in stage_units(options).items()
+    }
+
+
 class Stages:
-    """Progress numbered by stage: 'stage 3/7: capturing the aux states ...'."""
+    """Progress numbered by stage ('stage 3/7: capturing the aux states ...'), the bar weighted
+    by each stage's expected seconds, and the wall time each stage took (`timings`)."""
 
-    names: tuple[str, ...]
-    progress: Progress
+    def __init__(
+        self,
+        names: tuple[str, ...],
+        progress: Progress,
+        expected: dict[str, float] | None = None,
+    ):
+        self.names = names
+        self.progress = progress
+        weights = [max((expected or {}).get(TIMING_KEYS[n], 1.0), 1e-3) for n in names]
+        total = sum(weights)
+        starts = [sum(weights[:i]) / total for i in range(len(names))]
+        self._span = {n: (a, w / total) for n, a, w in zip(names, starts, weights, strict=True)}
+        self.timings: dict[str, float] = {}
+        self._current: str | None = None
+        self._since = time.perf_counter()
 
-    def report(self, stage: str, fraction: float, detail: str | None = None) -> None:
-        """Report `fraction` (0..1 of the whole diagnosis) inside `stage` (one of `names`)."""
+    def report(self, stage: str, within: float = 0.0, detail: str | None = None) -> None:
+        """Report progress `within` (0..1) of `stage` (one of `names`); a new stage closes the
+        timing of the one before."""
+        if stage != self._current:
+            self.close()
+            self._current, self._since = stage, time.perf_counter()
+        start, span = self._span[stage]
         number = self.names.index(stage) + 1
+        fraction = start + span * min(max(within, 0.0), 1.0)
         self.progress(fraction, f"stage {number}/{len(self.names)}: {detail or stage}")
+
+    def close(self) -> None:
+        """Add the running stage's wall time to `timings`."""
+        if self._current is not None:
+            key = TIMING_KEYS[self._current]
+            elapsed = time.perf_counter() - self._since
+            self.timings[key] = self.timings.get(key, 0.0) + elapsed
+            self._current = None
+
+    def steps(self, stage: str, label: str, unit: str) -> Callable[[int, int], None]:
+        """A (done, total) callback reporting progress inside `stage`: 'capturing (3/8 prompts)'."""
+        return lambda done, total: self.report(
+            stage, done / total, f"{label} ({done}/{total} {unit})"
+        )
 
 
 def _option(name: str) -> str:
@@ -208,6 +337,14 @@ class _Run:
     detection: Detection | None = None
     not_checked: list[NotChecked] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    importing: threading.Thread | None = None  # _import_torch_stack, started with the run
+
+    def imports_ready(self) -> None:
+        """Wait for the background imports: transformers' lazy module must not be imported
+        from two threads at once."""
+        if self.importing is not None:
+            self.importing.join()
+            self.importing = None
 
     @property
     def trainer(self) -> str | None:
@@ -224,9 +361,9 @@ class _Run:
 
 def _start(options: DiagnoseOptions, stages: Stages) -> _Run:
     """Inspect the checkpoint, probe the endpoint, predict both layouts."""
-    stages.report(INSPECT, 0.0)
+    stages.report(INSPECT)
     report = inspect_draft(options.draft, options.draft_config)
-    stages.report(PROBE, 0.03, f"probing {options.endpoint}")
+    stages.report(PROBE, 0.0, f"probing {options.endpoint}")
     server = SGLangClient(options.endpoint, timeout=options.timeout).probe()
     depth = target_depth(options, server)
     served_arch = server.architectures[0] if server.architectures else None
@@ -267,6 +404,8 @@ def capture_serving(run: _Run, prompts: list[Prompt]) -> None:
     from eagle3dash.capture import CaptureError, save_capture
 
     server, predicted = run.server, run.prediction.serving
+    if any(p.input_ids is None for p in prompts):  # text: the tokenizer needs transformers
+        run.imports_ready()
     run.tokens = prompt_ids(prompts, run.options.target, server.model_path)
     if server.speculative is None:
         run.capture_error = "the endpoint runs no speculative decoding, so it feeds no draft"
@@ -295,9 +434,9 @@ def capture_serving(run: _Run, prompts: list[Prompt]) -> None:
         run.capture_error = f"SGLang {run.version} would not capture these taps: {predicted.error}"
     if run.capture_error:
         return
-    run.stages.report(CAPTURE_SERVING, 0.08)
+    run.stages.report(CAPTURE_SERVING)
     try:
-        capture = _capture(run, run.tokens, CAPTURE_SERVING, 0.08, 0.27)
+        capture = _capture(run, run.tokens, CAPTURE_SERVING)
     except (CaptureError, EndpointError) as e:
         run.capture_error = str(e)
         run.not_checked.append(
@@ -330,7 +469,7 @@ def _capture_remedy(run: _Run) -> str:
     return "read the capture error below, fix the server or the prompts, and run again"
 
 
-def _capture(run: _Run, tokens: list[list[int]], stage: str, start: float, span: float) -> Capture:
+def _capture(run: _Run, tokens: list[list[int]], stage: str) -> Capture:
     """The aux states the server feeds its draft on these prompts' greedy completions, each
     prompt cut to fit one prefill chunk with its completion."""
     from eagle3dash.capture import capture_from_sglang
@@ -354,15 +493,14 @@ def _capture(run: _Run, tokens: list[list[int]], stage: str, start: float, span:
         max_new_tokens=run.options.max_new_tokens,
         hidden_size=run.report.spec.target_hidden_size,  # bounds the reply, checks the width
         report=run.server,
-        progress=lambda done, total: run.stages.report(
-            stage, start + span * done / total, f"capturing ({done}/{total} prompts)"
-        ),
+        progress=run.stages.steps(stage, "capturing", "prompts"),
         warn=run.warnings.append,
     )
 
 
 def load_standalone_draft(run: _Run) -> None:
     """The draft built once, the way SGLang runs it (the target's embedding when at hand)."""
+    run.imports_ready()
     import torch
 
     from eagle3dash.draft import load_draft_reported
@@ -377,11 +515,12 @@ def load_standalone_draft(run: _Run) -> None:
 
 def capture_target(run: _Run) -> None:
     """Every tap of the local target on the served tokens (or the prompts), in one forward."""
-    from eagle3dash.detective import capture_all_taps
-
     if not run.options.target:
         return
-    run.stages.report(CAPTURE_TARGET, 0.4, f"{CAPTURE_TARGET} {run.options.target}")
+    run.imports_ready()
+    from eagle3dash.detective import capture_all_taps
+
+    run.stages.report(CAPTURE_TARGET, 0.0, f"{CAPTURE_TARGET} {run.options.target}")
     capture = capture_all_taps(run.options.target, run.tokens, device=run.options.device)
     if run.serving_capture is not None:
         for mine, theirs in zip(capture.sequences, run.serving_capture.sequences, strict=True):
@@ -396,7 +535,7 @@ def read_dump(run: _Run) -> None:
 
     if not run.options.train_states:
         return
-    run.stages.report(READ_DUMP, 0.45, f"{READ_DUMP} {run.options.train_states}")
+    run.stages.report(READ_DUMP, 0.0, f"{READ_DUMP} {run.options.train_states}")
     layout = run.declared or run.prediction.training.layout
     run.dump = read_capture(run.options.train_states, layout=layout, num_target_layers=run.depth)
 
@@ -407,7 +546,7 @@ def run_detective(run: _Run) -> None:
 
     if run.target_capture is None:
         return
-    run.stages.report(DETECT, 0.5)
+    run.stages.report(DETECT)
     sides = {"serving": run.serving_capture} if run.serving_capture is not None else None
     run.detection = detect(
         run.report.path,
@@ -559,31 +698,29 @@ def draft_identity(run: _Run, cache: DigestCache | None) -> DraftIdentity | None
 
 
 def benchmark(run: _Run, prompts: list[Prompt]) -> tuple[BenchResult, BenchResult | None]:
-    """The endpoint's tok/s and accept length (and the baseline's, when given)."""
+    """The endpoint's tok/s and accept length (and the baseline's, when given). The endpoint has
+    just served the capture's requests, so it is warm: no warmup requests; the baseline gets
+    BENCH_WARMUP."""
     options = run.options
-
-    def bench_progress(stage: str, start: float, span: float) -> Callable[[int, int], None]:
-        return lambda done, total: run.stages.report(
-            stage, start + span * done / total, f"benchmarking ({done}/{total} requests)"
-        )
-
-    run.stages.report(BENCHMARK, 0.7, f"benchmarking {options.endpoint}")
+    run.stages.report(BENCHMARK, 0.0, f"benchmarking {options.endpoint}")
     measured = run_bench(
         options.endpoint,
         prompts,
         concurrency=options.concurrency,
         max_new_tokens=options.max_new_tokens,
-        progress=bench_progress(BENCHMARK, 0.7, 0.15 if options.baseline else 0.25),
+        warmup=0 if run.serving_capture is not None else BENCH_WARMUP,
+        progress=run.stages.steps(BENCHMARK, "benchmarking", "requests"),
     )
     baseline = None
     if options.baseline:
-        run.stages.report(BASELINE, 0.85, f"{BASELINE} {options.baseline}")
+        run.stages.report(BASELINE, 0.0, f"{BASELINE} {options.baseline}")
         baseline = run_bench(
             options.baseline,
             prompts,
             concurrency=options.concurrency,
             max_new_tokens=options.max_new_tokens,
-            progress=bench_progress(BASELINE, 0.85, 0.1),
+            warmup=BENCH_WARMUP,
+            progress=run.stages.steps(BASELINE, "benchmarking", "requests"),
         )
     else:
         run.not_checked.append(
@@ -598,9 +735,14 @@ def benchmark(run: _Run, prompts: list[Prompt]) -> tuple[BenchResult, BenchResul
 
 
 def _bench(run: _Run, prompts: list[Prompt], **how: Any) -> BenchResult | None:
-    """One more benchmark of the endpoint for the profile; None when every request fails."""
+    """One more benchmark of the endpoint for the profile (warm from the diagnosis's own
+    requests: no warmup); None when every request fails."""
     options = run.options
-    how = {"concurrency": options.concurrency, "max_new_tokens": options.max_new_tokens} | how
+    how = {
+        "concurrency": options.concurrency,
+        "max_new_tokens": options.max_new_tokens,
+        "warmup": 0,
+    } | how
     try:
         return run_bench(options.endpoint, prompts, timeout=options.timeout, **how)
     except EndpointError as e:
@@ -619,7 +761,7 @@ def profile_temperatures(run: _Run, prompts: list[Prompt], measured: BenchResult
     """Measured accept length and tok/s at each temperature (0 is the benchmark itself)."""
     rows = []
     for temperature in parse_temperatures(run.options.temperatures):
-        run.stages.report(PROFILE, 0.96, f"profiling: temperature {temperature:g}")
+        run.stages.report(PROFILE_TEMPERATURES, 0.0, f"profiling: temperature {temperature:g}")
         bench = measured if temperature == 0 else _bench(run, prompts, temperature=temperature)
         rows.append(
             TemperatureRow(
@@ -664,12 +806,12 @@ def profile_formats(
                 )
             )
             continue
-        run.stages.report(PROFILE, 0.97, f"profiling: prompt format {variant.format}")
+        run.stages.report(PROFILE_FORMATS, 0.0, f"profiling: prompt format {variant.format}")
         bench = _bench(run, list(variant.prompts))
         sim = None
         if run.serving_capture is not None and run.draft is not None:
             try:
-                capture = _capture(run, variant.ids, PROFILE, 0.97, 0.0)
+                capture = _capture(run, variant.ids, PROFILE_FORMATS)
             except (CaptureError, EndpointError) as e:
                 run.warnings.append(f"profile: the {variant.format} capture failed: {e}")
                 run.not_checked.append(
@@ -707,7 +849,7 @@ def profile_stage(
 ) -> Profile:
     """The acceptance profile from the run's own captures and requests, plus a few requests per
     temperature and prompt format (eagle3dash/profile.py)."""
-    run.stages.report(PROFILE, 0.95)
+    run.stages.report(PROFILE_TEMPERATURES)
     steps = run.steps
     # A training dump holds other sequences than the prompts: no per-category training side.
     training_eval = training.eval if training.source != TRAINING_DUMP else None
@@ -719,9 +861,11 @@ def profile_stage(
         ),
     )
     profile.temperature = profile_temperatures(run, prompts, measured)
+    run.stages.report(PROFILE_FORMATS)
     profile.prompt_format, missing = profile_formats(run, prompts, measured, serving)
     if missing is not None:
         profile.not_profiled.append(missing)
+    run.stages.report(PROFILE_STEPS)
     if run.server.speculative is None:
         profile.not_profiled.append(
             NotProfiled("steps_advice", "the endpoint runs no speculative decoding")
@@ -809,14 +953,31 @@ def find(run: _Run, diagnosis: Diagnosis) -> list[Finding]:
     )
 
 
+def _import_torch_stack() -> None:
+    """Import what the local stages need (torch, transformers: seconds of imports)."""
+    import torch  # noqa: F401
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401
+
+    from eagle3dash import capture, detective, draft  # noqa: F401
+
+
 def run_diagnosis(
     options: DiagnoseOptions,
     progress: Progress | None = None,
     digest_cache: DigestCache | None = None,
+    costs: dict[str, float] | None = None,
 ) -> Diagnosis:
-    """Run every stage against the endpoint and return the diagnosis with its findings."""
+    """Run every stage against the endpoint and return the diagnosis with its findings (and the
+    wall time of each stage, `timings`). `costs`: seconds per unit of each stage from earlier
+    runs (`unit_costs`), which weigh the progress bar."""
     progress = progress or _no_progress
-    run = _start(options, Stages(plan_stages(options), progress))
+    started = time.perf_counter()
+    # The imports run while the probe and the serving capture wait on the network.
+    importing = threading.Thread(target=_import_torch_stack, name="eagle3dash-imports", daemon=True)
+    importing.start()
+    stages = Stages(plan_stages(options), progress, expected_seconds(options, costs))
+    run = _start(options, stages)
+    run.importing = importing
     prompts = load_prompts(options.prompts)[: options.num_prompts]
     capture_serving(run, prompts)
     if run.serving_capture is not None or options.target or options.train_states:
@@ -824,7 +985,7 @@ def run_diagnosis(
     capture_target(run)
     read_dump(run)
     run_detective(run)
-    run.stages.report(EVALUATE, 0.55)
+    run.stages.report(EVALUATE)
     training = training_side(run)
     serving = serving_side(run, training)
     identity = draft_identity(run, digest_cache)
@@ -852,6 +1013,11 @@ def run_diagnosis(
         warnings=run.warnings,
         profile=profile,
     )
+    stages.close()
+    tic = time.perf_counter()
     diagnosis.findings = find(run, diagnosis)
+    stages.timings[TIMING_KEYS[FINDINGS]] = time.perf_counter() - tic
+    stages.timings["total"] = time.perf_counter() - started
+    diagnosis.timings = stages.timings
     progress(1.0, "done")
     return diagnosis

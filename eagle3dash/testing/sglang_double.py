@@ -87,9 +87,13 @@ What it models
   `internal_states[0].avg_spec_accept_length` from the totals those log lines add (so it appears
   only after `decode_log_interval` verify rounds, and covers everything since start).
 - `delay_s`: an artificial latency so throughput numbers resemble real serving, where a target
-  forward costs far more than a draft step: every target forward (prefill, decode, verify) sleeps
-  `delay_s`, every draft step sleeps `delay_s / 10` (server_info's `eagle3dash_double_delay_s`).
-  Its tok/s and speedups come from this modelled cost, never from serving speed.
+  forward costs far more than a draft step: a target forward (prefill, plain decode) takes at
+  least `delay_s`, a speculative round (its draft steps and the verify forward) at least
+  `delay_s + num_steps * draft_step_s` (`draft_step_s` defaults to a tenth of a forward;
+  server_info's `eagle3dash_double_delay_s` and `eagle3dash_double_draft_step_s`). The cost is a
+  floor: the compute runs inside it and the rest is
+  slept, so tok/s and speedups follow the modelled cost, not the machine's load, as long as the
+  tiny models' compute fits inside it.
 
 Knobs that make the world disagree with eagle3dash's model of SGLang
 By default the taps come from `serving_layout`, the function the diagnosis uses, so the double
@@ -137,6 +141,8 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -217,10 +223,11 @@ class DoubleConfig:
 
     `aux_layer_ids_override` pretends the draft's config had these nested
     `eagle_config.eagle_aux_hidden_state_layer_ids` (to apply a fix without rewriting the
-    checkpoint); None reads the draft's own config. `delay_s`: each target forward sleeps delay_s,
-    each draft step delay_s / 10 (see the module docstring). `arch` defaults to the target config's
-    first architecture. `capture_taps` and `reported_draft_path` make the server disagree with
-    eagle3dash's model of SGLang (the module docstring): None keeps SGLang's rules and the truth.
+    checkpoint); None reads the draft's own config. `delay_s`: each target forward takes at least
+    delay_s, each draft step `draft_step_s` (None: delay_s / 10; see the module docstring).
+    `arch` defaults to the target config's first architecture. `capture_taps` and
+    `reported_draft_path` make the server disagree with eagle3dash's model of SGLang (the module
+    docstring): None keeps SGLang's rules and the truth.
     """
 
     target_path: str | Path
@@ -243,6 +250,7 @@ class DoubleConfig:
     reported_draft_path: str | Path | None = None  # what server_info says is served
     decode_log_interval: int = 40
     delay_s: float = 0.0
+    draft_step_s: float | None = None  # the modelled cost of a draft step; None: delay_s / 10
     dtype: str = "float32"  # the compute dtype of target and draft
     random_seed: int | None = None  # --random-seed; None: drawn at start, as SGLang does
     speculative_accept_threshold_single: float = 1.0
@@ -678,9 +686,22 @@ class _Engine:
 
     # -- forwards ---------------------------------------------------------------------------
 
-    def _sleep(self, seconds: float) -> None:
-        if seconds > 0:
-            time.sleep(seconds)
+    @property
+    def draft_step_s(self) -> float:
+        """The modelled cost of one draft step."""
+        step = self.config.draft_step_s
+        return self.config.delay_s / 10 if step is None else step
+
+    @contextmanager
+    def _costs(self, seconds: float) -> Iterator[None]:
+        """A forward that takes at least `seconds`: the compute inside runs on the modelled
+        cost's clock and the rest of it is slept, so tok/s follow the model, not the machine's
+        load, until the compute alone exceeds it."""
+        deadline = time.perf_counter() + seconds
+        yield
+        left = deadline - time.perf_counter()
+        if left > 0:
+            time.sleep(left)
 
     @torch.inference_mode()
     def _target(self, ids: list[int]) -> tuple[Tensor, list[Tensor]]:
@@ -689,7 +710,6 @@ class _Engine:
         Entry d < N is the residual after d blocks; entry N is the final-normed state; a raw
         last-block output, when a layout needs it, is in self._raw_last.
         """
-        self._sleep(self.config.delay_s)
         out = self.model(
             input_ids=torch.tensor([ids], dtype=torch.int64),
             output_hidden_states=True,
@@ -719,11 +739,9 @@ class _Engine:
     def _propose(self, feed_rows: Tensor, seq: list[int]) -> list[int]:
         """num_steps greedy draft tokens after seq[-1] (target ids): the chain of the last row."""
         assert self.draft is not None
-        for _ in range(self.num_steps):
-            self._sleep(self.config.delay_s / 10)
         g = self.draft.project(feed_rows) if self._fc_applies else feed_rows.to(self.draft.dtype)
         tokens = torch.tensor(seq[1:], dtype=torch.int64)
-        preds, _ = self.draft.chain(g, tokens, self.num_steps, self.embed_weight)
+        preds, _ = self.draft.chain(g, tokens, self.num_steps, self.embed_weight, last_only=True)
         return [int(t) for t in preds[-1]]
 
     # -- generation -------------------------------------------------------------------------
@@ -797,7 +815,8 @@ class _Engine:
             return None
 
         seq = list(prompt)
-        logits, hs = self._target(seq)  # prefill (eager on a real server)
+        with self._costs(self.config.delay_s):
+            logits, hs = self._target(seq)  # prefill (eager on a real server)
         # A prompt longer than chunked_prefill_size is prefilled in chunks, and SGLang keeps the
         # hidden-state rows of the last chunk only (batch_result_processor.py, 0.5.23).
         chunk = self.config.chunked_prefill_size
@@ -818,20 +837,25 @@ class _Engine:
             tic = time.perf_counter()
             if self.feed is None:  # plain decode: one target forward per token
                 n = len(seq)
-                logits, hs = self._target(seq)
+                with self._costs(self.config.delay_s):
+                    logits, hs = self._target(seq)
+                    token = self._pick(logits[-1], sampling, rng)
                 if want_hidden:
                     hidden_rows.append(hs[self.num_layers][n - 1 : n])
-                finish = emit(self._pick(logits[-1], sampling, rng))
+                finish = emit(token)
                 seq.append(out[-1])
                 self._decode_forward_done(1, len(seq), time.perf_counter() - tic)
                 continue
             assert feed_rows is not None
-            proposals = self._propose(feed_rows, seq)
             n = len(seq)
-            logits, hs = self._target(seq + proposals)  # verify: a CUDA-graph replay on a server
-            accepted, following = self._verify(
-                logits[n - 1 : n + len(proposals)], proposals, sampling, rng
-            )
+            # one round on one deadline: the draft steps, the verify forward (a CUDA-graph
+            # replay on a server) and its accept/reject
+            with self._costs(self.config.delay_s + self.num_steps * self.draft_step_s):
+                proposals = self._propose(feed_rows, seq)
+                logits, hs = self._target(seq + proposals)
+                accepted, following = self._verify(
+                    logits[n - 1 : n + len(proposals)], proposals, sampling, rng
+                )
             new = proposals[:accepted] + [following]
             emitted = 0
             for token in new:
@@ -1055,9 +1079,9 @@ class _Engine:
         info["eagle3dash_double_draft_path"] = (
             str(self.config.draft_path) if self.algorithm is not None else None
         )
-        # The modelled cost behind its tok/s: each target forward sleeps this, each draft step
-        # a tenth of it.
+        # The modelled cost behind its tok/s: the floor of a target forward and of a draft step.
         info["eagle3dash_double_delay_s"] = self.config.delay_s
+        info["eagle3dash_double_draft_step_s"] = self.draft_step_s
         # How verification decides at temperature > 0 (a stock server_info does not say)
         info["eagle3dash_double_verification"] = (
             "greedy at any temperature (SGLang's CPU rule)"
@@ -1423,8 +1447,11 @@ def main(
     p.add_argument("--quantization")
     p.add_argument("--draft-quantization")
     p.add_argument("--decode-log-interval", type=int, default=40)
+    p.add_argument("--delay", type=float, default=0.0, help="seconds per target forward (at least)")
     p.add_argument(
-        "--delay", type=float, default=0.0, help="seconds per target forward (draft: delay/10)"
+        "--draft-step-delay",
+        type=float,
+        help="seconds per draft step (at least; default: a tenth of --delay)",
     )
     p.add_argument("--dtype", default="float32")
     p.add_argument("--random-seed", type=int, help="seeds the sampling (default: drawn at start)")
@@ -1459,6 +1486,7 @@ def main(
         reported_draft_path=args.reported_draft_path,
         decode_log_interval=args.decode_log_interval,
         delay_s=args.delay,
+        draft_step_s=args.draft_step_delay,
         dtype=args.dtype,
         random_seed=args.random_seed,
         speculative_accept_threshold_single=args.speculative_accept_threshold_single,

@@ -88,10 +88,12 @@ def _lines_with_markers(
     tooltip: list,
 ) -> alt.LayerChart | alt.FacetChart:
     """One line per side and `dash_field` value: colour and marker per side (field 'side', named
-    as SIDE_NAMES), dash per `dash_field` value; a legend for each."""
+    as SIDE_NAMES), dash per `dash_field` value; a legend for each. Each series sits a little
+    apart along x (xOffset), so equal values (a healthy run's sides) never hide one another."""
     color_scale, shape_scale = _side_scales(df["side"])
     color = alt.Color("side:N", scale=color_scale, legend=_legend("side"))
-    base = alt.Chart(df).encode(x=x, y=y, tooltip=tooltip)
+    df = df.assign(series=df["side"].astype(str) + " · " + df[dash_field].astype(str))
+    base = alt.Chart(df).encode(x=x, xOffset=alt.XOffset("series:N"), y=y, tooltip=tooltip)
     lines = base.mark_line(strokeWidth=2).encode(
         color=color,
         strokeDash=alt.StrokeDash(
@@ -287,6 +289,7 @@ def layout_chart(
                 axis=alt.Axis(tickMinStep=1, format="d"),
             ),
             y=y,
+            yOffset=alt.YOffset("side:N"),  # a slot fed the same tap on both sides: both dots
             shape=alt.Shape(
                 "side:N", scale=alt.Scale(domain=sides, range=[SIDE_SHAPES[s] for s in sides])
             ),
@@ -331,11 +334,13 @@ def compare_acceptance_chart(
     df = pd.concat(frames, ignore_index=True)
     df["draft step"] = df["step"].astype(int)
     df["layout"] = df["source"].astype(str)
+    df["series"] = df["run"] + " · " + df["layout"]  # each series a little apart along x
     runs = list(dict.fromkeys(df["run"]))
     run_colors = alt.Scale(domain=runs, range=list(RUN_COLORS[: len(runs)]))
     run_shapes = alt.Scale(domain=runs, range=list(RUN_SHAPES[: len(runs)]))
-    base = alt.Chart(df[["run", "layout", "draft step", "value"]]).encode(
+    base = alt.Chart(df[["run", "layout", "series", "draft step", "value"]]).encode(
         x=alt.X("draft step:O"),
+        xOffset=alt.XOffset("series:N"),
         y=alt.Y("value:Q", title="draft accuracy", scale=alt.Scale(domain=[0, 1])),
         color=alt.Color("run:N", scale=run_colors, legend=_legend("run")),
         tooltip=["run", "layout", "draft step", alt.Tooltip("value:Q", format=".3f")],

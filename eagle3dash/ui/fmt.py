@@ -108,6 +108,20 @@ def delta(a: Any, b: Any, digits: int = 2) -> str:
     return f"{d:+,.{digits}f}"
 
 
+def size(num_bytes: int) -> str:
+    """A file size in the unit that reads best: '840 KB', '5.9 MB', '2.13 GB', '1.02 TB'."""
+    for unit, scale, digits in (("TB", 1e12, 2), ("GB", 1e9, 2), ("MB", 1e6, 1)):
+        if num_bytes >= scale:
+            return f"{num_bytes / scale:,.{digits}f} {unit}"
+    return f"{max(num_bytes, 0) / 1e3:,.0f} KB"
+
+
+def rows_height(rows: int) -> int:
+    """The pixel height of a dataframe that shows `rows` rows and its header, without a scroll
+    box (Streamlit's default rows are 35 px, the header and border 38)."""
+    return 38 + 35 * max(rows, 1)
+
+
 def duration(seconds: float) -> str:
     """'42 s', '3 min 05 s', '1 h 02 min'."""
     total = max(0, round(seconds))

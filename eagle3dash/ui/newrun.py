@@ -1,8 +1,8 @@
 """New run's and Checkpoints' Streamlit pieces: the demo in one click, where the checkpoint and
 the prompts come from, the warnings before submit, and a checkpoint's runs.
 
-The demo's endpoints are SGLang API doubles started in the app's process (`demo.serve`), kept by
-`st.cache_resource` for the life of the process and reused by every rerun and session.
+The demo's endpoints are SGLang API doubles, each in a process of its own (`demo.serve`), held by
+`st.cache_resource` for the life of the app process and reused by every rerun and session.
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ import streamlit as st
 
 from eagle3dash import store as db
 from eagle3dash.checkpoint import InspectReport, inspect
-from eagle3dash.demo import DELAY_S, FIXTURES, SGLANG_VERSION
+from eagle3dash.demo import DELAY_S, DRAFT_STEP_S, FIXTURES, SGLANG_VERSION
 from eagle3dash.diagnosis.options import SCHEMA, DiagnoseOptions, Kind
 from eagle3dash.errors import InputError
 from eagle3dash.findings import Finding
 from eagle3dash.probe import Probe, before_submit
 from eagle3dash.roots import data_roots, within_roots
 from eagle3dash.ui import widgets
-from eagle3dash.ui.fmt import md_escape, status_label, when
+from eagle3dash.ui.fmt import md_escape, size, status_label, when
 from eagle3dash.ui.home import get_store
 
 # Where the checkpoint comes from (the radio's entries, key ckpt_source).
@@ -35,36 +35,56 @@ BUILTIN, PROMPT_FILE, PROMPT_UPLOAD = (
 )
 PROMPT_SOURCES = (BUILTIN, PROMPT_FILE, PROMPT_UPLOAD)
 STEPS_FROM_SERVER = "_steps_from_server"  # the steps value last taken from a probe
-DEMO_ON = "_demo_urls"  # (endpoint, baseline) of the demo this session started
+DEMO_ON = "_demo_urls"  # (endpoint, baseline, deployment) of the demo this session started
 
 DOUBLE_WORDS = (
     f"the SGLang API double, a test and demo double that answers like SGLang {SGLANG_VERSION} "
     "on this machine's CPU with tiny models (not a serving engine)"
 )
 COST_MODEL_WORDS = (
-    f"Its tok/s and speedup come from the double's cost model (each target forward sleeps "
-    f"{DELAY_S * 1000:.0f} ms, each draft step {DELAY_S * 100:.0f} ms), not from measured serving."
+    f"Its tok/s and speedup come from the double's cost model (each target forward takes at "
+    f"least {DELAY_S * 1000:g} ms, each draft step {DRAFT_STEP_S * 1000:g} ms), not from "
+    "measured serving."
 )
+DEMO_LABELS = {
+    "mismatched": "mismatched: draft A as shipped",
+    "correct": "correct: draft B, the control",
+    "fixed": "fixed: draft A with the fix applied",
+    "format": "format: draft C, needs the chat template",
+}
 
 
 # --- the demo ----------------------------------------------------------------------------------
 
 
 @st.cache_resource(show_spinner=False)
-def _demo() -> Any:
+def _demo_slot() -> dict[str, Any]:
+    """The one demo this app process serves ({"demo": DemoEndpoints}), shared by every session:
+    choosing another deployment stops the one before (each double is a process of its own)."""
+    return {}
+
+
+def demo_endpoints(name: str = "mismatched") -> Any:
+    """The demo deployment `name` (`demo.serve.DemoEndpoints`), each double a process of its
+    own: started on first use, started again if it stopped or another deployment was served."""
     from eagle3dash.demo.serve import start_demo
 
-    return start_demo()
+    slot = _demo_slot()
+    demo = slot.get("demo")
+    if demo is not None and demo.name == name and demo.alive():
+        return demo
+    if demo is not None:
+        demo.stop()
+        slot.pop("demo")
+    slot["demo"] = start_demo(name, get_store().home)
+    return slot["demo"]
 
 
-def demo_endpoints() -> Any:
-    """The demo's endpoints in this app process (`demo.serve.DemoEndpoints`): started on first
-    use, started again if they stopped."""
-    demo = _demo()
-    if not demo.alive():
-        _demo.clear()
-        demo = _demo()
-    return demo
+def stop_demo() -> None:
+    """Stop the demo's doubles, if any run."""
+    demo = _demo_slot().pop("demo", None)
+    if demo is not None:
+        demo.stop()
 
 
 def fill_form(options: DiagnoseOptions) -> None:
@@ -88,33 +108,47 @@ def fill_form(options: DiagnoseOptions) -> None:
 
 
 def try_the_demo() -> None:
-    """ "Try it on the demo": one click starts the demo's mismatched deployment and a baseline on
-    this machine and fills in the form; then Run the diagnosis reproduces the seeded run."""
+    """ "Try it on the demo": one click starts a demo deployment and a baseline on this machine
+    (each in a process of its own) and fills in the form; then Run the diagnosis reproduces that
+    deployment's demo run."""
+    from eagle3dash.demo import deployments
+    from eagle3dash.demo.serve import DEMO_NAMES
+
     with st.container(border=True):
         st.markdown("**New here? Try it on the demo.**")
         st.caption(
             "Starts the built-in demo on this machine, served by "
             + md_escape(DOUBLE_WORDS)
-            + ": a tiny target with draft A as shipped (its layer ids mean something else to "
-            "SGLang: the mismatched deployment, hidden states returned) and the same target "
-            "without speculation as the baseline. It fills in the form with draft A, both "
-            "endpoints, the local target and the demo's prompts."
+            + ": a tiny target with one of the demo's drafts (hidden states returned), and the "
+            "same target without speculation as the baseline. It fills in the form with the "
+            "draft, both endpoints, the local target and the demo's prompts."
         )
+        plans = deployments()
+        name = st.selectbox(
+            "Demo deployment",
+            DEMO_NAMES,
+            format_func=lambda n: DEMO_LABELS[n],
+            key="demo_pick",
+            help="mismatched: the incident (the fix is in its findings); correct: the control; "
+            "fixed: draft A with that fix applied; format: a draft that needs the chat template",
+        )
+        st.caption(md_escape(plans[name].description))
         if st.button("Try it on the demo", key="demo_try", icon="🧪"):
             try:
-                with st.spinner("Starting the demo's endpoints..."):
-                    demo = demo_endpoints()
+                with st.spinner("Starting the demo's endpoints (a few seconds)..."):
+                    demo = demo_endpoints(name)
             except (InputError, OSError) as e:
                 widgets.show_error(InputError(f"the demo's endpoints did not start: {e}"))
             else:
                 fill_form(demo.options())
-                st.session_state[DEMO_ON] = (demo.endpoint.url, demo.baseline.url)
-        urls = st.session_state.get(DEMO_ON)
-        if urls:
+                st.session_state[DEMO_ON] = (demo.endpoint.url, demo.baseline.url, name)
+        shown = st.session_state.get(DEMO_ON)
+        if shown:
+            endpoint, baseline, served = shown
             st.info(
-                f"The demo runs on this machine: endpoint {md_escape(urls[0])} (draft A, "
-                f"mismatched) and baseline {md_escape(urls[1])} (no speculation), both served "
-                "by the SGLang API double (not a serving engine). "
+                f"The demo runs on this machine: endpoint {md_escape(endpoint)} "
+                f"({md_escape(DEMO_LABELS[served])}) and baseline {md_escape(baseline)} (no "
+                "speculation), both served by the SGLang API double (not a serving engine). "
                 f"{md_escape(COST_MODEL_WORDS)} The form below is filled in: press **Run the "
                 "diagnosis**.",
                 icon="🧪",
@@ -202,7 +236,7 @@ def propose_target(found: Probe | None) -> None:
         return
     st.info(
         f"The served model is on this machine: {md_escape(target.path)} "
-        f"({target.num_layers} layers, {target.weight_bytes / 1e9:,.2f} GB of weights). Given as "
+        f"({target.num_layers} layers, {size(target.weight_bytes)} of weights). Given as "
         f"the '{md_escape(SCHEMA['target'].label)}', the run measures the training side and "
         "which taps the server really feeds, from one forward of the target.",
         icon="💡",
@@ -210,6 +244,18 @@ def propose_target(found: Probe | None) -> None:
     if st.button("Use it as the local target path", key="use_served_target"):
         st.session_state["opt_target"] = target.path
         st.rerun()
+
+
+def local_target_input() -> str:
+    """The local target path, outside the collapsed options: it decides whether the training
+    side and the served taps are measured or assumed."""
+    value = widgets.option_input(st, "target")
+    st.caption(
+        "Why it matters: with a local copy of the target (its Hugging Face folder on this "
+        "machine), the run measures what the draft was trained on and which taps the server "
+        "really feeds it; without one, both are assumed from the config and SGLang's rules."
+    )
+    return value
 
 
 # --- before submit -----------------------------------------------------------------------------

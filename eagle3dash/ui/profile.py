@@ -406,6 +406,13 @@ def profile_section(run_id: int, diagnosis: Mapping[str, Any]) -> None:
         for text in not_profiled_texts(profile, part):
             st.info(md_escape(text), icon="ℹ️")
 
+    double = words.double_note(diagnosis.get("server"))
+
+    def modelled_cost() -> None:
+        """Beside each tok/s the double's modelled cost shapes: its actual costs."""
+        if double:
+            st.caption(md_escape(double))
+
     st.subheader("Per draft position")
     trainer = metrics_frame(trainer_rows(diagnosis))
     chart = charts.per_position_chart(pd.concat([per_position_metrics(profile), trainer]))
@@ -423,18 +430,21 @@ def profile_section(run_id: int, diagnosis: Mapping[str, Any]) -> None:
         weakest = weakest_text(profile)
         if weakest:
             st.markdown("⚠️ " + md_escape(weakest))
+        modelled_cost()
     not_profiled("per_category")
 
     st.subheader("Prompt format")
     formats = format_frame(profile)
     if not formats.empty:
         st.dataframe(formats, hide_index=True, width="stretch")
+        modelled_cost()
     not_profiled("prompt_format")
 
     st.subheader("Temperature")
     temperatures = temperature_frame(profile)
     if not temperatures.empty:
         st.dataframe(temperatures, hide_index=True, width="stretch")
+        modelled_cost()
     not_profiled("temperature")
 
     st.subheader("Which --speculative-num-steps")
@@ -457,6 +467,7 @@ def profile_section(run_id: int, diagnosis: Mapping[str, Any]) -> None:
                 "batching, tree drafting and adaptive speculation change it."
             )
         )
+        modelled_cost()
     not_profiled("steps_advice")
 
     not_profiled(None)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import MISSING
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -29,9 +30,11 @@ from eagle3dash.ui.fmt import (
     num,
     page_url,
     ratio,
+    rows_height,
     severity_color,
     status_label,
 )
+from eagle3dash.ui.glossary import term_help
 from eagle3dash.ui.home import get_store
 from eagle3dash.ui.progress import cancel_run, load_progress
 
@@ -83,6 +86,12 @@ def demo_context(run: Mapping[str, Any]) -> None:
             label=f"The same draft with the fix applied: run #{int(fixed)}",
             query_params={"run": str(int(fixed))},
             icon="🔧",
+        )
+        st.page_link(
+            COMPARE_PAGE,
+            label=f"Compare this run with run #{int(fixed)}: what changed, what it did",
+            query_params={"a": str(run["id"]), "b": str(int(fixed))},
+            icon="⚖️",
         )
 
 
@@ -399,7 +408,8 @@ def checkpoint_report(report: Mapping[str, Any] | None) -> None:
     if not report:
         st.info("No checkpoint report.")
         return
-    st.dataframe(tables.checkpoint_summary(report), hide_index=True, width="stretch")
+    summary = tables.checkpoint_summary(report)
+    st.dataframe(summary, hide_index=True, width="stretch", height=rows_height(len(summary)))
     provenance_card(report)
     problems = report.get("problems") or []
     for p in problems:
@@ -444,7 +454,8 @@ def server_settings(server: Mapping[str, Any] | None) -> None:
     if not server:
         st.info("No server report.")
         return
-    st.dataframe(tables.server_summary(server), hide_index=True, width="stretch")
+    summary = tables.server_summary(server)
+    st.dataframe(summary, hide_index=True, width="stretch", height=rows_height(len(summary)))
     with st.expander("Raw server_info (JSON)"):
         st.json(server.get("server_info") or {}, expanded=False)
 
@@ -587,7 +598,10 @@ def option_input(where: Any, name: str, key: str | None = None) -> Any:
             help=help_text,
             key=key,
         )
-    return where.text_input(label, placeholder=option.placeholder, help=help_text, key=key)
+    placeholder = option.placeholder or (
+        f"{option.default} (the default)" if option.default not in (None, MISSING) else ""
+    )
+    return where.text_input(label, placeholder=placeholder, help=help_text, key=key)
 
 
 def option_row(*names: str) -> dict[str, Any]:
@@ -726,11 +740,27 @@ def layout_detective(detection: Mapping[str, Any]) -> None:
         for line in verdict[1:]:
             st.markdown("- " + md_escape(line))
     st.subheader("Candidate layouts on one capture")
-    st.dataframe(tables.sweep_frame(detection), hide_index=True, width="stretch")
+    sweep = tables.sweep_frame(detection)
+    st.dataframe(
+        sweep,
+        hide_index=True,
+        width="stretch",
+        height=rows_height(min(len(sweep), 12)),  # sized to its rows, up to a dozen
+        column_config={
+            "layout": st.column_config.TextColumn("layout", help=term_help("tap")),
+            "top-1": st.column_config.TextColumn("top-1", help=term_help("top-1")),
+            "sim accept length": st.column_config.TextColumn(
+                "sim accept length", help=term_help("accept length")
+            ),
+            "behind the best": st.column_config.TextColumn(
+                "behind the best", help=term_help("behind the best")
+            ),
+        },
+    )
     st.caption(md_escape(words.SWEEP_RANKING))
     heatmap = charts.slot_heatmap_chart(tables.slot_heatmap_frame(detection))
     if heatmap is not None:
-        st.subheader("Slot matching")
+        st.subheader("Slot matching", help=term_help("slot", "margin", "tied"))
         st.altair_chart(heatmap, width="stretch")
         st.caption(md_escape(words.SLOT_MATCH_CAPTION))
     fingerprint = tables.fingerprint_frame(detection)

@@ -276,17 +276,23 @@ def double_note(server: Mapping[str, Any] | None) -> str | None:
     if not info.get("eagle3dash_double"):
         return None
     delay = info.get("eagle3dash_double_delay_s")
+    step = info.get("eagle3dash_double_draft_step_s")
     if isinstance(delay, int | float) and delay > 0:
+        step_words = (
+            f"each draft step {step * 1000:g} ms"
+            if isinstance(step, int | float)
+            else f"each draft step {delay * 100:g} ms"
+        )
         source = (
-            f"the double's modelled cost (each target forward sleeps {delay * 1000:g} ms and each "
-            f"draft step {delay * 100:g} ms)"
+            f"the double's modelled cost (each target forward takes at least {delay * 1000:g} ms "
+            f"and {step_words}, the tiny models' compute inside those floors)"
         )
     elif delay == 0:
         source = "the double's tiny models computing on this machine (no modelled cost set)"
     else:
         source = (
-            "the double's modelled cost (each target forward sleeps a set delay and each draft "
-            "step a tenth of it)"
+            "the double's modelled cost (each target forward takes at least a set delay and "
+            "each draft step a tenth of it)"
         )
     return (
         "This endpoint is eagle3dash's SGLang API double, a test and demo stand-in, not a serving "

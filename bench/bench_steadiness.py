@@ -1,0 +1,98 @@
+"""Whether the demo's numbers repeat: `python bench/bench_steadiness.py`.
+
+Serves the demo's mismatched deployment and its baseline (each double a process of its own, as
+`make run` and New run serve them) and runs the same diagnosis (the seeded run's options, without
+the profile, which does not touch the speedup) --repeats times: the speedup of each run, its
+spread around the median (target: within +-10%) and whether every run is slower than no
+speculation (target: all < 1.0x, the incident's story). Then again --hog-repeats times while a
+CPU hog (one busy process per core, stopped after the runs or after --hog-limit seconds) loads
+the machine: still < 1.0x. Prints the load average before each part.
+
+The doubles' tok/s are a modelled cost, a floor per forward with the tiny models' compute inside
+it (eagle3dash/testing/sglang_double.py), so they repeat while that compute fits in the floor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import multiprocessing
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from eagle3dash.demo.serve import start_demo  # noqa: E402
+from eagle3dash.diagnosis.stages import run_diagnosis  # noqa: E402
+
+
+def _spin(until: float) -> None:
+    """Busy-loop until the monotonic deadline (one core's worth of load)."""
+    x = 0
+    while time.monotonic() < until:
+        x += 1
+
+
+def speedups(options, repeats: int) -> list[float]:
+    """The speedup of `repeats` diagnoses, in order."""
+    out = []
+    for _ in range(repeats):
+        d = run_diagnosis(options)
+        assert d.speedup is not None  # the demo has a baseline
+        out.append(float(d.speedup["speedup"]))
+        print(f"    {out[-1]:.3f}x  ({d.timings['total']:.1f} s)", flush=True)
+    return out
+
+
+def report(name: str, values: list[float]) -> bool:
+    """Print median, spread and the < 1.0x check; whether both targets hold."""
+    median = statistics.median(values)
+    spread = max(abs(v - median) for v in values) / median
+    slower = all(v < 1.0 for v in values)
+    print(
+        f"  {name}: median {median:.3f}x, spread +-{spread:.1%} of the median, "
+        f"min {min(values):.3f}x, max {max(values):.3f}x; every run < 1.0x: {slower}"
+    )
+    return slower and spread <= 0.10
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the steadiness benchmark; exit 1 when a target is missed."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--hog-repeats", type=int, default=3)
+    parser.add_argument("--hog-limit", type=float, default=600.0, help="seconds, at most")
+    args = parser.parse_args(argv)
+    demo = start_demo("mismatched")
+    try:
+        options = dataclasses.replace(demo.options(), profile=False)
+        print(f"quiet part: load average {os.getloadavg()}", flush=True)
+        quiet = speedups(options, args.repeats)
+        hogs = [
+            multiprocessing.Process(target=_spin, args=(time.monotonic() + args.hog_limit,))
+            for _ in range(os.cpu_count() or 2)
+        ]
+        for hog in hogs:
+            hog.start()
+        try:
+            time.sleep(2.0)
+            print(f"with {len(hogs)} busy processes: load average {os.getloadavg()}", flush=True)
+            hogged = speedups(options, args.hog_repeats)
+        finally:
+            for hog in hogs:
+                hog.terminate()
+                hog.join()
+    finally:
+        demo.stop()
+    print(f"demo mismatched deployment, {options.num_prompts} prompts x {options.max_new_tokens}")
+    met = report(f"{len(quiet)} runs", quiet)
+    report(f"{len(hogged)} runs under the CPU hog", hogged)
+    return 0 if met and all(v < 1.0 for v in hogged) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

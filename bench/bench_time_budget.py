@@ -1,0 +1,100 @@
+"""Where a demo diagnosis's time goes: `python bench/bench_time_budget.py [--seed]`.
+
+Serves the demo's mismatched deployment and its baseline (each double a process of its own) and
+runs the seeded run's diagnosis (8 prompts, 64 tokens, the local target) without and with the
+acceptance profile, alternately, --repeats times each: the median wall time of each (targets on a
+quiet 2-core machine: 20 s and 40 s), their ratio (target 1.5x), and the median of each stage
+(the diagnosis's own `timings`). With --seed it also times what `make run` does once installed,
+into a fresh home each time: a worker and `demo seed` started together, until the three demo
+runs have succeeded (target 90 s). Prints the load average before each part: the machine is
+shared, so the ratios are what to read when it is busy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from eagle3dash.demo.serve import start_demo  # noqa: E402
+from eagle3dash.diagnosis.stages import run_diagnosis  # noqa: E402
+from eagle3dash.ui.timings import STAGE_WORDS  # noqa: E402
+
+
+def diagnoses(repeats: int) -> dict[bool, list[dict[str, float]]]:
+    """Each diagnosis's timings, by whether it ran the profile."""
+    timings: dict[bool, list[dict[str, float]]] = {False: [], True: []}
+    demo = start_demo("mismatched")
+    try:
+        options = demo.options()
+        for _ in range(repeats):
+            for profile in (False, True):
+                d = run_diagnosis(dataclasses.replace(options, profile=profile))
+                timings[profile].append(d.timings)
+                print(f"  profile={profile}: {d.timings['total']:.1f} s", flush=True)
+    finally:
+        demo.stop()
+    return timings
+
+
+def seeding(repeats: int) -> list[float]:
+    """Seconds from starting a worker and `demo seed` in a fresh home to three succeeded runs."""
+    out = []
+    for _ in range(repeats):
+        with tempfile.TemporaryDirectory() as home:
+            env = {**os.environ, "EAGLE3DASH_HOME": home}
+            py = [sys.executable, "-m", "eagle3dash"]
+            start = time.perf_counter()
+            worker = subprocess.Popen([*py, "worker"], env=env, cwd=ROOT)
+            try:
+                subprocess.run([*py, "demo", "seed"], env=env, cwd=ROOT, check=True)
+                out.append(time.perf_counter() - start)
+            finally:
+                worker.terminate()
+                worker.wait()
+        print(f"  make run's seeding: {out[-1]:.1f} s", flush=True)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Time the demo diagnosis with and without its profile (and the seeding with --seed)."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--seed", action="store_true", help="also time make run's seeding")
+    args = parser.parse_args(argv)
+    print(f"diagnoses: load average {os.getloadavg()}", flush=True)
+    timings = diagnoses(args.repeats)
+    seeded = None
+    if args.seed:
+        print(f"seeding: load average {os.getloadavg()}", flush=True)
+        seeded = seeding(args.repeats)
+    print(f"demo diagnosis (mismatched, 8 prompts x 64 tokens, medians of {args.repeats})")
+    print(f"  {'stage':46}{'--no-profile':>13}{'profile':>10}")
+    for key, words in [*STAGE_WORDS.items(), ("total", "total")]:
+        cells = [
+            statistics.median(t.get(key, 0.0) for t in timings[profile])
+            for profile in (False, True)
+        ]
+        if any(cells):
+            print(f"  {words:46}{cells[0]:12.1f}s{cells[1]:9.1f}s")
+    without = statistics.median(t["total"] for t in timings[False])
+    with_profile = statistics.median(t["total"] for t in timings[True])
+    print(f"  the profile's cost: {with_profile / without:.2f}x (target 1.5x)")
+    print(f"  --no-profile <= 20 s: {without <= 20}; profile <= 40 s: {with_profile <= 40}")
+    if seeded is not None:
+        median = statistics.median(seeded)
+        print(f"make run to three succeeded demo runs: median {median:.1f} s (target 90 s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

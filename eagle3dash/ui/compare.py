@@ -1,0 +1,158 @@
+"""Compare's "what differs" block: what changed between two runs before any number (the draft's
+config, its layer ids before -> after, its weights, the server's settings, the prompts and
+options), the modelled cost of each endpoint when it is the SGLang API double, and a note when
+the same baseline endpoint measured differently. Pure functions, drawn by `what_differs`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from eagle3dash.ui import words
+from eagle3dash.ui.fmt import rows_height
+
+# The draft config's fields that say nothing about the draft itself (where and how it is stored).
+CONFIG_SKIPPED = ("path", "files", "tensors", "problems", "nonfinite", "param_count")
+SERVER_KEYS = (
+    "version",
+    "model_path",
+    "tp_size",
+    "dtype",
+    "quantization",
+    "attention_backend",
+    "enable_return_hidden_states",
+    "return_hidden_states_mode",
+    "chunked_prefill_size",
+    "disable_radix_cache",
+    "disable_cuda_graph",
+)
+SPECULATIVE_KEYS = ("algorithm", "num_steps", "eagle_topk", "num_draft_tokens", "draft_model_path")
+MODELLED_COST_KEYS = ("eagle3dash_double_delay_s", "eagle3dash_double_draft_step_s")
+OPTION_KEYS = (
+    "prompts",
+    "num_prompts",
+    "max_new_tokens",
+    "concurrency",
+    "temperatures",
+    "steps",
+    "target",
+    "training_layout",
+    "trainer",
+)
+BASELINE_DRIFT = 0.05  # the same baseline measured this much apart (of the mean) gets a note
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, str):
+        return value
+    return json.dumps(value)
+
+
+def _rows(what: str, a: Mapping[str, Any], b: Mapping[str, Any], keys) -> list[dict]:
+    return [
+        {"what": what, "setting": key, "run A": _shown(a.get(key)), "run B": _shown(b.get(key))}
+        for key in keys
+        if a.get(key) != b.get(key)
+    ]
+
+
+def differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[dict]:
+    """Every setting that differs between two stored diagnoses (Diagnosis.to_dict()), one row
+    each: what (draft config, draft weights, server, prompts and options), the setting, run
+    A's value and run B's."""
+    rows = []
+    config_a, config_b = a.get("checkpoint") or {}, b.get("checkpoint") or {}
+    config_keys = sorted((config_a.keys() | config_b.keys()) - set(CONFIG_SKIPPED))
+    rows += _rows("draft config", config_a, config_b, config_keys)
+    digest_a = (a.get("draft_identity") or {}).get("checkpoint_digest")
+    digest_b = (b.get("draft_identity") or {}).get("checkpoint_digest")
+    if digest_a != digest_b:
+        rows.append(
+            {
+                "what": "draft weights",
+                "setting": "weights digest",
+                "run A": _shown(digest_a and digest_a[:12]),
+                "run B": _shown(digest_b and digest_b[:12]),
+            }
+        )
+    server_a, server_b = a.get("server") or {}, b.get("server") or {}
+    rows += _rows("server", server_a, server_b, SERVER_KEYS)
+    rows += _rows(
+        "server (speculative)",
+        server_a.get("speculative") or {},
+        server_b.get("speculative") or {},
+        SPECULATIVE_KEYS,
+    )
+    rows += _rows(
+        "server (modelled cost)",
+        server_a.get("server_info") or {},
+        server_b.get("server_info") or {},
+        MODELLED_COST_KEYS,
+    )
+    options_a, options_b = a.get("options") or {}, b.get("options") or {}
+    rows += _rows("prompts and options", options_a, options_b, OPTION_KEYS)
+    return rows
+
+
+def ids_change(a: Mapping[str, Any], b: Mapping[str, Any]) -> str | None:
+    """'[0, 1, 2] → [-1, 0, 1]' when the drafts' aux layer ids differ, else None."""
+    ids_a = (a.get("checkpoint") or {}).get("aux_layer_ids")
+    ids_b = (b.get("checkpoint") or {}).get("aux_layer_ids")
+    if ids_a == ids_b:
+        return None
+    return f"{_shown(ids_a)} → {_shown(ids_b)}"
+
+
+def baseline_note(run_a: Mapping[str, Any], run_b: Mapping[str, Any]) -> str | None:
+    """A note when both runs benchmarked the same baseline URL and measured it BASELINE_DRIFT or
+    more apart: the server, its load or the machine changed between the runs."""
+    url = run_a.get("baseline_url")
+    tok_a, tok_b = run_a.get("baseline_tok_s"), run_b.get("baseline_tok_s")
+    if not url or url != run_b.get("baseline_url") or not tok_a or not tok_b:
+        return None
+    if abs(tok_a - tok_b) / ((tok_a + tok_b) / 2) < BASELINE_DRIFT:
+        return None
+    return (
+        f"The same baseline endpoint ({url}) measured {tok_a:.1f} tok/s in run A and "
+        f"{tok_b:.1f} tok/s in run B: the server, its load or the machine changed between the "
+        "runs, so compare the speedups (each against its own baseline) rather than the tok/s."
+    )
+
+
+def cost_notes(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
+    """The modelled-cost caption of each run's endpoint (the SGLang API double's, from its
+    server_info), once when both say the same."""
+    notes = [words.double_note(d.get("server")) for d in (a, b)]
+    if notes[0] == notes[1]:
+        return [notes[0]] if notes[0] else []
+    return [f"Run {key}: {note}" for key, note in zip("AB", notes, strict=True) if note]
+
+
+def what_differs(run_a: Mapping[str, Any], run_b: Mapping[str, Any]) -> None:
+    """Compare's first block: the ids change, every other difference, the cost captions."""
+    import streamlit as st
+
+    from eagle3dash.ui.fmt import md_escape
+
+    a, b = run_a.get("diagnosis") or {}, run_b.get("diagnosis") or {}
+    st.subheader("What differs")
+    if not a or not b:
+        st.caption("A run without a stored diagnosis: only the summary numbers compare.")
+        return
+    change = ids_change(a, b)
+    if change:
+        # a code span shows its text as is (escapes would show): only backticks would end it
+        st.markdown(f"**Draft layer ids** (aux_layer_ids): `{change.replace('`', '')}`")
+    rows = differences(a, b)
+    if rows:
+        st.dataframe(rows, hide_index=True, width="stretch", height=rows_height(len(rows)))
+    else:
+        st.caption("Same draft config, weights, server settings, prompts and options.")
+    note = baseline_note(run_a, run_b)
+    if note:
+        st.warning(md_escape(note), icon="⚠️")
+    for caption in cost_notes(a, b):
+        st.caption(md_escape(caption))

@@ -1,0 +1,70 @@
+"""Where a diagnosis's time went: its stored `timings` (wall seconds per stage) in words, for the
+Run page and the CLI."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from eagle3dash.ui.fmt import rows_height
+
+# The stages in the order they run (diagnosis/stages.py TIMING_KEYS), in words.
+STAGE_WORDS = {
+    "inspect": "inspect the checkpoint",
+    "probe": "probe the endpoint",
+    "capture_serving": "capture what the server feeds the draft",
+    "capture_target": "capture every tap of the local target",
+    "read_dump": "read the training dump",
+    "detective": "layout detective",
+    "evaluate": "standalone draft on each side",
+    "benchmark": "benchmark the endpoint",
+    "baseline": "benchmark the baseline",
+    "profile_temperatures": "profile: per position, category, temperature",
+    "profile_formats": "profile: prompt formats",
+    "profile_steps": "profile: the cost of a step",
+    "findings": "findings",
+}
+
+
+def timing_rows(timings: Mapping[str, float]) -> list[dict]:
+    """One row per timed stage, in running order: stage, seconds, share of the total."""
+    total = timings.get("total") or sum(v for k, v in timings.items() if k != "total")
+    rows = []
+    for key, words in STAGE_WORDS.items():
+        if key in timings:
+            seconds = float(timings[key])
+            rows.append(
+                {
+                    "stage": words,
+                    "seconds": round(seconds, 1),
+                    "share": f"{seconds / total:.0%}" if total else "—",
+                }
+            )
+    return rows
+
+
+def timing_lines(timings: Mapping[str, float]) -> list[str]:
+    """The CLI's lines: 'where the time went (25.0 s):' then one stage a line."""
+    if not timings:
+        return []
+    total = timings.get("total")
+    head = "where the time went" + (f" ({total:.1f} s):" if total else ":")
+    return [head] + [
+        f"  {row['stage']:46}{row['seconds']:7.1f} s  {row['share']:>4}"
+        for row in timing_rows(timings)
+    ]
+
+
+def time_spent(diagnosis: Mapping | None) -> None:
+    """The Run page's "where the time went": each stage's wall time, or why there is none."""
+    import streamlit as st
+
+    timings = (diagnosis or {}).get("timings") or {}
+    st.markdown("**Where the time went**")
+    if not timings:
+        st.caption("This run recorded no stage timings (it finished before they were kept).")
+        return
+    rows = timing_rows(timings)
+    total = timings.get("total")
+    if total:
+        st.caption(f"{total:.1f} s from the first stage to the findings, stage by stage.")
+    st.dataframe(rows, hide_index=True, height=rows_height(len(rows)), width="content")
