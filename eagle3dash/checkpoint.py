@@ -836,14 +836,16 @@ def _problems(
             "order, so fc slots would receive the states in a different order than the ids say"
         )
     # SpecForge 0.2.0 algorithms/model_providers.py resolve_eagle_capture_layers: exactly three
-    # ints >= 0; training/capture_contract.py: unique
-    specforge_ids_ok = ids is None or (len(ids) == 3 and len(set(ids)) == 3 and min(ids) >= 0)
+    # ints; training/capture_contract.py: unique. A negative id is no problem here: it is the
+    # serving edit SGLang 0.5.22+ reads as the embedding output for Llama (the layout fix
+    # writes it).
+    specforge_ids_ok = ids is None or (len(ids) == 3 and len(set(ids)) == 3)
     if spec.format in ("specforge", "export") and not specforge_ids_ok:
         assert ids is not None
         problems.append(
-            f"aux layer ids {list(ids)}: SpecForge trains only on exactly three distinct "
-            "non-negative ids, so this config was not the one training used; write the "
-            "three ids of the run (its training_state.pt capture layers)"
+            f"aux layer ids {list(ids)}: SpecForge trains only on exactly three distinct ids, "
+            "so this config was not the one training used; write the three ids of the run "
+            "(its training_state.pt capture layers)"
         )
     if not spec.use_aux_hidden_state:
         problems.append(

@@ -443,6 +443,14 @@ def test_ids_specforge_could_not_have_trained_on_are_problems(tmp_path, ids) -> 
     assert any("exactly three distinct" in p for p in report.problems)
 
 
+def test_the_layout_fixs_embedding_id_is_no_checkpoint_problem(tmp_path) -> None:
+    # [-1, 0, 1] is the serving edit the layout fix writes for SGLang 0.5.22+ (id -1 = the
+    # embedding output for Llama): the demo's "fixed" deployment must not be told it is wrong.
+    spec = tiny_spec(aux_layer_ids=(-1, 0, 1), aux_ids_location="eagle_config", num_aux=3)
+    report = inspect(save(spec, random_tensors(spec, seed=0), tmp_path / "d", "specforge"))
+    assert not any("aux layer ids" in p for p in report.problems), report.problems
+
+
 def test_ids_past_the_target_are_a_finding(tmp_path) -> None:
     spec = tiny_spec(aux_layer_ids=(2, 30, 61), aux_ids_location="eagle_config")
     report = inspect(save(spec, random_tensors(spec, seed=0), tmp_path / "d", "specforge"))
