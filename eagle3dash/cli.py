@@ -526,11 +526,20 @@ def cmd_detect(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    """Run queued jobs (each in a child process) until stopped."""
+    """Run queued jobs until stopped: each in a child process, or a Ray task (`--jobs ray`)."""
     from eagle3dash.job_kinds import JOB_KINDS
-    from eagle3dash.jobs.worker import run_worker
 
-    done = run_worker(args.home, JOB_KINDS, once=args.once, slots=args.slots)
+    if args.jobs == "ray":  # only then is Ray imported
+        from eagle3dash.jobs.backend import ServeSettings, serve
+        from eagle3dash.jobs.ray_backend import RayBackend, cluster_slots
+
+        backend = RayBackend()
+        settings = ServeSettings(slots=args.slots or cluster_slots())
+        done = serve(backend, args.home, JOB_KINDS, settings, once=args.once)
+    else:
+        from eagle3dash.jobs.worker import run_worker
+
+        done = run_worker(args.home, JOB_KINDS, once=args.once, slots=args.slots or 1)
     print(f"worker stopped after {done} job(s)", file=sys.stderr)
     return 0
 
@@ -673,7 +682,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("worker", help="run the app's queued jobs (diagnoses) until stopped")
     p.add_argument("--home", help="data folder (default $EAGLE3DASH_HOME or ./.eagle3dash)")
     p.add_argument("--once", action="store_true", help="stop when the queue is empty")
-    p.add_argument("--slots", type=int, default=1, help="jobs run at the same time")
+    p.add_argument(
+        "--slots",
+        type=int,
+        default=None,
+        help="jobs run at the same time (default 1; with Ray, the cluster's CPUs)",
+    )
+    p.add_argument(
+        "--jobs",
+        choices=("local", "ray"),
+        default=os.environ.get("EAGLE3DASH_JOBS") or "local",
+        help="where jobs run: child processes here, or Ray tasks on the cluster RAY_ADDRESS "
+        "names (default $EAGLE3DASH_JOBS or local)",
+    )
     p.set_defaults(func=cmd_worker)
 
     p = sub.add_parser(

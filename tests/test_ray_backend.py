@@ -1,0 +1,111 @@
+"""The Ray backend beyond the conformance suite: Ray stays out unless asked for, a run records the
+node it ran on, inputs a node cannot read fail at once naming node and path, and a node removed
+mid-job fails the job and its run with Ray's reason. On the session's local cluster (`ray_cluster`,
+two nodes; a third one added and removed here)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from eagle3dash.jobs import job_status, submit_job, wait_for_job
+from eagle3dash.jobs.backend import ServeSettings, serve
+from eagle3dash.store import Store, create_run, get_run, open_store
+from tests.job_kinds_for_tests import ALL_KINDS
+from tests.jobkit import ROOT, wait_until
+
+FAST = ServeSettings(poll_interval=0.02, heartbeat_interval=0.2, cancel_grace=1.0, slots=4)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    s = open_store(tmp_path / "home")
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def driver(ray_cluster, store) -> Iterator[None]:
+    """A Ray backend serving the store from a thread of this process."""
+    from eagle3dash.jobs.ray_backend import RayBackend
+
+    stop = threading.Event()
+    args = (RayBackend(), store.home, ALL_KINDS, FAST)
+    t = threading.Thread(target=serve, args=args, kwargs={"stop_event": stop}, daemon=True)
+    t.start()
+    yield
+    stop.set()
+    t.join(30)
+
+
+_NO_RAY = """
+import sys
+from eagle3dash import cli, job_kinds
+from eagle3dash.jobs import backend, worker
+from eagle3dash.ui import tables, progress
+cli.main(["worker", "--once", "--home", sys.argv[1]])
+print("ray" in sys.modules)
+"""
+
+
+def test_without_jobs_ray_nothing_imports_ray(tmp_path: Path) -> None:
+    """The embedded default: the CLI, the job kinds, the worker and the pages' modules, a worker
+    run to the end, and Ray was never imported."""
+    out = subprocess.run(
+        [sys.executable, "-c", _NO_RAY, str(tmp_path / "home")],
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "EAGLE3DASH_JOBS": "local"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert out.stdout.strip() == "False", out.stderr
+
+
+def test_a_run_records_the_node_host_and_pid_it_ran_on(ray_cluster, store, driver) -> None:
+    import ray
+
+    run_id = create_run(store, None, None)
+    job_id = submit_job(store, "test-echo", {"x": 2}, run_id=run_id)
+    job = wait_for_job(store, job_id, timeout=60)
+    assert job["status"] == "succeeded", job["error"]
+    where = job["placement"]
+    nodes = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+    assert where["node"] in nodes and where["host"] == socket.gethostname()
+    assert (where["gpu"], where["pid"]) == ([], job["result"]["pid"])  # the task's own process
+    assert job["child_pid"] == job["result"]["pid"]
+
+
+def test_an_input_the_node_cannot_read_fails_naming_node_and_path(
+    ray_cluster, store, driver
+) -> None:
+    run_id = create_run(store, None, None)
+    job_id = submit_job(store, "test-echo", {"checkpoint": "/nowhere/draft"}, run_id=run_id)
+    job = wait_for_job(store, job_id, timeout=60)
+    node = job["placement"]["node"][:12]
+    line = f"not readable on node {socket.gethostname()} ({node}): /nowhere/draft"
+    assert (job["status"], job["error"], get_run(store, run_id)["error"]) == ("failed", line, line)
+    assert "echo" not in (job["result"] or {})  # the job's function never ran
+
+
+def test_a_node_removed_mid_job_fails_the_run_with_rays_reason(ray_cluster, store, driver) -> None:
+    doomed = ray_cluster.add_node(num_cpus=1, resources={"doomed": 1}, object_store_memory=80 << 20)
+    ray_cluster.wait_for_nodes()
+    run_id = create_run(store, None, None)
+    params = {"steps": 5000, "dt": 0.02, "ray_resources": {"doomed": 1}}
+    job_id = submit_job(store, "test-sleepy", params, run_id=run_id)
+    wait_until(lambda: job_status(store, job_id)["progress"] > 0, 60, "the job on the doomed node")
+    ray_cluster.remove_node(doomed)
+    job = wait_for_job(store, job_id, timeout=120)
+    first = job["error"].splitlines()[0]
+    assert job["status"] == "failed" and job["placement"]["node"] == doomed.node_id
+    died = "Ray: its node died (Task failed because the node it was running on is dead"
+    assert first.startswith(died) and doomed.node_id in first, job["error"]
+    run = get_run(store, run_id)
+    assert (run["status"], run["error"].splitlines()[0]) == ("failed", first)
