@@ -750,7 +750,9 @@ _RUN_LIST_SELECT = (
     + ", json_extract(runs.diagnosis_json, '$.verdict') AS verdict_json, "
     "(SELECT group_concat(rule_id, ', ') FROM "
     "(SELECT rule_id FROM findings WHERE findings.run_id = runs.id ORDER BY position)) "
-    "AS finding_ids" + _RUN_JOIN
+    "AS finding_ids, "
+    "(SELECT placement_json FROM jobs WHERE jobs.run_id = runs.id "
+    "AND placement_json IS NOT NULL ORDER BY jobs.id DESC LIMIT 1) AS placement_json" + _RUN_JOIN
 )
 
 

@@ -16,7 +16,10 @@ import pytest
 
 from eagle3dash.jobs import job_status, submit_job, wait_for_job
 from eagle3dash.jobs.backend import ServeSettings, serve
-from eagle3dash.store import Store, create_run, get_run, open_store
+from eagle3dash.jobs.lifecycle import Status, claim_job, record_placement, settle_job
+from eagle3dash.store import Store, create_run, get_run, list_runs, open_store
+from eagle3dash.ui import tables
+from tests.appkit import app, frames, no_exception, texts
 from tests.job_kinds_for_tests import ALL_KINDS
 from tests.jobkit import ROOT, wait_until
 
@@ -80,6 +83,32 @@ def test_a_run_records_the_node_host_and_pid_it_ran_on(ray_cluster, store, drive
     assert where["node"] in nodes and where["host"] == socket.gethostname()
     assert (where["gpu"], where["pid"]) == ([], job["result"]["pid"])  # the task's own process
     assert job["child_pid"] == job["result"]["pid"]
+    shown = tables.runs_frame(list_runs(store))["ran on"].tolist()
+    assert shown == [f"{socket.gethostname()} · node {where['node'][:8]} · CPU"]
+
+
+def test_the_run_page_and_runs_table_say_where_a_run_ran(home) -> None:
+    """A run whose job ran on a GPU node of a cluster (recorded as the Ray backend records it),
+    and one the local worker ran (no placement: a dash, no caption)."""
+    placed, local = create_run(home, None, None), create_run(home, None, None)
+    for run_id in (placed, local):
+        submit_job(home, "diagnose", {}, run_id=run_id)
+        job = claim_job(home, 1)
+        if run_id == placed:
+            where = {"node": "8f3a9c0d11223344", "host": "gpubox-3", "gpu": ["0", "1"], "pid": 7}
+            record_placement(home, job["id"], where)
+        settle_job(home, job["id"], Status.FAILED, error="stopped for the test")
+    at = app("run", run=str(placed))
+    no_exception(at)
+    assert "Ran on gpubox-3 · node 8f3a9c0d · GPU 0, 1 (Ray)" in texts(at, "caption")
+    assert "Ran on" not in texts(app("run", run=str(local)), "caption")
+    runs = app("runs")
+    no_exception(runs)
+    table = next(f for f in frames(runs) if "ran on" in f.columns)
+    assert dict(zip(table["run"], table["ran on"], strict=True)) == {
+        placed: "gpubox-3 · node 8f3a9c0d · GPU 0, 1",
+        local: "—",
+    }
 
 
 def test_an_input_the_node_cannot_read_fails_naming_node_and_path(
