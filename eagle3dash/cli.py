@@ -544,6 +544,35 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sweep(args: argparse.Namespace) -> int:
+    """Queue a checkpoint sweep; with --wait, wait for the worker and print the ranking."""
+    from eagle3dash import jobs
+    from eagle3dash import store as db
+    from eagle3dash.sweep import submit_sweep, sweep_checkpoints, sweep_results
+
+    source = args.checkpoints[0] if len(args.checkpoints) == 1 else args.checkpoints
+    if len(args.checkpoints) == 1 and not Path(source).joinpath("config.json").is_file():
+        checkpoints = sweep_checkpoints(source)  # a run folder
+    else:
+        checkpoints = sweep_checkpoints(list(args.checkpoints))
+    with db.open_store(args.home) as store:
+        capture = args.capture or str(db.capture_dir(store.home, args.run))
+        sweep_id = submit_sweep(store, checkpoints, capture, args.endpoint, args.steps)
+        print(f"sweep {sweep_id}: {len(checkpoints)} checkpoint(s) queued")
+        if not args.wait:
+            return 0
+        ids = [e.job_id for e in sweep_results(store, sweep_id)]
+        for job_id in ids:
+            jobs.wait_for_job(store, job_id, timeout=args.timeout)
+        print("  rank  step  sim serving  checkpoint")
+        for rank, e in enumerate(sweep_results(store, sweep_id), 1):
+            score = f"{e.sim_serving:11.3f}" if e.sim_serving is not None else f"{e.status:>11}"
+            step = e.step if e.step is not None else "-"
+            best = "  (trainer's best)" if e.best else ""
+            print(f"  {rank:4d}  {step:>4}  {score}  {e.checkpoint}{best}")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     """The built-in demo: rebuild its fixtures, or seed the dashboard with its runs."""
     if args.action == "build":
@@ -696,6 +725,23 @@ def build_parser() -> argparse.ArgumentParser:
         "names (default $EAGLE3DASH_JOBS or local)",
     )
     p.set_defaults(func=cmd_worker)
+
+    p = sub.add_parser(
+        "sweep",
+        help="rank a training run's checkpoints by simulated accept length under serving",
+    )
+    p.add_argument(
+        "checkpoints", nargs="+", help="a SpecForge or speculators run folder, or checkpoints"
+    )
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--capture", help="a saved serving capture folder")
+    where.add_argument("--run", type=int, help="use this run's serving capture (in the home)")
+    p.add_argument("--endpoint", help="the endpoint the capture came from (for the diagnoses)")
+    p.add_argument("--steps", type=int, default=5, help="draft tokens per chain")
+    p.add_argument("--home", help="data folder (default $EAGLE3DASH_HOME or ./.eagle3dash)")
+    p.add_argument("--wait", action="store_true", help="wait for the worker, print the ranking")
+    p.add_argument("--timeout", type=float, default=3600.0, help="seconds to wait per checkpoint")
+    p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser(
         "demo",

@@ -55,7 +55,7 @@ log = logging.getLogger(__name__)
 
 NAMESPACE = "eagle3dash"
 BATCH_S = 0.2  # the task yields what its job said at most this often
-PATH_PARAMS = ("checkpoint", "checkpoint_path", "target", "target_path", "prompts", "prompts_path")
+PATH_PARAMS = ("checkpoint", "capture", "target", "prompts")
 
 Event = tuple[Any, ...]
 
