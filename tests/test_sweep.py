@@ -104,3 +104,39 @@ def _kinds() -> dict:
     from eagle3dash.job_kinds import JOB_KINDS
 
     return JOB_KINDS
+
+
+def test_the_sweep_page_ranks_marks_the_trainers_best_and_diagnoses_one(home, tmp_path) -> None:
+    """Three evaluations settled as a backend would; the page's verdict, table and the diagnose
+    button (a run queued for the picked checkpoint, its page opened)."""
+    from eagle3dash.jobs.lifecycle import Status, claim_job, settle_job
+    from tests.appkit import app, frames, no_exception, texts
+
+    (tmp_path / "capture").mkdir()
+    given = [
+        SweepCheckpoint("/runs/r/step100", 100, True),
+        SweepCheckpoint("/runs/r/step200", 200),
+        SweepCheckpoint("/runs/r/step300", 300),
+    ]
+    sweep_id = submit_sweep(home, given, str(tmp_path / "capture"), "http://gpubox:30000")
+    for score in (1.8, 2.4, 2.1):
+        job = claim_job(home, 1)
+        settle_job(home, job["id"], Status.SUCCEEDED, result={"sim_serving": score})
+    at = app("sweep", sweep=sweep_id)
+    no_exception(at)
+    assert (
+        "Step 200 serves best: 2.40 simulated accept length. The trainer's best (step 100) "
+        "ranks 3 of 3 with 1.80." in texts(at, "markdown")
+    )
+    table = frames(at)[0]
+    assert table["step"].tolist() == [200, 300, 100]
+    assert table["trainer's best"].tolist() == ["", "", "yes"]
+    at.selectbox[1].select_index(1).run()  # step 300, second in the ranking
+    at.button[0].click().run()
+    no_exception(at)
+    from eagle3dash.store import list_runs
+
+    runs = list_runs(home)
+    assert [(r["options"]["draft"], r["endpoint_url"]) for r in runs] == [
+        ("/runs/r/step300", "http://gpubox:30000")
+    ]
