@@ -43,7 +43,7 @@ def sweep_frame(entries: Sequence[SweepEntry]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(SWEEP_COLUMNS))
 
 
-def sweep_chart(entries: Sequence[SweepEntry]) -> alt.LayerChart | None:
+def sweep_chart(entries: Sequence[SweepEntry]) -> alt.LayerChart | alt.FacetChart | None:
     """Simulated accept length under serving over training steps; the trainer's best ringed."""
     points = pd.DataFrame(
         [
