@@ -138,3 +138,19 @@ def test_a_node_removed_mid_job_fails_the_run_with_rays_reason(ray_cluster, stor
     assert first.startswith(died) and doomed.node_id in first, job["error"]
     run = get_run(store, run_id)
     assert (run["status"], run["error"].splitlines()[0]) == ("failed", first)
+
+
+def test_a_runs_job_needs_the_home_on_its_node(tmp_path: Path) -> None:
+    """A diagnosis records its run into the store from its node: a node without the home is
+    refused, as an unreadable input is; a job of no run (a sweep's evaluation) needs no home."""
+    from eagle3dash.jobs.ray_backend import unreadable_paths
+
+    draft = tmp_path / "draft"
+    draft.mkdir()
+    assert unreadable_paths({"run_id": 3, "checkpoint": str(draft)}, "/nowhere/home") == [
+        "/nowhere/home"
+    ]
+    assert unreadable_paths({"checkpoint": str(draft)}, "/nowhere/home") == []
+    assert unreadable_paths({"run_id": 3}, str(tmp_path)) == []
+    options = {"draft": "/gone/draft", "target": str(draft), "prompts": "chat"}  # a diagnosis's
+    assert unreadable_paths({"options": options}, str(tmp_path)) == ["/gone/draft"]

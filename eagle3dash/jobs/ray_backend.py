@@ -55,7 +55,16 @@ log = logging.getLogger(__name__)
 
 NAMESPACE = "eagle3dash"
 BATCH_S = 0.2  # the task yields what its job said at most this often
-PATH_PARAMS = ("checkpoint", "capture", "target", "prompts")
+# The params (and a diagnosis's options) that name files the job reads.
+PATH_PARAMS = (
+    "checkpoint",
+    "capture",
+    "draft",
+    "draft_config",
+    "target",
+    "train_states",
+    "prompts",
+)
 
 Event = tuple[Any, ...]
 
@@ -74,11 +83,20 @@ def placement() -> dict[str, Any]:
     }
 
 
-def unreadable_paths(params: dict[str, Any]) -> list[str]:
-    """The paths among a job's params (`PATH_PARAMS`, and `checkpoints`) not readable here."""
-    paths = [params[k] for k in PATH_PARAMS if isinstance(params.get(k), str) and params[k]]
+def unreadable_paths(params: dict[str, Any], home: str) -> list[str]:
+    """The paths among a job's params (`PATH_PARAMS`, and `checkpoints`) not readable here, and
+    the home when the job is a run's (it records its run into the store there)."""
+    options = params.get("options") if isinstance(params.get("options"), dict) else {}
+    paths = [v for k in PATH_PARAMS for v in (params.get(k), options.get(k)) if _a_path(v)]
     paths += [p for p in params.get("checkpoints") or () if isinstance(p, str)]
+    if params.get("run_id") is not None:
+        paths.append(home)
     return [p for p in paths if not os.access(p, os.R_OK)]
+
+
+def _a_path(value: object) -> bool:
+    """A param value that names a file (not a prompt set's name like `chat`)."""
+    return isinstance(value, str) and os.sep in value
 
 
 class _Lines(io.TextIOBase):
@@ -140,7 +158,7 @@ def _execute(job_id: int, fn_ref: str, params: dict, home: str) -> Iterator[list
     job's events until its end."""
     where = placement()
     yield [("where", where)]
-    missing = unreadable_paths(params)
+    missing = unreadable_paths(params, home)
     if missing:
         line = f"not readable on node {where['host']} ({where['node'][:12]}): {missing[0]}"
         yield [("log", line + "\n"), ("failed", line, line)]
