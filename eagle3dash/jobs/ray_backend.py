@@ -86,17 +86,14 @@ def placement() -> dict[str, Any]:
 def unreadable_paths(params: dict[str, Any], home: str) -> list[str]:
     """The paths among a job's params (`PATH_PARAMS`, and `checkpoints`) not readable here, and
     the home when the job is a run's (it records its run into the store there)."""
-    options = params.get("options") if isinstance(params.get("options"), dict) else {}
-    paths = [v for k in PATH_PARAMS for v in (params.get(k), options.get(k)) if _a_path(v)]
+    given = params.get("options")
+    options: dict[str, Any] = given if isinstance(given, dict) else {}
+    values = [v for k in PATH_PARAMS for v in (params.get(k), options.get(k))]
+    paths = [v for v in values if isinstance(v, str) and os.sep in v]  # not a prompt set's name
     paths += [p for p in params.get("checkpoints") or () if isinstance(p, str)]
     if params.get("run_id") is not None:
         paths.append(home)
     return [p for p in paths if not os.access(p, os.R_OK)]
-
-
-def _a_path(value: object) -> bool:
-    """A param value that names a file (not a prompt set's name like `chat`)."""
-    return isinstance(value, str) and os.sep in value
 
 
 class _Lines(io.TextIOBase):
