@@ -154,3 +154,48 @@ def test_a_runs_job_needs_the_home_on_its_node(tmp_path: Path) -> None:
     assert unreadable_paths({"run_id": 3}, str(tmp_path)) == []
     options = {"draft": "/gone/draft", "target": str(draft), "prompts": "chat"}  # a diagnosis's
     assert unreadable_paths({"options": options}, str(tmp_path)) == ["/gone/draft"]
+
+
+def test_an_upload_too_large_to_ship_is_refused_with_its_size(ray_cluster, store) -> None:
+    from eagle3dash.jobs.ray_backend import RayBackend
+
+    upload = store.home / "checkpoints" / "ab12" / "model.safetensors"
+    upload.parent.mkdir(parents=True)
+    with open(upload, "wb") as f:
+        f.truncate(3 << 19)  # 1.5 MiB
+    run_id = create_run(store, None, None)
+    job_id = submit_job(store, "test-echo", {"checkpoint": str(upload.parent)}, run_id=run_id)
+    stop = threading.Event()
+    args = (RayBackend(ship_limit=1 << 20), store.home, ALL_KINDS, FAST)
+    t = threading.Thread(target=serve, args=args, kwargs={"stop_event": stop}, daemon=True)
+    t.start()
+    try:
+        job = wait_for_job(store, job_id, timeout=60)
+    finally:
+        stop.set()
+        t.join(30)
+    line = (
+        f"the uploaded checkpoint {upload.parent} is 1.5 MiB, over the 1.0 MiB shipped through "
+        "Ray's object store; register it by a path every node can read"
+    )
+    assert (job["status"], job["error"], get_run(store, run_id)["error"]) == ("failed", line, line)
+
+
+def test_a_node_without_the_home_unpacks_the_shipped_upload(ray_cluster, tmp_path) -> None:
+    """What a task does on a node that cannot read the home: the shipped files are written to a
+    folder of its own and the params (a diagnosis's options too) point there; a path the node
+    can read is left alone."""
+    import ray
+
+    from eagle3dash.jobs.ray_backend import _receive
+
+    files = {"config.json": b'{"a": 1}', "sub/model.safetensors": b"weights"}
+    gone = "/nowhere/home/checkpoints/ab12"
+    here = str(tmp_path)
+    params = {"run_id": 1, "options": {"draft": gone, "target": here}, "checkpoint": gone}
+    got = _receive({gone: ray.put(files), here: ray.put({})}, params)
+    copy = Path(got["checkpoint"])
+    assert got["options"] == {"draft": str(copy), "target": here} and got["run_id"] == 1
+    assert copy != Path(gone) and copy.name == "0-ab12"
+    assert (copy / "config.json").read_bytes() == b'{"a": 1}'
+    assert (copy / "sub" / "model.safetensors").read_bytes() == b"weights"

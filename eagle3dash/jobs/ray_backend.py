@@ -13,6 +13,8 @@ nothing to it. This module adds where a job runs:
 - `wait` takes what the task yielded: progress goes to `lifecycle.report_progress`, output to the
   job's log, the end to `lifecycle.settle_job`; a task that dies (its worker or node lost, out of
   memory) ends with Ray's own reason, which `serve` settles the job and its run with;
+- an uploaded checkpoint (in the home's `checkpoints/`) is shipped through Ray's object store and
+  unpacked by a node that cannot read the home (refused, with its size, over `SHIP_LIMIT`);
 - `interrupt` is `ray.cancel` (KeyboardInterrupt in the task, which stops the job at its next
   progress call), `force` kills the task's worker;
 - a driver that dies takes its tasks with it (Ray ends the tasks of a dead owner); the next
@@ -55,6 +57,7 @@ log = logging.getLogger(__name__)
 
 NAMESPACE = "eagle3dash"
 BATCH_S = 0.2  # the task yields what its job said at most this often
+SHIP_LIMIT = 2 << 30  # an upload larger than this is refused rather than shipped to a node
 # The params (and a diagnosis's options) that name files the job reads.
 PATH_PARAMS = (
     "checkpoint",
@@ -83,17 +86,70 @@ def placement() -> dict[str, Any]:
     }
 
 
-def unreadable_paths(params: dict[str, Any], home: str) -> list[str]:
-    """The paths among a job's params (`PATH_PARAMS`, and `checkpoints`) not readable here, and
-    the home when the job is a run's (it records its run into the store there)."""
+def _options(params: dict[str, Any]) -> dict[str, Any]:
     given = params.get("options")
-    options: dict[str, Any] = given if isinstance(given, dict) else {}
+    return given if isinstance(given, dict) else {}
+
+
+def param_paths(params: dict[str, Any]) -> list[str]:
+    """The files a job's params (`PATH_PARAMS`, a diagnosis's options, `checkpoints`) name."""
+    options = _options(params)
     values = [v for k in PATH_PARAMS for v in (params.get(k), options.get(k))]
     paths = [v for v in values if isinstance(v, str) and os.sep in v]  # not a prompt set's name
-    paths += [p for p in params.get("checkpoints") or () if isinstance(p, str)]
-    if params.get("run_id") is not None:
-        paths.append(home)
+    return paths + [p for p in params.get("checkpoints") or () if isinstance(p, str)]
+
+
+def unreadable_paths(params: dict[str, Any], home: str) -> list[str]:
+    """The paths a job's params name that are not readable here, and the home when the job is
+    a run's (it records its run into the store there)."""
+    paths = param_paths(params) + ([home] if params.get("run_id") is not None else [])
     return [p for p in paths if not os.access(p, os.R_OK)]
+
+
+def with_paths(params: dict[str, Any], moved: dict[str, str]) -> dict[str, Any]:
+    """The params with each path of `moved` replaced by where it is now (options included)."""
+    out = {k: moved.get(v, v) if isinstance(v, str) else v for k, v in params.items()}
+    if "options" in out and isinstance(out["options"], dict):
+        out["options"] = with_paths(out["options"], moved)
+    if isinstance(out.get("checkpoints"), list):
+        out["checkpoints"] = [moved.get(p, p) for p in out["checkpoints"]]
+    return out
+
+
+def pack_folder(path: str) -> dict[str, bytes]:
+    """A file or folder's files by relative path ('' for a single file), to ship to a node."""
+    root = Path(path)
+    if root.is_file():
+        return {"": root.read_bytes()}
+    return {
+        str(f.relative_to(root)): f.read_bytes() for f in sorted(root.rglob("*")) if f.is_file()
+    }
+
+
+def unpack_folder(files: dict[str, bytes], dest: Path) -> str:
+    """Write shipped files under `dest`; the path that stands for the original."""
+    if set(files) == {""}:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes(files[""])
+        return str(dest)
+    for rel, data in files.items():
+        out = dest / rel
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(data)
+    return str(dest)
+
+
+def _receive(shipped: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+    """Unpack the shipped uploads this node cannot read at their path; the params pointing at
+    the copies (kept for the worker process's life, which is this one job's)."""
+    import tempfile
+
+    moved = {}
+    for i, (path, ref) in enumerate(shipped.items()):
+        if not os.access(path, os.R_OK):
+            dest = Path(tempfile.mkdtemp(prefix="eagle3dash-shipped-")) / f"{i}-{Path(path).name}"
+            moved[path] = unpack_folder(ray.get(ref), dest)
+    return with_paths(params, moved) if moved else params
 
 
 class _Lines(io.TextIOBase):
@@ -150,11 +206,14 @@ def _run_job(
         events.put(("result", result))
 
 
-def _execute(job_id: int, fn_ref: str, params: dict, home: str) -> Iterator[list[Event]]:
-    """A job as a Ray task: where it runs, a refusal for unreadable inputs, then batches of the
-    job's events until its end."""
+def _execute(
+    job_id: int, fn_ref: str, params: dict, home: str, shipped: dict[str, Any]
+) -> Iterator[list[Event]]:
+    """A job as a Ray task: where it runs, its shipped uploads unpacked when this node cannot
+    read them, a refusal for unreadable inputs, then batches of the job's events until its end."""
     where = placement()
     yield [("where", where)]
+    params = _receive(shipped, params)
     missing = unreadable_paths(params, home)
     if missing:
         line = f"not readable on node {where['host']} ({where['node'][:12]}): {missing[0]}"
@@ -256,8 +315,9 @@ class RayBackend(JobBackend):
 
     name = "ray"
 
-    def __init__(self, address: str | None = None) -> None:
+    def __init__(self, address: str | None = None, ship_limit: int = SHIP_LIMIT) -> None:
         init_ray(address)
+        self.ship_limit = ship_limit
 
     def launch(self, store: Store, job: dict, fn_ref: str) -> _Task:
         """Submit a claimed job as a Ray task with the resources it needs."""
@@ -272,6 +332,7 @@ class RayBackend(JobBackend):
             {**job, "log_path": rel},
             f"[ray driver {os.getpid()}] {now_iso()} job {job_id} ({job['kind']}) submitted\n",
         )
+        shipped = self._ship(store, params)
         try:
             gen = _remote_execute.options(
                 num_returns="streaming",
@@ -279,11 +340,31 @@ class RayBackend(JobBackend):
                 retry_exceptions=False,
                 name=f"eagle3dash-job-{job_id}",
                 **resources,
-            ).remote(job_id, fn_ref, params, str(store.home))
+            ).remote(job_id, fn_ref, params, str(store.home), shipped)
         except Exception as e:  # noqa: BLE001 - Ray refused the task: the job fails with why
             raise LaunchError(f"Ray refused the job's task: {e}") from None
         lifecycle.record_child(store, job_id, None, rel)
         return _Task(job={**job, "log_path": rel}, store=store, gen=gen)
+
+    def _ship(self, store: Store, params: dict[str, Any]) -> dict[str, Any]:
+        """The uploads in the home a job reads, put in Ray's object store (path -> ref) for a
+        node that cannot read the home; LaunchError naming one too large to ship."""
+        uploads = store.home / "checkpoints"
+        shipped = {}
+        for path in param_paths(params):
+            p = Path(path)
+            if not p.is_relative_to(uploads) or not p.exists():
+                continue
+            files = [p] if p.is_file() else [f for f in p.rglob("*") if f.is_file()]
+            size = sum(f.stat().st_size for f in files)
+            if size > self.ship_limit:
+                raise LaunchError(
+                    f"the uploaded checkpoint {path} is {size / 2**20:.1f} MiB, over the "
+                    f"{self.ship_limit / 2**20:.1f} MiB shipped through Ray's object store; "
+                    "register it by a path every node can read"
+                )
+            shipped[path] = ray.put(pack_folder(path))
+        return shipped
 
     def wait(self, handle: _Task, timeout: float | None) -> str | None:
         """Relay what the task yielded; None while it runs, else how it ended."""
