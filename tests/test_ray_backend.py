@@ -156,6 +156,19 @@ def test_a_runs_job_needs_the_home_on_its_node(tmp_path: Path) -> None:
     assert unreadable_paths({"options": options}, str(tmp_path)) == ["/gone/draft"]
 
 
+@pytest.mark.parametrize("retries", [0, 1])
+def test_a_crashed_worker_fails_the_job_unless_it_may_retry_once(
+    ray_cluster, store, driver, tmp_path, retries
+) -> None:
+    params = {"marker": str(tmp_path / "died"), "ray_retries": retries}
+    job = wait_for_job(store, submit_job(store, "test-dies-once", params), timeout=120)
+    if retries:
+        assert (job["status"], job["result"]) == ("succeeded", {"second": True}), job["error"]
+    else:
+        assert job["status"] == "failed"
+        assert job["error"].startswith("Ray: its Ray worker crashed ("), job["error"]
+
+
 def test_an_upload_too_large_to_ship_is_refused_with_its_size(ray_cluster, store) -> None:
     from eagle3dash.jobs.ray_backend import RayBackend
 

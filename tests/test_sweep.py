@@ -140,3 +140,28 @@ def test_the_sweep_page_ranks_marks_the_trainers_best_and_diagnoses_one(home, tm
     assert [(r["options"]["draft"], r["endpoint_url"]) for r in runs] == [
         ("/runs/r/step300", "http://gpubox:30000")
     ]
+
+
+def test_a_run_folder_gives_every_checkpoint_and_the_trainers_best(tmp_path) -> None:
+    """SpecForge 0.2: its step folders, `-best` links step 10; speculators 0.9: its epoch
+    folders, `checkpoint_best` links epoch 1."""
+    from tests.test_trainer_runs import specforge_run, speculators_run
+
+    sf = specforge_run(tmp_path / "sf").absolute()
+    assert sweep_checkpoints(str(sf)) == [
+        SweepCheckpoint(str(sf / "r1-step10"), 10, True),
+        SweepCheckpoint(str(sf / "r1-step20"), 20, False),
+    ]
+    sp = speculators_run(tmp_path / "sp").absolute()
+    assert sweep_checkpoints(str(sp)) == [
+        SweepCheckpoint(str(sp / "0"), 0, False),
+        SweepCheckpoint(str(sp / "1"), 1, True),
+        SweepCheckpoint(str(sp / "2"), 2, False),
+    ]
+
+
+def test_a_folder_of_no_run_is_one_message(tmp_path) -> None:
+    from eagle3dash.errors import InputError
+
+    with pytest.raises(InputError, match="no checkpoints found"):
+        sweep_checkpoints(str(tmp_path))
