@@ -24,6 +24,8 @@ from eagle3dash.trainers import SPECFORGE_SGLANG_VERSION, TRAINERS, training_rea
 
 if TYPE_CHECKING:
     from eagle3dash.provenance import Provenance
+    from eagle3dash.store import Store
+    from eagle3dash.sweep import SweepCheckpoint
 
 DEBUG_ENV = "EAGLE3DASH_DEBUG"
 ERROR_LINE_CHARS = 1000  # an error line's longest: long names inside it are cut in the middle
@@ -556,7 +558,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     else:
         checkpoints = sweep_checkpoints(list(args.checkpoints))
     with db.open_store(args.home) as store:
-        capture = args.capture or str(db.capture_dir(store.home, args.run))
+        if args.capture or args.run is not None:
+            capture = args.capture or str(db.capture_dir(store.home, args.run))
+        else:
+            capture = _serving_capture(store, checkpoints, args)
         sweep_id = submit_sweep(store, checkpoints, capture, args.endpoint, args.steps)
         print(f"sweep {sweep_id}: {len(checkpoints)} checkpoint(s) queued")
         if not args.wait:
@@ -571,6 +576,33 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             best = "  (trainer's best)" if e.best else ""
             print(f"  {rank:4d}  {step:>4}  {score}  {e.checkpoint}{best}")
     return 0
+
+
+def _serving_capture(
+    store: Store, checkpoints: list[SweepCheckpoint], args: argparse.Namespace
+) -> str:
+    """Diagnose the trainer's best (else the last) checkpoint against the endpoint and wait for
+    the worker: its serving capture is the sweep's one capture; the folder."""
+    from eagle3dash import jobs
+    from eagle3dash import store as db
+    from eagle3dash.submit import submit_diagnosis
+
+    if not args.endpoint:
+        raise UsageError("give --endpoint (captured once by a diagnosis), --run N or --capture")
+    first = next((c for c in checkpoints if c.best), checkpoints[-1])
+    options = DiagnoseOptions(draft=first.path, endpoint=args.endpoint, steps=args.steps)
+    run_id = submit_diagnosis(store, None, options)
+    print(f"run #{run_id}: diagnosing {first.path} to capture what the server feeds its draft")
+    for job in jobs.list_jobs(store, run_id):
+        jobs.wait_for_job(store, job["id"], timeout=args.timeout)
+    capture = db.capture_dir(store.home, run_id)
+    if not capture.is_dir():
+        run = db.get_run(store, run_id) or {}
+        raise InputError(
+            f"run #{run_id} saved no serving capture ({run.get('status')}: "
+            f"{one_line(str(run.get('error') or 'the server fed no states'))}); see its page"
+        )
+    return str(capture)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -733,10 +765,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "checkpoints", nargs="+", help="a SpecForge or speculators run folder, or checkpoints"
     )
-    where = p.add_mutually_exclusive_group(required=True)
+    where = p.add_mutually_exclusive_group()
     where.add_argument("--capture", help="a saved serving capture folder")
     where.add_argument("--run", type=int, help="use this run's serving capture (in the home)")
-    p.add_argument("--endpoint", help="the endpoint the capture came from (for the diagnoses)")
+    p.add_argument(
+        "--endpoint",
+        help="the serving endpoint: without --capture or --run, a diagnosis of the trainer's best "
+        "checkpoint captures it once (a worker must be running)",
+    )
     p.add_argument("--steps", type=int, default=5, help="draft tokens per chain")
     p.add_argument("--home", help="data folder (default $EAGLE3DASH_HOME or ./.eagle3dash)")
     p.add_argument("--wait", action="store_true", help="wait for the worker, print the ranking")

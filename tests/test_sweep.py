@@ -165,3 +165,11 @@ def test_a_folder_of_no_run_is_one_message(tmp_path) -> None:
 
     with pytest.raises(InputError, match="no checkpoints found"):
         sweep_checkpoints(str(tmp_path))
+
+
+def test_without_a_capture_run_or_endpoint_the_sweep_says_what_to_give(world, tmp_path) -> None:
+    from eagle3dash.cli import UsageError, build_parser, cmd_sweep
+
+    args = build_parser().parse_args(["sweep", world["paths"][100], "--home", str(tmp_path / "h")])
+    with pytest.raises(UsageError, match=r"give --endpoint .*, --run N or --capture"):
+        cmd_sweep(args)
