@@ -562,7 +562,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             capture = args.capture or str(db.capture_dir(store.home, args.run))
         else:
             capture = _serving_capture(store, checkpoints, args)
-        sweep_id = submit_sweep(store, checkpoints, capture, args.endpoint, args.steps)
+        target = args.target or _served_model_path(args.endpoint)
+        sweep_id = submit_sweep(
+            store, checkpoints, capture, args.endpoint, args.steps, target=target
+        )
         print(f"sweep {sweep_id}: {len(checkpoints)} checkpoint(s) queued")
         if not args.wait:
             return 0
@@ -578,6 +581,16 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+def _served_model_path(endpoint: str | None) -> str | None:
+    """The endpoint's model path when it is a folder here (its target's embedding), else None."""
+    if not endpoint:
+        return None
+    from eagle3dash.sglang import SGLangClient
+
+    path = SGLangClient(endpoint).probe().model_path
+    return path if path and Path(path).is_dir() else None
+
+
 def _serving_capture(
     store: Store, checkpoints: list[SweepCheckpoint], args: argparse.Namespace
 ) -> str:
@@ -590,7 +603,9 @@ def _serving_capture(
     if not args.endpoint:
         raise UsageError("give --endpoint (captured once by a diagnosis), --run N or --capture")
     first = next((c for c in checkpoints if c.best), checkpoints[-1])
-    options = DiagnoseOptions(draft=first.path, endpoint=args.endpoint, steps=args.steps)
+    options = DiagnoseOptions(
+        draft=first.path, endpoint=args.endpoint, steps=args.steps, target=args.target
+    )
     run_id = submit_diagnosis(store, None, options)
     print(f"run #{run_id}: diagnosing {first.path} to capture what the server feeds its draft")
     for job in jobs.list_jobs(store, run_id):
@@ -772,6 +787,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--endpoint",
         help="the serving endpoint: without --capture or --run, a diagnosis of the trainer's best "
         "checkpoint captures it once (a worker must be running)",
+    )
+    p.add_argument(
+        "--target",
+        help="a local copy of the target (its embedding, for drafts without their own; default: "
+        "the endpoint's model path when it is a folder here)",
     )
     p.add_argument("--steps", type=int, default=5, help="draft tokens per chain")
     p.add_argument("--home", help="data folder (default $EAGLE3DASH_HOME or ./.eagle3dash)")

@@ -75,8 +75,10 @@ def submit_sweep(
     endpoint: str | None = None,
     steps: int = DEFAULT_STEPS,
     needs_gpu: bool = False,
+    target: str | None = None,
 ) -> str:
-    """Queue one evaluation job per checkpoint over `capture`; the sweep's id."""
+    """Queue one evaluation job per checkpoint over `capture` (`target`: a local copy of the
+    target, whose embedding drafts without their own need); the sweep's id."""
     if not Path(capture).is_dir():
         raise InputError(
             f"{capture}: no capture folder here; give a run's serving capture "
@@ -91,6 +93,7 @@ def submit_sweep(
             "best": c.best,
             "capture": str(capture),
             "endpoint": endpoint,
+            "target": target,
             "steps": int(steps),
         }
         jobs.submit_job(store, SWEEP_KIND, params, needs_gpu=needs_gpu)
@@ -99,18 +102,21 @@ def submit_sweep(
 
 def evaluate_checkpoint(params: dict, progress: Callable[[float, str], None]) -> dict:
     """Job kind 'sweep-eval': one checkpoint's draft on the capture's taps (what the server fed)."""
-    from eagle3dash.capture import load_capture
+    from eagle3dash.capture import load_capture, read_target_embedding
     from eagle3dash.draft import evaluate_capture, load_draft
 
     progress(0.05, "loading the capture and the draft")
     capture = load_capture(params["capture"])
-    draft = load_draft(params["checkpoint"])
+    target = params.get("target")
+    embed = read_target_embedding(target) if target else None  # as SGLang's set_embed does
+    draft = load_draft(params["checkpoint"], target_embedding=embed)
     layout = tuple(capture.taps)
     ev = evaluate_capture(
         draft,
         capture,
         layout,
         steps=int(params.get("steps") or DEFAULT_STEPS),
+        embed_weight=embed,
         progress=lambda done, total: progress(0.1 + 0.9 * done / total, "evaluating"),
     )
     return {
