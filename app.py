@@ -20,6 +20,7 @@ page = st.navigation(
         st.Page("views/run.py", title="Run", icon="🔎"),
         st.Page("views/compare.py", title="Compare", icon="⚖️"),
         st.Page("views/checkpoints.py", title="Checkpoints", icon="📦"),
+        st.Page("views/sweep.py", title="Sweep", icon="📈"),
     ]
 )
 with store_faults_shown():  # a database that cannot be read is one message, on any page

@@ -24,6 +24,8 @@ from eagle3dash.trainers import SPECFORGE_SGLANG_VERSION, TRAINERS, training_rea
 
 if TYPE_CHECKING:
     from eagle3dash.provenance import Provenance
+    from eagle3dash.store import Store
+    from eagle3dash.sweep import SweepCheckpoint
 
 DEBUG_ENV = "EAGLE3DASH_DEBUG"
 ERROR_LINE_CHARS = 1000  # an error line's longest: long names inside it are cut in the middle
@@ -544,13 +546,96 @@ def cmd_detect(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    """Run queued jobs (each in a child process) until stopped."""
+    """Run queued jobs until stopped: each in a child process, or a Ray task (`--jobs ray`)."""
     from eagle3dash.job_kinds import JOB_KINDS
-    from eagle3dash.jobs.worker import run_worker
 
-    done = run_worker(args.home, JOB_KINDS, once=args.once, slots=args.slots)
+    if args.jobs == "ray":  # only then is Ray imported
+        from eagle3dash.jobs.backend import ServeSettings, serve
+        from eagle3dash.jobs.ray_backend import RayBackend, cluster_slots
+
+        backend = RayBackend()
+        settings = ServeSettings(slots=args.slots or cluster_slots())
+        done = serve(backend, args.home, JOB_KINDS, settings, once=args.once)
+    else:
+        from eagle3dash.jobs.worker import run_worker
+
+        done = run_worker(args.home, JOB_KINDS, once=args.once, slots=args.slots or 1)
     print(f"worker stopped after {done} job(s)", file=sys.stderr)
     return 0
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    """Queue a checkpoint sweep; with --wait, wait for the worker and print the ranking."""
+    from eagle3dash import jobs
+    from eagle3dash import store as db
+    from eagle3dash.sweep import submit_sweep, sweep_checkpoints, sweep_results
+
+    source = args.checkpoints[0] if len(args.checkpoints) == 1 else args.checkpoints
+    if len(args.checkpoints) == 1 and not Path(source).joinpath("config.json").is_file():
+        checkpoints = sweep_checkpoints(source)  # a run folder
+    else:
+        checkpoints = sweep_checkpoints(list(args.checkpoints))
+    with db.open_store(args.home) as store:
+        if args.capture or args.run is not None:
+            capture = args.capture or str(db.capture_dir(store.home, args.run))
+        else:
+            capture = _serving_capture(store, checkpoints, args)
+        target = args.target or _served_model_path(args.endpoint)
+        sweep_id = submit_sweep(
+            store, checkpoints, capture, args.endpoint, args.steps, target=target
+        )
+        print(f"sweep {sweep_id}: {len(checkpoints)} checkpoint(s) queued")
+        if not args.wait:
+            return 0
+        ids = [e.job_id for e in sweep_results(store, sweep_id)]
+        for job_id in ids:
+            jobs.wait_for_job(store, job_id, timeout=args.timeout)
+        print("  rank  step  sim serving  checkpoint")
+        for rank, e in enumerate(sweep_results(store, sweep_id), 1):
+            score = f"{e.sim_serving:11.3f}" if e.sim_serving is not None else f"{e.status:>11}"
+            step = e.step if e.step is not None else "-"
+            best = "  (trainer's best)" if e.best else ""
+            print(f"  {rank:4d}  {step:>4}  {score}  {e.checkpoint}{best}")
+    return 0
+
+
+def _served_model_path(endpoint: str | None) -> str | None:
+    """The endpoint's model path when it is a folder here (its target's embedding), else None."""
+    if not endpoint:
+        return None
+    from eagle3dash.sglang import SGLangClient
+
+    path = SGLangClient(endpoint).probe().model_path
+    return path if path and Path(path).is_dir() else None
+
+
+def _serving_capture(
+    store: Store, checkpoints: list[SweepCheckpoint], args: argparse.Namespace
+) -> str:
+    """Diagnose the trainer's best (else the last) checkpoint against the endpoint and wait for
+    the worker: its serving capture is the sweep's one capture; the folder."""
+    from eagle3dash import jobs
+    from eagle3dash import store as db
+    from eagle3dash.submit import submit_diagnosis
+
+    if not args.endpoint:
+        raise UsageError("give --endpoint (captured once by a diagnosis), --run N or --capture")
+    first = next((c for c in checkpoints if c.best), checkpoints[-1])
+    options = DiagnoseOptions(
+        draft=first.path, endpoint=args.endpoint, steps=args.steps, target=args.target
+    )
+    run_id = submit_diagnosis(store, None, options)
+    print(f"run #{run_id}: diagnosing {first.path} to capture what the server feeds its draft")
+    for job in jobs.list_jobs(store, run_id):
+        jobs.wait_for_job(store, job["id"], timeout=args.timeout)
+    capture = db.capture_dir(store.home, run_id)
+    if not capture.is_dir():
+        run = db.get_run(store, run_id) or {}
+        raise InputError(
+            f"run #{run_id} saved no serving capture ({run.get('status')}: "
+            f"{one_line(str(run.get('error') or 'the server fed no states'))}); see its page"
+        )
+    return str(capture)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -691,8 +776,46 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("worker", help="run the app's queued jobs (diagnoses) until stopped")
     p.add_argument("--home", help="data folder (default $EAGLE3DASH_HOME or ./.eagle3dash)")
     p.add_argument("--once", action="store_true", help="stop when the queue is empty")
-    p.add_argument("--slots", type=int, default=1, help="jobs run at the same time")
+    p.add_argument(
+        "--slots",
+        type=int,
+        default=None,
+        help="jobs run at the same time (default 1; with Ray, the cluster's CPUs)",
+    )
+    p.add_argument(
+        "--jobs",
+        choices=("local", "ray"),
+        default=os.environ.get("EAGLE3DASH_JOBS") or "local",
+        help="where jobs run: child processes here, or Ray tasks on the cluster RAY_ADDRESS "
+        "names (default $EAGLE3DASH_JOBS or local)",
+    )
     p.set_defaults(func=cmd_worker)
+
+    p = sub.add_parser(
+        "sweep",
+        help="rank a training run's checkpoints by simulated accept length under serving",
+    )
+    p.add_argument(
+        "checkpoints", nargs="+", help="a SpecForge or speculators run folder, or checkpoints"
+    )
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--capture", help="a saved serving capture folder")
+    where.add_argument("--run", type=int, help="use this run's serving capture (in the home)")
+    p.add_argument(
+        "--endpoint",
+        help="the serving endpoint: without --capture or --run, a diagnosis of the trainer's best "
+        "checkpoint captures it once (a worker must be running)",
+    )
+    p.add_argument(
+        "--target",
+        help="a local copy of the target (its embedding, for drafts without their own; default: "
+        "the endpoint's model path when it is a folder here)",
+    )
+    p.add_argument("--steps", type=int, default=5, help="draft tokens per chain")
+    p.add_argument("--home", help="data folder (default $EAGLE3DASH_HOME or ./.eagle3dash)")
+    p.add_argument("--wait", action="store_true", help="wait for the worker, print the ranking")
+    p.add_argument("--timeout", type=float, default=3600.0, help="seconds to wait per checkpoint")
+    p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser(
         "demo",

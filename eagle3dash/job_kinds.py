@@ -19,6 +19,7 @@ from eagle3dash.probe import probe
 from eagle3dash.servebench import load_prompts, run_bench
 from eagle3dash.sglang import SGLangClient
 from eagle3dash.sglang_rules import DEFAULT_SGLANG_VERSION
+from eagle3dash.sweep import SWEEP_KIND, evaluate_checkpoint
 
 Progress = Callable[[float, str], None]
 
@@ -128,4 +129,5 @@ JOB_KINDS: dict[str, JobFn] = {
     "capture": job_capture,
     "draft-eval": job_draft_eval,
     "detect": job_detect,
+    SWEEP_KIND: evaluate_checkpoint,  # one checkpoint of a sweep (sweep.py)
 }

@@ -224,6 +224,23 @@ def read_run_folder(path: str | Path) -> Provenance:
     )
 
 
+def run_checkpoints(path: str | Path) -> tuple[dict[int, Path], Path | None]:
+    """Every checkpoint of a SpecForge 0.2 run (by step) or speculators 0.9 run (by epoch), and
+    the one the trainer chose as best by its validation metric (None: it chose none)."""
+    root = Path(path).expanduser().absolute()
+    steps = _specforge_steps(root) if root.is_dir() else {}
+    if not steps and root.is_dir() and _is_speculators(root):
+        steps = {int(d.name): d for d in root.iterdir() if d.name.isdigit() and d.is_dir()}
+    if not steps:
+        raise RunFolderError(
+            f"{root}: no checkpoints found: neither SpecForge {{run_id}}-step{{N}} folders nor "
+            "speculators {epoch} folders; give the run folder, or the checkpoints one by one"
+        )
+    card = read_run_folder(root)
+    best = Path(card.checkpoint).resolve() if card.chosen_by == "best" else None
+    return dict(sorted(steps.items())), best
+
+
 def load_training_state(path: Path) -> dict:
     """training_state.pt loaded with torch.load(weights_only=True): no pickle code runs."""
     import pickle

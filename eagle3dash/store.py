@@ -225,12 +225,18 @@ _V4 = (
     "ALTER TABLE endpoints ADD COLUMN stopped_at TEXT",
 )
 
+_V5 = (
+    # Where a job ran (jobs/ray_backend.py: Ray node id, host, GPU ids, pid), as JSON.
+    "ALTER TABLE jobs ADD COLUMN placement_json TEXT",
+)
+
 # (version, name, statements) in order.
 MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
     (1, "initial schema", _V1),
     (2, "removed checkpoints, job cancel flag and worker host", _V2),
     (3, "the diagnosis as one JSON form, weight-file digests", _V3),
     (4, "checkpoint content digests, stopped endpoints", _V4),
+    (5, "where a job ran", _V5),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
@@ -744,7 +750,9 @@ _RUN_LIST_SELECT = (
     + ", json_extract(runs.diagnosis_json, '$.verdict') AS verdict_json, "
     "(SELECT group_concat(rule_id, ', ') FROM "
     "(SELECT rule_id FROM findings WHERE findings.run_id = runs.id ORDER BY position)) "
-    "AS finding_ids" + _RUN_JOIN
+    "AS finding_ids, "
+    "(SELECT placement_json FROM jobs WHERE jobs.run_id = runs.id "
+    "AND placement_json IS NOT NULL ORDER BY jobs.id DESC LIMIT 1) AS placement_json" + _RUN_JOIN
 )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -41,3 +43,21 @@ def world_home(world, monkeypatch):
     """The requesting module's `world`, its home the app's (EAGLE3DASH_HOME)."""
     monkeypatch.setenv("EAGLE3DASH_HOME", str(world["home"]))
     return world
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """A two-node local Ray cluster, started once for the session by the first test that asks
+    (only the Ray backend's tests import Ray), shut down at its end."""
+    from tests.raykit import start_cluster
+
+    with pytest.MonkeyPatch.context() as mp:
+        for name in ("RAY_TMPDIR", "PYTHONPATH", "RAY_ADDRESS"):
+            mp.setenv(name, os.environ.get(name, ""))  # restored when the session ends
+        cluster = start_cluster()
+        import ray
+
+        ray.init(address=cluster.address, namespace="eagle3dash", log_to_driver=False)
+        yield cluster
+        ray.shutdown()
+        cluster.shutdown()

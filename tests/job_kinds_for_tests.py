@@ -121,8 +121,19 @@ def fill(params: dict, progress: ProgressFn) -> dict:
             f.flush()
 
 
+def dies_once(params: dict, progress: ProgressFn) -> dict:
+    """Die by SIGKILL the first time (its marker missing), succeed the next: a retried job."""
+    marker = Path(params["marker"])
+    progress(0.1, "starting")
+    if not marker.exists():
+        marker.touch()
+        os.kill(os.getpid(), signal.SIGKILL)
+    return {"second": True}
+
+
 ALL_KINDS: dict[str, JobFn] = {
     **JOB_KINDS,
+    "test-dies-once": dies_once,
     "test-once": once,
     "test-gated": gated,
     "test-fill": fill,

@@ -5,8 +5,8 @@ failed by the next one to look.
 
 Parametrised over `BACKENDS`: each entry names a factory of a `JobBackend` by `module:attr`, so
 that a backend instance can also run in its own process (to be killed or frozen). A new backend
-(a Ray backend: `eagle3dash.jobs.ray_backend:RayBackend`, with a fixture that starts its local
-cluster) is one more entry. Real SQLite files, real processes; nothing is timed.
+(the Ray backend, `eagle3dash.jobs.ray_backend:RayBackend`, with `ray_cluster` started for it)
+is one more entry. Real SQLite files, real processes; nothing is timed.
 """
 
 from __future__ import annotations
@@ -29,14 +29,19 @@ from eagle3dash.store import Store, create_run, get_run, open_store
 from tests.job_kinds_for_tests import ALL_KINDS
 from tests.jobkit import ROOT, wait_until
 
-BACKENDS = ["eagle3dash.jobs.worker:LocalProcessBackend"]
+BACKENDS = [
+    "eagle3dash.jobs.worker:LocalProcessBackend",
+    "eagle3dash.jobs.ray_backend:RayBackend",  # on the `ray_cluster` fixture's local cluster
+]
 FAST = {"poll_interval": 0.02, "heartbeat_interval": 0.2, "cancel_grace": 1.0}
 LONG = {"steps": 5000, "dt": 0.02}  # a job that runs until it is stopped
 
 
 @pytest.fixture(params=BACKENDS)
 def backend(request) -> str:
-    """The factory (`module:attr`) of the backend under test."""
+    """The factory (`module:attr`) of the backend under test (Ray's: with its cluster up)."""
+    if "ray_backend" in request.param:
+        request.getfixturevalue("ray_cluster")
     return request.param
 
 
@@ -118,7 +123,8 @@ def test_a_job_reports_progress_returns_its_result_and_logs(backend, store) -> N
     job_id = submit_job(store, "test-echo", {"x": 1}, run_id=run_id)
     with instance(backend, store):
         job = wait_for_job(store, job_id, timeout=30)
-    assert (job["status"], job["progress"], job["result"]["echo"]) == ("succeeded", 1.0, {"x": 1})
+    assert job["status"] == "succeeded", job["error"]
+    assert (job["progress"], job["result"]["echo"]) == (1.0, {"x": 1})
     text = job_log(store, job_id)
     for line in ("halfway", "hello on stdout", "hello on stderr", "hello through logging"):
         assert line in text

@@ -26,7 +26,7 @@ from eagle3dash.jobs import (
     wait_for_job,
 )
 from eagle3dash.jobs.lifecycle import claim_job
-from eagle3dash.jobs.worker import _pid_alive, recover_stale_jobs, run_worker
+from eagle3dash.jobs.worker import pid_alive, recover_stale_jobs, run_worker
 from eagle3dash.store import Store, create_run, get_run, list_runs, now_iso, open_store, update_run
 from tests.job_kinds_for_tests import JOB_KINDS
 from tests.jobkit import POLL, start_worker, wait_until
@@ -167,7 +167,7 @@ def test_cancel_running_job(store: Store) -> None:
         assert time.monotonic() - t0 < 5
     assert job["status"] == "cancelled"
     assert job["progress"] < 1.0
-    assert not _pid_alive(job["child_pid"])
+    assert not pid_alive(job["child_pid"])
     run = get_run(store, run_id)
     assert (run["status"], run["error"]) == ("cancelled", "cancelled while it ran")
     assert job["message"] == "cancelled while it ran" and job["error"] is None
@@ -181,7 +181,7 @@ def test_cancel_kills_a_job_that_ignores_sigterm(store: Store) -> None:
         cancel_job(store, job_id)
         assert wait_for_job(store, job_id, timeout=10)["status"] == "cancelled"
         assert wait_for_job(store, after, timeout=10)["status"] == "succeeded"
-    assert not _pid_alive(job_status(store, job_id)["child_pid"])
+    assert not pid_alive(job_status(store, job_id)["child_pid"])
 
 
 def test_stopping_the_worker_fails_its_running_job(store: Store) -> None:
@@ -253,7 +253,7 @@ def test_child_fails_its_job_when_the_worker_is_killed(store: Store) -> None:
             worker.wait()
     reason = f"abandoned: the worker (pid {worker.pid}) exited while the job ran"
     assert (job["status"], job["error"]) == ("failed", reason)
-    wait_until(lambda: not _pid_alive(job["child_pid"]), what="the orphaned child to exit")
+    wait_until(lambda: not pid_alive(job["child_pid"]), what="the orphaned child to exit")
     run = get_run(store, run_id)
     assert (run["status"], run["error"]) == ("failed", reason)
     # The job's log ends with why it stopped.
@@ -297,7 +297,7 @@ def test_kill_9_of_worker_and_child_fails_the_run_at_recovery(store: Store) -> N
         # `kill -9` of the whole worker, and only recovery can tell.
         os.kill(worker.pid, signal.SIGSTOP)
         os.killpg(job["child_pid"], signal.SIGKILL)
-        wait_until(lambda: not _pid_alive(job["child_pid"]), what="the child to die")
+        wait_until(lambda: not pid_alive(job["child_pid"]), what="the child to die")
         worker.kill()
         worker.wait()
     finally:

@@ -49,6 +49,7 @@ st.markdown(
     + f" · created {md_escape(when(run.get('created_at')))}"
 )
 widgets.demo_context(run)
+widgets.ran_on(jobs)
 if diagnosis:
     widgets.verdict_banner(diagnosis)
 widgets.share_link("run", run=run_id)

@@ -99,6 +99,14 @@ def record_child(store: Store, job_id: int, child_pid: int | None, log_path: str
     )
 
 
+def record_placement(store: Store, job_id: int, placement: dict[str, Any]) -> None:
+    """Record where a job runs (node, host, GPU, pid); its pid is the job's child pid."""
+    store.db.execute(
+        "UPDATE jobs SET placement_json = ?, child_pid = ? WHERE id = ?",
+        (to_json(placement), placement.get("pid"), job_id),
+    )
+
+
 def report_progress(store: Store, job_id: int, fraction: float, message: str) -> bool:
     """Record a running job's progress (0..1) and message; True if a cancel was asked."""
     rows = store.db.execute(

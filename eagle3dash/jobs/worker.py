@@ -72,7 +72,8 @@ class _Child:
     log_path: Path
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process lives (a zombie does not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -199,7 +200,7 @@ class LocalProcessBackend(JobBackend):
     def lost(self, job: dict) -> str | None:
         """A job of a worker on this host whose pid no longer lives."""
         pid = job.get("worker_pid")
-        if job.get("worker_host") == socket.gethostname() and pid and not _pid_alive(pid):
+        if job.get("worker_host") == socket.gethostname() and pid and not pid_alive(pid):
             return f"its worker (pid {pid}) is gone"
         return None
 

@@ -47,6 +47,7 @@ RUNS_COLUMNS = (
     "findings",
     "endpoint",
     "created",
+    "ran on",
 )
 
 
@@ -59,6 +60,16 @@ def checkpoint_label(run: Mapping[str, Any]) -> str:
     if not name:
         return DASH if run.get("checkpoint_id") is None else f"#{run['checkpoint_id']}"
     return f"{name} (removed)" if run.get("checkpoint_removed") else str(name)
+
+
+def placement_label(placement: Mapping[str, Any] | None) -> str:
+    """Where a job ran on a Ray cluster: 'gpubox-3 · node 1a2b3c4d · GPU 0' (a dash: here)."""
+    if not placement:
+        return DASH
+    gpus = ", ".join(placement.get("gpu") or ())
+    return f"{placement.get('host')} · node {str(placement.get('node'))[:8]}" + (
+        f" · GPU {gpus}" if gpus else " · CPU"
+    )
 
 
 def run_label(run: Mapping[str, Any]) -> str:
@@ -89,6 +100,7 @@ def runs_frame(runs: Iterable[Mapping[str, Any]], base_url: str = "") -> pd.Data
                 "findings": r.get("finding_ids") or DASH,
                 "endpoint": r.get("endpoint_url") or DASH,
                 "created": when(r.get("created_at")),
+                "ran on": placement_label(r.get("placement")),
             }
         )
     return pd.DataFrame(rows, columns=list(RUNS_COLUMNS))

@@ -124,6 +124,13 @@ RUNS_KEY_WIDTHS = {
 }
 
 
+def ran_on(jobs: Sequence[Mapping[str, Any]]) -> None:
+    """A caption naming where a run's job ran, when a Ray cluster ran it."""
+    placed = [j["placement"] for j in jobs if j.get("placement")]
+    if placed:
+        st.caption(f"Ran on {tables.placement_label(placed[-1])} (Ray)")
+
+
 def runs_table(rows: Sequence[Mapping[str, Any]]) -> None:
     """The Runs table: the key columns first and narrow (link, status, checkpoint, verdict,
     accept lengths, speedup) so they fit 1400 px; long verdicts wrap; no value shows a dash."""
@@ -158,6 +165,10 @@ def runs_table(rows: Sequence[Mapping[str, Any]]) -> None:
                 format="%.2f",
                 width=width["measured"],
                 help="Measured accept length: completion tokens per verify round on the endpoint.",
+            ),
+            "ran on": text(
+                "ran on",
+                help="The Ray node, host and GPU the run's job ran on (a dash: the local worker).",
             ),
             "sim training": number(
                 "sim training",

@@ -1,0 +1,30 @@
+"""A local Ray cluster for the Ray backend's tests: its own temp folder and GCS port (so that it
+cannot meet another Ray on this machine), small nodes, and the repository on the workers' path."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from tests.jobkit import ROOT
+
+RAY_TMP = "/tmp/h23-ray"
+GCS_PORT = 8680
+NODE = {"num_cpus": 2, "object_store_memory": 80 << 20}
+
+
+def start_cluster() -> Any:
+    """A head node and one more, this process their driver; RAY_ADDRESS names it for others."""
+    os.makedirs(RAY_TMP, exist_ok=True)
+    os.environ["RAY_TMPDIR"] = RAY_TMP  # Ray writes its address file there, not /tmp/ray
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p
+    )
+    from ray.cluster_utils import Cluster
+
+    head = {**NODE, "gcs_server_port": GCS_PORT, "include_dashboard": False}
+    cluster = Cluster(initialize_head=True, head_node_args=head)
+    cluster.add_node(**NODE)
+    cluster.wait_for_nodes()
+    os.environ["RAY_ADDRESS"] = cluster.address
+    return cluster
