@@ -206,7 +206,7 @@ def test_a_live_header_status(world, slow, browser, logs_on_failure) -> None:
     expect(_header(page)).to_contain_text("running", timeout=LIVE_MS)
     expect(_header(page)).not_to_contain_text("queued")
     bar = page.get_by_test_id("stProgress")
-    expect(bar).to_contain_text(re.compile(r"stage \d/\d: "), timeout=LIVE_MS)
+    expect(bar).to_contain_text(re.compile(r"stage \d+/\d+: "), timeout=LIVE_MS)
     expect(page.get_by_text(re.compile(r"\d+ s elapsed"))).to_be_visible(timeout=LIVE_MS)
     _no_exception(page)
     page.screenshot(path=str(SHOTS / "run_running.png"))

@@ -14,6 +14,7 @@ import streamlit as st
 
 from eagle3dash import store as db
 from eagle3dash.ui.fmt import md_escape, status_label
+from eagle3dash.ui.home import store_faults_shown
 from eagle3dash.ui.progress import ACTIVE, POLL_S, load_progress
 
 IDLE_POLL_S = 10.0  # the Runs page with nothing unfinished: new runs still show up
@@ -45,9 +46,11 @@ def live_section(
 
     @st.fragment(run_every=poll_every(polling, idle))
     def section() -> None:
-        if waiting(store) != polling:
-            st.rerun()
-        draw()
+        # A fragment's rerun keeps its own exceptions: the page's handler never sees them.
+        with store_faults_shown():
+            if waiting(store) != polling:
+                st.rerun()
+            draw()
 
     section()
 
