@@ -215,10 +215,10 @@ def _page(browser: Browser) -> Page:
     return context.new_page()
 
 
-def _idle(page: Page) -> None:
+def _idle(page: Page, timeout_ms: float | None = None) -> None:
     """Wait until the script is not running (Streamlit renders over a websocket)."""
     expect(page.locator('[data-testid="stApp"]')).to_have_attribute(
-        "data-test-script-state", "notRunning"
+        "data-test-script-state", "notRunning", timeout=timeout_ms
     )
 
 
@@ -258,7 +258,8 @@ def _expect_finished_run(page: Page, run_id: int) -> None:
     # the accept lengths and speedup, and what was not checked with the form field to fill in.
     assert page.viewport_size == {"width": WIDTH, "height": HEIGHT}
     banner = page.get_by_test_id("stAlert").filter(has_text=ROOT_CAUSE).first
-    expect(banner).to_be_in_viewport(ratio=1)
+    # The page reruns as its run finishes: an alert mid-rerender has no size for a moment.
+    expect(banner).to_be_in_viewport(ratio=1, timeout=RUN_S * 1000)
     expect(banner.locator("strong")).to_have_text(ROOT_CAUSE)
     for label in ("Measured accept length", "Simulated, training layout", "Speedup vs baseline"):
         metric = page.get_by_test_id("stMetric").filter(has_text=label)

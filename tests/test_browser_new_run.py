@@ -149,9 +149,9 @@ def test_the_demo_in_one_click_reaches_the_mismatched_verdict(
 ) -> None:
     page = _new_run(browser, world)
     page.get_by_role("button", name="Try it on the demo").click()
-    _idle(page)
+    # Starting the demo's endpoints (two processes loading its models): slow on a busy machine.
+    _idle(page, RUN_S * 1000)
     banner = _alert(page, "The demo runs on this machine")
-    # Starting the demo's endpoints loads its models: slow on a busy machine.
     expect(banner).to_contain_text("not a serving engine", timeout=RUN_S * 1000)
     expect(banner).to_contain_text("each target forward takes at least 10 ms")
     expect(page.get_by_label(ENDPOINT, exact=True)).to_have_value(re.compile(r"^http://127\."))
@@ -208,7 +208,7 @@ def test_the_demo_without_the_target_shows_no_green_light_in_the_layout_section(
 ) -> None:
     page = _new_run(browser, world)
     page.get_by_role("button", name="Try it on the demo").click()
-    _idle(page)
+    _idle(page, RUN_S * 1000)
     expect(_alert(page, "The demo runs on this machine")).to_be_visible(timeout=RUN_S * 1000)
     expect(page.get_by_label(ENDPOINT, exact=True)).to_have_value(re.compile(r"^http://127\."))
     page.get_by_test_id("stExpander").filter(has_text="Number of prompts").locator(
