@@ -8,7 +8,7 @@
    vs by the Ray backend on a local cluster already up: wall time from submit to settled, median
    of `--repeats`; the ratio Ray / local (goal <= 1.2).
 
-The clusters use their own temp folder (/tmp/h23-ray-bench) and GCS port.
+The clusters use their own temp folder (a short mkdtemp) and GCS port.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-RAY_TMP = "/tmp/h23-ray-bench"
 GCS_PORT = 8690
 NOISE = (0.0, 0.2, 0.3, 0.4, 0.5, 0.65, 0.85, 1.2)
 
@@ -168,8 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-prompts", type=int, default=8)
     parser.add_argument("--max-new-tokens", type=int, default=48)
     args = parser.parse_args(argv)
-    os.makedirs(RAY_TMP, exist_ok=True)
-    os.environ["RAY_TMPDIR"] = RAY_TMP
+    os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="e3d-ray-bench-")
     os.environ["PYTHONPATH"] = str(ROOT)
     capture, paths = build_sweep(Path(tempfile.mkdtemp(prefix="sweep-")))
     one, used_one = sweep_times(1, capture, paths, args.repeats)

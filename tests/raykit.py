@@ -4,19 +4,20 @@ cannot meet another Ray on this machine), small nodes, and the repository on the
 from __future__ import annotations
 
 import os
+import tempfile
 from typing import Any
 
 from tests.jobkit import ROOT
 
-RAY_TMP = "/tmp/h23-ray"
 GCS_PORT = 8680
 NODE = {"num_cpus": 2, "object_store_memory": 80 << 20}
 
 
 def start_cluster() -> Any:
     """A head node and one more, this process their driver; RAY_ADDRESS names it for others."""
-    os.makedirs(RAY_TMP, exist_ok=True)
-    os.environ["RAY_TMPDIR"] = RAY_TMP  # Ray writes its address file there, not /tmp/ray
+    # A short folder of its own: Ray's socket paths must stay short, and Ray writes its address
+    # file there, not in /tmp/ray
+    os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="e3d-ray-")
     os.environ["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p
     )
