@@ -16,7 +16,7 @@ NODE = {"num_cpus": 2, "object_store_memory": 80 << 20}
 def start_cluster() -> Any:
     """A head node and one more, this process their driver; RAY_ADDRESS names it for others."""
     # A short folder of its own: Ray's socket paths must stay short, and Ray writes its address
-    # file there, not in /tmp/ray
+    # file there, not in its default temp folder
     os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="e3d-ray-")
     os.environ["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p
