@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from eagle3dash import vllm_rules
+from eagle3dash.engine_rules import ServingEngine
 from eagle3dash.evidence_levels import LEVEL_PREDICTED, source_level, weaker
 from eagle3dash.layout import Layout
 from eagle3dash.sglang_rules import try_parse_version
@@ -101,8 +103,10 @@ class Evidence:
     serving_eval: DraftEval | None = None  # draft over the serving layout
     measured: BenchResult | None = None  # the endpoint under diagnosis
     baseline: BenchResult | None = None  # the same target without speculation
-    # The SGLang version `layouts` were computed for; defaults to server.version.
+    # The serving engine's version `layouts` were computed for; defaults to server.version.
     sglang_version: str | None = None
+    engine: str = "sglang"  # the serving engine: "sglang" | "vllm" (engine_rules.ENGINES)
+    vllm_runner: str | None = None  # vLLM's model runner, "v1" | "v2" (None: V2, the default)
     trainer: str | None = None  # a layout.TRAINERS key, when known
     training_sglang_version: str | None = None  # SpecForge >= 0.2: the SGLang it trained through
     target_json_sha256: dict | None = None  # the local target's JSON files -> sha256, when given
@@ -120,14 +124,34 @@ class Evidence:
         return self.server.speculative if self.server is not None else None
 
     def version(self) -> str | None:
-        """The serving SGLang version as text, None when unknown or unparseable."""
+        """The serving engine's version as text, None when unknown or unparseable."""
         text = self.sglang_version or (self.server.version if self.server is not None else None)
-        return text if text and try_parse_version(text) is not None else None
+        if not text:
+            return None
+        if self.engine == "vllm":
+            try:
+                vllm_rules.parse_version(text)
+            except ValueError:
+                return None
+            return text
+        return text if try_parse_version(text) is not None else None
 
     def version_tuple(self) -> tuple[int, int, int] | None:
-        """The serving SGLang version, parsed."""
+        """The serving SGLang version, parsed (None on vLLM)."""
         text = self.version()
-        return try_parse_version(text) if text else None
+        return try_parse_version(text) if text and self.engine == "sglang" else None
+
+    def serving_engine(self) -> ServingEngine:
+        """The engine whose rules decide what the server feeds, with its version and runner."""
+        runner = self.vllm_runner if self.engine == "vllm" else None
+        return ServingEngine(self.engine, self.version(), runner)
+
+    def engine_label(self) -> str:
+        """'SGLang 0.5.23', 'SGLang (version unknown)', 'vLLM 0.33.0 (V2 runner)'."""
+        engine = self.serving_engine()
+        if engine.name == "sglang" and engine.version is None:
+            return "SGLang (version unknown)"
+        return engine.label()
 
     def arch_name(self) -> str:
         """The target architecture: given, else the server's, else 'llama'."""
