@@ -193,6 +193,28 @@ def cmd_layout(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_matrix(args: argparse.Namespace) -> int:
+    """Where a draft can be served: each engine release read, the taps it feeds, the fixes."""
+    from eagle3dash.checkpoint import inspect
+    from eagle3dash.serving_matrix import serving_matrix
+    from eagle3dash.ui.matrix import matrix_lines
+
+    spec = inspect(args.draft).spec
+    training = parse_layout(args.training_layout) if args.training_layout else None
+    try:
+        matrix = serving_matrix(
+            spec, args.target_layers, args.arch, trainer=args.trainer, training=training
+        )
+    except ValueError as e:
+        raise UsageError(str(e)) from e
+    if args.json:
+        _print_json(matrix.to_dict())
+        return 0
+    for line in matrix_lines(matrix):
+        print(line)
+    return 0
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     """Standalone draft evaluation over a capture under one layout."""
     import torch
@@ -706,6 +728,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_layout)
 
+    p = sub.add_parser(
+        "matrix", help="where a draft can be served: SGLang and vLLM releases x the taps fed"
+    )
+    p.add_argument("--draft", required=True, help="draft checkpoint path")
+    p.add_argument("--target-layers", type=int, required=True, help="target decoder layers N")
+    p.add_argument("--arch", default="llama", help="target architecture, e.g. llama, kimi")
+    p.add_argument("--trainer", help="the training framework: " + ", ".join(TRAINERS))
+    p.add_argument("--training-layout", help="taps the training data really used, e.g. 2,12,22")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_matrix)
+
     p = sub.add_parser("eval", help="standalone draft accuracy over a capture")
     p.add_argument("--draft", required=True, help="draft checkpoint path")
     p.add_argument("--capture", required=True, help="capture dir, SpecForge or speculators dump")
@@ -844,7 +877,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     func: Callable[[argparse.Namespace], int] = args.func
     try:
-        if isinstance(getattr(args, "target_layers", None), int):  # layout, eval, detect
+        if isinstance(getattr(args, "target_layers", None), int):  # layout, matrix, eval, detect
             args.target_layers = SCHEMA["target_layers"].parse(args.target_layers, "flag")
         return func(args)
     except (InputError, ValueError) as e:
