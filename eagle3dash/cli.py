@@ -16,11 +16,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from eagle3dash.diagnosis.options import EXCLUSIVE, SCHEMA, DiagnoseOptions, Kind
+from eagle3dash.engine_rules import ENGINES, ServingEngine
 from eagle3dash.errors import InputError
 from eagle3dash.layout import Tap, bracketed, format_layout, parse_layout
 from eagle3dash.sglang_rules import DEFAULT_SGLANG_VERSION
 from eagle3dash.text import one_line, printable, shortened
 from eagle3dash.trainers import SPECFORGE_SGLANG_VERSION, TRAINERS, training_readings
+from eagle3dash.vllm_rules import DEFAULT_RUNNER, DEFAULT_VLLM_VERSION, RUNNER_ENV, RUNNERS
 
 if TYPE_CHECKING:
     from eagle3dash.provenance import Provenance
@@ -134,6 +136,10 @@ def cmd_layout(args: argparse.Namespace) -> int:
     spec = inspect(args.draft).spec
     override = parse_layout(args.training_layout) if args.training_layout else None
     try:
+        if args.engine == "vllm":
+            engine = ServingEngine("vllm", args.vllm_version, args.vllm_runner)
+        else:
+            engine = ServingEngine("sglang", args.sglang_version)
         result = predict_layouts(
             spec,
             args.target_layers,
@@ -143,6 +149,7 @@ def cmd_layout(args: argparse.Namespace) -> int:
             cuda_graph=not args.no_cuda_graph,
             training_override=override,
             training_sglang_version=args.training_sglang_version,
+            engine=engine,
         )
         readings = training_readings(
             spec, args.target_layers, args.arch, args.training_sglang_version
@@ -725,6 +732,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--arch", default="llama", help="target architecture, e.g. llama, kimi")
     p.add_argument("--no-cuda-graph", action="store_true", help="server runs without CUDA graphs")
+    p.add_argument(
+        "--engine", choices=ENGINES, default="sglang", help="the serving engine (default sglang)"
+    )
+    p.add_argument(
+        "--vllm-version", default=DEFAULT_VLLM_VERSION, help="serving vLLM version (--engine vllm)"
+    )
+    p.add_argument(
+        "--vllm-runner",
+        choices=RUNNERS,
+        default=DEFAULT_RUNNER,
+        help=f"vLLM's model runner (default {DEFAULT_RUNNER}; v1 under {RUNNER_ENV}=0)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_layout)
 

@@ -87,3 +87,20 @@ def test_dual_key_config_round_trips_through_a_checkpoint(tmp_path):
     assert depths(sglang_rules.serving_layout(read, 24, "0.5.23").layout) == [2, 12, 22]
     for runner in ("v1", "v2"):
         assert depths(vllm_rules.serving_layout(read, 24, runner=runner).layout) == [2, 12, 22]
+
+
+def test_cli_layout_on_vllm_runners(tmp_path):
+    """`layout --engine vllm`: V2 feeds 2, 12, 21 (defaults-used), V1 feeds 1, 11, 21."""
+    from tests.specs import run_cli
+
+    draft = save(NESTED, random_tensors(NESTED, seed=4), tmp_path / "d", "specforge")
+    base = ("layout", "--draft", str(draft), "--target-layers", "24", "--engine", "vllm")
+    v2 = run_cli(*base, "--json")
+    assert v2.returncode == 0, v2.stderr
+    d = json.loads(v2.stdout)
+    assert [t["depth"] for t in d["serving"]] == [2, 12, 21]
+    assert d["diff"]["kind"] == "defaults-used"
+    v1 = run_cli(*base, "--vllm-runner", "v1", "--json")
+    assert [t["depth"] for t in json.loads(v1.stdout)["serving"]] == [1, 11, 21]
+    bad = run_cli(*base, "--vllm-runner", "v3")
+    assert bad.returncode != 0 and "v3" in bad.stderr

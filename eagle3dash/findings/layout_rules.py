@@ -361,7 +361,7 @@ def rule_detected_layout(e: Evidence) -> list[Finding]:
     # carries the mismatch; this one says why the config cannot be trusted.
     training_is_best = e.training is not None and tuple(e.training.layout) == best
     severity = "critical" if fed != best and not training_is_best else "warning"
-    fix_ids = det.fix_ids
+    fix_ids = det.fix_ids  # the detective searches SGLang's ids
     fix = (
         f'Set "eagle_config": {{"eagle_aux_hidden_state_layer_ids": {fix_ids}}} so SGLang feeds '
         f"{format_layout(best)}, and record that layout with the checkpoint."
@@ -369,6 +369,8 @@ def rule_detected_layout(e: Evidence) -> list[Finding]:
         else "Record the layout the draft performs best with beside the checkpoint, and serve "
         "it with ids that capture those taps (or retrain on the serving layout)."
     )
+    if e.engine == "vllm":
+        fix = _vllm_fix(e, best)[0] + " Record that layout with the checkpoint."
     return [
         Finding(
             "detected-layout",
