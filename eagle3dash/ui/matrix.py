@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from eagle3dash.layout import describe_layout, format_layout, taps_phrase
+from eagle3dash.layout import Layout, describe_layout, format_layout, taps_phrase
 from eagle3dash.serving_matrix import AS_TRAINED, FAILS, MatrixRow, ServingMatrix
 
 _VERDICT_WORDS = {
@@ -20,7 +20,6 @@ _VERDICT_WORDS = {
     FAILS: "fails (predicted)",
 }
 _KIND_WORDS = {
-    "off-by-one": "every slot one block off",
     "defaults-used": "its default layers, not the configured ones",
     "shifted-slot": "slots shifted by one",
     "different-width": "another number of slots",
@@ -100,8 +99,8 @@ def fix_text(row: MatrixRow, grouped_releases: bool = False) -> str:
     return json.dumps(row.fix)[1:-1]
 
 
-def verdict_text(row: MatrixRow) -> str:
-    """'as trained (predicted)', 'shifted: every slot one block off (predicted)', 'fails:
+def verdict_text(row: MatrixRow, training: Layout) -> str:
+    """'as trained (predicted)', 'shifted: every slot one block earlier (predicted)', 'fails:
     <why> (predicted)'."""
     if row.verdict == FAILS:
         return f"fails: {row.served.error} (predicted)"
@@ -110,6 +109,9 @@ def verdict_text(row: MatrixRow) -> str:
     if row.kind == "identical" and row.decode_kind is not None:
         decode = _KIND_WORDS.get(row.decode_kind, "other taps")
         return f"shifted in CUDA-graph decode steps: {decode} (predicted)"
+    if row.kind == "off-by-one":
+        later = row.served.layout[0].depth > training[0].depth
+        return f"shifted: every slot one block {'later' if later else 'earlier'} (predicted)"
     return f"shifted: {_KIND_WORDS.get(row.kind, 'other taps')} (predicted)"
 
 
@@ -133,7 +135,7 @@ def matrix_frame(matrix: ServingMatrix) -> pd.DataFrame:
         cells = {
             "Engine": g.engine_text(),
             "Taps fed to the slots": taps_text(row, n),
-            "Against training": verdict_text(row),
+            "Against training": verdict_text(row, matrix.training.layout),
             "Config that fixes it": fix_text(row, len(g.rows) > 1),
         }
         if dual:
@@ -193,7 +195,7 @@ def matrix_lines(matrix: ServingMatrix) -> list[str]:
     for g in grouped(matrix):
         row = g.first
         lines.append(f"{g.engine_text()}: {taps_text(row, n)}")
-        lines.append(f"  {verdict_text(row)}")
+        lines.append(f"  {verdict_text(row, matrix.training.layout)}")
         lines.append(f"  fix: {fix_text(row, len(g.rows) > 1)}")
         for note in row.served.notes:
             lines.append(f"  note: {note}")
