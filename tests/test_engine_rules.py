@@ -15,9 +15,9 @@ from eagle3dash.checkpoint import inspect, save
 from eagle3dash.engine_rules import ServingEngine
 from eagle3dash.layout import Tap
 from eagle3dash.testing.tensors import random_tensors
-from tests.specs import tiny_spec
+from tests.test_vllm_rules import SPECFORGE_GPT_OSS
 
-NESTED = tiny_spec(aux_layer_ids=(1, 11, 21), aux_ids_location="eagle_config")
+NESTED = SPECFORGE_GPT_OSS  # nested [1, 11, 21]
 
 
 def depths(layout) -> list[int]:

@@ -13,10 +13,11 @@ from eagle3dash.layout import Tap
 from eagle3dash.prediction import predict_layouts
 from tests.specs import tiny_spec
 from tests.test_findings import Server, report
+from tests.test_vllm_rules import SPECFORGE_GPT_OSS
 
 N = 24
 # SpecForge's gpt-oss-20B config: nested [1, 11, 21]; trained through SGLang: taps 2, 12, 22.
-NESTED = tiny_spec(aux_layer_ids=(1, 11, 21), aux_ids_location="eagle_config")
+NESTED = SPECFORGE_GPT_OSS
 TRAINED = (Tap(2), Tap(12), Tap(22))
 
 
@@ -131,4 +132,15 @@ def test_fix_line_copies_the_dual_key_config() -> None:
     assert line == (
         '"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 11, 21]}, '
         '"eagle_aux_hidden_state_layer_ids": [2, 12, 22]'
+    )
+
+
+def test_evidence_reads_a_vllm_version_and_runner() -> None:
+    """'0.33.0' is a vLLM release (not an SGLang one too old to know); no SGLang tuple."""
+    e = Evidence(server=Server(version="0.33.0"), engine="vllm", vllm_runner="v1")
+    assert e.version() == "0.33.0" and e.version_tuple() is None
+    assert e.engine_label() == "vLLM 0.33.0 (V1 runner)"
+    assert Evidence(server=Server(version="nope")).engine_label() == "SGLang (version unknown)"
+    assert Evidence(server=Server(version="nope"), engine="vllm").engine_label() == (
+        "vLLM (version unknown, V2 runner)"
     )

@@ -21,15 +21,11 @@ from eagle3dash.testing.tensors import random_tensors
 from eagle3dash.ui.matrix import grouped, matrix_frame, matrix_lines
 from tests.appkit import app, frame_with, no_exception, texts
 from tests.specs import run_cli, tiny_spec
+from tests.test_vllm_rules import SPECFORGE_GPT_OSS, SPECULATORS_TOP
 
 N = 24
-NESTED = tiny_spec(aux_layer_ids=(1, 11, 21), aux_ids_location="eagle_config")
-TOP = tiny_spec(
-    format="speculators",
-    aux_layer_ids=(2, 12, 22),
-    aux_ids_location="top-level",
-    norm_before_residual_key=False,
-)
+NESTED = SPECFORGE_GPT_OSS  # nested [1, 11, 21]
+TOP = SPECULATORS_TOP  # top-level [2, 12, 22], norm_before_residual written
 
 
 def row(matrix, name: str, version: str, runner: str | None = None):

@@ -147,11 +147,14 @@ class Evidence:
         return ServingEngine(self.engine, self.version(), runner)
 
     def engine_label(self) -> str:
-        """'SGLang 0.5.23', 'SGLang (version unknown)', 'vLLM 0.33.0 (V2 runner)'."""
+        """'SGLang 0.5.23', 'SGLang (version unknown)', 'vLLM 0.33.0 (V2 runner)', 'vLLM (version
+        unknown, V2 runner)' (whose rules assumed are the newest read)."""
         engine = self.serving_engine()
-        if engine.name == "sglang" and engine.version is None:
+        if engine.version is not None:
+            return engine.label()
+        if engine.name == "sglang":
             return "SGLang (version unknown)"
-        return engine.label()
+        return f"vLLM (version unknown, {engine.vllm_runner().upper()} runner)"
 
     def arch_name(self) -> str:
         """The target architecture: given, else the server's, else 'llama'."""
