@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from eagle3dash.findings.core import Evidence, Finding
+from eagle3dash.severity import Severity
 from eagle3dash.sglang_rules import EAGLE31_SINCE, NORM_BEFORE_FC_SINCE
 
 if TYPE_CHECKING:
@@ -43,7 +44,7 @@ def rule_weights_not_finite(e: Evidence) -> list[Finding]:
     return [
         Finding(
             "weights-not-finite",
-            "critical",
+            Severity.CRITICAL,
             f"{len(names)} draft tensor{'s hold' if len(names) > 1 else ' holds'} NaN or Inf "
             "values: the checkpoint is broken, and every number measured with it is too.",
             "; ".join(p for p in e.report.problems if p.startswith(tuple(names))) + ".",
@@ -74,7 +75,7 @@ def rule_lm_head_missing(e: Evidence) -> list[Finding]:
     return [
         Finding(
             "lm_head-missing",
-            "critical",
+            Severity.CRITICAL,
             "The draft checkpoint has no lm_head.weight, so SGLang leaves the draft's head at "
             "random init and accept length is 1.0.",
             f"no lm_head.weight in the checkpoint ({len(e.report.tensors)} tensors); "
@@ -100,7 +101,7 @@ def rule_unknown_tensors(e: Evidence) -> list[Finding]:
     return [
         Finding(
             "unknown-tensors",
-            "critical",
+            Severity.CRITICAL,
             f"{len(unknown)} tensor{'s' if len(unknown) > 1 else ''} in the checkpoint "
             f"{'have names' if len(unknown) > 1 else 'has a name'} SGLang does not load, so the "
             "server silently drops "
@@ -126,7 +127,7 @@ def rule_d2t_missing(e: Evidence) -> list[Finding]:
     return [
         Finding(
             "d2t-missing",
-            "critical",
+            Severity.CRITICAL,
             f"The draft predicts over {spec.draft_vocab_size} tokens but has no d2t mapping, so "
             f"SGLang reads draft id i as target id i (the first {spec.draft_vocab_size} target "
             "ids) and almost no draft token is accepted.",
@@ -149,7 +150,7 @@ def rule_norm_before_residual(e: Evidence) -> list[Finding]:
     return [
         Finding(
             "norm-before-residual",
-            "critical",
+            Severity.CRITICAL,
             "The draft was trained with norm_before_residual=true, which SGLang does not "
             "implement, so its draft layer computes a different residual at every position.",
             f"config norm_before_residual=true (format {spec.format}); SGLang's llama_eagle3.py "
@@ -200,7 +201,7 @@ def rule_eagle31_ignored(e: Evidence) -> list[Finding]:
         out.append(
             Finding(
                 "eagle31-ignored",
-                "warning",
+                Severity.WARNING,
                 f"SGLang {v} ignores "
                 f"{'Eagle 3.1 options' if len(ignored) > 1 else 'an Eagle 3.1 option'} this "
                 "draft was trained with, so the served draft computes something else.",
@@ -218,7 +219,7 @@ def rule_eagle31_ignored(e: Evidence) -> list[Finding]:
         out.append(
             Finding(
                 "norm-output-clash",
-                "warning",
+                Severity.WARNING,
                 f"config.json sets norm_output: true in SpecForge's meaning (final norm before "
                 f"lm_head), which SGLang {v} reads as 'feed the post-norm state back', so every "
                 "draft token after the first diverges from training.",
@@ -258,7 +259,7 @@ def rule_checkpoint_problems(e: Evidence) -> list[Finding]:
     return [
         Finding(
             "checkpoint-problems",
-            "warning",
+            Severity.WARNING,
             f"The checkpoint has {len(rest)} other problem{'s' if len(rest) > 1 else ''} a "
             "server would get wrong or silently ignore.",
             "; ".join(rest) + ".",
