@@ -22,8 +22,9 @@ import re
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
+from eagle3dash.checkpoint_problems import CheckpointProblem, ProblemCode
 from eagle3dash.errors import InputError
 from eagle3dash.provenance import (
     Provenance,
@@ -126,7 +127,7 @@ class InspectReport:
     tensors: dict[str, tuple[list[int], str]]  # canonical name -> (shape, dtype)
     raw_names: dict[str, str]  # canonical name -> name on disk
     param_count: int  # elements of the floating-point tensors
-    problems: list[str] = field(default_factory=list)
+    problems: list[CheckpointProblem] = field(default_factory=list)
     nonfinite: list[str] = field(default_factory=list)  # filled only by `load`
     provenance: Provenance | None = None  # when a trainer's run folder was given
 
@@ -139,7 +140,7 @@ class InspectReport:
             heads=self.spec.num_heads,
             kv_heads=self.spec.num_kv_heads,
             param_count=self.param_count,
-            problems=self.problems,
+            problems=[p.text for p in self.problems],
             nonfinite=self.nonfinite,
             tensors={n: {"shape": s, "dtype": t} for n, (s, t) in self.tensors.items()},
             provenance=None if self.provenance is None else self.provenance.to_dict(),
@@ -223,8 +224,9 @@ def load(
                 nan, inf = int(torch.isnan(t).sum()), int(torch.isinf(t).sum())
                 report.nonfinite.append(name)
                 report.problems.append(
-                    f"{name} holds {nan} NaN and {inf} Inf values: "
-                    "the checkpoint is broken (training diverged or a bad conversion)"
+                    CheckpointProblem(
+                        ProblemCode.NOT_FINITE, {"tensor": name, "nan": nan, "inf": inf}
+                    )
                 )
             if dtype is not None:
                 t = t.to(dtype)
@@ -627,14 +629,17 @@ def _canonical_name(raw: str) -> str | None:
     return "d2t" if name == "draft_id_to_target_id" else name  # vLLM's buffer name
 
 
-def _sources(raw: dict[str, _Raw], q_out: int, kv_out: int) -> tuple[dict[str, _Source], list[str]]:
+def _sources(
+    raw: dict[str, _Raw], q_out: int, kv_out: int
+) -> tuple[dict[str, _Source], list[CheckpointProblem]]:
     """Canonical name -> source for every kept tensor, splitting fused qkv and gate_up rows."""
     sources: dict[str, _Source] = {}
-    problems: list[str] = []
+    problems: list[CheckpointProblem] = []
 
     def add(name: str, src: _Source) -> None:
         if name in sources:
-            problems.append(f"{src.raw} and {sources[name].raw} both map to {name}; one is ignored")
+            data = {"tensor": src.raw, "other": sources[name].raw, "name": name}
+            problems.append(CheckpointProblem(ProblemCode.DUPLICATE_TENSOR, data))
         sources[name] = src
 
     for raw_name, info in raw.items():
@@ -644,17 +649,16 @@ def _sources(raw: dict[str, _Raw], q_out: int, kv_out: int) -> tuple[dict[str, _
         rows = info.shape[0] if info.shape else 0
         if re.search(r"self_attn\.qkv_proj\.(weight|bias)$", name):
             if rows != q_out + 2 * kv_out:
-                problems.append(
-                    f"shape mismatch: {raw_name} has {rows} rows, config implies "
-                    f"{q_out}+{kv_out}+{kv_out} (q, k, v)"
-                )
+                data = {"tensor": raw_name, "rows": rows, "q": q_out, "kv": kv_out}
+                problems.append(CheckpointProblem(ProblemCode.QKV_ROWS, data))
                 continue
             spans = (("q_proj", 0, q_out), ("k_proj", q_out, q_out + kv_out))
             for part, start, stop in (*spans, ("v_proj", q_out + kv_out, rows)):
                 add(name.replace("qkv_proj", part), _Source(raw_name, (start, stop)))
         elif re.search(r"mlp\.gate_up_proj\.weight$", name):
             if rows % 2:
-                problems.append(f"shape mismatch: {raw_name} has an odd row count {rows}")
+                data = {"tensor": raw_name, "rows": rows}
+                problems.append(CheckpointProblem(ProblemCode.GATE_UP_ROWS, data))
                 continue
             add(name.replace("gate_up_proj", "gate_proj"), _Source(raw_name, (0, rows // 2)))
             add(name.replace("gate_up_proj", "up_proj"), _Source(raw_name, (rows // 2, rows)))
@@ -779,44 +783,44 @@ def _problems(
     cfg: dict,
     tensors: dict[str, tuple[list[int], str]],
     sources: dict[str, _Source],
-) -> list[str]:
-    """One line per thing a server would get wrong or silently ignore in this checkpoint."""
+) -> list[CheckpointProblem]:
+    """Each thing a server would get wrong or silently ignore in this checkpoint."""
     problems = []
+
+    def problem(code: ProblemCode, **data: Any) -> None:
+        problems.append(CheckpointProblem(code, data))
+
     expected = expected_shapes(spec)
     on_disk = {c: s.raw for c, s in sources.items()}
     for name, (shape, dtype) in tensors.items():
         if name not in expected:
-            problems.append(
-                f"unknown tensor {on_disk[name]} {shape}: SGLang and vLLM would silently drop it"
-            )
+            problem(ProblemCode.UNKNOWN_TENSOR, tensor=on_disk[name], shape=list(shape))
         elif name == "fc.weight" and len(shape) == 2 and shape[1] % spec.target_hidden_size:
-            problems.append(
-                f"fc.weight is {shape}: its width {shape[1]} is not a multiple of "
-                f"target_hidden_size {spec.target_hidden_size}; set target_hidden_size right"
+            width, target_width = shape[1], spec.target_hidden_size
+            problem(
+                ProblemCode.FC_WIDTH,
+                shape=list(shape),
+                width=width,
+                target_hidden_size=target_width,
             )
         elif tuple(shape) != expected[name]:
-            problems.append(
-                f"shape mismatch: {on_disk[name]} is {shape}, config implies {list(expected[name])}"
+            problem(
+                ProblemCode.SHAPE_MISMATCH,
+                tensor=on_disk[name],
+                shape=list(shape),
+                expected=list(expected[name]),
             )
         elif name == "d2t" and dtype not in ("int64", "int32"):
-            problems.append(f"d2t has dtype {dtype}; servers expect int64 offsets")
+            problem(ProblemCode.D2T_DTYPE, dtype=dtype)
     required = [n for n in expected if n not in OPTIONAL_TENSORS and n != "lm_head.weight"]
     for name in required:
         if name not in tensors:
-            problems.append(
-                f"missing tensor {name} {list(expected[name])}: "
-                "a server would fail to load or leave it at random init"
-            )
+            problem(ProblemCode.MISSING_TENSOR, tensor=name, expected=list(expected[name]))
     if "lm_head.weight" not in tensors:
-        problems.append(
-            "lm_head.weight missing: SGLang leaves the draft head at random init when "
-            "draft_vocab_size is set (accept length 1.0, sglang#27908)"
-        )
+        problem(ProblemCode.LM_HEAD_MISSING)
     ids = spec.aux_layer_ids
     if ids is not None and len(ids) != spec.num_aux:
-        problems.append(
-            f"{len(ids)} aux layer ids {list(ids)} but fc.weight takes {spec.num_aux} aux states"
-        )
+        problem(ProblemCode.AUX_IDS_COUNT, count=len(ids), ids=list(ids), num_aux=spec.num_aux)
     top = spec.extra.get("top_level_aux_layer_ids")
     # SGLang 0.5.23 captures the nested list (model_executor/model_runner_components/
     # spec_aux_hidden_state.py reads eagle_config["eagle_aux_hidden_state_layer_ids"]); vLLM
@@ -824,17 +828,9 @@ def _problems(
     # `_get_eagle3_aux_layers_from_config`). A dual-key config names the same taps in each
     # engine's numbering: SGLang's id i (output of layer i) is vLLM's i + 1 (input of layer i + 1).
     if ids is not None and top is not None and list(top) not in (list(ids), [i + 1 for i in ids]):
-        problems.append(
-            f"two different aux layer id lists: eagle_config.eagle_aux_hidden_state_layer_ids "
-            f"{list(ids)} (what SGLang captures) and top-level eagle_aux_hidden_state_layer_ids "
-            f"{list(top)} (what vLLM reads first), so the two engines feed this draft different "
-            "layers: keep one list, or write the top-level one as the nested ids + 1"
-        )
+        problem(ProblemCode.AUX_IDS_TWO_LISTS, ids=list(ids), top=list(top))
     if ids is not None and list(ids) != sorted(set(ids)):
-        problems.append(
-            f"aux layer ids {list(ids)} are not strictly ascending: servers capture in layer "
-            "order, so fc slots would receive the states in a different order than the ids say"
-        )
+        problem(ProblemCode.AUX_IDS_ORDER, ids=list(ids))
     # SpecForge 0.2.0 algorithms/model_providers.py resolve_eagle_capture_layers: exactly three
     # ints; training/capture_contract.py: unique. A negative id is no problem here: it is the
     # serving edit SGLang 0.5.22+ reads as the embedding output for Llama (the layout fix
@@ -842,32 +838,23 @@ def _problems(
     specforge_ids_ok = ids is None or (len(ids) == 3 and len(set(ids)) == 3)
     if spec.format in ("specforge", "export") and not specforge_ids_ok:
         assert ids is not None
-        problems.append(
-            f"aux layer ids {list(ids)}: SpecForge trains only on exactly three distinct ids, "
-            "so this config was not the one training used; write the three ids of the run "
-            "(its training_state.pt capture layers)"
-        )
+        problem(ProblemCode.SPECFORGE_IDS, ids=list(ids))
     if not spec.use_aux_hidden_state:
-        problems.append(
-            "eagle_config.use_aux_hidden_state is false: servers then skip aux capture and the "
-            "fc layer (accept length ~1); set it true for an EAGLE-3 draft"
-        )
+        problem(ProblemCode.AUX_CAPTURE_OFF)
     if spec.draft_vocab_size < spec.vocab_size and not spec.has_d2t:
-        problems.append(
-            f"draft_vocab_size {spec.draft_vocab_size} < vocab_size {spec.vocab_size} but no d2t: "
-            f"SGLang and vLLM would map draft id i to target id i (the first "
-            f"{spec.draft_vocab_size} target ids); add the d2t from training's vocab mapping"
+        problem(
+            ProblemCode.D2T_MISSING,
+            draft_vocab_size=spec.draft_vocab_size,
+            vocab_size=spec.vocab_size,
         )
     if spec.target_hidden_size != spec.hidden_size and not spec.has_embed:
-        problems.append(
-            f"target_hidden_size {spec.target_hidden_size} != hidden_size {spec.hidden_size} "
-            "and no embed_tokens.weight: the target's embedding has the wrong width for this draft"
+        problem(
+            ProblemCode.EMBED_WIDTH,
+            target_hidden_size=spec.target_hidden_size,
+            hidden_size=spec.hidden_size,
         )
     if spec.format == "speculators" and "norm_before_residual" not in cfg:
-        problems.append(
-            "norm_before_residual missing: vLLM assumes True for speculators configs, "
-            "this tool assumed False; write the value the draft was trained with"
-        )
+        problem(ProblemCode.NORM_BEFORE_RESIDUAL_MISSING)
     return problems
 
 
@@ -883,18 +870,16 @@ def _all_finite(t: torch.Tensor) -> bool:
     return bool(torch.isfinite(lo) & torch.isfinite(hi))
 
 
-def _d2t_problems(d2t: torch.Tensor, spec: DraftSpec) -> list[str]:
+def _d2t_problems(d2t: torch.Tensor, spec: DraftSpec) -> list[CheckpointProblem]:
     """Problems that need d2t's values: target ids out of range, or an identity mapping."""
     import torch
 
     target_ids = d2t + torch.arange(d2t.shape[0], device=d2t.device)
     if bool(((target_ids < 0) | (target_ids >= spec.vocab_size)).any()):
-        return [f"d2t maps draft ids to target ids outside [0, {spec.vocab_size})"]
+        data = {"vocab_size": spec.vocab_size}
+        return [CheckpointProblem(ProblemCode.D2T_OUT_OF_RANGE, data)]
     if spec.draft_vocab_size < spec.vocab_size and not bool(d2t.any()):
-        return [
-            "d2t is all zeros while draft_vocab_size < vocab_size: draft id i maps to target "
-            "id i; write the d2t from training's vocab mapping"
-        ]
+        return [CheckpointProblem(ProblemCode.D2T_ALL_ZERO)]
     return []
 
 

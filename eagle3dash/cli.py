@@ -91,7 +91,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if report.problems:
         print(f"{len(report.problems)} problem(s):")
         for p in report.problems:
-            print(f"  - {p}")
+            print(f"  - {p.text}")
     else:
         print("no problems found")
     return 0

@@ -26,6 +26,7 @@ from eagle3dash.checkpoint import (
     load,
     save,
 )
+from eagle3dash.checkpoint_problems import ProblemCode
 from eagle3dash.spec import DraftSpec, expected_shapes
 from eagle3dash.testing.tensors import random_tensors
 
@@ -253,8 +254,14 @@ def test_nan_and_inf_are_reported_by_load(tmp_path):
     assert inspect(ckpt).problems == []  # inspect reads no data
     _, loaded, report = load(ckpt, dtype=torch.bfloat16)
     assert report.nonfinite == ["fc.weight", "norm.weight"]
-    assert any("fc.weight holds 3 NaN and 0 Inf" in p for p in report.problems)
-    assert any("norm.weight holds 0 NaN and 1 Inf" in p for p in report.problems)
+    assert [(p.code, p.data) for p in report.problems] == [
+        (ProblemCode.NOT_FINITE, {"tensor": "fc.weight", "nan": 3, "inf": 0}),
+        (ProblemCode.NOT_FINITE, {"tensor": "norm.weight", "nan": 0, "inf": 1}),
+    ]
+    assert report.problems[0].text == (
+        "fc.weight holds 3 NaN and 0 Inf values: the checkpoint is broken (training diverged or "
+        "a bad conversion)"
+    )
     assert loaded["fc.weight"].dtype == torch.bfloat16 and loaded["d2t"].dtype == torch.int64
 
 
@@ -267,8 +274,15 @@ def test_unknown_missing_and_mismatched_tensors(tmp_path):
     del disk["midlayer.post_attention_layernorm.weight"], disk["lm_head.weight"]
     disk["midlayer.self_attn.o_proj.weight"] = torch.zeros(32, 16)
     save_file(disk, ckpt / SAFETENSORS)
-    problems = inspect(ckpt).problems
-    assert any(p.startswith("unknown tensor midlayer.extra_proj.weight") for p in problems)
+    found = inspect(ckpt).problems
+    assert {p.code for p in found} == {
+        ProblemCode.UNKNOWN_TENSOR,
+        ProblemCode.MISSING_TENSOR,
+        ProblemCode.LM_HEAD_MISSING,
+        ProblemCode.SHAPE_MISMATCH,
+    }
+    problems = [p.text for p in found]
+    assert "unknown tensor midlayer.extra_proj.weight [3, 3]: SGLang and vLLM would " in problems[0]
     assert any("missing tensor layers.0.post_attention_layernorm.weight" in p for p in problems)
     assert any("lm_head.weight missing" in p and "27908" in p for p in problems)
     assert any(
@@ -281,7 +295,8 @@ def test_draft_vocab_without_d2t(tmp_path):
     spec = replace(tiny_spec("specforge"), has_d2t=False, has_t2d=False)
     ckpt, _ = write(tmp_path, spec)
     [problem] = inspect(ckpt).problems
-    assert "draft_vocab_size 48 < vocab_size 64 but no d2t" in problem
+    assert problem.code is ProblemCode.D2T_MISSING
+    assert "draft_vocab_size 48 < vocab_size 64 but no d2t" in problem.text
 
 
 def test_all_zero_d2t_with_smaller_draft_vocab(tmp_path):
@@ -290,7 +305,7 @@ def test_all_zero_d2t_with_smaller_draft_vocab(tmp_path):
     tensors["d2t"].zero_()
     ckpt = save(spec, tensors, tmp_path, "eagle")
     [problem] = load(ckpt)[2].problems
-    assert "d2t is all zeros" in problem
+    assert problem.code is ProblemCode.D2T_ALL_ZERO and "d2t is all zeros" in problem.text
     # Official EAGLE checkpoints with Vd == V ship an all-zero d2t: the identity, which is right.
     spec = replace(spec, draft_vocab_size=64)
     tensors = random_tensors(spec, with_embed=True, with_d2t=True)
@@ -301,7 +316,8 @@ def test_all_zero_d2t_with_smaller_draft_vocab(tmp_path):
 def test_target_width_without_embedding(tmp_path):
     ckpt, _ = write(tmp_path, tiny_spec("specforge", 48, has_embed=False))
     [problem] = inspect(ckpt).problems
-    assert "target_hidden_size 48 != hidden_size 32 and no embed_tokens.weight" in problem
+    assert problem.code is ProblemCode.EMBED_WIDTH
+    assert "target_hidden_size 48 != hidden_size 32 and no embed_tokens.weight" in problem.text
 
 
 def test_config_problems(tmp_path):
@@ -315,14 +331,18 @@ def test_config_problems(tmp_path):
     edit_config(ckpt, change)
     report = inspect(ckpt)
     assert report.spec.norm_before_residual is False
-    assert any(
-        p.startswith("norm_before_residual missing: vLLM assumes True for speculators")
-        for p in report.problems
-    )
-    assert any("2 aux layer ids [5, 3] but fc.weight takes 3" in p for p in report.problems)
-    assert any("not strictly ascending" in p for p in report.problems)
+    texts = [p.text for p in report.problems]
+    assert [p.code for p in report.problems] == [
+        ProblemCode.AUX_IDS_COUNT,
+        ProblemCode.AUX_IDS_ORDER,
+        ProblemCode.NORM_BEFORE_RESIDUAL_MISSING,
+    ]
+    assert texts[0] == "2 aux layer ids [5, 3] but fc.weight takes 3 aux states"
+    assert texts[2].startswith("norm_before_residual missing: vLLM assumes True for speculators")
+    assert "not strictly ascending" in texts[1]
     edit_config(ckpt, lambda cfg: cfg.update(eagle_config={"use_aux_hidden_state": False}))
-    assert any("use_aux_hidden_state is false" in p for p in inspect(ckpt).problems)
+    codes = [p.code for p in inspect(ckpt).problems]
+    assert ProblemCode.AUX_CAPTURE_OFF in codes
 
 
 def test_fc_width_not_a_multiple(tmp_path):
@@ -331,7 +351,11 @@ def test_fc_width_not_a_multiple(tmp_path):
     edit_config(ckpt, lambda cfg: cfg.update(target_hidden_size=40))
     report = inspect(ckpt)
     assert report.spec.num_aux == 3  # from the ids, since fc is unusable
-    assert any("not a multiple of target_hidden_size 40" in p for p in report.problems)
+    [fc] = [p for p in report.problems if p.code is ProblemCode.FC_WIDTH]
+    assert fc.text == (
+        "fc.weight is [32, 144]: its width 144 is not a multiple of target_hidden_size 40; set "
+        "target_hidden_size right"
+    )
 
 
 # -- fatal errors --------------------------------------------------------------------------------

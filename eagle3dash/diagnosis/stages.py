@@ -514,7 +514,8 @@ def load_standalone_draft(run: _Run) -> None:
     run.draft, loaded = load_draft_reported(run.report.path, run.options.device, dtype, run.embed)
     # What only the tensor data shows (NaN/Inf, d2t): the findings read it from the report.
     run.report.nonfinite = loaded.nonfinite
-    run.report.problems = list(dict.fromkeys(run.report.problems + loaded.problems))
+    known = run.report.problems
+    run.report.problems = [*known, *(p for p in loaded.problems if p not in known)]
 
 
 def capture_target(run: _Run) -> None:

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from eagle3dash.checkpoint_problems import ProblemCode
 from eagle3dash.findings.core import Evidence, Finding
 from eagle3dash.severity import Severity
 from eagle3dash.sglang_rules import EAGLE31_SINCE, NORM_BEFORE_FC_SINCE
@@ -47,7 +48,7 @@ def rule_weights_not_finite(e: Evidence) -> list[Finding]:
             Severity.CRITICAL,
             f"{len(names)} draft tensor{'s hold' if len(names) > 1 else ' holds'} NaN or Inf "
             "values: the checkpoint is broken, and every number measured with it is too.",
-            "; ".join(p for p in e.report.problems if p.startswith(tuple(names))) + ".",
+            "; ".join(p.text for p in e.report.problems if p.code is ProblemCode.NOT_FINITE) + ".",
             "Export the draft again from a checkpoint saved before training diverged (or redo the "
             "conversion that produced it), then run the diagnosis again.",
             {"tensors": list(names)},
@@ -94,7 +95,7 @@ def rule_unknown_tensors(e: Evidence) -> list[Finding]:
     """
     if e.report is None:
         return []
-    unknown = [p for p in e.report.problems if p.startswith("unknown tensor")]
+    unknown = [p.text for p in e.report.problems if p.code is ProblemCode.UNKNOWN_TENSOR]
     if not unknown:
         return []
     shown = "; ".join(unknown[:5]) + (f"; and {len(unknown) - 5} more" if len(unknown) > 5 else "")
@@ -233,7 +234,14 @@ def rule_eagle31_ignored(e: Evidence) -> list[Finding]:
     return out
 
 
-_DEDICATED_PROBLEMS = ("unknown tensor", "lm_head.weight missing")
+# The problems a rule of their own reports: rule_unknown_tensors, rule_lm_head_missing,
+# rule_weights_not_finite, rule_d2t_missing.
+_DEDICATED_PROBLEMS = (
+    ProblemCode.UNKNOWN_TENSOR,
+    ProblemCode.LM_HEAD_MISSING,
+    ProblemCode.NOT_FINITE,
+    ProblemCode.D2T_MISSING,
+)
 
 
 def rule_checkpoint_problems(e: Evidence) -> list[Finding]:
@@ -244,16 +252,7 @@ def rule_checkpoint_problems(e: Evidence) -> list[Finding]:
     """
     if e.report is None:
         return []
-    spec = e.report.spec
-    rest = [
-        p
-        for p in e.report.problems
-        if not p.startswith(_DEDICATED_PROBLEMS)
-        and not p.startswith(tuple(e.report.nonfinite))  # rule_weights_not_finite
-        and not (
-            p.startswith("draft_vocab_size") and "no d2t" in p and not spec.has_d2t
-        )  # rule_d2t_missing
-    ]
+    rest = [p.text for p in e.report.problems if p.code not in _DEDICATED_PROBLEMS]
     if not rest:
         return []
     return [

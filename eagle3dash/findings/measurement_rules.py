@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+from eagle3dash.checkpoint_problems import ProblemCode
 from eagle3dash.findings.core import Evidence, Finding, _fmt, critical_ids
 from eagle3dash.noise import MATERIAL_ACCEPT_LENGTH, MATERIAL_TOP1, noise, relative_noise
 from eagle3dash.severity import Severity
@@ -172,7 +173,8 @@ def rule_measured_below_simulated(e: Evidence) -> list[Finding]:
         ]
         if th:
             checks.append("accept thresholds below 1 (" + ", ".join(th) + ")")
-    unknown = [p for p in e.report.problems if p.startswith("unknown tensor")] if e.report else []
+    problems = e.report.problems if e.report else []
+    unknown = [p for p in problems if p.code is ProblemCode.UNKNOWN_TENSOR]
     checks.append(
         f"{len(unknown)} tensors with unknown names, dropped by the loader"
         if unknown
