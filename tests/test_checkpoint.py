@@ -26,8 +26,9 @@ from eagle3dash.checkpoint import (
     load,
     save,
 )
+from eagle3dash.checkpoint_formats import FORMAT_TABLE, detect_format
 from eagle3dash.checkpoint_problems import ProblemCode
-from eagle3dash.spec import DraftSpec, expected_shapes
+from eagle3dash.spec import FORMATS, DraftSpec, expected_shapes
 from eagle3dash.testing.tensors import random_tensors
 
 ARCH = {
@@ -558,3 +559,44 @@ def test_a_checkpoint_without_fc_or_layers_is_not_a_draft(tmp_path: Path) -> Non
     save_file({"lm_head.weight": head}, str(ckpt / SAFETENSORS))
     with pytest.raises(CheckpointError, match=r"not an EAGLE-3 draft: no fc\.weight"):
         inspect(ckpt)
+
+
+def test_every_format_is_one_row_of_the_format_table():
+    assert sorted(FORMAT_TABLE) == sorted(FORMATS)
+    assert {name: f.architecture for name, f in FORMAT_TABLE.items()} == {
+        "speculators": "Eagle3DraftModel",
+        "export": "LlamaForCausalLMEagle3",
+        "eagle": "LlamaForCausalLM",
+        "specforge": "LlamaForCausalLMEagle3",
+    }
+    # detect: the speculators key beats export's names, which beat eagle's .bin; else SpecForge
+    key, fused, binary = {"speculators_model_type": "eagle3"}, ["model.fc.weight"], [Path("w.bin")]
+    assert detect_format(key, fused, binary).name == "speculators"
+    assert detect_format({}, fused, binary).name == "export"
+    assert detect_format({}, ["fc.weight"], binary).name == "eagle"
+    assert detect_format({}, ["fc.weight"], [Path("model.safetensors")]).name == "specforge"
+    # write: each row's names on disk
+    q, k, v = torch.zeros(4, 2), torch.ones(2, 2), torch.full((2, 2), 2.0)
+    canonical = {
+        "layers.0.self_attn.q_proj.weight": q,
+        "layers.0.self_attn.k_proj.weight": k,
+        "layers.0.self_attn.v_proj.weight": v,
+        "lm_head.weight": torch.zeros(3, 2),
+    }
+    exported = FORMAT_TABLE["export"].to_disk(canonical)
+    assert sorted(exported) == ["lm_head.weight", "model.layers.0.self_attn.qkv_proj.weight"]
+    assert exported["model.layers.0.self_attn.qkv_proj.weight"].shape == (8, 2)  # 4 + 2 + 2 rows
+    assert exported["model.layers.0.self_attn.qkv_proj.weight"][6:].eq(2.0).all()  # v last
+    assert sorted(FORMAT_TABLE["specforge"].to_disk(canonical))[0] == "lm_head.weight"
+    assert "midlayer.self_attn.q_proj.weight" in FORMAT_TABLE["eagle"].to_disk(canonical)
+    assert FORMAT_TABLE["speculators"].to_disk(canonical).keys() == canonical.keys()
+    # a row that cannot hold an option refuses it rather than drop it
+    with pytest.raises(ValueError, match="speculators configs cannot express norm_before_lm_head"):
+        save(
+            replace(tiny_spec("speculators"), norm_before_lm_head=False),
+            {},
+            Path("unused"),
+            "speculators",
+        )
+    with pytest.raises(ValueError, match="1 for the eagle format"):
+        save(tiny_spec("eagle"), {}, Path("unused"), "eagle", shards=2)
