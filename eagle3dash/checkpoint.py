@@ -1,11 +1,7 @@
 """Read and write EAGLE-3 draft checkpoints in every format, onto one DraftSpec and one naming.
 
-Formats (`DraftSpec.format`):
-- speculators: `speculators_model_type` in config.json, dims nested in `transformer_layer_config`,
-  tensors named `layers.0.*`.
-- specforge: flat Llama-style config (`LlamaForCausalLMEagle3`), `midlayer.*` in safetensors.
-- eagle: SafeAILab EAGLE-3, flat config and `pytorch_model.bin` with `midlayer.*`.
-- export: SGLang/vLLM internal names, `model.` prefix and fused `qkv_proj` / `gate_up_proj`.
+The formats (`DraftSpec.format`: speculators, specforge, eagle, export) are the rows of
+`checkpoint_formats.FORMAT_TABLE`: how each is recognised, read and written.
 
 `inspect` reads config.json and the safetensors headers only, never tensor data, and imports no
 torch for safetensors checkpoints. `load` reads the tensors. `save` writes any format (tests, demo,
@@ -22,8 +18,10 @@ import re
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
+from eagle3dash.checkpoint_formats import FORMAT_TABLE, CheckpointFormat, detect_format
+from eagle3dash.checkpoint_problems import CheckpointProblem, ProblemCode
 from eagle3dash.errors import InputError
 from eagle3dash.provenance import (
     Provenance,
@@ -33,7 +31,7 @@ from eagle3dash.provenance import (
     materialize,
     read_run_folder,
 )
-from eagle3dash.spec import FORMATS, OPTIONAL_TENSORS, OTHER_ID_KEYS, DraftSpec, expected_shapes
+from eagle3dash.spec import OPTIONAL_TENSORS, OTHER_ID_KEYS, DraftSpec, expected_shapes
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -62,15 +60,8 @@ _ST_DTYPES = {
 }
 _FLOAT_DTYPES = {"float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2"}
 _MAX_HEADER = 100 * 1024 * 1024  # the safetensors library refuses larger headers too
-_DEFAULT_ARCH = {
-    "speculators": "Eagle3DraftModel",
-    "specforge": "LlamaForCausalLMEagle3",
-    "eagle": "LlamaForCausalLM",
-    "export": "LlamaForCausalLMEagle3",
-}
 _AUX_NORMS = {"low": 0, "mid": 1, "high": 2}  # legacy TorchSpec/SGLang names of fc_norm.{i}
 _WRITER_KEYS = ("dtype", "torch_dtype", "rope_parameters", "rope_scaling")  # transformers 4 vs 5
-_UNFUSED_NAMES = ("lm_head.weight", "d2t", "t2d")  # export: names that get no `model.` prefix
 
 
 class CheckpointError(InputError):
@@ -126,7 +117,7 @@ class InspectReport:
     tensors: dict[str, tuple[list[int], str]]  # canonical name -> (shape, dtype)
     raw_names: dict[str, str]  # canonical name -> name on disk
     param_count: int  # elements of the floating-point tensors
-    problems: list[str] = field(default_factory=list)
+    problems: list[CheckpointProblem] = field(default_factory=list)
     nonfinite: list[str] = field(default_factory=list)  # filled only by `load`
     provenance: Provenance | None = None  # when a trainer's run folder was given
 
@@ -139,7 +130,7 @@ class InspectReport:
             heads=self.spec.num_heads,
             kv_heads=self.spec.num_kv_heads,
             param_count=self.param_count,
-            problems=self.problems,
+            problems=[p.text for p in self.problems],
             nonfinite=self.nonfinite,
             tensors={n: {"shape": s, "dtype": t} for n, (s, t) in self.tensors.items()},
             provenance=None if self.provenance is None else self.provenance.to_dict(),
@@ -223,8 +214,9 @@ def load(
                 nan, inf = int(torch.isnan(t).sum()), int(torch.isinf(t).sum())
                 report.nonfinite.append(name)
                 report.problems.append(
-                    f"{name} holds {nan} NaN and {inf} Inf values: "
-                    "the checkpoint is broken (training diverged or a bad conversion)"
+                    CheckpointProblem(
+                        ProblemCode.NOT_FINITE, {"tensor": name, "nan": nan, "inf": inf}
+                    )
                 )
             if dtype is not None:
                 t = t.to(dtype)
@@ -248,20 +240,23 @@ def save(
     """Write canonical tensors as a checkpoint of `format` (config.json + weights) into out_dir."""
     import torch
 
-    if format not in FORMATS:
-        raise ValueError(f"unknown format {format!r}; use one of {', '.join(FORMATS)}")
-    if shards < 1 or (format == "eagle" and shards != 1):
-        raise ValueError(f"shards={shards}: use 1 or more, and 1 for the eagle format")
-    _check_expressible(spec, format)
+    if format not in FORMAT_TABLE:
+        raise ValueError(f"unknown format {format!r}; use one of {', '.join(FORMAT_TABLE)}")
+    form = FORMAT_TABLE[format]
+    if shards < 1 or (form.single_bin and shards != 1):
+        raise ValueError(f"shards={shards}: use 1 or more, and 1 for the {format} format")
+    unexpressed = form.config.cannot_express(spec)
+    if unexpressed is not None:  # refused rather than dropped
+        raise ValueError(f"{format} configs cannot express {unexpressed}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    disk = _disk_tensors(tensors, format)
-    if format == "eagle":
+    disk = form.to_disk(tensors)
+    if form.single_bin:
         _write_atomically(out / BIN, lambda tmp: torch.save(disk, tmp))
         written = [BIN]
     else:
         written = _write_safetensors(disk, out, shards)
-    config = _speculators_config(spec) if format == "speculators" else _flat_config(spec, format)
+    config = form.config.write(spec, form.architectures(spec))
     (out / CONFIG).write_text(json.dumps(config, indent=2) + "\n")
     for f in out.iterdir():  # weights of an earlier save would shadow or mix with the new ones
         stale = f.name in (SAFETENSORS, INDEX, BIN) or re.fullmatch(
@@ -299,10 +294,14 @@ def _inspect(path: str | Path) -> tuple[InspectReport, dict[str, _Raw], dict[str
         raise CheckpointError(f"{directory}: {refusal}")
     files = _weight_files(directory, Path(path).expanduser().absolute())
     raw = _read_raw(files)
-    fmt = _detect_format(cfg, raw, files)
-    layer_cfg = _layer_config(cfg, fmt, config_path)
-    where = "transformer_layer_config" if fmt == "speculators" else "config"
-    dims = _dims(layer_cfg, config_path, where)
+    form = detect_format(cfg, raw, files)
+    layer_cfg = form.config.layer_config(cfg)
+    if layer_cfg is None:
+        raise CheckpointError(
+            f"{config_path}: {form.name} config without a {form.config.where} object; "
+            f"re-save it with {form.name}"
+        )
+    dims = _dims(layer_cfg, config_path, form.config.where)
     _check_types(cfg, layer_cfg, config_path)
     q_out, kv_out = dims["num_heads"] * dims["head_dim"], dims["num_kv_heads"] * dims["head_dim"]
     sources, problems = _sources(raw, q_out, kv_out)
@@ -311,7 +310,7 @@ def _inspect(path: str | Path) -> tuple[InspectReport, dict[str, _Raw], dict[str
     }
     _refuse_non_draft(directory, tensors)
     dropped = [n for n in raw if _canonical_name(n) is None]
-    spec = _build_spec(cfg, layer_cfg, fmt, dims, tensors, dropped)
+    spec = _build_spec(cfg, layer_cfg, form, dims, tensors, dropped)
     problems += _problems(spec, cfg, tensors, sources)
     floats = [s for s, dtype in tensors.values() if dtype in _FLOAT_DTYPES]
     report = InspectReport(
@@ -493,30 +492,6 @@ def _bin_header(path: Path) -> dict[str, tuple[list[int], str]]:
     }
 
 
-def _detect_format(cfg: dict, raw: dict[str, _Raw], files: list[Path]) -> str:
-    """speculators by its config key; among flat configs, export by its names, eagle by .bin."""
-    if "speculators_model_type" in cfg:
-        return "speculators"
-    if any(n.startswith("model.") or "qkv_proj" in n or "gate_up_proj" in n for n in raw):
-        return "export"
-    if any(f.suffix == ".bin" for f in files):
-        return "eagle"
-    return "specforge"
-
-
-def _layer_config(cfg: dict, fmt: str, config_path: Path) -> dict:
-    """The dict holding the decoder dims: nested for speculators, the config itself otherwise."""
-    if fmt != "speculators":
-        return cfg
-    layer_cfg = cfg.get("transformer_layer_config")
-    if not isinstance(layer_cfg, dict):
-        raise CheckpointError(
-            f"{config_path}: speculators config without a transformer_layer_config object; "
-            "re-save it with speculators"
-        )
-    return layer_cfg
-
-
 # Sanity caps for config dims: far above any real draft (Kimi: hidden 7168, vocab 163840), far
 # below what would make a headers-only inspect allocate gigabytes for a typo.
 DIM_CAPS = {
@@ -631,14 +606,17 @@ def _canonical_name(raw: str) -> str | None:
     return "d2t" if name == "draft_id_to_target_id" else name  # vLLM's buffer name
 
 
-def _sources(raw: dict[str, _Raw], q_out: int, kv_out: int) -> tuple[dict[str, _Source], list[str]]:
+def _sources(
+    raw: dict[str, _Raw], q_out: int, kv_out: int
+) -> tuple[dict[str, _Source], list[CheckpointProblem]]:
     """Canonical name -> source for every kept tensor, splitting fused qkv and gate_up rows."""
     sources: dict[str, _Source] = {}
-    problems: list[str] = []
+    problems: list[CheckpointProblem] = []
 
     def add(name: str, src: _Source) -> None:
         if name in sources:
-            problems.append(f"{src.raw} and {sources[name].raw} both map to {name}; one is ignored")
+            data = {"tensor": src.raw, "other": sources[name].raw, "name": name}
+            problems.append(CheckpointProblem(ProblemCode.DUPLICATE_TENSOR, data))
         sources[name] = src
 
     for raw_name, info in raw.items():
@@ -648,17 +626,16 @@ def _sources(raw: dict[str, _Raw], q_out: int, kv_out: int) -> tuple[dict[str, _
         rows = info.shape[0] if info.shape else 0
         if re.search(r"self_attn\.qkv_proj\.(weight|bias)$", name):
             if rows != q_out + 2 * kv_out:
-                problems.append(
-                    f"shape mismatch: {raw_name} has {rows} rows, config implies "
-                    f"{q_out}+{kv_out}+{kv_out} (q, k, v)"
-                )
+                data = {"tensor": raw_name, "rows": rows, "q": q_out, "kv": kv_out}
+                problems.append(CheckpointProblem(ProblemCode.QKV_ROWS, data))
                 continue
             spans = (("q_proj", 0, q_out), ("k_proj", q_out, q_out + kv_out))
             for part, start, stop in (*spans, ("v_proj", q_out + kv_out, rows)):
                 add(name.replace("qkv_proj", part), _Source(raw_name, (start, stop)))
         elif re.search(r"mlp\.gate_up_proj\.weight$", name):
             if rows % 2:
-                problems.append(f"shape mismatch: {raw_name} has an odd row count {rows}")
+                data = {"tensor": raw_name, "rows": rows}
+                problems.append(CheckpointProblem(ProblemCode.GATE_UP_ROWS, data))
                 continue
             add(name.replace("gate_up_proj", "gate_proj"), _Source(raw_name, (0, rows // 2)))
             add(name.replace("gate_up_proj", "up_proj"), _Source(raw_name, (rows // 2, rows)))
@@ -716,7 +693,7 @@ def _other_id_keys(cfg: dict) -> tuple[tuple[str, tuple[int, ...]], ...]:
 def _build_spec(
     cfg: dict,
     layer_cfg: dict,
-    fmt: str,
+    form: CheckpointFormat,
     dims: dict,
     tensors: dict[str, tuple[list[int], str]],
     dropped: list[str],
@@ -732,12 +709,7 @@ def _build_spec(
     theta, scaling = _rope(layer_cfg)
     sliding = "sliding_attention" in (layer_cfg.get("layer_types") or [])
     norm_output = cfg.get("norm_output")
-    if fmt == "speculators":
-        # speculators/vLLM `norm_output`: feed the post-norm state back to the next step.
-        feedback_post_norm, norm_before_lm_head = bool(norm_output), True
-    else:
-        # SpecForge `norm_output` (default True): final norm before lm_head; feedback is pre-norm.
-        feedback_post_norm, norm_before_lm_head = False, norm_output is not False
+    feedback_post_norm, norm_before_lm_head = form.config.norm_flags(norm_output)
     float_sizes: dict[str, int] = {}
     for shape, dtype in tensors.values():
         if dtype in _FLOAT_DTYPES:
@@ -758,7 +730,7 @@ def _build_spec(
     if "speculative_tokens" in proposals[0]:
         extra["speculative_tokens"] = proposals[0]["speculative_tokens"]
     return DraftSpec(
-        format=fmt,
+        format=form.name,
         **dims,
         target_hidden_size=ht,
         draft_vocab_size=cfg.get("draft_vocab_size") or dims["vocab_size"],
@@ -770,7 +742,7 @@ def _build_spec(
         max_position_embeddings=layer_cfg.get("max_position_embeddings") or 2048,
         sliding_window=layer_cfg.get("sliding_window") if sliding else None,
         attention_bias=bool(layer_cfg.get("attention_bias", False)),
-        qk_norm=fmt == "speculators" and layer_cfg.get("model_type") == "qwen3",
+        qk_norm=form.config.qk_norm(layer_cfg),
         aux_layer_ids=ids,
         aux_ids_location=location,
         use_aux_hidden_state=use_aux,
@@ -802,44 +774,44 @@ def _problems(
     cfg: dict,
     tensors: dict[str, tuple[list[int], str]],
     sources: dict[str, _Source],
-) -> list[str]:
-    """One line per thing a server would get wrong or silently ignore in this checkpoint."""
+) -> list[CheckpointProblem]:
+    """Each thing a server would get wrong or silently ignore in this checkpoint."""
     problems = []
+
+    def problem(code: ProblemCode, **data: Any) -> None:
+        problems.append(CheckpointProblem(code, data))
+
     expected = expected_shapes(spec)
     on_disk = {c: s.raw for c, s in sources.items()}
     for name, (shape, dtype) in tensors.items():
         if name not in expected:
-            problems.append(
-                f"unknown tensor {on_disk[name]} {shape}: SGLang and vLLM would silently drop it"
-            )
+            problem(ProblemCode.UNKNOWN_TENSOR, tensor=on_disk[name], shape=list(shape))
         elif name == "fc.weight" and len(shape) == 2 and shape[1] % spec.target_hidden_size:
-            problems.append(
-                f"fc.weight is {shape}: its width {shape[1]} is not a multiple of "
-                f"target_hidden_size {spec.target_hidden_size}; set target_hidden_size right"
+            width, target_width = shape[1], spec.target_hidden_size
+            problem(
+                ProblemCode.FC_WIDTH,
+                shape=list(shape),
+                width=width,
+                target_hidden_size=target_width,
             )
         elif tuple(shape) != expected[name]:
-            problems.append(
-                f"shape mismatch: {on_disk[name]} is {shape}, config implies {list(expected[name])}"
+            problem(
+                ProblemCode.SHAPE_MISMATCH,
+                tensor=on_disk[name],
+                shape=list(shape),
+                expected=list(expected[name]),
             )
         elif name == "d2t" and dtype not in ("int64", "int32"):
-            problems.append(f"d2t has dtype {dtype}; servers expect int64 offsets")
+            problem(ProblemCode.D2T_DTYPE, dtype=dtype)
     required = [n for n in expected if n not in OPTIONAL_TENSORS and n != "lm_head.weight"]
     for name in required:
         if name not in tensors:
-            problems.append(
-                f"missing tensor {name} {list(expected[name])}: "
-                "a server would fail to load or leave it at random init"
-            )
+            problem(ProblemCode.MISSING_TENSOR, tensor=name, expected=list(expected[name]))
     if "lm_head.weight" not in tensors:
-        problems.append(
-            "lm_head.weight missing: SGLang leaves the draft head at random init when "
-            "draft_vocab_size is set (accept length 1.0, sglang#27908)"
-        )
+        problem(ProblemCode.LM_HEAD_MISSING)
     ids = spec.aux_layer_ids
     if ids is not None and len(ids) != spec.num_aux:
-        problems.append(
-            f"{len(ids)} aux layer ids {list(ids)} but fc.weight takes {spec.num_aux} aux states"
-        )
+        problem(ProblemCode.AUX_IDS_COUNT, count=len(ids), ids=list(ids), num_aux=spec.num_aux)
     top = spec.dual_top_level_ids
     # SGLang 0.5.23 captures the nested list (model_executor/model_runner_components/
     # spec_aux_hidden_state.py reads eagle_config["eagle_aux_hidden_state_layer_ids"]); vLLM
@@ -847,51 +819,33 @@ def _problems(
     # `_get_eagle3_aux_layers_from_config`). A dual-key config names the same taps in each
     # engine's numbering: SGLang's id i (output of layer i) is vLLM's i + 1 (input of layer i + 1).
     if ids is not None and top is not None and list(top) not in (list(ids), [i + 1 for i in ids]):
-        problems.append(
-            f"two different aux layer id lists: eagle_config.eagle_aux_hidden_state_layer_ids "
-            f"{list(ids)} (what SGLang captures) and top-level eagle_aux_hidden_state_layer_ids "
-            f"{list(top)} (what vLLM reads first), so the two engines feed this draft different "
-            "layers: keep one list, or write the top-level one as the nested ids + 1"
-        )
+        problem(ProblemCode.AUX_IDS_TWO_LISTS, ids=list(ids), top=list(top))
     if ids is not None and list(ids) != sorted(set(ids)):
-        problems.append(
-            f"aux layer ids {list(ids)} are not strictly ascending: servers capture in layer "
-            "order, so fc slots would receive the states in a different order than the ids say"
-        )
+        problem(ProblemCode.AUX_IDS_ORDER, ids=list(ids))
     # SpecForge 0.2.0 algorithms/model_providers.py resolve_eagle_capture_layers: exactly three
     # ints; training/capture_contract.py: unique. A negative id is no problem here: it is the
     # serving edit SGLang 0.5.22+ reads as the embedding output for Llama (the layout fix
     # writes it).
     specforge_ids_ok = ids is None or (len(ids) == 3 and len(set(ids)) == 3)
-    if spec.format in ("specforge", "export") and not specforge_ids_ok:
+    form = FORMAT_TABLE[spec.format]
+    if form.trained_on_three_ids and not specforge_ids_ok:
         assert ids is not None
-        problems.append(
-            f"aux layer ids {list(ids)}: SpecForge trains only on exactly three distinct ids, "
-            "so this config was not the one training used; write the three ids of the run "
-            "(its training_state.pt capture layers)"
-        )
+        problem(ProblemCode.SPECFORGE_IDS, ids=list(ids))
     if not spec.use_aux_hidden_state:
-        problems.append(
-            "eagle_config.use_aux_hidden_state is false: servers then skip aux capture and the "
-            "fc layer (accept length ~1); set it true for an EAGLE-3 draft"
-        )
+        problem(ProblemCode.AUX_CAPTURE_OFF)
     if spec.draft_vocab_size < spec.vocab_size and not spec.has_d2t:
-        problems.append(
-            f"draft_vocab_size {spec.draft_vocab_size} < vocab_size {spec.vocab_size} but no d2t: "
-            f"SGLang and vLLM would map draft id i to target id i (the first "
-            f"{spec.draft_vocab_size} target ids); add the d2t from training's vocab mapping"
+        problem(
+            ProblemCode.D2T_MISSING,
+            draft_vocab_size=spec.draft_vocab_size,
+            vocab_size=spec.vocab_size,
         )
     if spec.target_hidden_size != spec.hidden_size and not spec.has_embed:
-        problems.append(
-            f"target_hidden_size {spec.target_hidden_size} != hidden_size {spec.hidden_size} "
-            "and no embed_tokens.weight: the target's embedding has the wrong width for this draft"
+        problem(
+            ProblemCode.EMBED_WIDTH,
+            target_hidden_size=spec.target_hidden_size,
+            hidden_size=spec.hidden_size,
         )
-    if spec.format == "speculators" and "norm_before_residual" not in cfg:
-        problems.append(
-            "norm_before_residual missing: vLLM assumes True for speculators configs, "
-            "this tool assumed False; write the value the draft was trained with"
-        )
-    return problems
+    return problems + form.config.problems(spec, cfg)
 
 
 def _all_finite(t: torch.Tensor) -> bool:
@@ -906,18 +860,16 @@ def _all_finite(t: torch.Tensor) -> bool:
     return bool(torch.isfinite(lo) & torch.isfinite(hi))
 
 
-def _d2t_problems(d2t: torch.Tensor, spec: DraftSpec) -> list[str]:
+def _d2t_problems(d2t: torch.Tensor, spec: DraftSpec) -> list[CheckpointProblem]:
     """Problems that need d2t's values: target ids out of range, or an identity mapping."""
     import torch
 
     target_ids = d2t + torch.arange(d2t.shape[0], device=d2t.device)
     if bool(((target_ids < 0) | (target_ids >= spec.vocab_size)).any()):
-        return [f"d2t maps draft ids to target ids outside [0, {spec.vocab_size})"]
+        data = {"vocab_size": spec.vocab_size}
+        return [CheckpointProblem(ProblemCode.D2T_OUT_OF_RANGE, data)]
     if spec.draft_vocab_size < spec.vocab_size and not bool(d2t.any()):
-        return [
-            "d2t is all zeros while draft_vocab_size < vocab_size: draft id i maps to target "
-            "id i; write the d2t from training's vocab mapping"
-        ]
+        return [CheckpointProblem(ProblemCode.D2T_ALL_ZERO)]
     return []
 
 
@@ -940,123 +892,6 @@ def _read_tensors(raw: dict[str, _Raw], names: set[str]) -> dict[str, torch.Tens
 
 # ---------------------------------------------------------------------------------------------
 # Save
-
-
-def _check_expressible(spec: DraftSpec, fmt: str) -> None:
-    """Refuse options the target format's config has no key for, rather than drop them."""
-    if fmt == "speculators" and not spec.norm_before_lm_head:
-        raise ValueError("speculators configs cannot express norm_before_lm_head=False")
-    if fmt != "speculators" and (spec.feedback_post_norm or spec.qk_norm):
-        raise ValueError(f"{fmt} configs cannot express feedback_post_norm or qk_norm")
-
-
-def _layer_fields(spec: DraftSpec) -> dict:
-    """Llama decoder keys, shared by flat configs and speculators' transformer_layer_config."""
-    d = {
-        "hidden_size": spec.hidden_size,
-        "intermediate_size": spec.intermediate_size,
-        "num_attention_heads": spec.num_heads,
-        "num_key_value_heads": spec.num_kv_heads,
-        "head_dim": spec.head_dim,
-        "num_hidden_layers": spec.num_layers,
-        "vocab_size": spec.vocab_size,
-        "rms_norm_eps": spec.rms_norm_eps,
-        "hidden_act": spec.hidden_act,
-        "max_position_embeddings": spec.max_position_embeddings,
-        "rope_theta": spec.rope_theta,
-        "rope_scaling": spec.rope_scaling,
-        "attention_bias": spec.attention_bias,
-    }
-    if spec.sliding_window is not None:
-        d["sliding_window"] = spec.sliding_window
-        d["layer_types"] = ["sliding_attention"] * spec.num_layers
-    return d
-
-
-def _put_aux_ids(cfg: dict, spec: DraftSpec) -> None:
-    """Write the aux layer ids where the spec says they were (nested, top level, or nowhere)."""
-    if spec.aux_ids_location == "eagle_config" or not spec.use_aux_hidden_state:
-        nested: dict = {"use_aux_hidden_state": spec.use_aux_hidden_state}
-        if spec.aux_ids_location == "eagle_config":
-            nested["eagle_aux_hidden_state_layer_ids"] = list(spec.aux_layer_ids or ())
-        cfg["eagle_config"] = nested
-    if spec.aux_ids_location == "top-level":
-        cfg["eagle_aux_hidden_state_layer_ids"] = list(spec.aux_layer_ids or ())
-    elif spec.dual_top_level_ids is not None:
-        cfg["eagle_aux_hidden_state_layer_ids"] = list(spec.dual_top_level_ids)
-
-
-def _architectures(spec: DraftSpec, fmt: str) -> list[str]:
-    """The spec's own architectures when saving in its own format, else the format's usual one."""
-    if spec.format == fmt and spec.architectures:
-        return list(spec.architectures)
-    return [_DEFAULT_ARCH[fmt]]
-
-
-def _flat_config(spec: DraftSpec, fmt: str) -> dict:
-    """A flat Llama-style config (SpecForge, EAGLE, exports); norm_output in SpecForge's meaning."""
-    cfg = {"architectures": _architectures(spec, fmt), "model_type": "llama", **_layer_fields(spec)}
-    cfg.update(draft_vocab_size=spec.draft_vocab_size, tie_word_embeddings=False)
-    cfg["torch_dtype"] = spec.dtype
-    if spec.target_hidden_size != spec.hidden_size:
-        cfg["target_hidden_size"] = spec.target_hidden_size
-    for key in ("norm_before_residual", "norm_before_fc", "fc_norm"):
-        if getattr(spec, key):
-            cfg[key] = True
-    if spec.norm_output_key is not None or not spec.norm_before_lm_head:
-        cfg["norm_output"] = spec.norm_before_lm_head
-    _put_aux_ids(cfg, spec)
-    return cfg
-
-
-def _speculators_config(spec: DraftSpec) -> dict:
-    """A speculators config: flags at the top, decoder dims in transformer_layer_config."""
-    cfg = {
-        "architectures": _architectures(spec, "speculators"),
-        "speculators_model_type": "eagle3",
-        "draft_vocab_size": spec.draft_vocab_size,
-        "target_hidden_size": None
-        if spec.target_hidden_size == spec.hidden_size
-        else spec.target_hidden_size,
-        "norm_before_residual": spec.norm_before_residual,
-        "norm_before_fc": spec.norm_before_fc,
-        "fc_norm": spec.fc_norm,
-    }
-    if spec.norm_output_key is not None or spec.feedback_post_norm:
-        cfg["norm_output"] = spec.feedback_post_norm
-    _put_aux_ids(cfg, spec)
-    cfg["speculators_config"] = {
-        "algorithm": "eagle3",
-        "default_proposal_method": "greedy",
-        "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3}],
-        "verifier": {"name_or_path": spec.verifier, "architectures": []},
-    }
-    model_type = "qwen3" if spec.qk_norm else "llama"
-    cfg["transformer_layer_config"] = {"model_type": model_type, **_layer_fields(spec)}
-    cfg["torch_dtype"] = spec.dtype
-    return cfg
-
-
-def _disk_tensors(tensors: dict[str, torch.Tensor], fmt: str) -> dict[str, torch.Tensor]:
-    """Canonical tensors renamed (and for export fused) the way `fmt` stores them."""
-    if fmt == "speculators":
-        return dict(tensors)
-    if fmt in ("specforge", "eagle"):
-        return {re.sub(r"^layers\.0\.", "midlayer.", n): t for n, t in tensors.items()}
-    import torch
-
-    out = {}
-    for name, t in tensors.items():
-        if re.search(r"(self_attn\.[kv]_proj|mlp\.up_proj)\.", name):
-            continue  # fused into qkv_proj / gate_up_proj below
-        if re.search(r"self_attn\.q_proj\.", name):
-            parts = [tensors[name.replace("q_proj", p)] for p in ("q_proj", "k_proj", "v_proj")]
-            name, t = name.replace("q_proj", "qkv_proj"), torch.cat(parts)
-        elif re.search(r"mlp\.gate_proj\.", name):
-            parts = [t, tensors[name.replace("gate_proj", "up_proj")]]
-            name, t = name.replace("gate_proj", "gate_up_proj"), torch.cat(parts)
-        out[name if name in _UNFUSED_NAMES else "model." + name] = t
-    return out
 
 
 def _write_atomically(path: Path, write: Callable[[Path], object]) -> None:

@@ -19,9 +19,9 @@ from eagle3dash.diagnosis.options import EXCLUSIVE, SCHEMA, DiagnoseOptions, Kin
 from eagle3dash.engine_rules import ENGINES, ServingEngine
 from eagle3dash.errors import InputError
 from eagle3dash.layout import Tap, bracketed, format_layout, parse_layout
-from eagle3dash.sglang_rules import DEFAULT_SGLANG_VERSION
+from eagle3dash.sglang_rules import DEFAULT_SGLANG_VERSION, target_arch
 from eagle3dash.text import one_line, printable, shortened
-from eagle3dash.trainers import SPECFORGE_SGLANG_VERSION, TRAINERS, training_readings
+from eagle3dash.trainers import training_readings
 from eagle3dash.vllm_rules import DEFAULT_RUNNER, DEFAULT_VLLM_VERSION, RUNNER_ENV, RUNNERS
 
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if report.problems:
         print(f"{len(report.problems)} problem(s):")
         for p in report.problems:
-            print(f"  - {p}")
+            print(f"  - {p.text}")
     else:
         print("no problems found")
     return 0
@@ -145,14 +145,14 @@ def cmd_layout(args: argparse.Namespace) -> int:
             args.target_layers,
             trainer=args.trainer,
             sglang_version=args.sglang_version,
-            arch=args.arch,
+            arch=target_arch(args.arch),
             cuda_graph=not args.no_cuda_graph,
             training_override=override,
             training_sglang_version=args.training_sglang_version,
             engine=engine,
         )
         readings = training_readings(
-            spec, args.target_layers, args.arch, args.training_sglang_version
+            spec, args.target_layers, target_arch(args.arch), args.training_sglang_version
         )
     except ValueError as e:
         raise UsageError(str(e)) from e
@@ -210,7 +210,11 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     training = parse_layout(args.training_layout) if args.training_layout else None
     try:
         matrix = serving_matrix(
-            spec, args.target_layers, args.arch, trainer=args.trainer, training=training
+            spec,
+            args.target_layers,
+            target_arch(args.arch),
+            trainer=args.trainer,
+            training=training,
         )
     except ValueError as e:
         raise UsageError(str(e)) from e
@@ -556,7 +560,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
         sides=sides or None,
         num_layers=args.target_layers,
         sglang_version=args.sglang_version,
-        arch=args.arch,
+        arch=target_arch(args.arch),
         device=args.device,
         progress=None if args.json else _progress_bar,
     )
@@ -694,6 +698,22 @@ def _add_diagnose_options(parser: argparse.ArgumentParser) -> None:
         where.add_argument(option.flag, required=option.required, help=option.describe())
 
 
+def _add_schema_flags(
+    parser: argparse.ArgumentParser, *names: str, required: tuple[str, ...] = ()
+) -> None:
+    """Flags for these options of the diagnosis schema (its help, choices and default); `main`
+    reads their values through the schema, as `diagnose` does."""
+    for name in names:
+        option = SCHEMA[name]
+        parser.add_argument(
+            option.flag,
+            dest=name,
+            required=option.required or name in required,
+            help=option.describe(),
+        )
+    parser.set_defaults(schema_flags=(parser.get_default("schema_flags") or ()) + names)
+
+
 def cmd_double(args: argparse.Namespace) -> int:
     """Serve the SGLang API double (tests and the demo) until stopped."""
     from eagle3dash.testing.sglang_double import main as double_main
@@ -719,18 +739,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_inspect)
 
     p = sub.add_parser("layout", help="training vs serving layer layout of a draft")
-    p.add_argument("--draft", required=True, help="draft checkpoint path")
-    p.add_argument("--target-layers", type=int, required=True, help="target decoder layers N")
-    p.add_argument("--trainer", help="the training framework: " + ", ".join(TRAINERS))
-    p.add_argument(
-        "--training-sglang-version",
-        help=f"the SGLang SpecForge 0.2+ trained through (default {SPECFORGE_SGLANG_VERSION})",
-    )
-    p.add_argument("--training-layout", help="taps the training data really used, e.g. 0,3,31")
+    _add_schema_flags(p, "draft", "target_layers", required=("target_layers",))
+    _add_schema_flags(p, "trainer", "training_sglang_version", "training_layout")
     p.add_argument(
         "--sglang-version", default=DEFAULT_SGLANG_VERSION, help="serving SGLang version"
     )
-    p.add_argument("--arch", default="llama", help="target architecture, e.g. llama, kimi")
+    _add_schema_flags(p, "arch")
     p.add_argument("--no-cuda-graph", action="store_true", help="server runs without CUDA graphs")
     p.add_argument(
         "--engine", choices=ENGINES, default="sglang", help="the serving engine (default sglang)"
@@ -750,16 +764,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "matrix", help="where a draft can be served: SGLang and vLLM releases x the taps fed"
     )
-    p.add_argument("--draft", required=True, help="draft checkpoint path")
-    p.add_argument("--target-layers", type=int, required=True, help="target decoder layers N")
-    p.add_argument("--arch", default="llama", help="target architecture, e.g. llama, kimi")
-    p.add_argument("--trainer", help="the training framework: " + ", ".join(TRAINERS))
-    p.add_argument("--training-layout", help="taps the training data really used, e.g. 2,12,22")
+    _add_schema_flags(p, "draft", "target_layers", "arch", required=("target_layers",))
+    _add_schema_flags(p, "trainer", "training_layout")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_matrix)
 
     p = sub.add_parser("eval", help="standalone draft accuracy over a capture")
-    p.add_argument("--draft", required=True, help="draft checkpoint path")
+    _add_schema_flags(p, "draft")
     p.add_argument("--capture", required=True, help="capture dir, SpecForge or speculators dump")
     p.add_argument(
         "--layout",
@@ -767,15 +778,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="taps fed to the fc slots, e.g. 0,3,31 (for a training dump, which records no ids: "
         "the taps it was made with)",
     )
-    p.add_argument("--steps", type=int, default=5, help="chain draft steps S")
-    p.add_argument("--target-layers", type=int, help="target depth N (for training dumps)")
+    _add_schema_flags(p, "steps", "target_layers")
     p.add_argument(
         "--target",
         help="a local copy of the target: only its embedding is read, for drafts without "
         "embed_tokens (serving gives them the target's)",
     )
-    p.add_argument("--device", default="cpu", help="cpu or cuda")
-    p.add_argument("--dtype", default="float32", help="float32 or bfloat16")
+    _add_schema_flags(p, "device", "dtype")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_eval)
 
@@ -803,7 +812,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_diagnose)
 
     p = sub.add_parser("detect", help="which taps a draft performs best with (layout sweep)")
-    p.add_argument("--draft", required=True, help="draft checkpoint path")
+    _add_schema_flags(p, "draft")
     p.add_argument("--capture", help="a capture holding every tap (eagle3dash format)")
     p.add_argument("--target", help="local Hugging Face target: capture every tap once")
     p.add_argument("--prompts", help="JSONL of input_ids for --target (default: demo prompts)")
@@ -815,13 +824,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         help="NAME=PATH[@LAYOUT]: a training dump or serving capture to match slot by slot",
     )
-    p.add_argument("--target-layers", type=int, help="target depth N (else from the capture)")
+    _add_schema_flags(p, "target_layers")
     p.add_argument(
         "--sglang-version", default=DEFAULT_SGLANG_VERSION, help="serving SGLang version"
     )
-    p.add_argument("--arch", default="llama", help="target architecture, e.g. llama, kimi")
-    p.add_argument("--steps", type=int, default=4, help="chain draft steps S")
-    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    _add_schema_flags(p, "arch", "steps", "device")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_detect)
 
@@ -896,8 +903,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     func: Callable[[argparse.Namespace], int] = args.func
     try:
-        if isinstance(getattr(args, "target_layers", None), int):  # layout, matrix, eval, detect
-            args.target_layers = SCHEMA["target_layers"].parse(args.target_layers, "flag")
+        for name in getattr(args, "schema_flags", ()):  # layout, matrix, eval, detect
+            setattr(args, name, SCHEMA[name].parse(getattr(args, name), "flag"))
         return func(args)
     except (InputError, ValueError) as e:
         print(_error_line(e), file=sys.stderr)

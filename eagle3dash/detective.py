@@ -37,6 +37,8 @@ from eagle3dash.layout import (
 )
 from eagle3dash.sglang_rules import (
     DEFAULT_SGLANG_VERSION,
+    FALLBACK_ARCH,
+    eagle_config_json,
     find_fix,
     serving_layout,
     try_parse_version,
@@ -85,7 +87,7 @@ def candidate_layouts(
     num_layers: int,
     extra: Mapping[str, Layout] | list[Layout] | tuple = (),
     sglang_version: str = DEFAULT_SGLANG_VERSION,
-    arch: str = "llama",
+    arch: str = FALLBACK_ARCH,
 ) -> dict[str, Layout]:
     """Candidate layouts by origin (config ids under each convention, +-1, with/without the
     embedding, framework defaults, trainers, serving, the user's); deduped, taps within 0..N."""
@@ -576,7 +578,7 @@ def _verdict(
             )
             if fix_ids is not None:
                 lines.append(
-                    f"Fix: set eagle_config.eagle_aux_hidden_state_layer_ids = {fix_ids} so "
+                    f"Fix: set {eagle_config_json(fix_ids)} in the draft's config.json so "
                     f"SGLang {version} feeds {bracketed(top.layout)}."
                 )
     return lines
@@ -603,7 +605,7 @@ def detect(
     sides: Mapping[str, Capture] | None = None,
     num_layers: int | None = None,
     sglang_version: str = DEFAULT_SGLANG_VERSION,
-    arch: str = "llama",
+    arch: str = FALLBACK_ARCH,
     device: str = "cpu",
     progress: Progress | None = None,
     draft: Draft | None = None,

@@ -8,9 +8,10 @@ the worker that only reads the table stays light.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from eagle3dash.checkpoint import inspect
-from eagle3dash.diagnosis.options import DiagnoseOptions
+from eagle3dash.diagnosis.options import SCHEMA, DiagnoseOptions
 from eagle3dash.diagnosis.record import record_diagnosis
 from eagle3dash.diagnosis.stages import earlier_timings, prompt_ids, run_diagnosis, unit_costs
 from eagle3dash.jobs import JobFn
@@ -18,10 +19,15 @@ from eagle3dash.layout import parse_layout
 from eagle3dash.probe import probe
 from eagle3dash.servebench import load_prompts, run_bench
 from eagle3dash.sglang import SGLangClient
-from eagle3dash.sglang_rules import DEFAULT_SGLANG_VERSION
+from eagle3dash.sglang_rules import DEFAULT_SGLANG_VERSION, target_arch
 from eagle3dash.sweep import SWEEP_KIND, evaluate_checkpoint
 
 Progress = Callable[[float, str], None]
+
+
+def _option(params: dict, name: str) -> Any:
+    """A job's option of the diagnosis schema, checked by it; missing: the schema's default."""
+    return SCHEMA[name].parse(params.get(name))
 
 
 def job_diagnose(params: dict, progress: Progress) -> dict:
@@ -52,12 +58,12 @@ def job_probe(params: dict, progress: Progress) -> dict:
 
 def job_serve_bench(params: dict, progress: Progress) -> dict:
     """Job kind 'serve-bench': the serve benchmark of one endpoint."""
-    prompts = load_prompts(params.get("prompts", "chat"))[: params.get("num_prompts", 16)]
+    prompts = load_prompts(_option(params, "prompts"))[: _option(params, "num_prompts")]
     result = run_bench(
         params["url"],
         prompts,
-        concurrency=params.get("concurrency", 4),
-        max_new_tokens=params.get("max_new_tokens", 64),
+        concurrency=_option(params, "concurrency"),
+        max_new_tokens=_option(params, "max_new_tokens"),
         progress=lambda done, total: progress(done / total, "benchmarking"),
     )
     return result.to_dict()
@@ -68,13 +74,13 @@ def job_capture(params: dict, progress: Progress) -> dict:
     from eagle3dash.capture import capture_from_sglang, save_capture
 
     client = SGLangClient(params["url"])
-    prompts = load_prompts(params.get("prompts", "chat"))[: params.get("num_prompts", 16)]
+    prompts = load_prompts(_option(params, "prompts"))[: _option(params, "num_prompts")]
     warnings: list[str] = []
     capture = capture_from_sglang(
         client,
         prompt_ids(prompts, params.get("target"), client.probe().model_path),
         parse_layout(params["layout"]),
-        max_new_tokens=params.get("max_new_tokens", 64),
+        max_new_tokens=_option(params, "max_new_tokens"),
         progress=lambda done, total: progress(done / total, "capturing"),
         warn=warnings.append,
     )
@@ -91,9 +97,9 @@ def job_draft_eval(params: dict, progress: Progress) -> dict:
 
     layout = parse_layout(params["layout"])
     capture = read_capture(params["capture"], layout=layout)
-    dtype = getattr(torch, params.get("dtype", "float32"))
-    draft = load_draft(params["draft"], params.get("device", "cpu"), dtype, capture.embed_weight)
-    steps = params.get("steps", 5)
+    dtype = getattr(torch, _option(params, "dtype"))
+    draft = load_draft(params["draft"], _option(params, "device"), dtype, capture.embed_weight)
+    steps = _option(params, "steps")
     return evaluate_capture(draft, capture, layout, steps=steps).to_dict()
 
 
@@ -102,7 +108,8 @@ def job_detect(params: dict, progress: Progress) -> dict:
     from eagle3dash.capture import read_capture
     from eagle3dash.detective import detect, read_side
 
-    sides = dict(read_side(s, params.get("target_layers")) for s in params.get("sides") or [])
+    num_layers = _option(params, "target_layers")
+    sides = dict(read_side(s, num_layers) for s in params.get("sides") or [])
     layouts = params.get("layouts") or []
     detection = detect(
         params["draft"],
@@ -110,12 +117,12 @@ def job_detect(params: dict, progress: Progress) -> dict:
         target=params.get("target"),
         prompts=params.get("prompts"),
         extra_layouts={f"user layout {text}": parse_layout(text) for text in layouts},
-        steps=params.get("steps", 4),
+        steps=_option(params, "steps"),
         sides=sides or None,
-        num_layers=params.get("target_layers"),
+        num_layers=num_layers,
         sglang_version=params.get("sglang_version", DEFAULT_SGLANG_VERSION),
-        arch=params.get("arch", "llama"),
-        device=params.get("device", "cpu"),
+        arch=target_arch(_option(params, "arch")),
+        device=_option(params, "device"),
         progress=progress,
     )
     return detection.to_dict()

@@ -61,17 +61,23 @@ def format_layout(layout: Layout) -> str:
 
 
 def default_aux_indices(num_layers: int) -> tuple[int, int, int]:
-    """The default capture indices (2, N//2, N-3): SGLang's and vLLM's, before layer i = Tap(i)."""
+    """The default capture's layer indices [2, N//2, N-3]: SGLang's and vLLM's, the streams
+    entering those layers (vLLM id i = Tap(i))."""
+    # SGLang models/llama.py set_eagle3_layers_to_capture (None -> [2, N//2, N-3], no +1);
+    # SafeAILab EAGLE modeling_llama_kv.py:1137; vLLM get_eagle3_aux_hidden_state_layers;
+    # speculators models/utils.py:52 (datagen appends N for its loss only); SpecForge writes the
+    # same taps as output-of [1, N//2-1, N-4] (eagle3_target_model.py).
     return (2, num_layers // 2, num_layers - 3)
 
 
 def default_layout(num_layers: int) -> Layout:
     """Every framework's default: the streams entering layers 2, N//2 and N-3."""
-    # SGLang models/llama.py set_eagle3_layers_to_capture (None -> [2, N//2, N-3], no +1);
-    # SafeAILab EAGLE modeling_llama_kv.py:1137; vLLM get_eagle3_aux_hidden_state_layers;
-    # speculators models/utils.py:52 (datagen appends N for its loss only); SpecForge writes the
-    # same taps as output-of [1, N//2-1, N-4] (eagle3_target_model.py).
-    return (Tap(2), Tap(num_layers // 2), Tap(num_layers - 3))
+    return tuple(Tap(i) for i in default_aux_indices(num_layers))
+
+
+def default_output_of_ids(num_layers: int) -> tuple[int, ...]:
+    """The default taps as output-of ids [1, N//2-1, N-4] (SpecForge's eagle3_target_model.py)."""
+    return tuple(i - CONVENTIONS["output-of"].offset for i in default_aux_indices(num_layers))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 
 from eagle3dash import engine_rules
 from eagle3dash.layout import Layout, LayoutDiff, LayoutResult, diff
-from eagle3dash.sglang_rules import DEFAULT_SGLANG_VERSION
+from eagle3dash.sglang_rules import DEFAULT_SGLANG_VERSION, FALLBACK_ARCH
 from eagle3dash.spec import DraftSpec
 from eagle3dash.trainers import training_layout
 
@@ -38,7 +38,7 @@ def predict_layouts(
     num_layers: int,
     trainer: str | None = None,
     sglang_version: str = DEFAULT_SGLANG_VERSION,
-    arch: str = "llama",
+    arch: str = FALLBACK_ARCH,
     cuda_graph: bool = True,
     training_override: Layout | None = None,
     training_sglang_version: str | None = None,

@@ -9,7 +9,9 @@ findings and the layout detective alike.
 from __future__ import annotations
 
 import itertools
+import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from eagle3dash.layout import (
@@ -17,6 +19,7 @@ from eagle3dash.layout import (
     LayoutResult,
     Tap,
     bracketed,
+    default_aux_indices,
     ids_text,
 )
 from eagle3dash.spec import DraftSpec
@@ -246,6 +249,8 @@ _FILE_FAMILY = {
     "minimax_m3_vl.py": "minimax-m3-vl",
 }
 FAMILIES = ("llama", "deepseek", "gpt-oss", "gemma", "minimax-m3", "minimax-m3-vl")
+# The target architecture assumed when neither the user nor the server names one.
+FALLBACK_ARCH = "llama"
 # Short names taken as given: the family names, and "kimi" for Kimi-K2 (DeepseekV3ForCausalLM)
 # and Kimi-K2.5/K2.6 (KimiK25ForConditionalGeneration).
 _SHORT_NAMES = {**{f: f for f in FAMILIES}, "kimi": "deepseek"}
@@ -287,6 +292,15 @@ def lookup_arch(name: str) -> Arch:
     if key in _SHORT:
         return Arch(name, _SHORT[key], None, True)
     return Arch(name, "llama", None, False)
+
+
+def target_arch(
+    given: str | None, architectures: Sequence[str] | None = None, model_type: str | None = None
+) -> str:
+    """The target architecture the rules apply: the one given, else the server's
+    architectures[0], else its model_type, else FALLBACK_ARCH."""
+    served = str(architectures[0]) if architectures else None
+    return given or served or (str(model_type) if model_type else None) or FALLBACK_ARCH
 
 
 def arch_family(name: str) -> str:
@@ -409,6 +423,15 @@ def _id_rule(family: str, version: tuple[int, int, int]) -> IdRule:
     )
 
 
+def eagle_config_json(ids: Sequence[int] | None, *, aux_on: bool = False) -> str:
+    """The config.json entry SGLang reads the ids from, to copy: '"eagle_config":
+    {"eagle_aux_hidden_state_layer_ids": [1, 15, 28]}' ('[...]' for None; `aux_on` also turns
+    use_aux_hidden_state on)."""
+    listed = "[...]" if ids is None else json.dumps(list(ids))
+    on = ', "use_aux_hidden_state": true' if aux_on else ""
+    return f'"eagle_config": {{"eagle_aux_hidden_state_layer_ids": {listed}{on}}}'
+
+
 def nested_ids(spec: DraftSpec) -> tuple[int, ...] | None:
     """The ids SGLang and SpecForge read: eagle_config.eagle_aux_hidden_state_layer_ids only."""
     return spec.aux_layer_ids if spec.aux_ids_location == "eagle_config" else None
@@ -476,7 +499,7 @@ def _validate_capture(
 
 def _default_indices(num_layers: int, family: str) -> list[int]:
     """SGLang's capture indices without eagle_config ids (set_eagle3_layers_to_capture(None))."""
-    indices = [2, num_layers // 2, num_layers - 3]
+    indices = list(default_aux_indices(num_layers))
     return [i + 1 for i in indices] if family in DEFAULT_IDS_PLUS_ONE else indices
 
 
@@ -544,7 +567,7 @@ def serving_layout(
     spec: DraftSpec,
     num_layers: int,
     sglang_version: str = DEFAULT_SGLANG_VERSION,
-    arch: str = "llama",
+    arch: str = FALLBACK_ARCH,
     cuda_graph: bool = True,
 ) -> LayoutResult:
     """The taps an SGLang server of this version feeds the draft for a target of N layers."""

@@ -41,6 +41,7 @@ from eagle3dash.home_files import content_address as content_address
 from eagle3dash.home_files import delete_upload
 from eagle3dash.home_files import safe_join as safe_join
 from eagle3dash.home_files import save_upload as save_upload
+from eagle3dash.severity import severity_rank
 from eagle3dash.store_faults import classify, db_wait_s
 from eagle3dash.text import ascii_int
 
@@ -48,10 +49,6 @@ HOME_ENV = "EAGLE3DASH_HOME"
 DEFAULT_HOME = ".eagle3dash"
 DB_NAME = "eagle3dash.db"
 SUBDIRS = ("checkpoints", "captures", "logs")
-
-# Worst first; severities not listed rank below these, in the order given.
-SEVERITY_RANK = {"critical": 5, "error": 4, "high": 4, "warning": 3, "medium": 3, "low": 2}
-SEVERITY_RANK |= {"info": 1, "ok": 0}
 
 RUN_COLUMNS = (
     "id",
@@ -910,7 +907,7 @@ def save_findings(
     ]
     worst = min(
         rows,
-        key=lambda r: (-SEVERITY_RANK.get(r["severity"].lower(), -1), r["position"]),
+        key=lambda r: (-severity_rank(r["severity"]), r["position"]),
         default=None,
     )
     with store.transaction() as db:

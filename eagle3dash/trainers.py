@@ -27,9 +27,10 @@ from eagle3dash.layout import (
     check_depths,
     convert,
     default_layout,
+    default_output_of_ids,
     ids_text,
 )
-from eagle3dash.sglang_rules import capture_layout
+from eagle3dash.sglang_rules import FALLBACK_ARCH, capture_layout
 from eagle3dash.spec import DraftSpec
 
 DECLARED_RULE = "Training layout given by the user."
@@ -121,7 +122,7 @@ def training_layout(
     *,
     layout: Layout | None = None,
     sglang_version: str | None = None,
-    arch: str = "llama",
+    arch: str = FALLBACK_ARCH,
 ) -> LayoutResult:
     """The taps the training data fed the fc slots, per the trainer's convention (or `layout`);
     `sglang_version` is the training SGLang release (SpecForge >= 0.2: default 0.5.14)."""
@@ -147,7 +148,7 @@ def training_layout(
 
     if t.name in ("specforge", "specforge-hf"):
         if ids is None:
-            ids = (1, num_layers // 2 - 1, num_layers - 4)  # eagle3_target_model.py default
+            ids = default_output_of_ids(num_layers)  # eagle3_target_model.py default
             notes.append(f"no eagle_config ids: SpecForge's default {ids_text(ids)} applies.")
         # resolve_eagle_capture_layers (algorithms/model_providers.py:187-210): 3 ints >= 0
         if len(ids) != 3 or min(ids) < 0:
@@ -230,7 +231,7 @@ def trainer_hints(spec: DraftSpec) -> dict[str, tuple[str, ...]]:
 def training_readings(
     spec: DraftSpec,
     num_layers: int,
-    arch: str = "llama",
+    arch: str = FALLBACK_ARCH,
     training_sglang_version: str | None = None,
 ) -> list[Reading]:
     """Every plausible training-side reading of this draft, the best-hinted first."""

@@ -29,6 +29,7 @@ import pytest
 
 from eagle3dash import store as db
 from eagle3dash.checkpoint import inspect, save
+from eagle3dash.checkpoint_problems import ProblemCode
 from eagle3dash.findings import diagnose
 from eagle3dash.findings.core import Evidence
 from eagle3dash.roots import OutsideRootsError, within_roots
@@ -866,7 +867,7 @@ def test_two_aux_id_lists_that_name_different_taps_are_a_problem(tmp_path, top, 
     config = json.loads((folder / "config.json").read_text())
     config["eagle_aux_hidden_state_layer_ids"] = top
     (folder / "config.json").write_text(json.dumps(config))
-    problems = [p for p in inspect(folder).problems if "two different aux layer id lists" in p]
+    problems = [p.text for p in inspect(folder).problems if p.code is ProblemCode.AUX_IDS_TWO_LISTS]
     expected = (
         "two different aux layer id lists: eagle_config.eagle_aux_hidden_state_layer_ids "
         f"[1, 2, 3] (what SGLang captures) and top-level eagle_aux_hidden_state_layer_ids {top} "

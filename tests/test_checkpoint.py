@@ -26,7 +26,9 @@ from eagle3dash.checkpoint import (
     load,
     save,
 )
-from eagle3dash.spec import DraftSpec, expected_shapes
+from eagle3dash.checkpoint_formats import FORMAT_TABLE, detect_format
+from eagle3dash.checkpoint_problems import ProblemCode
+from eagle3dash.spec import FORMATS, DraftSpec, expected_shapes
 from eagle3dash.testing.tensors import random_tensors
 
 ARCH = {
@@ -253,8 +255,14 @@ def test_nan_and_inf_are_reported_by_load(tmp_path):
     assert inspect(ckpt).problems == []  # inspect reads no data
     _, loaded, report = load(ckpt, dtype=torch.bfloat16)
     assert report.nonfinite == ["fc.weight", "norm.weight"]
-    assert any("fc.weight holds 3 NaN and 0 Inf" in p for p in report.problems)
-    assert any("norm.weight holds 0 NaN and 1 Inf" in p for p in report.problems)
+    assert [(p.code, p.data) for p in report.problems] == [
+        (ProblemCode.NOT_FINITE, {"tensor": "fc.weight", "nan": 3, "inf": 0}),
+        (ProblemCode.NOT_FINITE, {"tensor": "norm.weight", "nan": 0, "inf": 1}),
+    ]
+    assert report.problems[0].text == (
+        "fc.weight holds 3 NaN and 0 Inf values: the checkpoint is broken (training diverged or "
+        "a bad conversion)"
+    )
     assert loaded["fc.weight"].dtype == torch.bfloat16 and loaded["d2t"].dtype == torch.int64
 
 
@@ -267,8 +275,15 @@ def test_unknown_missing_and_mismatched_tensors(tmp_path):
     del disk["midlayer.post_attention_layernorm.weight"], disk["lm_head.weight"]
     disk["midlayer.self_attn.o_proj.weight"] = torch.zeros(32, 16)
     save_file(disk, ckpt / SAFETENSORS)
-    problems = inspect(ckpt).problems
-    assert any(p.startswith("unknown tensor midlayer.extra_proj.weight") for p in problems)
+    found = inspect(ckpt).problems
+    assert {p.code for p in found} == {
+        ProblemCode.UNKNOWN_TENSOR,
+        ProblemCode.MISSING_TENSOR,
+        ProblemCode.LM_HEAD_MISSING,
+        ProblemCode.SHAPE_MISMATCH,
+    }
+    problems = [p.text for p in found]
+    assert "unknown tensor midlayer.extra_proj.weight [3, 3]: SGLang and vLLM would " in problems[0]
     assert any("missing tensor layers.0.post_attention_layernorm.weight" in p for p in problems)
     assert any("lm_head.weight missing" in p and "27908" in p for p in problems)
     assert any(
@@ -281,7 +296,8 @@ def test_draft_vocab_without_d2t(tmp_path):
     spec = replace(tiny_spec("specforge"), has_d2t=False, has_t2d=False)
     ckpt, _ = write(tmp_path, spec)
     [problem] = inspect(ckpt).problems
-    assert "draft_vocab_size 48 < vocab_size 64 but no d2t" in problem
+    assert problem.code is ProblemCode.D2T_MISSING
+    assert "draft_vocab_size 48 < vocab_size 64 but no d2t" in problem.text
 
 
 def test_all_zero_d2t_with_smaller_draft_vocab(tmp_path):
@@ -290,7 +306,7 @@ def test_all_zero_d2t_with_smaller_draft_vocab(tmp_path):
     tensors["d2t"].zero_()
     ckpt = save(spec, tensors, tmp_path, "eagle")
     [problem] = load(ckpt)[2].problems
-    assert "d2t is all zeros" in problem
+    assert problem.code is ProblemCode.D2T_ALL_ZERO and "d2t is all zeros" in problem.text
     # Official EAGLE checkpoints with Vd == V ship an all-zero d2t: the identity, which is right.
     spec = replace(spec, draft_vocab_size=64)
     tensors = random_tensors(spec, with_embed=True, with_d2t=True)
@@ -301,7 +317,8 @@ def test_all_zero_d2t_with_smaller_draft_vocab(tmp_path):
 def test_target_width_without_embedding(tmp_path):
     ckpt, _ = write(tmp_path, tiny_spec("specforge", 48, has_embed=False))
     [problem] = inspect(ckpt).problems
-    assert "target_hidden_size 48 != hidden_size 32 and no embed_tokens.weight" in problem
+    assert problem.code is ProblemCode.EMBED_WIDTH
+    assert "target_hidden_size 48 != hidden_size 32 and no embed_tokens.weight" in problem.text
 
 
 def test_config_problems(tmp_path):
@@ -315,14 +332,18 @@ def test_config_problems(tmp_path):
     edit_config(ckpt, change)
     report = inspect(ckpt)
     assert report.spec.norm_before_residual is False
-    assert any(
-        p.startswith("norm_before_residual missing: vLLM assumes True for speculators")
-        for p in report.problems
-    )
-    assert any("2 aux layer ids [5, 3] but fc.weight takes 3" in p for p in report.problems)
-    assert any("not strictly ascending" in p for p in report.problems)
+    texts = [p.text for p in report.problems]
+    assert [p.code for p in report.problems] == [
+        ProblemCode.AUX_IDS_COUNT,
+        ProblemCode.AUX_IDS_ORDER,
+        ProblemCode.NORM_BEFORE_RESIDUAL_MISSING,
+    ]
+    assert texts[0] == "2 aux layer ids [5, 3] but fc.weight takes 3 aux states"
+    assert texts[2].startswith("norm_before_residual missing: vLLM assumes True for speculators")
+    assert "not strictly ascending" in texts[1]
     edit_config(ckpt, lambda cfg: cfg.update(eagle_config={"use_aux_hidden_state": False}))
-    assert any("use_aux_hidden_state is false" in p for p in inspect(ckpt).problems)
+    codes = [p.code for p in inspect(ckpt).problems]
+    assert ProblemCode.AUX_CAPTURE_OFF in codes
 
 
 def test_fc_width_not_a_multiple(tmp_path):
@@ -331,7 +352,11 @@ def test_fc_width_not_a_multiple(tmp_path):
     edit_config(ckpt, lambda cfg: cfg.update(target_hidden_size=40))
     report = inspect(ckpt)
     assert report.spec.num_aux == 3  # from the ids, since fc is unusable
-    assert any("not a multiple of target_hidden_size 40" in p for p in report.problems)
+    [fc] = [p for p in report.problems if p.code is ProblemCode.FC_WIDTH]
+    assert fc.text == (
+        "fc.weight is [32, 144]: its width 144 is not a multiple of target_hidden_size 40; set "
+        "target_hidden_size right"
+    )
 
 
 # -- fatal errors --------------------------------------------------------------------------------
@@ -534,3 +559,44 @@ def test_a_checkpoint_without_fc_or_layers_is_not_a_draft(tmp_path: Path) -> Non
     save_file({"lm_head.weight": head}, str(ckpt / SAFETENSORS))
     with pytest.raises(CheckpointError, match=r"not an EAGLE-3 draft: no fc\.weight"):
         inspect(ckpt)
+
+
+def test_every_format_is_one_row_of_the_format_table():
+    assert sorted(FORMAT_TABLE) == sorted(FORMATS)
+    assert {name: f.architecture for name, f in FORMAT_TABLE.items()} == {
+        "speculators": "Eagle3DraftModel",
+        "export": "LlamaForCausalLMEagle3",
+        "eagle": "LlamaForCausalLM",
+        "specforge": "LlamaForCausalLMEagle3",
+    }
+    # detect: the speculators key beats export's names, which beat eagle's .bin; else SpecForge
+    key, fused, binary = {"speculators_model_type": "eagle3"}, ["model.fc.weight"], [Path("w.bin")]
+    assert detect_format(key, fused, binary).name == "speculators"
+    assert detect_format({}, fused, binary).name == "export"
+    assert detect_format({}, ["fc.weight"], binary).name == "eagle"
+    assert detect_format({}, ["fc.weight"], [Path("model.safetensors")]).name == "specforge"
+    # write: each row's names on disk
+    q, k, v = torch.zeros(4, 2), torch.ones(2, 2), torch.full((2, 2), 2.0)
+    canonical = {
+        "layers.0.self_attn.q_proj.weight": q,
+        "layers.0.self_attn.k_proj.weight": k,
+        "layers.0.self_attn.v_proj.weight": v,
+        "lm_head.weight": torch.zeros(3, 2),
+    }
+    exported = FORMAT_TABLE["export"].to_disk(canonical)
+    assert sorted(exported) == ["lm_head.weight", "model.layers.0.self_attn.qkv_proj.weight"]
+    assert exported["model.layers.0.self_attn.qkv_proj.weight"].shape == (8, 2)  # 4 + 2 + 2 rows
+    assert exported["model.layers.0.self_attn.qkv_proj.weight"][6:].eq(2.0).all()  # v last
+    assert sorted(FORMAT_TABLE["specforge"].to_disk(canonical))[0] == "lm_head.weight"
+    assert "midlayer.self_attn.q_proj.weight" in FORMAT_TABLE["eagle"].to_disk(canonical)
+    assert FORMAT_TABLE["speculators"].to_disk(canonical).keys() == canonical.keys()
+    # a row that cannot hold an option refuses it rather than drop it
+    with pytest.raises(ValueError, match="speculators configs cannot express norm_before_lm_head"):
+        save(
+            replace(tiny_spec("speculators"), norm_before_lm_head=False),
+            {},
+            Path("unused"),
+            "speculators",
+        )
+    with pytest.raises(ValueError, match="1 for the eagle format"):
+        save(tiny_spec("eagle"), {}, Path("unused"), "eagle", shards=2)

@@ -291,3 +291,34 @@ def test_inspect_refuses_a_target_model_in_one_line(tmp_path: Path) -> None:
         f"error: {target}: this looks like a target model (a causal LM), not an EAGLE-3 draft: "
         "no fc.weight, 4 decoder layers; give the EAGLE-3 draft's folder\n"
     )
+
+
+def test_layout_eval_and_detect_take_their_options_from_the_one_schema(monkeypatch, capsys):
+    import eagle3dash.cli as cli
+
+    seen: dict = {}
+
+    def record(args) -> int:
+        seen.clear()
+        seen.update(vars(args))
+        return 0
+
+    for name in ("cmd_layout", "cmd_eval", "cmd_detect"):
+        monkeypatch.setattr(cli, name, record)
+    # detect once defaulted --steps to 4 and eval to 5: both now take the schema's 5
+    assert cli.main(["detect", "--draft", "d", "--capture", "c"]) == 0
+    assert (seen["steps"], seen["device"], seen["arch"]) == (5, "cpu", None)
+    assert cli.main(["eval", "--draft", "d", "--capture", "c", "--layout", "1,2,3"]) == 0
+    assert (seen["steps"], seen["device"], seen["dtype"]) == (5, "cpu", "float32")
+    assert cli.main(["layout", "--draft", "d", "--target-layers", "32"]) == 0
+    assert (seen["target_layers"], seen["trainer"], seen["arch"]) == (32, None, None)
+    capsys.readouterr()
+    # and they refuse a bad value with the schema's one line, as diagnose does
+    assert cli.main(["detect", "--draft", "d", "--capture", "c", "--steps", "0"]) == 1
+    assert capsys.readouterr().err == "error: --steps: must be between 1 and 64, got 0\n"
+    assert (
+        cli.main(["eval", "--draft", "d", "--capture", "c", "--layout", "1", "--dtype", "x"]) == 1
+    )
+    assert capsys.readouterr().err.startswith("error: --dtype: must be one of float32, bfloat16")
+    assert cli.main(["layout", "--draft", "d", "--target-layers", "8", "--trainer", "nope"]) == 1
+    assert capsys.readouterr().err.startswith("error: --trainer: must be one of specforge, ")

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from eagle3dash.checkpoint import InspectReport
+from eagle3dash.checkpoint_problems import CheckpointProblem, ProblemCode
 from eagle3dash.findings import RULES, SEVERITIES, SUMMARY_RULES, Evidence, Finding, diagnose
 from eagle3dash.layout import Tap
 from eagle3dash.prediction import predict_layouts
@@ -459,8 +460,10 @@ FIRES: list = [
         lambda p: Evidence(
             report=report(
                 problems=[
-                    "unknown tensor model.midlayer.foo.weight [64]: SGLang and vLLM would "
-                    "silently drop it"
+                    CheckpointProblem(
+                        ProblemCode.UNKNOWN_TENSOR,
+                        {"tensor": "model.midlayer.foo.weight", "shape": [64]},
+                    )
                 ]
             )
         ),
@@ -470,7 +473,14 @@ FIRES: list = [
     ),
     pytest.param(
         lambda p: Evidence(
-            report=report(problems=["shape mismatch: fc.weight is [64, 128], config implies x"])
+            report=report(
+                problems=[
+                    CheckpointProblem(
+                        ProblemCode.SHAPE_MISMATCH,
+                        {"tensor": "fc.weight", "shape": [64, 128], "expected": [64, 192]},
+                    )
+                ]
+            )
         ),
         "checkpoint-problems",
         "warning",
@@ -656,7 +666,9 @@ QUIET: list = [
             report=report(
                 draft(draft_vocab_size=320),
                 problems=[
-                    "draft_vocab_size 320 < vocab_size 1000 but no d2t: SGLang and vLLM would map"
+                    CheckpointProblem(
+                        ProblemCode.D2T_MISSING, {"draft_vocab_size": 320, "vocab_size": 1000}
+                    )
                 ],
             )
         ),
@@ -845,7 +857,9 @@ def test_measured_below_simulated_uses_server_steps_and_lists_checks() -> None:
         ),
         serving_eval=GOOD,
         measured=Bench(100.0, accept_length=1.5),
-        report=report(problems=["unknown tensor x [1]: SGLang and vLLM would silently drop it"]),
+        report=report(
+            problems=[CheckpointProblem(ProblemCode.UNKNOWN_TENSOR, {"tensor": "x", "shape": [1]})]
+        ),
     )
     f = only(diagnose(e), "measured-below-simulated")
     assert f.data["steps"] == 3 and f.data["simulated"] == pytest.approx(2.85)
@@ -948,7 +962,8 @@ def test_a_slowdown_names_what_caps_the_accept_length_or_says_nothing_checked_di
 
 
 def test_nan_weights_are_the_first_critical_finding() -> None:
-    broken = report(problems=["fc.weight holds 3 NaN and 0 Inf values: the checkpoint is broken"])
+    nan = {"tensor": "fc.weight", "nan": 3, "inf": 0}
+    broken = report(problems=[CheckpointProblem(ProblemCode.NOT_FINITE, nan)])
     broken.nonfinite.append("fc.weight")
     found = diagnose(Evidence(report=broken))
     assert ids_of(found)[0] == "weights-not-finite" and found[0].severity == "critical"
@@ -1044,3 +1059,18 @@ def test_a_slowdown_within_the_per_request_noise_is_not_critical() -> None:
         server=Server(), measured=NoisyBench(80.0, 2.0, 1, [78.0, 82.0]), baseline=baseline
     )
     assert only(diagnose(steady), "slower-than-baseline").severity == "critical"
+
+
+def test_rules_match_problems_by_code_not_by_their_words() -> None:
+    # A dropped tensor is its own critical rule, whatever the sentence says; a mismatch is one
+    # line of checkpoint-problems; a missing d2t is left to d2t-missing's rule.
+    unknown = CheckpointProblem(ProblemCode.UNKNOWN_TENSOR, {"tensor": "a.b", "shape": [2]})
+    shape = CheckpointProblem(
+        ProblemCode.SHAPE_MISMATCH, {"tensor": "fc.weight", "shape": [1], "expected": [2]}
+    )
+    d2t = CheckpointProblem(ProblemCode.D2T_MISSING, {"draft_vocab_size": 8, "vocab_size": 16})
+    found = {f.id: f for f in diagnose(Evidence(report=report(problems=[unknown, shape, d2t])))}
+    assert found["unknown-tensors"].data == {"count": 1}
+    assert found["checkpoint-problems"].data == {
+        "problems": ["shape mismatch: fc.weight is [1], config implies [2]"]
+    }

@@ -11,14 +11,23 @@ import pytest
 from eagle3dash.layout import (
     Tap,
     convert,
+    default_aux_indices,
     default_layout,
+    default_output_of_ids,
     describe_tap,
     diff,
     format_layout,
     parse_layout,
 )
 from eagle3dash.prediction import predict_layouts
-from eagle3dash.sglang_rules import arch_family, parse_version, serving_layout
+from eagle3dash.sglang_rules import (
+    FALLBACK_ARCH,
+    arch_family,
+    eagle_config_json,
+    parse_version,
+    serving_layout,
+    target_arch,
+)
 from eagle3dash.spec import DraftSpec
 from eagle3dash.trainers import training_layout
 from tests.specs import tiny_spec
@@ -107,6 +116,38 @@ def test_conventions(convention: str, ids: list[int], expected: tuple) -> None:
 def test_default_layout() -> None:
     assert default_layout(32) == (Tap(2), Tap(16), Tap(29))
     assert default_layout(61) == (Tap(2), Tap(30), Tap(58))
+
+
+def test_default_capture_indices_are_written_once() -> None:
+    # [2, N//2, N-3] by hand; N//2 rounds down on an odd depth (61 -> 30, not 31)
+    assert default_aux_indices(32) == (2, 16, 29)
+    assert default_aux_indices(61) == (2, 30, 58)
+    # SpecForge writes the same taps as output-of ids [1, N//2-1, N-4]
+    assert default_output_of_ids(32) == (1, 15, 28)
+    assert default_output_of_ids(61) == (1, 29, 57)
+    # SpecForge's own default (no eagle_config ids) is the same taps as every framework's
+    assert training_layout(spec(), 32, "specforge-hf").layout == (Tap(2), Tap(16), Tap(29))
+
+
+def test_architecture_fallback_is_given_then_served_then_llama() -> None:
+    assert FALLBACK_ARCH == "llama"
+    assert target_arch(None) == "llama"
+    assert target_arch("kimi", ["LlamaForCausalLM"], "llama") == "kimi"
+    assert target_arch(None, ["DeepseekV3ForCausalLM"], "deepseek_v3") == "DeepseekV3ForCausalLM"
+    # a server without architectures but with a model_type (capture/from_sglang.py skipped it)
+    assert target_arch(None, [], "deepseek_v3") == "deepseek_v3"
+    assert target_arch("", None, None) == "llama"
+
+
+def test_eagle_config_fix_is_one_json_entry() -> None:
+    entry = eagle_config_json([1, 15, 28])
+    assert entry == '"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 15, 28]}'
+    on = (
+        '"eagle_config": {"eagle_aux_hidden_state_layer_ids": [-1, 0], '
+        '"use_aux_hidden_state": true}'
+    )
+    assert eagle_config_json((-1, 0), aux_on=True) == on
+    assert eagle_config_json(None) == '"eagle_config": {"eagle_aux_hidden_state_layer_ids": [...]}'
 
 
 # --- serving: Kimi-K2 / DeepSeek-V3, L = 61 (SGLang models/deepseek_v2.py by version) ---------

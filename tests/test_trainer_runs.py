@@ -20,6 +20,7 @@ from safetensors.torch import save_file
 from eagle3dash.capture.dumps import read_speculators_dump
 from eagle3dash.capture.format import CaptureError
 from eagle3dash.checkpoint import CheckpointError, inspect, save
+from eagle3dash.checkpoint_problems import ProblemCode
 from eagle3dash.findings import Evidence, diagnose
 from eagle3dash.layout import Tap
 from eagle3dash.prediction import predict_layouts
@@ -440,7 +441,8 @@ def test_a_dflash_dump_is_named_not_missing_keys(tmp_path) -> None:
 def test_ids_specforge_could_not_have_trained_on_are_problems(tmp_path, ids) -> None:
     spec = tiny_spec(aux_layer_ids=ids, aux_ids_location="eagle_config", num_aux=len(ids))
     report = inspect(save(spec, random_tensors(spec, seed=0), tmp_path / "d", "specforge"))
-    assert any("exactly three distinct" in p for p in report.problems)
+    [problem] = [p for p in report.problems if p.code is ProblemCode.SPECFORGE_IDS]
+    assert "exactly three distinct" in problem.text
 
 
 def test_the_layout_fixs_embedding_id_is_no_checkpoint_problem(tmp_path) -> None:
@@ -448,7 +450,13 @@ def test_the_layout_fixs_embedding_id_is_no_checkpoint_problem(tmp_path) -> None
     # embedding output for Llama): the demo's "fixed" deployment must not be told it is wrong.
     spec = tiny_spec(aux_layer_ids=(-1, 0, 1), aux_ids_location="eagle_config", num_aux=3)
     report = inspect(save(spec, random_tensors(spec, seed=0), tmp_path / "d", "specforge"))
-    assert not any("aux layer ids" in p for p in report.problems), report.problems
+    id_codes = {
+        ProblemCode.AUX_IDS_COUNT,
+        ProblemCode.AUX_IDS_ORDER,
+        ProblemCode.AUX_IDS_TWO_LISTS,
+        ProblemCode.SPECFORGE_IDS,
+    }
+    assert not [p for p in report.problems if p.code in id_codes], report.problems
 
 
 def test_ids_past_the_target_are_a_finding(tmp_path) -> None:

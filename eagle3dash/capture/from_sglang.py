@@ -19,6 +19,7 @@ from eagle3dash.sglang_rules import (
     HIDDEN_STATES_FIX,
     capture_layout,
     parse_version,
+    target_arch,
     version_text,
 )
 from eagle3dash.states_json import states_width
@@ -404,7 +405,7 @@ def capture_aux_layers_from_sglang(
             "restart it with --speculative-algorithm EAGLE3"
         )
     ids = _check_aux_ids(report.return_aux_hidden_state_layer_ids, num_target_layers, report.url)
-    family = arch or (report.architectures[0] if report.architectures else "llama")
+    family = target_arch(arch, report.architectures, report.model_type)
     try:
         result = capture_layout(
             num_target_layers, ids, report.version or DEFAULT_SGLANG_VERSION, family

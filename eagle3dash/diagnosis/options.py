@@ -18,7 +18,7 @@ from eagle3dash.layout import format_layout, parse_layout
 from eagle3dash.profile import parse_temperatures
 from eagle3dash.servebench import BUILTIN_PROMPT_SETS
 from eagle3dash.sglang import normalize_url
-from eagle3dash.sglang_rules import parse_version, version_text
+from eagle3dash.sglang_rules import FALLBACK_ARCH, parse_version, version_text
 from eagle3dash.trainers import SPECFORGE_SGLANG_VERSION, TRAINERS
 
 DEVICES = ("cpu", "cuda")
@@ -237,8 +237,8 @@ class DiagnoseOptions:
     arch: str | None = _option(
         None,
         "Target architecture",
-        "the target architecture for SGLang's capture rules, e.g. llama, kimi (else from the "
-        "server)",
+        "the target architecture for SGLang's capture rules, e.g. llama, kimi (else the "
+        f"server's, else {FALLBACK_ARCH})",
         placeholder="from the server",
     )
     trainer: str | None = _option(

@@ -45,6 +45,7 @@ from eagle3dash.layout import Layout, LayoutDiff, diff
 from eagle3dash.prediction import LayoutComparison
 from eagle3dash.profile import Profile
 from eagle3dash.servebench import BenchResult, compare_to_baseline
+from eagle3dash.severity import Severity
 from eagle3dash.sglang import ServerReport
 
 if TYPE_CHECKING:
@@ -214,7 +215,7 @@ class Diagnosis:
             return PROBLEM
         if self.not_checked:
             return INCOMPLETE
-        if any(f.severity == "warning" for f in self.findings):
+        if any(f.severity is Severity.WARNING for f in self.findings):
             return PROBLEM
         return HEALTHY
 
@@ -228,7 +229,7 @@ class Diagnosis:
     @property
     def root_cause(self) -> Finding | None:
         """The first critical finding: the verdict's one sentence."""
-        return next((f for f in self.findings if f.severity == "critical"), None)
+        return next((f for f in self.findings if f.severity is Severity.CRITICAL), None)
 
     def verdict(self) -> dict:
         """The verdict banner's values: root cause (or none), the accept lengths, speedup, and
@@ -238,7 +239,7 @@ class Diagnosis:
         return {
             "root_cause": None if root is None else root.to_dict(),
             "status": self.status,
-            "problems_found": any(f.severity != "info" for f in self.findings),
+            "problems_found": any(f.severity is not Severity.INFO for f in self.findings),
             "layout_evidence": self.layout_evidence,
             "identity": None if self.identity is None else self.identity.status,
             "all_checked": not self.not_checked,

@@ -56,7 +56,12 @@ from eagle3dash.profile import (
 from eagle3dash.provenance import json_digests
 from eagle3dash.servebench import BenchResult, Prompt, load_prompts, run_bench
 from eagle3dash.sglang import EndpointError, ServerReport, SGLangClient
-from eagle3dash.sglang_rules import DEFAULT_SGLANG_VERSION, default_capture, nested_ids
+from eagle3dash.sglang_rules import (
+    DEFAULT_SGLANG_VERSION,
+    default_capture,
+    nested_ids,
+    target_arch,
+)
 
 if TYPE_CHECKING:
     from eagle3dash.capture import Capture
@@ -366,8 +371,7 @@ def _start(options: DiagnoseOptions, stages: Stages) -> _Run:
     stages.report(PROBE, 0.0, f"probing {options.endpoint}")
     server = SGLangClient(options.endpoint, timeout=options.timeout).probe()
     depth = target_depth(options, server)
-    served_arch = server.architectures[0] if server.architectures else None
-    arch = options.arch or served_arch or server.model_type or "llama"
+    arch = target_arch(options.arch, server.architectures, server.model_type)
     version = server.version or DEFAULT_SGLANG_VERSION
     card = report.provenance
     prediction = predict_layouts(
@@ -510,7 +514,8 @@ def load_standalone_draft(run: _Run) -> None:
     run.draft, loaded = load_draft_reported(run.report.path, run.options.device, dtype, run.embed)
     # What only the tensor data shows (NaN/Inf, d2t): the findings read it from the report.
     run.report.nonfinite = loaded.nonfinite
-    run.report.problems = list(dict.fromkeys(run.report.problems + loaded.problems))
+    known = run.report.problems
+    run.report.problems = [*known, *(p for p in loaded.problems if p not in known)]
 
 
 def capture_target(run: _Run) -> None:

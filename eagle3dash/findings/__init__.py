@@ -110,9 +110,9 @@ def diagnose(evidence: Evidence) -> list[Finding]:
     found: list[tuple[int, int, int, Finding]] = []
     for r, rule in enumerate(RULES):
         for k, finding in enumerate(rule(evidence)):
-            found.append((SEVERITIES.index(finding.severity), r, k, finding))
+            found.append((-finding.severity.rank, r, k, finding))
     first = [f for *_, f in found]
     for r, summary in enumerate(SUMMARY_RULES, start=len(RULES)):
         for k, finding in enumerate(summary(evidence, first)):
-            found.append((SEVERITIES.index(finding.severity), r, k, finding))
+            found.append((-finding.severity.rank, r, k, finding))
     return [f for *_, f in sorted(found, key=lambda x: x[:3])]

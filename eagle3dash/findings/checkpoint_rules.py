@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from eagle3dash import vllm_rules
+from eagle3dash.checkpoint_problems import ProblemCode
 from eagle3dash.evidence_levels import LEVEL_ASSUMED
 from eagle3dash.findings.core import Evidence, Finding
+from eagle3dash.severity import Severity
 from eagle3dash.sglang_rules import EAGLE31_SINCE, NORM_BEFORE_FC_SINCE
 
 if TYPE_CHECKING:
@@ -45,10 +47,10 @@ def rule_weights_not_finite(e: Evidence) -> list[Finding]:
     return [
         Finding(
             "weights-not-finite",
-            "critical",
+            Severity.CRITICAL,
             f"{len(names)} draft tensor{'s hold' if len(names) > 1 else ' holds'} NaN or Inf "
             "values: the checkpoint is broken, and every number measured with it is too.",
-            "; ".join(p for p in e.report.problems if p.startswith(tuple(names))) + ".",
+            "; ".join(p.text for p in e.report.problems if p.code is ProblemCode.NOT_FINITE) + ".",
             "Export the draft again from a checkpoint saved before training diverged (or redo the "
             "conversion that produced it), then run the diagnosis again.",
             {"tensors": list(names)},
@@ -76,7 +78,7 @@ def rule_lm_head_missing(e: Evidence) -> list[Finding]:
     return [
         Finding(
             "lm_head-missing",
-            "critical",
+            Severity.CRITICAL,
             "The draft checkpoint has no lm_head.weight, so SGLang leaves the draft's head at "
             "random init and accept length is 1.0.",
             f"no lm_head.weight in the checkpoint ({len(e.report.tensors)} tensors); "
@@ -95,14 +97,14 @@ def rule_unknown_tensors(e: Evidence) -> list[Finding]:
     """
     if e.report is None:
         return []
-    unknown = [p for p in e.report.problems if p.startswith("unknown tensor")]
+    unknown = [p.text for p in e.report.problems if p.code is ProblemCode.UNKNOWN_TENSOR]
     if not unknown:
         return []
     shown = "; ".join(unknown[:5]) + (f"; and {len(unknown) - 5} more" if len(unknown) > 5 else "")
     return [
         Finding(
             "unknown-tensors",
-            "critical",
+            Severity.CRITICAL,
             f"{len(unknown)} tensor{'s' if len(unknown) > 1 else ''} in the checkpoint "
             f"{'have names' if len(unknown) > 1 else 'has a name'} SGLang does not load, so the "
             "server silently drops "
@@ -128,7 +130,7 @@ def rule_d2t_missing(e: Evidence) -> list[Finding]:
     return [
         Finding(
             "d2t-missing",
-            "critical",
+            Severity.CRITICAL,
             f"The draft predicts over {spec.draft_vocab_size} tokens but has no d2t mapping, so "
             f"SGLang reads draft id i as target id i (the first {spec.draft_vocab_size} target "
             "ids) and almost no draft token is accepted.",
@@ -154,7 +156,7 @@ def rule_norm_before_residual(e: Evidence) -> list[Finding]:
         return [
             Finding(
                 "norm-before-residual",
-                "warning",
+                Severity.WARNING,
                 "vLLM runs this speculators draft with norm_before_residual=true because its "
                 "config leaves the key out; if it was trained with false, its draft layer "
                 "computes a different residual at every position.",
@@ -170,7 +172,7 @@ def rule_norm_before_residual(e: Evidence) -> list[Finding]:
     return [
         Finding(
             "norm-before-residual",
-            "critical",
+            Severity.CRITICAL,
             "The draft was trained with norm_before_residual=true, which SGLang does not "
             "implement, so its draft layer computes a different residual at every position.",
             f"config norm_before_residual=true (format {spec.format}); SGLang's llama_eagle3.py "
@@ -221,7 +223,7 @@ def rule_eagle31_ignored(e: Evidence) -> list[Finding]:
         out.append(
             Finding(
                 "eagle31-ignored",
-                "warning",
+                Severity.WARNING,
                 f"SGLang {v} ignores "
                 f"{'Eagle 3.1 options' if len(ignored) > 1 else 'an Eagle 3.1 option'} this "
                 "draft was trained with, so the served draft computes something else.",
@@ -239,7 +241,7 @@ def rule_eagle31_ignored(e: Evidence) -> list[Finding]:
         out.append(
             Finding(
                 "norm-output-clash",
-                "warning",
+                Severity.WARNING,
                 f"config.json sets norm_output: true in SpecForge's meaning (final norm before "
                 f"lm_head), which SGLang {v} reads as 'feed the post-norm state back', so every "
                 "draft token after the first diverges from training.",
@@ -253,7 +255,14 @@ def rule_eagle31_ignored(e: Evidence) -> list[Finding]:
     return out
 
 
-_DEDICATED_PROBLEMS = ("unknown tensor", "lm_head.weight missing")
+# The problems a rule of their own reports: rule_unknown_tensors, rule_lm_head_missing,
+# rule_weights_not_finite, rule_d2t_missing.
+_DEDICATED_PROBLEMS = (
+    ProblemCode.UNKNOWN_TENSOR,
+    ProblemCode.LM_HEAD_MISSING,
+    ProblemCode.NOT_FINITE,
+    ProblemCode.D2T_MISSING,
+)
 
 
 def rule_checkpoint_problems(e: Evidence) -> list[Finding]:
@@ -264,22 +273,13 @@ def rule_checkpoint_problems(e: Evidence) -> list[Finding]:
     """
     if e.report is None:
         return []
-    spec = e.report.spec
-    rest = [
-        p
-        for p in e.report.problems
-        if not p.startswith(_DEDICATED_PROBLEMS)
-        and not p.startswith(tuple(e.report.nonfinite))  # rule_weights_not_finite
-        and not (
-            p.startswith("draft_vocab_size") and "no d2t" in p and not spec.has_d2t
-        )  # rule_d2t_missing
-    ]
+    rest = [p.text for p in e.report.problems if p.code not in _DEDICATED_PROBLEMS]
     if not rest:
         return []
     return [
         Finding(
             "checkpoint-problems",
-            "warning",
+            Severity.WARNING,
             f"The checkpoint has {len(rest)} other problem{'s' if len(rest) > 1 else ''} a "
             "server would get wrong or silently ignore.",
             "; ".join(rest) + ".",

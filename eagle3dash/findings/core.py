@@ -14,7 +14,8 @@ from eagle3dash import vllm_rules
 from eagle3dash.engine_rules import ServingEngine
 from eagle3dash.evidence_levels import LEVEL_PREDICTED, source_level, weaker
 from eagle3dash.layout import Layout
-from eagle3dash.sglang_rules import try_parse_version
+from eagle3dash.severity import Severity
+from eagle3dash.sglang_rules import target_arch, try_parse_version
 
 if TYPE_CHECKING:
     from eagle3dash.checkpoint import InspectReport
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
     from eagle3dash.sglang import ServerReport
     from eagle3dash.spec import DraftSpec
 
-SEVERITIES = ("critical", "warning", "info")
+SEVERITIES = tuple(Severity)  # worst first
 
 
 class SideView(Protocol):
@@ -57,7 +58,7 @@ class Finding:
     """One problem found: rule id, severity, a one-sentence title, the evidence and the fix."""
 
     id: str
-    severity: str  # one of SEVERITIES
+    severity: Severity  # a rule may give its value ("critical"); it is read as a Severity
     title: str  # one sentence
     evidence: str  # the numbers and config values that show it
     fix: str  # a concrete config key to set or a flag to change
@@ -67,14 +68,17 @@ class Finding:
     basis: str = "observed"
 
     def __post_init__(self) -> None:
-        if self.severity not in SEVERITIES:
-            raise ValueError(f"severity {self.severity!r} is not one of {SEVERITIES}")
+        severity = Severity.read(self.severity)
+        if severity is None or severity != self.severity:
+            known = ", ".join(SEVERITIES)
+            raise ValueError(f"severity {self.severity!r} is not one of {known}")
+        object.__setattr__(self, "severity", severity)
 
     def to_dict(self) -> dict:
         """JSON-ready dict of every field."""
         return {
             "id": self.id,
-            "severity": self.severity,
+            "severity": self.severity.value,
             "title": self.title,
             "evidence": self.evidence,
             "fix": self.fix,
@@ -157,16 +161,10 @@ class Evidence:
         return f"vLLM (version unknown, {engine.vllm_runner().upper()} runner)"
 
     def arch_name(self) -> str:
-        """The target architecture: given, else the server's, else 'llama'."""
-        if self.arch:
-            return self.arch
-        if self.server is not None:
-            archs = self.server.architectures
-            if archs:
-                return str(archs[0])
-            if self.server.model_type:
-                return str(self.server.model_type)
-        return "llama"
+        """The target architecture: given, else the server's, else the rules' fallback."""
+        if self.server is None:
+            return target_arch(self.arch)
+        return target_arch(self.arch, self.server.architectures, self.server.model_type)
 
     def claimed_training(self) -> Layout | None:
         """The training layout the config implies (the prediction's, else the layouts')."""
@@ -190,7 +188,9 @@ class Evidence:
 
 def critical_ids(found: list[Finding], among: tuple[str, ...] | None = None) -> list[str]:
     """The ids of the critical findings (of these rule ids, when given)."""
-    return [f.id for f in found if f.severity == "critical" and (among is None or f.id in among)]
+    return [
+        f.id for f in found if f.severity is Severity.CRITICAL and (among is None or f.id in among)
+    ]
 
 
 def layouts_basis(e: Evidence) -> str:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from eagle3dash.findings.core import Evidence, _fmt
 from eagle3dash.noise import MATERIAL_ACCEPT_LENGTH, MATERIAL_TOP1, noise
+from eagle3dash.severity import Severity
 
 if TYPE_CHECKING:
     from eagle3dash.metrics import DraftEval
@@ -30,14 +31,14 @@ class Cost:
     noise: float  # NOISE_SE standard errors of the accept-length difference
     how: str  # what was compared, for the evidence line
 
-    def severity(self) -> str:
+    def severity(self) -> Severity:
         """critical when material, warning when beyond the noise, info within it."""
         top1 = self.top1 or 0.0
         if self.accept_length >= MATERIAL_ACCEPT_LENGTH or top1 >= MATERIAL_TOP1:
-            return "critical"
+            return Severity.CRITICAL
         if self.accept_length > self.noise:
-            return "warning"
-        return "info"
+            return Severity.WARNING
+        return Severity.INFO
 
     def text(self) -> str:
         """The cost in one clause, with its noise."""

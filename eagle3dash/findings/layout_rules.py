@@ -24,18 +24,21 @@ from eagle3dash.layout import (
     Layout,
     LayoutDiff,
     default_layout,
+    default_output_of_ids,
     describe_tap,
     format_layout,
     join_words,
     taps_phrase,
 )
 from eagle3dash.noise import MATERIAL_ACCEPT_LENGTH
+from eagle3dash.severity import Severity
 from eagle3dash.sglang_rules import (
     KNOWN_SGLANG_VERSIONS,
     LayoutFix,
     ObservedMapping,
     arch_family,
     default_capture,
+    eagle_config_json,
     find_fix,
     nested_ids,
     serving_layout,
@@ -47,10 +50,6 @@ from eagle3dash.trainers import SPECFORGE_SGLANG_VERSION, TRAINERS, training_lay
 
 def _ids_json(ids: list[int] | tuple[int, ...]) -> str:
     return json.dumps(list(ids))
-
-
-def _eagle_config_json(ids: list[int] | tuple[int, ...]) -> str:
-    return '"eagle_config": {"eagle_aux_hidden_state_layer_ids": ' + _ids_json(ids) + "}"
 
 
 def _slots_text(layout: Layout, num_layers: int | None) -> str:
@@ -82,11 +81,6 @@ def _eval_text(ev: Any, label: str, steps: int | None = None) -> str:
     return (
         f"{label}: simulated accept length {_fmt(ev.simulated_accept_length(s))} at {s} steps{top1}"
     )
-
-
-def _default_ids(n: int) -> list[int]:
-    """SpecForge's default output-of ids, which SGLang captures as its default taps."""
-    return [1, n // 2 - 1, n - 4]
 
 
 def _releases_text(fix: LayoutFix) -> str:
@@ -132,12 +126,11 @@ def _sglang_fix(
         )
     fix = find_fix(target, spec, n, e.version_tuple(), e.arch_name(), e.cuda_graph(), observed)
     assumed = " (assumed: the server's version is unknown)" if fix.version_assumed else ""
-    aux_on = "" if spec.use_aux_hidden_state else ', "use_aux_hidden_state": true'
     v = version_text(fix.version)
     phrase = taps_phrase(target, n)
 
     def cfg(ids: list[int]) -> str:
-        return _eagle_config_json(ids)[:-1] + aux_on + "}"
+        return eagle_config_json(ids, aux_on=not spec.use_aux_hidden_state)
 
     if fix.ids is not None and fix.ids_from == "observed":
         stock = ""
@@ -160,7 +153,8 @@ def _sglang_fix(
         f"retrain the draft on the layers serving can feed ({taps_phrase(serving, n)})"
         if serving
         else "retrain the draft on layers SGLang captures, e.g. its defaults "
-        f"({taps_phrase(default_layout(n), n)}; SpecForge ids {_ids_json(_default_ids(n))})"
+        f"({taps_phrase(default_layout(n), n)}; SpecForge ids "
+        f"{_ids_json(default_output_of_ids(n))})"
     )
     data: dict = {}
     options = []
@@ -176,7 +170,7 @@ def _sglang_fix(
     if fix.eager_ids is not None:
         options.append(
             f"keep SGLang {v} but restart with --disable-cuda-graph (slow) and "
-            f"{_eagle_config_json(fix.eager_ids)} in config.json"
+            f"{eagle_config_json(fix.eager_ids)} in config.json"
         )
     options.append(retrain)
     if fix.departs:
@@ -216,7 +210,7 @@ def _both_engines_sentence(e: Evidence, target: Layout) -> tuple[str, dict]:
     assert fix.nested_ids is not None and fix.top_level_ids is not None
     return (
         f"To serve the same file on SGLang {fix.sglang_version} and vLLM {fix.vllm_version} "
-        f"alike, write both keys: {_eagle_config_json(fix.nested_ids)}, "
+        f"alike, write both keys: {eagle_config_json(fix.nested_ids)}, "
         f"{_top_level_json(fix.top_level_ids)} (SGLang reads only the nested list; both vLLM "
         "runners read the top-level one first).",
         {"dual_key": fix.config()},
@@ -312,7 +306,9 @@ def rule_layout_mismatch(e: Evidence) -> list[Finding]:
     basis = layouts_basis(e)
     if d.kind == "identical":
         title = f"{e.engine_label()} cannot capture the taps this draft was trained on: {error}."
-        return [Finding("capture-error", "critical", title, " ".join(lines), fix, data, basis)]
+        return [
+            Finding("capture-error", Severity.CRITICAL, title, " ".join(lines), fix, data, basis)
+        ]
     title = (
         f"Serving feeds the draft {taps_phrase(d.serving, n)}, but training fed "
         f"{taps_phrase(d.training, n)}: {_kind_phrase(d)}."
@@ -326,12 +322,12 @@ def rule_layout_mismatch(e: Evidence) -> list[Finding]:
             "The training side is one assumed reading of several "
             f"({', '.join(r.trainer for r in unsettled)}); see training-layout-unsettled."
         )
-        if severity == "critical":
-            severity = "warning"
+        if severity == Severity.CRITICAL:
+            severity = Severity.WARNING
     return [Finding("layout-mismatch", severity, title, " ".join(lines), fix, data, basis)]
 
 
-def _impact(e: Evidence, lines: list[str]) -> tuple[str, str]:
+def _impact(e: Evidence, lines: list[str]) -> tuple[Severity, str]:
     """The severity of a difference between the sides by what it costs (findings/impact.py),
     with the cost added to the evidence lines; critical, unmeasured, when no cost was measured."""
     cost = layout_cost(e)
@@ -341,7 +337,7 @@ def _impact(e: Evidence, lines: list[str]) -> tuple[str, str]:
             f"{MATERIAL_ACCEPT_LENGTH} drafts per round even there): the severity is the rules' "
             "prediction."
         )
-        return "critical", "not measured"
+        return Severity.CRITICAL, "not measured"
     severity = cost.severity()
     lines.append(cost.text()[0].upper() + cost.text()[1:] + f": {severity}.")
     return severity, cost.text()
@@ -373,10 +369,10 @@ def rule_detected_layout(e: Evidence) -> list[Finding]:
     # In a diagnosis the training side already IS the detected layout, and the layout finding
     # carries the mismatch; this one says why the config cannot be trusted.
     training_is_best = e.training is not None and tuple(e.training.layout) == best
-    severity = "critical" if fed != best and not training_is_best else "warning"
+    severity = Severity.CRITICAL if fed != best and not training_is_best else Severity.WARNING
     fix_ids = det.fix_ids  # the detective searches SGLang's ids
     fix = (
-        f'Set "eagle_config": {{"eagle_aux_hidden_state_layer_ids": {fix_ids}}} so SGLang feeds '
+        f"Set {eagle_config_json(fix_ids)} so SGLang feeds "
         f"{format_layout(best)}, and record that layout with the checkpoint."
         if fix_ids
         else "Record the layout the draft performs best with beside the checkpoint, and serve "
@@ -502,13 +498,13 @@ def rule_aux_ids_not_read(e: Evidence) -> list[Finding]:
         else "its default layers [2, N//2, N-3]"
     )
     if training is None:
-        severity = "warning"
+        severity = Severity.WARNING
         tail = "; whether that matches training is unknown (give the target's layer count)"
     elif training != defaults:
-        severity = "critical"
+        severity = Severity.CRITICAL
         tail = f", while training fed {taps_phrase(training, n)}"
     else:
-        severity = "info"
+        severity = Severity.INFO
         tail = ", which are the taps training used, so nothing is lost today"
     title = f"{where}, so SGLang captures {default_text}{tail}."
     evidence = (
@@ -522,9 +518,8 @@ def rule_aux_ids_not_read(e: Evidence) -> list[Finding]:
         fix, data = _layout_fix(e, training, None)
     else:
         fix = (
-            'Add the nested key to config.json: "eagle_config": '
-            '{"eagle_aux_hidden_state_layer_ids": [...]}, with the ids of the layers training '
-            "used (SGLang reads id i as the output of layer i)."
+            f"Add the nested key to config.json: {eagle_config_json(None)}, with the ids of the "
+            "layers training used (SGLang reads id i as the output of layer i)."
         )
         data = {}
     return [Finding("aux-ids-not-read", severity, title, evidence, fix, data, LEVEL_PREDICTED)]
@@ -582,7 +577,9 @@ def rule_vllm_ids_not_read(e: Evidence) -> list[Finding]:
             f"Set the top-level {vllm_rules.TOP_LEVEL_KEY} to the taps training used (vLLM "
             "reads id k as the state after k blocks)."
         )
-        return [Finding("vllm-ids-not-read", "warning", title, title, fix, {}, LEVEL_PREDICTED)]
+        return [
+            Finding("vllm-ids-not-read", Severity.WARNING, title, title, fix, {}, LEVEL_PREDICTED)
+        ]
     defaults = vllm_rules.default_capture(n)
     training = e.layouts.training.layout if e.layouts is not None else None
     evidence = (
@@ -600,7 +597,9 @@ def rule_vllm_ids_not_read(e: Evidence) -> list[Finding]:
         )
         title = f"{engine.label()} never reads {where}: it feeds its default layers{tail}."
         fix, data = _vllm_fix(e, training or defaults)
-        return [Finding("vllm-ids-not-read", "info", title, evidence, fix, data, LEVEL_PREDICTED)]
+        return [
+            Finding("vllm-ids-not-read", Severity.INFO, title, evidence, fix, data, LEVEL_PREDICTED)
+        ]
     evidence += f" Training: {_slots_text(training, n)}."
     title = (
         f"{engine.label()} never reads {where}: it feeds the draft {taps_phrase(defaults, n)} "
@@ -610,7 +609,7 @@ def rule_vllm_ids_not_read(e: Evidence) -> list[Finding]:
     return [
         Finding(
             "vllm-ids-not-read",
-            "critical",
+            Severity.CRITICAL,
             title,
             evidence,
             fix,
@@ -638,12 +637,12 @@ def rule_capture_rule_version(e: Evidence) -> list[Finding]:
         if n is not None:
             fix += (
                 f"; or retrain the draft on the default layers (SpecForge ids "
-                f"{_ids_json(_default_ids(n))}) and drop the custom ids"
+                f"{_ids_json(default_output_of_ids(n))}) and drop the custom ids"
             )
         out.append(
             Finding(
                 "capture-rule-version",
-                "critical",
+                Severity.CRITICAL,
                 f"On SGLang {v} the CUDA-graph decode and verify steps feed the draft the default "
                 f"layers ({taps_phrase(dd.serving, n)}), not the configured ones.",
                 f"Prefill (eager): {_slots_text(prefill, n)}. Decode (CUDA graph): "
@@ -681,7 +680,7 @@ def rule_capture_rule_version(e: Evidence) -> list[Finding]:
             out.append(
                 Finding(
                     "capture-rule-version",
-                    "warning",
+                    Severity.WARNING,
                     f"The draft was trained through SGLang {tv_text} (SpecForge 0.2 and later "
                     f"capture through SGLang), whose {arch_family(arch)} id rule reads ids "
                     f"{_ids_json(spec.aux_layer_ids or ())} differently from SGLang {v}.",

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import math
 
+from eagle3dash.checkpoint_problems import ProblemCode
 from eagle3dash.findings.core import Evidence, Finding, _fmt, critical_ids
 from eagle3dash.noise import MATERIAL_ACCEPT_LENGTH, MATERIAL_TOP1, noise, relative_noise
+from eagle3dash.severity import Severity
 
 # Measured above the serving simulation by at least this much (and beyond the bench's spread).
 ABOVE_MIN = 0.3
@@ -67,7 +69,7 @@ def rule_slower_than_baseline(e: Evidence, found: list[Finding]) -> list[Finding
         return [
             Finding(
                 "slower-than-baseline",
-                "critical",
+                Severity.CRITICAL,
                 f"Speculative decoding makes the endpoint slower: {speedup:.2f}x the baseline's "
                 "tok/s.",
                 evidence + ".",
@@ -84,7 +86,7 @@ def rule_slower_than_baseline(e: Evidence, found: list[Finding]) -> list[Finding
     return [
         Finding(
             "slower-than-baseline",
-            "info",
+            Severity.INFO,
             title,
             evidence + ".",
             f"Raise the accept length (see the other findings) or try {_steps_flags(e)}; "
@@ -171,7 +173,8 @@ def rule_measured_below_simulated(e: Evidence) -> list[Finding]:
         ]
         if th:
             checks.append("accept thresholds below 1 (" + ", ".join(th) + ")")
-    unknown = [p for p in e.report.problems if p.startswith("unknown tensor")] if e.report else []
+    problems = e.report.problems if e.report else []
+    unknown = [p for p in problems if p.code is ProblemCode.UNKNOWN_TENSOR]
     checks.append(
         f"{len(unknown)} tensors with unknown names, dropped by the loader"
         if unknown
@@ -181,7 +184,7 @@ def rule_measured_below_simulated(e: Evidence) -> list[Finding]:
     return [
         Finding(
             "measured-below-simulated",
-            "warning",
+            Severity.WARNING,
             f"The endpoint accepts {_fmt(measured)} tokens per step where the serving layout "
             f"simulates {_fmt(simulated)}, so something beyond the layout is wrong.",
             f"measured {_fmt(measured)} from {source}; simulated {_fmt(simulated)} at {steps} "
@@ -210,7 +213,7 @@ def rule_measured_above_simulated(e: Evidence) -> list[Finding]:
     return [
         Finding(
             "measured-above-simulated",
-            "critical",
+            Severity.CRITICAL,
             f"The endpoint accepts {_fmt(measured)} tokens per round, more than the "
             f"{_fmt(simulated)} the draft reaches on the states the server returned, so the "
             "server runs another draft or feeds it other states than it returns.",
@@ -261,7 +264,7 @@ def rule_training_serving_gap(e: Evidence, found: list[Finding]) -> list[Finding
     return [
         Finding(
             "training-serving-gap",
-            "critical",
+            Severity.CRITICAL,
             f"The draft does far worse on what serving feeds it than on its training side: "
             f"{_fmt(t.sim_accept_length)} vs {_fmt(s.sim_accept_length)} simulated accept length.",
             evidence,
@@ -351,7 +354,7 @@ def rule_low_acceptance(e: Evidence, found: list[Finding]) -> list[Finding]:
     return [
         Finding(
             "low-acceptance",
-            "warning",
+            Severity.WARNING,
             f"The endpoint accepts few drafts ({how}), and the training side was not measured "
             "to tell why.",
             "Likely causes for this deployment, most likely first: "

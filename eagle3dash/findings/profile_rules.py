@@ -12,6 +12,7 @@ import math
 import statistics
 
 from eagle3dash.findings.core import Evidence, Finding, _fmt, critical_ids
+from eagle3dash.severity import Severity
 
 # A category or format this far below the others (absolute, and as a share of theirs).
 FAR_BELOW = 0.5
@@ -112,7 +113,7 @@ def _category_finding(
     if group == "both":
         return Finding(
             "category-far-below",
-            "info",
+            Severity.INFO,
             f"The draft is weak on {listed} prompts, on the training side as in serving.",
             evidence + ": the draft itself accepts less there, not the deployment.",
             f"Nothing to fix in serving. {where}; if your traffic looks like them, train the "
@@ -137,7 +138,7 @@ def _category_finding(
             f"{where}. Give a local copy of the target to simulate the training side per "
             "category: weak there too means the draft, not the deployment."
         )
-    return Finding("category-far-below", "warning", title, evidence + ".", fix, data)
+    return Finding("category-far-below", Severity.WARNING, title, evidence + ".", fix, data)
 
 
 def rule_prompt_format_gap(e: Evidence) -> list[Finding]:
@@ -164,7 +165,7 @@ def rule_prompt_format_gap(e: Evidence) -> list[Finding]:
     return [
         Finding(
             "prompt-format-gap",
-            "warning",
+            Severity.WARNING,
             "The draft was trained on another prompt format than it is served with: it accepts "
             f"{_fmt(high)} on {best.format} prompts but {_fmt(low)} on {worst.format} prompts.",
             f"accept length of the same prompts per format: {numbers}",
@@ -194,7 +195,7 @@ def rule_num_steps_advice(e: Evidence, found: list[Finding]) -> list[Finding]:
     return [
         Finding(
             "num-steps-advice",
-            "info",
+            Severity.INFO,
             f"--speculative-num-steps {best.num_steps} is predicted {best.gain:.0%} faster than "
             f"the served {best.current_num_steps}{interval}.",
             f"predicted {best.predicted_tok_s:.1f} tok/s at {best.num_steps} steps (accept "

@@ -11,6 +11,7 @@ import re
 
 from eagle3dash.findings.core import Evidence, Finding, _fmt
 from eagle3dash.identity import compare_drafts, is_local_url
+from eagle3dash.severity import Severity
 from eagle3dash.sglang_rules import (
     DRAFT_QUANT_FLAG_SINCE,
     HIDDEN_STATES_FIX,
@@ -34,7 +35,7 @@ def rule_algorithm_eagle(e: Evidence) -> list[Finding]:
     return [
         Finding(
             "algorithm-eagle",
-            "critical",
+            Severity.CRITICAL,
             f"The server runs --speculative-algorithm {sp.algorithm} with an EAGLE-3 draft, so "
             "the target captures no aux states, SGLang skips fc and accept length stays near 1.",
             f"speculative_algorithm={sp.algorithm}; the draft's fc takes {spec.num_aux} x "
@@ -59,7 +60,7 @@ def rule_server_claims_implausible(e: Evidence) -> list[Finding]:
     return [
         Finding(
             "server-claims-implausible",
-            "warning",
+            Severity.WARNING,
             f"The server reports speculative settings no SGLang server runs with ({claims}), so "
             "they were not used: the draft steps come from the form or the defaults.",
             f"{e.server.url if e.server else 'the server'} /server_info: {claims}.",
@@ -81,7 +82,7 @@ def rule_no_speculation(e: Evidence) -> list[Finding]:
     return [
         Finding(
             "no-speculation",
-            "critical",
+            Severity.CRITICAL,
             "The endpoint does not run speculative decoding, so no draft is used at all.",
             f"{e.server.url} /server_info: speculative_algorithm is null "
             f"(model {e.server.model_path}).",
@@ -129,7 +130,7 @@ def rule_draft_tokens_capped(e: Evidence) -> list[Finding]:
     return [
         Finding(
             "draft-tokens-capped",
-            "warning",
+            Severity.WARNING,
             f"The server drafts a chain of only {steps} token{'s' if steps > 1 else ''} "
             f"(topk 1 caps --speculative-num-draft-tokens at num_steps + 1 = {steps + 1}), "
             "whatever --speculative-num-draft-tokens said.",
@@ -167,7 +168,7 @@ def rule_draft_quantized(e: Evidence) -> list[Finding]:
     return [
         Finding(
             "draft-quantized",
-            "warning",
+            Severity.WARNING,
             f"The draft runs quantized ({quant}) like the target, which lowers its accuracy.",
             f"quantization={quant}, speculative_draft_model_quantization="
             f"{draft_q if draft_q is not None else 'unset (the target quantization applies)'}"
@@ -202,7 +203,7 @@ def rule_draft_differs(e: Evidence) -> list[Finding]:
         return [
             Finding(
                 "draft-differs",
-                "critical",
+                Severity.CRITICAL,
                 "The endpoint serves another draft than the checkpoint under diagnosis: their "
                 "weights differ.",
                 f"server speculative_draft_model_path={sp.draft_model_path}; checkpoint={mine}; "
@@ -228,7 +229,7 @@ def rule_draft_differs(e: Evidence) -> list[Finding]:
     return [
         Finding(
             "draft-path-differs",
-            "warning",
+            Severity.WARNING,
             "The endpoint names another draft than the checkpoint under diagnosis.",
             f"server speculative_draft_model_path={sp.draft_model_path}; checkpoint={mine}; {how}.",
             f"Restart the server with --speculative-draft-model-path {mine} (or diagnose the "
@@ -250,7 +251,7 @@ def rule_hidden_states_off(e: Evidence) -> list[Finding]:
     return [
         Finding(
             "hidden-states-off",
-            "warning",
+            Severity.WARNING,
             "The server does not return hidden states, so what it feeds the draft cannot be "
             "captured and the serving side is only predicted.",
             f"{server.url} /server_info: enable_return_hidden_states is false.",
@@ -273,7 +274,7 @@ def rule_hidden_states_last_only(e: Evidence) -> list[Finding]:
     return [
         Finding(
             "hidden-states-last-only",
-            "warning",
+            Severity.WARNING,
             "The server returns only the last token's hidden state, so what it feeds the draft "
             "cannot be captured and the serving side is only predicted.",
             f"{server.url} /server_info: enable_return_hidden_states="
@@ -302,7 +303,7 @@ def rule_hidden_states_truncated(e: Evidence) -> list[Finding]:
     return [
         Finding(
             "hidden-states-truncated",
-            "info",
+            Severity.INFO,
             f"On SGLang {e.version()} the hidden states returned under speculative decoding are "
             "truncated or misattributed after the prompt, so only the prefill block of a capture "
             "can be trusted.",
@@ -328,7 +329,7 @@ def rule_speculative_adaptive(e: Evidence) -> list[Finding]:
     return [
         Finding(
             "speculative-adaptive",
-            "warning",
+            Severity.WARNING,
             "The server adapts its number of draft steps at runtime (--speculative-adaptive), "
             "so its accept length mixes step counts and is neither capped at num_steps + 1 nor "
             "comparable with a simulation at fixed steps.",

@@ -11,6 +11,7 @@ from __future__ import annotations
 from eagle3dash.evidence_levels import LEVEL_ASSUMED
 from eagle3dash.findings.core import Evidence, Finding, _fmt
 from eagle3dash.layout import format_layout, taps_phrase
+from eagle3dash.severity import Severity
 from eagle3dash.trainers import DECLARED_RULE, TRAINERS, Reading, training_readings
 
 # A measured accept length below this is materially low: a draft made for this target accepts
@@ -73,7 +74,7 @@ def rule_training_readings(e: Evidence) -> list[Finding]:
     return [
         Finding(
             "training-layout-unsettled",
-            "warning",
+            Severity.WARNING,
             f"The draft's files fit {len(readings)} trainers that fed different taps, and the "
             f"{names} reading{'s' if len(disagree) > 1 else ''} disagree"
             f"{'s' if len(disagree) == 1 else ''} with the {taps_phrase(serving, n)} serving "
@@ -156,7 +157,7 @@ def rule_draft_for_another_target(e: Evidence) -> list[Finding]:
     return [
         Finding(
             "draft-for-another-target",
-            "critical" if low else "warning",
+            Severity.CRITICAL if low else Severity.WARNING,
             f"This draft was made for another target: {mismatches[0]}.",
             "; ".join(mismatches) + f"{rev}; {impact}.",
             "Serve the draft with the target it was trained for, or train a draft for the "
@@ -179,7 +180,7 @@ def rule_ids_beyond_target(e: Evidence) -> list[Finding]:
     return [
         Finding(
             "ids-beyond-target",
-            "warning",
+            Severity.WARNING,
             f"The draft's ids {list(ids or ())} reach past the target's {n} layers.",
             f"ids {beyond} are not below N={n}: no layer's output exists there, so SpecForge "
             "could not have trained on them and SGLang never captures them.",

@@ -9,24 +9,12 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import urlencode
 
-from eagle3dash.store import SEVERITY_RANK
+from eagle3dash.severity import UNKNOWN_COLOR, UNKNOWN_ICON, BadgeColor, Severity
 
 DASH = "—"
-BadgeColor = Literal["red", "orange", "blue", "green", "gray"]  # those st.badge takes, in use
-SEVERITY_COLORS: dict[str, BadgeColor] = {
-    "critical": "red",
-    "error": "red",
-    "high": "red",
-    "warning": "orange",
-    "medium": "orange",
-    "low": "blue",
-    "info": "blue",
-    "ok": "green",
-}
-SEVERITY_ICONS = {"critical": "🛑", "error": "🛑", "warning": "⚠️", "info": "ℹ️", "ok": "✅"}
 STATUS_ICONS = {
     "queued": "⏳",
     "running": "🔄",
@@ -141,21 +129,18 @@ def when(iso: str | None) -> str:
     return iso[:19].replace("T", " ") + " UTC"
 
 
-def severity_rank(severity: str | None) -> int:
-    """Higher is worse; unknown severities rank lowest."""
-    return SEVERITY_RANK.get((severity or "").lower(), -1)
-
-
 def severity_color(severity: str | None) -> BadgeColor:
-    """The st.badge color of a severity."""
-    return SEVERITY_COLORS.get((severity or "").lower(), "gray")
+    """The st.badge color of a stored severity; gray for any other text."""
+    known = Severity.read(severity)
+    return UNKNOWN_COLOR if known is None else known.color
 
 
 def severity_label(severity: str | None) -> str:
     """'⚠️ warning'; empty for None."""
     if not severity:
         return ""
-    return f"{SEVERITY_ICONS.get(severity.lower(), '•')} {severity}"
+    known = Severity.read(severity)
+    return f"{UNKNOWN_ICON if known is None else known.icon} {severity}"
 
 
 def status_label(status: str | None) -> str:

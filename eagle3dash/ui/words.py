@@ -13,6 +13,7 @@ from typing import Any
 
 from eagle3dash.diagnosis.options import SCHEMA
 from eagle3dash.layout import Tap, describe_layout
+from eagle3dash.sglang_rules import eagle_config_json
 from eagle3dash.ui.fmt import DASH, as_float, as_int, num
 
 SOURCE_WORDS = {
@@ -156,9 +157,7 @@ def fix_line(finding: Mapping[str, Any]) -> tuple[str, str] | None:
     if ids is not None:
         version = data.get("sglang_version")
         where = "in the draft's config.json" + (f", served by SGLang {version}" if version else "")
-        return where, '"eagle_config": {"eagle_aux_hidden_state_layer_ids": ' + json.dumps(
-            ids
-        ) + "}"
+        return where, eagle_config_json(ids)
     fix = str(finding.get("fix") or "")
     # A flag and its value when it has one (a number, or one of SGLang's mode words).
     flag = re.search(r"--[a-z][a-z0-9-]+(?: (?:\d[\w.]*|full|last|unquant|true|false)\b)?", fix)
