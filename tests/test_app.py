@@ -24,6 +24,7 @@ from eagle3dash import jobs as jobq
 from eagle3dash import store as db
 from eagle3dash.checkpoint import save
 from eagle3dash.diagnosis.stored import load_diagnosis
+from eagle3dash.layout import Layout, Tap
 from eagle3dash.submit import submit_diagnosis
 from eagle3dash.testing.tensors import random_tensors
 from eagle3dash.ui import charts, tables
@@ -61,7 +62,7 @@ def world(tmp_path_factory):
         checkpoint_id = db.add_checkpoint(home, draft, name="draft")
         from eagle3dash.diagnosis.options import DiagnoseOptions
 
-        def opts(layout: str) -> DiagnoseOptions:
+        def opts(layout: Layout) -> DiagnoseOptions:
             return DiagnoseOptions(
                 draft=str(draft),
                 endpoint=server.url,
@@ -73,8 +74,8 @@ def world(tmp_path_factory):
                 training_layout=layout,
             )
 
-        mismatch = submit_diagnosis(home, checkpoint_id, opts("0,1,2"))
-        matching = submit_diagnosis(home, checkpoint_id, opts("1,2,3"))
+        mismatch = submit_diagnosis(home, checkpoint_id, opts((Tap(0), Tap(1), Tap(2))))
+        matching = submit_diagnosis(home, checkpoint_id, opts((Tap(1), Tap(2), Tap(3))))
         run_queued(home, [mismatch, matching])
         yield {
             "home": home.home,

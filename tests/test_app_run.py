@@ -28,6 +28,7 @@ from eagle3dash.diagnosis.stages import plan_stages, target_depth
 from eagle3dash.diagnosis.stored import StoredDiagnosis, load_diagnosis
 from eagle3dash.errors import InputError
 from eagle3dash.findings import Finding
+from eagle3dash.layout import Tap
 from eagle3dash.submit import submit_diagnosis
 from eagle3dash.testing.sglang_double import DoubleConfig, start_double
 from eagle3dash.ui import words
@@ -83,7 +84,7 @@ def world(tmp_path_factory):
                 max_new_tokens=16,
                 concurrency=2,
                 steps=3,
-                training_layout="0,1,2",
+                training_layout=(Tap(0), Tap(1), Tap(2)),
                 **more,
             )
 

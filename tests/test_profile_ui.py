@@ -15,6 +15,7 @@ import pytest
 from eagle3dash import store as db
 from eagle3dash.diagnosis.options import DiagnoseOptions
 from eagle3dash.diagnosis.stored import load_diagnosis
+from eagle3dash.layout import Tap
 from eagle3dash.profile import Profile
 from eagle3dash.profile_export import profile_csv, profile_json
 from eagle3dash.submit import submit_diagnosis
@@ -464,7 +465,7 @@ def real_diagnosis(tmp_path_factory) -> dict:
             max_new_tokens=8,
             concurrency=2,
             steps=3,
-            training_layout="0,1,2",
+            training_layout=(Tap(0), Tap(1), Tap(2)),
         )
         run_id = submit_diagnosis(home, None, options)
         run_queued(home, [run_id], slots=1)

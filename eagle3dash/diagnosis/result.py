@@ -21,7 +21,6 @@ at least k drafts, from SGLang's spec_correct_drafts_histogram; None when the se
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -284,7 +283,7 @@ class Diagnosis:
             "warnings": self.warnings,
             "profile": None if self.profile is None else self.profile.to_dict(),
             "timings": {key: round(seconds, 3) for key, seconds in self.timings.items()},
-            "options": dataclasses.asdict(self.options),
+            "options": self.options.to_json(),
             "checkpoint": self.report.to_json(),
             "server": self.server.to_dict(),
         }

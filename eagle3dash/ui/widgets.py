@@ -610,7 +610,7 @@ def option_input(where: Any, name: str, key: str | None = None) -> Any:
             key=key,
         )
     placeholder = option.placeholder or (
-        f"{option.default} (the default)" if option.default not in (None, MISSING) else ""
+        f"{option.default_text} (the default)" if option.default not in (None, MISSING) else ""
     )
     return where.text_input(label, placeholder=placeholder, help=help_text, key=key)
 
