@@ -335,7 +335,14 @@ def test_a_runs_verdict_in_words() -> None:
     warned = {"root_cause": None, "problems_found": True, "not_checked": []}
     clean = {"root_cause": None, "problems_found": False, "not_checked": ["speedup"]}
     assert words.run_verdict({"verdict": cause}) == "🛑 It is shifted."
-    assert words.run_verdict({"verdict": warned, "worst_finding_title": "Odd."}) == "⚠️ Odd."
+    odd = {"worst_finding_title": "Odd.", "worst_severity": "warning"}
+    assert words.run_verdict({"verdict": warned, **odd}) == "⚠️ Odd."
+    # Stored before statuses (schema 1), whose problems_found counted info notes too: a run
+    # whose worst finding is an info note reads healthy, as its Run page says.
+    note = {"worst_finding_title": "Weak novel.", "worst_severity": "info"}
+    assert words.run_verdict({"verdict": warned, **note}) == (
+        "✅ healthy: every check ran and found nothing at warning or worse"
+    )
     # Nothing found but something not checked: incomplete, never a green light.
     assert words.run_verdict({"verdict": clean}) == (
         "➖ no critical problem in what was checked (not checked: speedup)"

@@ -4,7 +4,7 @@
 number; `load_diagnosis` is the one place that reads it back. It upgrades every shape ever stored
 in `runs.diagnosis_json` to the current one (`upgrade`), then returns a `StoredDiagnosis`: typed
 sides, layouts as tuples of `Tap`, findings, not-checked items, the profile, the identity and the
-layout detective's case. The pages, the exporter and the CLI read attributes of it.
+layout detective's case. The pages, Compare, the run export and the CLI read attributes of it.
 
 The stored shapes, oldest first (the commits that wrote them):
 
@@ -117,6 +117,8 @@ def _to_schema_2(d: dict) -> None:
     verdict = d.setdefault("verdict", {})
     findings = [_build(Finding, f) for f in d.get("findings") or []]
     verdict.setdefault("status", verdict_status(findings, bool(d.get("not_checked"))))
+    # schema 1 counted info notes as problems; since, only warnings and worse are
+    verdict["problems_found"] = any(f.severity != "info" for f in findings)
     verdict.setdefault("layout_evidence", level)
     verdict.setdefault("identity", None if not identity else identity.get("status"))
 
@@ -328,20 +330,21 @@ class StoredVerdict:
         )
 
 
-def load_verdict(raw: Json) -> StoredVerdict:
-    """A verdict alone (the Runs list reads `$.verdict` of each stored diagnosis): schema 1
-    stored no status, so it is derived from what it kept (its problems_found counted every
-    finding)."""
+def load_verdict(raw: Json, worst_severity: str | None) -> StoredVerdict:
+    """A verdict alone, as the Runs list reads it (`$.verdict` of each stored diagnosis, and the
+    run's worst finding severity): schema 1 stored no status and counted info notes as
+    problems, so both are derived as `upgrade` derives them from the findings."""
     verdict = StoredVerdict.from_dict(raw)
     if verdict.status:
         return verdict
+    problems = worst_severity in ("critical", "warning")
     if verdict.root_cause is not None:
         status = PROBLEM
     elif verdict.not_checked:
         status = INCOMPLETE
     else:
-        status = PROBLEM if verdict.problems_found else HEALTHY
-    return dataclasses.replace(verdict, status=status)
+        status = PROBLEM if problems else HEALTHY
+    return dataclasses.replace(verdict, status=status, problems_found=problems)
 
 
 @dataclass(frozen=True)

@@ -195,7 +195,7 @@ def run_verdict(run: Mapping[str, Any]) -> str:
     it ended."""
     status = run.get("status")
     if run.get("verdict"):
-        verdict: StoredVerdict = load_verdict(run["verdict"])
+        verdict: StoredVerdict = load_verdict(run["verdict"], run.get("worst_severity"))
         if verdict.root_cause is not None:
             return f"🛑 {verdict.root_cause.title}"
         missing = verdict.not_checked
