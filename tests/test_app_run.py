@@ -62,6 +62,10 @@ DOUBLE_NOTE = (
 # --- fixtures ----------------------------------------------------------------------------------
 
 
+# What every stored diagnosis has: the options it was started with.
+OPTIONS = {"options": {"draft": "/d", "endpoint": "http://gpubox:30000"}}
+
+
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     """Two finished runs (full, bare) in one home; the doubles stopped afterwards."""
@@ -538,7 +542,7 @@ def test_the_layout_comparison_follows_its_weaker_side() -> None:
             "serving_evidence": serving,
         }
         return load_diagnosis(
-            {"schema": 3, "training": {}, "serving": {}, "layout_diff": layout_diff}
+            {"schema": 3, "training": {}, "serving": {}, "layout_diff": layout_diff, **OPTIONS}
         )
 
     assert words.layout_comparison(diff("identical", "observed", True, "observed", "observed")) == (

@@ -208,6 +208,7 @@ def test_diagnose_prints_measured_acceptance_per_position_beside_the_simulations
 
     d = {
         "schema": 3,
+        "options": {"draft": "/d", "endpoint": "http://gpubox:30000"},
         "steps": 3,
         "training": {"eval": {"acceptance": [0.8, 0.5, 0.25, 0.125]}},
         "serving": {"eval": None},  # no serving states: no simulation on that side

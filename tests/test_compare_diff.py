@@ -21,7 +21,12 @@ def diagnosis(ids, digest="a" * 64, steps=4, num_prompts=8, delay=0.01) -> Store
                 "speculative": {"algorithm": "EAGLE3", "num_steps": steps},
                 "server_info": {"eagle3dash_double": True, "eagle3dash_double_delay_s": delay},
             },
-            "options": {"prompts": "p.jsonl", "num_prompts": num_prompts},
+            "options": {
+                "draft": "/d",
+                "endpoint": "e",
+                "prompts": "p.jsonl",
+                "num_prompts": num_prompts,
+            },
         }
     )
 

@@ -193,6 +193,10 @@ SMALL = {
 }
 
 
+# What every stored diagnosis has: the options it was started with.
+OPTIONS = {"options": {"draft": "/d", "endpoint": "http://gpubox:30000"}}
+
+
 def profile(**parts) -> Profile:
     """A typed profile (as the loader reads it back) from hand-written parts."""
     return Profile.from_dict({"steps": 1, "per_position": {"positions": []}, **parts})
@@ -417,7 +421,7 @@ def test_the_steps_advice_and_not_profiled_in_words() -> None:
         "fix": "",
     }
     broken = load_diagnosis(
-        {"schema": 3, "training": {}, "serving": {}, "verdict": {"root_cause": root}}
+        {"schema": 3, "training": {}, "serving": {}, "verdict": {"root_cause": root}, **OPTIONS}
     )
     assert words.recommendation_text(profile(**SAMPLE), broken) == (
         "After fixing layout-mismatch the acceptance changes: measure again. Recommended: 2 draft "

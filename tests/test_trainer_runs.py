@@ -34,6 +34,10 @@ N = 61  # DeepSeek-V3 / Kimi-K2 decoder blocks
 DEEPSEEK = ["DeepseekV3ForCausalLM"]
 
 
+# What every stored diagnosis has: the options it was started with.
+OPTIONS = {"options": {"draft": "/d", "endpoint": "http://gpubox:30000"}}
+
+
 def taps(*depths: int) -> tuple[Tap, ...]:
     return tuple(Tap(d) for d in depths)
 
@@ -500,7 +504,9 @@ def test_the_trainers_eval_joins_the_per_position_chart_converted(tmp_path) -> N
     report = inspect(speculators_run(tmp_path / "run")).to_json()
     from eagle3dash.diagnosis.stored import load_diagnosis
 
-    diagnosis = load_diagnosis({"schema": 3, "training": {}, "serving": {}, "checkpoint": report})
+    diagnosis = load_diagnosis(
+        {"schema": 3, "training": {}, "serving": {}, "checkpoint": report, **OPTIONS}
+    )
     metrics = tables.diagnosis_metrics(diagnosis)
     trainer = metrics[metrics["source"] == "trainer"]
     assert list(trainer["step"]) == [1, 2] and list(trainer["value"]) == [0.7, 0.4]

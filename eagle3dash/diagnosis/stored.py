@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from eagle3dash.diagnosis.options import DiagnoseOptions
 from eagle3dash.diagnosis.result import (
     HEALTHY,
     INCOMPLETE,
@@ -483,7 +484,7 @@ class StoredDiagnosis:
     predicted_serving: LayoutResult | None  # what SGLang's rules predict
     checkpoint: Json  # checkpoint.InspectReport.to_json(), shown as stored
     server: Json  # sglang.ServerReport.to_dict(), shown as stored
-    options: Json  # the DiagnoseOptions the run was started with, as stored
+    options: DiagnoseOptions  # what the run was started with
     document: dict[str, Any] = field(repr=False, compare=False)
 
     def side(self, name: str) -> StoredSide:
@@ -520,6 +521,6 @@ def load_diagnosis(raw: Json) -> StoredDiagnosis:
         predicted_serving=_layout_result(prediction.get("serving")),
         checkpoint=d.get("checkpoint") or {},
         server=d.get("server") or {},
-        options=d.get("options") or {},
+        options=DiagnoseOptions.from_json(d["options"]),
         document=d,
     )

@@ -96,7 +96,7 @@ def differences(a: StoredDiagnosis, b: StoredDiagnosis) -> list[dict]:
         server_b.get("server_info") or {},
         MODELLED_COST_KEYS,
     )
-    options_a, options_b = a.options, b.options
+    options_a, options_b = a.options.to_json(), b.options.to_json()  # as a user typed them
     rows += _rows("prompts and options", options_a, options_b, OPTION_KEYS)
     return rows
 
