@@ -11,20 +11,22 @@ import builtins
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from eagle3dash.diagnosis.options import EXCLUSIVE, SCHEMA, DiagnoseOptions, Kind
 from eagle3dash.engine_rules import ENGINES, ServingEngine
 from eagle3dash.errors import InputError
-from eagle3dash.layout import Tap, bracketed, format_layout, parse_layout
+from eagle3dash.layout import bracketed, format_layout, parse_layout
 from eagle3dash.sglang_rules import DEFAULT_SGLANG_VERSION, target_arch
 from eagle3dash.text import one_line, printable, shortened
 from eagle3dash.trainers import training_readings
 from eagle3dash.vllm_rules import DEFAULT_RUNNER, DEFAULT_VLLM_VERSION, RUNNER_ENV, RUNNERS
 
 if TYPE_CHECKING:
+    from eagle3dash.diagnosis.stored import StoredDiagnosis
+    from eagle3dash.findings import Finding
     from eagle3dash.provenance import Provenance
     from eagle3dash.store import Store
     from eagle3dash.sweep import SweepCheckpoint
@@ -134,7 +136,7 @@ def cmd_layout(args: argparse.Namespace) -> int:
     from eagle3dash.prediction import predict_layouts
 
     spec = inspect(args.draft).spec
-    override = parse_layout(args.training_layout) if args.training_layout else None
+    override = args.training_layout or None  # a Layout: main parsed it through the schema
     try:
         if args.engine == "vllm":
             engine = ServingEngine("vllm", args.vllm_version, args.vllm_runner)
@@ -192,11 +194,11 @@ def cmd_layout(args: argparse.Namespace) -> int:
             print(f"  {r.trainer}: {bracketed(r.layout)} ({hints})")
     d = result.diff
     print(f"diff: {d.kind}: {d.summary}")
-    for slot in d.to_dict()["slots"]:
-        mark = "  " if slot["same"] else "!="
-        a = describe_tap(parse_layout(slot["training"])[0], n) if slot["training"] else "-"
-        b = describe_tap(parse_layout(slot["serving"])[0], n) if slot["serving"] else "-"
-        print(f"  slot {slot['slot']}: {a:<24} {mark} {b}")
+    for i, training, serving, same in d.slots:
+        mark = "  " if same else "!="
+        a = describe_tap(training, n) if training is not None else "-"
+        b = describe_tap(serving, n) if serving is not None else "-"
+        print(f"  slot {i}: {a:<24} {mark} {b}")
     return 0
 
 
@@ -207,7 +209,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     from eagle3dash.ui.matrix import matrix_lines
 
     spec = inspect(args.draft).spec
-    training = parse_layout(args.training_layout) if args.training_layout else None
+    training = args.training_layout or None
     try:
         matrix = serving_matrix(
             spec,
@@ -266,15 +268,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_findings(findings: list[dict]) -> None:
+def _print_findings(findings: Sequence[Finding]) -> None:
     if not findings:
         print("no findings")
         return
     print(f"{len(findings)} finding(s):")
     for f in findings:
-        print(f"  [{f['severity']}] {f['id']}: {f['title']}")
-        print(f"      evidence: {f['evidence']}")
-        print(f"      fix: {f['fix']}")
+        print(f"  [{f.severity}] {f.id}: {f.title}")
+        print(f"      evidence: {f.evidence}")
+        print(f"      fix: {f.fix}")
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
@@ -339,7 +341,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
         )
     print(server.url)
     print(_rows(rows))
-    _print_findings([f.to_dict() for f in findings])
+    _print_findings(findings)
     return 0
 
 
@@ -370,6 +372,7 @@ def _fmt(value: object, spec: str = ".2f") -> str:
 def cmd_diagnose(args: argparse.Namespace) -> int:
     """Run the whole diagnosis of a draft against an endpoint."""
     from eagle3dash.diagnosis.stages import run_diagnosis
+    from eagle3dash.diagnosis.stored import load_diagnosis
 
     values = {name: getattr(args, name) for name in SCHEMA}
     options = DiagnoseOptions.parse(values, naming="flag")
@@ -382,11 +385,12 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(d)
         return 0
-    _print_diagnosis(d)
+    # Printed as the store gives it back to the pages: the same typed read of the same document.
+    _print_diagnosis(load_diagnosis(d))
     return 0
 
 
-def _print_diagnosis(d: dict) -> None:
+def _print_diagnosis(d: StoredDiagnosis) -> None:
     """The human report of a diagnosis: verdict, the two sides, findings, what was not checked."""
     from eagle3dash.ui.timings import timing_lines
     from eagle3dash.ui.words import (
@@ -397,48 +401,48 @@ def _print_diagnosis(d: dict) -> None:
         verdict_sentence,
     )
 
-    train, serve, measured = d["training"], d["serving"], d["measured"] or {}
-    speedup = d["speedup"] or {}
+    train, serve, measured, speedup = d.training, d.serving, d.measured, d.speedup
 
     def row(label: str, training: str = "", serving: str = "") -> None:
         print(f"{label:30}{training:>14}{serving:>14}")
 
-    def taps(side: dict) -> str:
-        return bracketed(tuple(Tap(t["depth"], t["post_norm"]) for t in side["layout"]))
-
-    print(f"verdict ({d['verdict'].get('status') or 'unknown'}): {verdict_sentence(d)}")
+    print(f"verdict ({d.verdict.status or 'unknown'}): {verdict_sentence(d)}")
     row("", "training", "serving")
-    row("layout", taps(train), taps(serve))
+    row("layout", bracketed(train.layout), bracketed(serve.layout))
     _, kind, comparison = layout_comparison(d)
     print(f"layout comparison: {comparison if kind is None else f'{kind}: {comparison}'}")
     action = layout_check_action(d, "cli")
     if action:
         print(f"  to check it: {action}")
-    row("top-1 (draft step 1)", _fmt(train["top1"], ".1%"), _fmt(serve["top1"], ".1%"))
+    row("top-1 (draft step 1)", _fmt(train.top1, ".1%"), _fmt(serve.top1, ".1%"))
     row(
-        f"simulated accept length S={d['steps']}",
-        _fmt(train["sim_accept_length"]),
-        _fmt(serve["sim_accept_length"]),
+        f"simulated accept length S={d.steps}",
+        _fmt(train.sim_accept_length),
+        _fmt(serve.sim_accept_length),
     )
-    row("measured accept length", "", _fmt(measured.get("accept_length")))
-    row("output tok/s", "", _fmt(measured.get("output_tok_s_aggregate"), ".1f"))
-    if speedup:
-        row("baseline tok/s", "", _fmt(speedup["baseline_output_tok_s"], ".1f"))
-        row("speedup", "", _fmt(speedup["speedup"], ".2f") + "x")
+    if measured is not None:
+        row("measured accept length", "", _fmt(measured.accept_length))
+        row("output tok/s", "", _fmt(measured.output_tok_s_aggregate, ".1f"))
+    else:
+        row("measured accept length", "", "-")
+        row("output tok/s", "", "-")
+    if speedup is not None:
+        row("baseline tok/s", "", _fmt(speedup.baseline_output_tok_s, ".1f"))
+        row("speedup", "", _fmt(speedup.speedup, ".2f") + "x")
     _print_per_position(d)
-    print(f"training layout: {source_words(train['source'])} ({train['detail']})")
-    print(f"serving layout: {source_words(serve['source'])} ({serve['detail']})")
-    if d["detective"]:
+    print(f"training layout: {source_words(train.source)} ({train.detail})")
+    print(f"serving layout: {source_words(serve.source)} ({serve.detail})")
+    if d.detective is not None:
         print("layout detective:")
-        for line in d["detective"]["verdict"]:
+        for line in d.detective.verdict:
             print(f"  {line}")
     _print_profile(d)
-    _print_findings(d["findings"])
-    for item in d["not_checked"]:
+    _print_findings(d.findings)
+    for item in d.not_checked:
         print(f"not checked: {not_checked_text(item, interface='cli')}")
-    for line in d["warnings"]:
+    for line in d.warnings:
         print(f"warning: {line}")
-    for line in timing_lines(d.get("timings") or {}):
+    for line in timing_lines(d.timings):
         print(line)
 
 
@@ -458,46 +462,46 @@ def _write_profile(d: dict, path: Path) -> None:
     print(f"profile written to {path} and {csv_path}", file=sys.stderr)
 
 
-def _print_profile(d: dict) -> None:
+def _print_profile(d: StoredDiagnosis) -> None:
     """The acceptance profile: categories, prompt formats, temperatures, the steps advice."""
     from eagle3dash.ui.words import not_checked_text, recommendation_text
 
-    profile = d.get("profile")
-    if not profile:
+    profile = d.profile
+    if profile is None:
         return
     print(
         f"{'category':30}{'prompts':>9}{'measured':>10}{'sim train':>10}{'sim serve':>10}"
         f"{'tok/s':>9}{'speedup':>9}"
     )
-    for r in profile["per_category"]:
+    for c in profile.per_category:
         print(
-            f"  {r['category']:28}{r['prompts']:>9}{_fmt(r['measured_accept_length']):>10}"
-            f"{_fmt(r['sim_accept_training']):>10}{_fmt(r['sim_accept_serving']):>10}"
-            f"{_fmt(r['tok_s'], '.1f'):>9}{_fmt(r['speedup']):>9}"
+            f"  {c.category:28}{c.prompts:>9}{_fmt(c.measured_accept_length):>10}"
+            f"{_fmt(c.sim_accept_training):>10}{_fmt(c.sim_accept_serving):>10}"
+            f"{_fmt(c.tok_s, '.1f'):>9}{_fmt(c.speedup):>9}"
         )
-    for r in profile["prompt_format"]:
+    for f in profile.prompt_format:
         print(
-            f"prompt format {r['format']}: measured accept length "
-            f"{_fmt(r['measured_accept_length'])}{_pm(r.get('accept_length_noise'))}, simulated "
-            f"{_fmt(r['sim_accept_serving'])}"
+            f"prompt format {f.format}: measured accept length "
+            f"{_fmt(f.measured_accept_length)}{_pm(f.accept_length_noise)}, simulated "
+            f"{_fmt(f.sim_accept_serving)}"
         )
-    for r in profile["temperature"]:
+    for t in profile.temperature:
         print(
-            f"temperature {r['temperature']:g}: measured accept length "
-            f"{_fmt(r['measured_accept_length'])}{_pm(r.get('accept_length_noise'))}, "
-            f"{_fmt(r['tok_s'], '.1f')} tok/s"
+            f"temperature {t.temperature:g}: measured accept length "
+            f"{_fmt(t.measured_accept_length)}{_pm(t.accept_length_noise)}, "
+            f"{_fmt(t.tok_s, '.1f')} tok/s"
         )
-    if profile["steps_advice"]:
+    if profile.steps_advice:
         print(f"{'--speculative-num-steps':30}{'accept length':>14}{'tok/s':>10}  source")
-        for r in profile["steps_advice"]:
+        for r in profile.steps_advice:
             print(
-                f"  {r['num_steps']:<28}{_fmt(r['predicted_accept_length']):>14}"
-                f"{_fmt(r['predicted_tok_s'], '.1f'):>10}  {r['source']}"
+                f"  {r.num_steps:<28}{_fmt(r.predicted_accept_length):>14}"
+                f"{_fmt(r.predicted_tok_s, '.1f'):>10}  {r.source}"
             )
     advice = recommendation_text(profile, d)
     if advice:
         print(f"steps advice: {advice}")
-    for item in profile["not_profiled"]:
+    for item in profile.not_profiled:
         print(f"not profiled: {not_checked_text(item, interface='cli')}")
 
 
@@ -506,26 +510,27 @@ def _pm(noise: float | None) -> str:
     return "" if noise is None else f" ±{noise:.2f}"
 
 
-def _print_per_position(d: dict) -> None:
+def _print_per_position(d: StoredDiagnosis) -> None:
     """Acceptance per draft position, k = 1 .. steps: the share of rounds (measured, and each
     side's replayed rounds in the profile; else the share of chains) that accepted at least k
     drafts."""
-    measured = d["measured"] or {}
-    shares = measured.get("per_position")
-    position = (d.get("profile") or {}).get("per_position")
-    if position:
-        sims = [position[f"simulated_{side}"] or [] for side in ("training", "serving")]
+    shares = None if d.measured is None else d.measured.per_position
+    if d.profile is not None:
+        position = d.profile.per_position
+        sims = [position.simulated_training or [], position.simulated_serving or []]
     else:
-        sims = [(d[side]["eval"] or {}).get("acceptance") or [] for side in ("training", "serving")]
+        sims = [
+            [] if side.eval is None else side.eval.acceptance for side in (d.training, d.serving)
+        ]
     if not any(sims) and shares is None:
         return
     print(f"{'accepted >= k drafts':30}{'training':>14}{'serving':>14}{'measured':>14}")
-    for k in range(1, d["steps"] + 1):
+    for k in range(1, d.steps + 1):
         cells = [_fmt(sim[k - 1], ".1%") if k <= len(sim) else "" for sim in sims]
         # SGLang's histogram stops at the largest k any round accepted: past it, no round did
         got = "" if shares is None else _fmt(shares[k - 1] if k <= len(shares) else 0.0, ".1%")
         print(f"{f'  k = {k}':30}{cells[0]:>14}{cells[1]:>14}{got:>14}")
-    if shares is None and measured.get("accept_length") is not None:
+    if shares is None and d.measured is not None and d.measured.accept_length is not None:
         print("  measured: not reported (the server predates spec_correct_drafts_histogram)")
 
 

@@ -33,7 +33,7 @@ from eagle3dash.layout import (
     describe_layout,
     describe_tap,
     diff,
-    format_layout,
+    layout_to_json,
 )
 from eagle3dash.sglang_rules import (
     DEFAULT_SGLANG_VERSION,
@@ -158,10 +158,10 @@ class SweepRow:
     accuracy: list[float] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        """JSON form; the layout as '0,1,2'."""
+        """JSON form; the layout as Tap dicts (eagle3dash/layout.py layout_to_json)."""
         return {
             "name": self.name,
-            "layout": format_layout(self.layout),
+            "layout": layout_to_json(self.layout),
             "top1": self.top1,
             "sim_accept_length": self.sim_accept_length,
             "seconds": self.seconds,
@@ -233,7 +233,7 @@ class SlotScore:
             "side": self.side,
             "slot": self.slot,
             "rms": self.rms,
-            "best": format_layout((self.best,)),
+            "best": self.best.to_dict(),
             "confidence": self.confidence,
             "scores": self.scores,
             "profile": self.profile,
@@ -245,7 +245,7 @@ class SlotMatch:
     """Slot-to-tap matching of each side against a reference capture at every tap."""
 
     taps: Layout
-    tap_rms: dict[str, float]
+    tap_rms: dict[Tap, float]
     sides: dict[str, list[SlotScore]]
 
     def best(self, side: str) -> Layout:
@@ -291,10 +291,10 @@ class SlotMatch:
     def to_dict(self) -> dict:
         """JSON form."""
         return {
-            "taps": [format_layout((t,)) for t in self.taps],
-            "tap_rms": self.tap_rms,
+            "taps": layout_to_json(self.taps),
+            "tap_rms": [{"tap": t.to_dict(), "rms": rms} for t, rms in self.tap_rms.items()],
             "sides": {k: [s.to_dict() for s in v] for k, v in self.sides.items()},
-            "best": {k: format_layout(self.best(k)) for k in self.sides},
+            "best": {k: layout_to_json(self.best(k)) for k in self.sides},
             "heatmap": self.heatmap(),
         }
 
@@ -353,7 +353,7 @@ def slot_matching(
 
     ht = reference.hidden_size
     taps = tuple(reference.taps)
-    tap_rms: dict[str, float] = {}
+    tap_rms: dict[Tap, float] = {}
     result: dict[str, list[SlotScore]] = {}
     for side, seqs in sides.items():
         pairs = _align(side_ids.get(side) if side_ids else None, len(seqs), reference)
@@ -375,7 +375,7 @@ def slot_matching(
         }
         tap_prof = {t: _profile([ref.states[t].float() for _, ref in used], plen) for t in taps}
         for t in taps:
-            tap_rms.setdefault(format_layout((t,)), float(tap_rows[t].pow(2).mean().sqrt()))
+            tap_rms.setdefault(t, float(tap_rows[t].pow(2).mean().sqrt()))
         slots = []
         for k in range(width // ht):
             x = torch.cat(
@@ -397,7 +397,7 @@ def slot_matching(
                 penalty = SCALE_PENALTY * abs(math.log10(ratio)) if ratio > 0 else 1.0
                 scores.append(
                     {
-                        "tap": format_layout((t,)),
+                        "tap": t.to_dict(),
                         "cosine": cos,
                         "rel_error": rel,
                         "rms_ratio": ratio,
@@ -515,9 +515,9 @@ class Detection:
         return {
             "draft": self.draft,
             "num_target_layers": self.num_layers,
-            "best": format_layout(self.best),
+            "best": layout_to_json(self.best),
             "best_words": describe_layout(self.best, self.num_layers),
-            "serving": format_layout(self.serving) if self.serving is not None else None,
+            "serving": layout_to_json(self.serving) if self.serving is not None else None,
             "sglang_version": self.sglang_version,
             "fix_ids": self.fix_ids,
             "verdict": self.verdict,

@@ -38,7 +38,7 @@ def job_diagnose(params: dict, progress: Progress) -> dict:
     run_id = int(params["run_id"])
     # Starting and ending the run is the lifecycle's: the backend moves it with this job.
     with db.open_store() as store:
-        options = DiagnoseOptions(**params["options"])
+        options = DiagnoseOptions.from_json(params["options"])
         costs = unit_costs(earlier_timings(db.recent_timings(store)))
         diagnosis = run_diagnosis(options, progress, digest_cache=store, costs=costs)
         record_diagnosis(store, run_id, diagnosis)

@@ -8,7 +8,9 @@ state (Hugging Face's last `hidden_states` entry). Framework ids are turned into
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from eagle3dash.text import ascii_int
 
@@ -29,11 +31,26 @@ class Tap:
         return f"tap{self.depth}{'n' if self.post_norm else ''}"
 
     def to_dict(self) -> dict:
-        """JSON form: {"depth": d, "post_norm": b}."""
+        """The one JSON form of a tap: {"depth": d, "post_norm": b}."""
         return {"depth": self.depth, "post_norm": self.post_norm}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Tap:
+        """Inverse of to_dict (a missing post_norm is False)."""
+        return cls(int(d["depth"]), bool(d.get("post_norm", False)))
 
 
 Layout = tuple[Tap, ...]  # the taps feeding the fc slots, in slot order
+
+
+def layout_to_json(layout: Layout) -> list[dict]:
+    """A layout's JSON form: its taps' dicts, in slot order."""
+    return [t.to_dict() for t in layout]
+
+
+def layout_from_json(items: Iterable[Mapping[str, Any]]) -> Layout:
+    """Inverse of layout_to_json."""
+    return tuple(Tap.from_dict(t) for t in items)
 
 
 def parse_layout(text: str) -> Layout:
@@ -153,13 +170,11 @@ class LayoutResult:
     def to_dict(self) -> dict:
         """JSON form, taps as {"depth", "post_norm"}."""
         return {
-            "layout": [t.to_dict() for t in self.layout],
+            "layout": layout_to_json(self.layout),
             "rule": self.rule,
             "notes": list(self.notes),
             "decode_layout": (
-                [t.to_dict() for t in self.decode_layout]
-                if self.decode_layout is not None
-                else None
+                layout_to_json(self.decode_layout) if self.decode_layout is not None else None
             ),
             "error": self.error,
         }
@@ -253,14 +268,14 @@ class LayoutDiff:
     summary: str
 
     def to_dict(self) -> dict:
-        """JSON form; taps in slots as format_layout strings ('3', '61n') or None."""
+        """JSON form; every tap (a slot's too) as Tap.to_dict, a missing one as None."""
 
-        def one(tap: Tap | None) -> str | None:
-            return format_layout((tap,)) if tap is not None else None
+        def one(tap: Tap | None) -> dict | None:
+            return tap.to_dict() if tap is not None else None
 
         return {
-            "training": [t.to_dict() for t in self.training],
-            "serving": [t.to_dict() for t in self.serving],
+            "training": layout_to_json(self.training),
+            "serving": layout_to_json(self.serving),
             "slots": [
                 {"slot": i, "training": one(a), "serving": one(b), "same": same}
                 for i, a, b, same in self.slots

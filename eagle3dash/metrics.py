@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch import Tensor
 
-from .layout import Layout, Tap
+from .layout import Layout, Tap, layout_from_json
 
 __all__ = [
     "DraftEval",
@@ -188,7 +188,7 @@ class DraftEval:
     def from_dict(cls, d: dict) -> DraftEval:
         """Inverse of to_dict (without the per-row chains)."""
         d = dict(d)
-        d["layout"] = tuple(Tap(int(t["depth"]), bool(t["post_norm"])) for t in d["layout"])
+        d["layout"] = layout_from_json(d["layout"])
         d["accept_length_per_sequence"] = [
             float("nan") if x is None else x for x in d.get("accept_length_per_sequence", [])
         ]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,7 +21,7 @@ def submit_diagnosis(
     `labels` (e.g. {"demo": "mismatched"}) are kept with the run's options for the pages and
     queries, and are not passed to the diagnosis.
     """
-    params = dataclasses.asdict(options)
+    params = options.to_json()
     run_id = db.create_run(store, checkpoint_id, options.endpoint, options.baseline, params)
     params["capture_dir"] = params["capture_dir"] or str(db.capture_dir(store.home, run_id))
     db.update_run(store, run_id, options={**params, **(labels or {})})

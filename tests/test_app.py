@@ -23,6 +23,8 @@ from streamlit.testing.v1 import AppTest
 from eagle3dash import jobs as jobq
 from eagle3dash import store as db
 from eagle3dash.checkpoint import save
+from eagle3dash.diagnosis.stored import load_diagnosis
+from eagle3dash.layout import Layout, Tap
 from eagle3dash.submit import submit_diagnosis
 from eagle3dash.testing.tensors import random_tensors
 from eagle3dash.ui import charts, tables
@@ -60,7 +62,7 @@ def world(tmp_path_factory):
         checkpoint_id = db.add_checkpoint(home, draft, name="draft")
         from eagle3dash.diagnosis.options import DiagnoseOptions
 
-        def opts(layout: str) -> DiagnoseOptions:
+        def opts(layout: Layout) -> DiagnoseOptions:
             return DiagnoseOptions(
                 draft=str(draft),
                 endpoint=server.url,
@@ -72,8 +74,8 @@ def world(tmp_path_factory):
                 training_layout=layout,
             )
 
-        mismatch = submit_diagnosis(home, checkpoint_id, opts("0,1,2"))
-        matching = submit_diagnosis(home, checkpoint_id, opts("1,2,3"))
+        mismatch = submit_diagnosis(home, checkpoint_id, opts((Tap(0), Tap(1), Tap(2))))
+        matching = submit_diagnosis(home, checkpoint_id, opts((Tap(1), Tap(2), Tap(3))))
         run_queued(home, [mismatch, matching])
         yield {
             "home": home.home,
@@ -373,7 +375,7 @@ def test_a_healthy_diagnosis_says_what_it_rests_on_in_green(world, home) -> None
 def test_the_run_tables_charts_and_exports_as_plain_functions(world) -> None:
     store, run_id = world["store"], world["mismatch"]
     run = db.get_run(store, run_id)
-    diagnosis = run["diagnosis"]
+    diagnosis = load_diagnosis(run["diagnosis"])
     # The numbers of the diagnosis in long rows: per draft step, per request, overall.
     metrics = tables.diagnosis_metrics(diagnosis)
     accuracy = metrics[metrics["name"] == "accuracy"]
@@ -417,7 +419,8 @@ def test_the_run_tables_charts_and_exports_as_plain_functions(world) -> None:
     spec = charts.tok_s_chart(metrics).to_dict()
     rows = chart_rows(spec)
     assert [(r["side"], r["request"]) for r in rows] == [(measured, 0), (measured, 1)]
-    assert [r["value"] for r in rows] == diagnosis["measured"]["output_tok_s_per_request"]
+    assert diagnosis.measured is not None
+    assert [r["value"] for r in rows] == diagnosis.measured.output_tok_s_per_request
     assert spec["encoding"]["y"]["title"] == "output tok/s"
     # The layout diagram: each side's taps per slot, the slots joined in red.
     spec = charts.layout_chart(tables.layout_points(diagnosis), 4).to_dict()
@@ -440,7 +443,7 @@ def test_the_run_tables_charts_and_exports_as_plain_functions(world) -> None:
     exported = json.loads(tables.run_export(run, diagnosis))
     assert exported["run"]["id"] == run_id and "diagnosis_json" not in exported["run"]
     assert exported["run"]["worst_severity"] == "critical"
-    assert exported["diagnosis"] == json.loads(json.dumps(diagnosis))
+    assert exported["diagnosis"] == json.loads(json.dumps(run["diagnosis"]))  # current schema
     assert exported["diagnosis"]["findings"][0]["id"] == "layout-mismatch"
     csv = pd.read_csv(io.StringIO(tables.diagnosis_csv(diagnosis)))
     assert list(csv.columns) == ["source", "name", "step", "request", "value"]
@@ -464,7 +467,7 @@ def test_a_separate_detect_job_shows_beside_the_diagnosis_detective(world, home)
         "UPDATE jobs SET status = 'succeeded', result_json = ? WHERE id = ?",
         (json.dumps(detection), job_id),
     )
-    found = tables.detections(stored, jobq.list_jobs(home, run_id))
+    found = tables.detections(load_diagnosis(stored), jobq.list_jobs(home, run_id))
     assert [label for label, _ in found] == ["from this diagnosis", f"from detect job {job_id}"]
     at = app("run", run=str(run_id))
     no_exception(at)

@@ -25,7 +25,10 @@ from eagle3dash import jobs as jobq
 from eagle3dash import store as db
 from eagle3dash.diagnosis.options import DiagnoseOptions
 from eagle3dash.diagnosis.stages import plan_stages, target_depth
+from eagle3dash.diagnosis.stored import StoredDiagnosis, load_diagnosis
 from eagle3dash.errors import InputError
+from eagle3dash.findings import Finding
+from eagle3dash.layout import Tap
 from eagle3dash.submit import submit_diagnosis
 from eagle3dash.testing.sglang_double import DoubleConfig, start_double
 from eagle3dash.ui import words
@@ -59,6 +62,10 @@ DOUBLE_NOTE = (
 # --- fixtures ----------------------------------------------------------------------------------
 
 
+# What every stored diagnosis has: the options it was started with.
+OPTIONS = {"options": {"draft": "/d", "endpoint": "http://gpubox:30000"}}
+
+
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     """Two finished runs (full, bare) in one home; the doubles stopped afterwards."""
@@ -81,7 +88,7 @@ def world(tmp_path_factory):
                 max_new_tokens=16,
                 concurrency=2,
                 steps=3,
-                training_layout="0,1,2",
+                training_layout=(Tap(0), Tap(1), Tap(2)),
                 **more,
             )
 
@@ -327,11 +334,19 @@ def test_the_runs_table_leads_with_its_key_columns_and_shows_no_none(world_home)
 
 
 def test_a_runs_verdict_in_words() -> None:
-    cause = {"root_cause": {"title": "It is shifted."}, "problems_found": True}
+    shifted = {"id": "layout-mismatch", "severity": "critical", "title": "It is shifted."}
+    cause = {"root_cause": {**shifted, "evidence": "", "fix": ""}, "problems_found": True}
     warned = {"root_cause": None, "problems_found": True, "not_checked": []}
     clean = {"root_cause": None, "problems_found": False, "not_checked": ["speedup"]}
     assert words.run_verdict({"verdict": cause}) == "🛑 It is shifted."
-    assert words.run_verdict({"verdict": warned, "worst_finding_title": "Odd."}) == "⚠️ Odd."
+    odd = {"worst_finding_title": "Odd.", "worst_severity": "warning"}
+    assert words.run_verdict({"verdict": warned, **odd}) == "⚠️ Odd."
+    # Stored before statuses (schema 1), whose problems_found counted info notes too: a run
+    # whose worst finding is an info note reads healthy, as its Run page says.
+    note = {"worst_finding_title": "Weak novel.", "worst_severity": "info"}
+    assert words.run_verdict({"verdict": warned, **note}) == (
+        "✅ healthy: every check ran and found nothing at warning or worse"
+    )
     # Nothing found but something not checked: incomplete, never a green light.
     assert words.run_verdict({"verdict": clean}) == (
         "➖ no critical problem in what was checked (not checked: speedup)"
@@ -436,7 +451,12 @@ def test_a_server_without_the_histogram_is_named_under_the_chart(world, home) ->
     # stored before the histogram and the profile existed
     older = {
         **diagnosis,
-        "measured": {**diagnosis["measured"], "per_position": None},
+        # a benchmark of that time had neither the histogram nor per_position
+        "measured": {
+            k: v
+            for k, v in diagnosis["measured"].items()
+            if k not in ("per_position", "correct_drafts_histogram")
+        },
         "profile": None,
     }
     run_id = copy_run(home, older)
@@ -495,31 +515,35 @@ def test_a_library_error_names_the_form_field_beside_the_flag() -> None:
 
 
 def test_the_fix_line_to_copy() -> None:
-    ids = {"fix": "Set ...", "data": {"config_ids": [-1, 0, 1], "sglang_version": "0.5.23"}}
+    def finding(fix: str, data: dict | None = None) -> Finding:
+        return Finding("some-rule", "critical", "A title.", "", fix, data or {})
+
+    ids = finding("Set ...", {"config_ids": [-1, 0, 1], "sglang_version": "0.5.23"})
     assert words.fix_line(ids) == (
         "in the draft's config.json, served by SGLang 0.5.23",
         '"eagle_config": {"eagle_aux_hidden_state_layer_ids": [-1, 0, 1]}',
     )
-    flag = {"fix": "Restart the server with --chunked-prefill-size 88 or more, then run again."}
+    flag = finding("Restart the server with --chunked-prefill-size 88 or more, then run again.")
     assert words.fix_line(flag) == ("on the server's command line", "--chunked-prefill-size 88")
-    bare = {"fix": "Restart it with --enable-return-hidden-states and run the diagnosis again."}
+    bare = finding("Restart it with --enable-return-hidden-states and run the diagnosis again.")
     assert words.fix_line(bare) == ("on the server's command line", "--enable-return-hidden-states")
-    prose = {"fix": "Retrain the draft. Then serve it."}
+    prose = finding("Retrain the draft. Then serve it.")
     assert words.fix_line(prose) == ("what to do", "Retrain the draft")
 
 
 def test_the_layout_comparison_follows_its_weaker_side() -> None:
-    def diff(kind: str, level: str, checked: bool, training: str, serving: str) -> dict:
-        return {
-            "layout_diff": {
-                "kind": kind,
-                "summary": "Serving feeds every slot one block later than training.",
-                "evidence": level,
-                "checked": checked,
-                "training_evidence": training,
-                "serving_evidence": serving,
-            }
+    def diff(kind: str, level: str, checked: bool, training: str, serving: str) -> StoredDiagnosis:
+        layout_diff = {
+            "kind": kind,
+            "summary": "Serving feeds every slot one block later than training.",
+            "evidence": level,
+            "checked": checked,
+            "training_evidence": training,
+            "serving_evidence": serving,
         }
+        return load_diagnosis(
+            {"schema": 3, "training": {}, "serving": {}, "layout_diff": layout_diff, **OPTIONS}
+        )
 
     assert words.layout_comparison(diff("identical", "observed", True, "observed", "observed")) == (
         "success",

@@ -37,6 +37,7 @@ from eagle3dash import jobs as jobq  # noqa: E402
 from eagle3dash import store as db  # noqa: E402
 from eagle3dash.checkpoint import save  # noqa: E402
 from eagle3dash.diagnosis.options import DiagnoseOptions  # noqa: E402
+from eagle3dash.layout import Tap  # noqa: E402
 from eagle3dash.submit import submit_diagnosis  # noqa: E402
 from eagle3dash.testing.tensors import random_tensors  # noqa: E402
 from eagle3dash.testing.tiny import make_tiny_target  # noqa: E402
@@ -373,7 +374,7 @@ def test_compare_the_mismatch_with_the_fixed_draft(world, browser, logs_on_failu
             max_new_tokens=16,
             concurrency=2,
             steps=3,
-            training_layout="0,1,2",
+            training_layout=(Tap(0), Tap(1), Tap(2)),
         )
 
     a = world["runs"].get("mismatch")

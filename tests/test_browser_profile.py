@@ -17,6 +17,7 @@ from playwright.sync_api import expect
 
 from eagle3dash import store as db
 from eagle3dash.diagnosis.options import DiagnoseOptions
+from eagle3dash.layout import Tap
 from eagle3dash.submit import submit_diagnosis
 from tests import test_browser as shared
 from tests.test_browser import SHOTS, _idle, _no_exception, _page
@@ -40,7 +41,7 @@ def profiled_run(world) -> int:
             max_new_tokens=8,
             concurrency=2,
             steps=3,
-            training_layout="0,1,2",
+            training_layout=(Tap(0), Tap(1), Tap(2)),
         ),
     )
     shared._wait_for_run(store, made)

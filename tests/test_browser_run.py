@@ -22,6 +22,7 @@ from playwright.sync_api import Page, expect
 from eagle3dash import jobs as jobq
 from eagle3dash import store as db
 from eagle3dash.diagnosis.options import DiagnoseOptions
+from eagle3dash.layout import Tap
 from eagle3dash.submit import submit_diagnosis
 from eagle3dash.ui.progress import cancel_run
 from eagle3dash.ui.widgets import RUNS_KEY_WIDTHS
@@ -54,7 +55,7 @@ def _options(draft: Path, endpoint: str, target: Path, **more) -> DiagnoseOption
         max_new_tokens=16,
         concurrency=2,
         steps=3,
-        training_layout="0,1,2",
+        training_layout=(Tap(0), Tap(1), Tap(2)),
         **more,
     )
 

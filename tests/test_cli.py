@@ -204,27 +204,31 @@ def test_double_command_runs_the_sglang_api_double(tmp_path: Path) -> None:
 
 def test_diagnose_prints_measured_acceptance_per_position_beside_the_simulations(capsys):
     from eagle3dash.cli import _print_per_position
+    from eagle3dash.diagnosis.stored import load_diagnosis
 
     d = {
+        "schema": 3,
+        "options": {"draft": "/d", "endpoint": "http://gpubox:30000"},
         "steps": 3,
         "training": {"eval": {"acceptance": [0.8, 0.5, 0.25, 0.125]}},
         "serving": {"eval": None},  # no serving states: no simulation on that side
-        "measured": {"accept_length": 1.9, "per_position": [0.7, 0.2]},  # from [3, 5, 2]
+        # 10 rounds accepted 3 x 0, 5 x 1, 2 x 2 drafts: >= 1 in 70%, >= 2 in 20%
+        "measured": {"accept_length": 1.9, "correct_drafts_histogram": [3, 5, 2]},
     }
-    _print_per_position(d)
+    _print_per_position(load_diagnosis(d))
     assert capsys.readouterr().out.splitlines() == [
         "accepted >= k drafts                training       serving      measured",
         "  k = 1                                80.0%                       70.0%",
         "  k = 2                                50.0%                       20.0%",
         "  k = 3                                25.0%                        0.0%",
     ]
-    d["measured"] = {"accept_length": 1.9, "per_position": None}  # a server without the field
-    _print_per_position(d)
+    d["measured"] = {"accept_length": 1.9}  # a server without the histogram
+    _print_per_position(load_diagnosis(d))
     out = capsys.readouterr().out.splitlines()
     assert out[1] == "  k = 1                                80.0%                            "
     assert out[-1] == "  measured: not reported (the server predates spec_correct_drafts_histogram)"
     d["training"]["eval"], d["measured"] = None, None  # nothing to show
-    _print_per_position(d)
+    _print_per_position(load_diagnosis(d))
     assert capsys.readouterr().out == ""
 
 

@@ -3,20 +3,32 @@ ids before -> after, the baseline that measured differently, the modelled-cost c
 
 from __future__ import annotations
 
+from eagle3dash.diagnosis.stored import StoredDiagnosis, load_diagnosis
 from eagle3dash.ui.compare import baseline_note, cost_notes, differences, ids_change
 
 
-def diagnosis(ids, digest="a" * 64, steps=4, num_prompts=8, delay=0.01) -> dict:
-    return {
-        "checkpoint": {"aux_layer_ids": ids, "path": f"/d/{digest[:4]}", "format": "specforge"},
-        "draft_identity": {"checkpoint_digest": digest},
-        "server": {
-            "version": "0.5.23",
-            "speculative": {"algorithm": "EAGLE3", "num_steps": steps},
-            "server_info": {"eagle3dash_double": True, "eagle3dash_double_delay_s": delay},
-        },
-        "options": {"prompts": "p.jsonl", "num_prompts": num_prompts},
-    }
+def diagnosis(ids, digest="a" * 64, steps=4, num_prompts=8, delay=0.01) -> StoredDiagnosis:
+    """A stored diagnosis with what Compare reads of it; the rest left out."""
+    return load_diagnosis(
+        {
+            "schema": 3,
+            "training": {},
+            "serving": {},
+            "checkpoint": {"aux_layer_ids": ids, "path": f"/d/{digest[:4]}", "format": "specforge"},
+            "draft_identity": {"checkpoint_digest": digest},
+            "server": {
+                "version": "0.5.23",
+                "speculative": {"algorithm": "EAGLE3", "num_steps": steps},
+                "server_info": {"eagle3dash_double": True, "eagle3dash_double_delay_s": delay},
+            },
+            "options": {
+                "draft": "/d",
+                "endpoint": "e",
+                "prompts": "p.jsonl",
+                "num_prompts": num_prompts,
+            },
+        }
+    )
 
 
 def test_the_fix_shows_as_the_ids_change_and_only_what_changed() -> None:

@@ -372,31 +372,32 @@ def test_seeded_demo_meets_the_gaps(tmp_path):
     ]
     runs = {r.deployment: r.diagnosis for r in made}
     mis = runs["mismatched"]
-    assert mis["findings"][0]["id"] == "layout-mismatch"
+    assert mis is not None and mis.measured is not None
+    assert mis.findings[0].id == "layout-mismatch"
     # No training layout was given: the detective measured it.
-    assert mis["training"]["source"] == "layout-detective"
-    assert mis["serving"]["source"] == "observed"
-    assert mis["training"]["top1"] - mis["serving"]["top1"] >= 0.15
-    assert mis["training"]["sim_accept_length"] - mis["serving"]["sim_accept_length"] >= 0.5
-    measured = mis["measured"]["accept_length"]
-    assert measured == pytest.approx(mis["serving"]["sim_accept_length"], abs=0.15)
-    assert "[-1, 0, 1]" in mis["findings"][0]["fix"]
+    assert mis.training.source == "layout-detective"
+    assert mis.serving.source == "observed"
+    assert (mis.training.top1 or 0) - (mis.serving.top1 or 0) >= 0.15
+    assert (mis.training.sim_accept_length or 0) - (mis.serving.sim_accept_length or 0) >= 0.5
+    assert mis.measured.accept_length == pytest.approx(mis.serving.sim_accept_length, abs=0.15)
+    assert "[-1, 0, 1]" in mis.findings[0].fix
     for name in ("correct", "fixed"):
         d = runs[name]
-        assert "layout-mismatch" not in [f["id"] for f in d["findings"]]
-        measured = d["measured"]["accept_length"]
-        assert measured == pytest.approx(d["training"]["sim_accept_length"], abs=0.15)
+        assert d is not None and d.measured is not None
+        assert "layout-mismatch" not in [f.id for f in d.findings]
+        measured = d.measured.accept_length
+        assert measured == pytest.approx(d.training.sim_accept_length, abs=0.15)
         # measured on the first two prompts, one copy-heavy and one novel, 32 tokens each:
         # correct 2.67, fixed 2.29, mismatched 1.36 (the novel prompt holds every one down)
-        assert measured - mis["measured"]["accept_length"] > 0.75
+        assert (measured or 0) - (mis.measured.accept_length or 0) > 0.75
         # Every check ran (target, baseline, identity) and nothing at warning or worse: the
         # category weak on both sides is an info note, never the verdict.
-        assert d["verdict"]["status"] == "healthy", (d["verdict"], d["findings"])
-        assert d["not_checked"] == []
-        assert d["layout_diff"]["checked"] is True
-        assert all(f["severity"] == "info" for f in d["findings"])
-    assert mis["verdict"]["status"] == "problem"
-    assert mis["verdict"]["root_cause"]["id"] == "layout-mismatch"
+        assert d.verdict.status == "healthy", (d.verdict, d.findings)
+        assert d.not_checked == []
+        assert d.layout_diff.checked is True
+        assert all(f.severity == "info" for f in d.findings)
+    assert mis.verdict.status == "problem"
+    assert mis.verdict.root_cause is not None and mis.verdict.root_cause.id == "layout-mismatch"
     # Each run carries its deployment's name, the mismatched one links to its fix, and the
     # demo's endpoints are marked stopped once the runs are done.
     ids = {r.deployment: r.run_id for r in made}

@@ -53,6 +53,10 @@ def no_target(monkeypatch):
     monkeypatch.setattr("transformers.AutoModelForCausalLM.from_pretrained", refuse)
 
 
+TAPS_012 = [{"depth": d, "post_norm": False} for d in (0, 1, 2)]  # Tap.to_dict
+TAPS_123 = [{"depth": d, "post_norm": False} for d in (1, 2, 3)]
+
+
 def _serving_capture(capture):
     """What SGLang feeds draft A: only taps 1, 2, 3 of the same sequences."""
     from eagle3dash.capture import Capture, Sequence
@@ -106,7 +110,15 @@ def test_sweep_names_draft_as_true_layout_and_the_shift(capture, no_target):
     assert "performs best with [0,1,2] (embedding output, after block 1, after block 2)" in text
     assert "SGLang 0.5.23 feeds [1,2,3]" in text and "one block later" in text
     d = det.to_dict()
-    assert d["best"] == "0,1,2" and d["rows"][0]["gap_sim_accept_length"] == 0.0
+    assert (
+        d["best"]
+        == [
+            {"depth": 0, "post_norm": False},
+            {"depth": 1, "post_norm": False},
+            {"depth": 2, "post_norm": False},
+        ]
+        and d["rows"][0]["gap_sim_accept_length"] == 0.0
+    )
     json.dumps(d)
 
 
@@ -158,7 +170,8 @@ def test_slot_matching_names_the_shift(capture):
     summary = " ".join(match.summary(NUM_LAYERS))
     assert "one block later" in summary and "(tied)" in summary
     rms = match.tap_rms
-    assert rms["0"] < 0.1 < rms["1"] < rms["2"] < rms["3"]  # scales differ by orders of magnitude
+    # scales differ by orders of magnitude
+    assert rms[Tap(0)] < 0.1 < rms[Tap(1)] < rms[Tap(2)] < rms[Tap(3)]
     heat = match.heatmap()
     assert len(heat) == 2 * 3 * len(ALL_TAPS)
     assert {"side", "slot", "tap", "cosine", "rel_error", "rms_ratio", "score"} <= set(heat[0])
@@ -173,7 +186,7 @@ def test_slot_matching_compares_content_not_only_scale(capture):
     match = slot_matching({"rescaled": rescaled}, capture)
     slot = match.sides["rescaled"][0]
     assert slot.best.depth in (3, 4)  # 3 and 4 (no-op block), or 4 final-normed: same content
-    row = next(r for r in slot.scores if r["tap"] == "3")
+    row = next(r for r in slot.scores if r["tap"] == {"depth": 3, "post_norm": False})
     assert row["cosine"] == pytest.approx(1.0, abs=1e-4)
     assert row["rms_ratio"] == pytest.approx(float(rms2 / rms3), rel=1e-3)
 
@@ -196,7 +209,16 @@ def test_cli_detect_json_on_the_demo_target(tmp_path, capsys):
     argv = ["detect", "--draft", str(FIXTURES / "draft-a"), "--target", str(FIXTURES / "target")]
     assert main([*argv, "--prompts", str(prompts), "--layout", "0,1,3", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["best"] == "0,1,2" and out["serving"] == "1,2,3"
+    assert out["best"] == [
+        {"depth": 0, "post_norm": False},
+        {"depth": 1, "post_norm": False},
+        {"depth": 2, "post_norm": False},
+    ]
+    assert out["serving"] == [
+        {"depth": 1, "post_norm": False},
+        {"depth": 2, "post_norm": False},
+        {"depth": 3, "post_norm": False},
+    ]
     assert out["num_sequences"] == 6 and out["capture_seconds"] > 0
     assert any(r["name"].startswith("user layout 0,1,3") for r in out["rows"])
     assert len(out["fingerprint"]) == 3
@@ -226,8 +248,16 @@ def test_detect_job_on_a_saved_capture_with_a_side(capture, tmp_path, no_target)
         },
         lambda fraction, message: None,
     )
-    assert result["best"] == "0,1,2"
-    assert result["slot_match"]["best"]["serving"] == "1,2,3"
+    assert result["best"] == [
+        {"depth": 0, "post_norm": False},
+        {"depth": 1, "post_norm": False},
+        {"depth": 2, "post_norm": False},
+    ]
+    assert result["slot_match"]["best"]["serving"] == [
+        {"depth": 1, "post_norm": False},
+        {"depth": 2, "post_norm": False},
+        {"depth": 3, "post_norm": False},
+    ]
     assert result["slot_match"]["heatmap"]
 
 

@@ -127,7 +127,7 @@ def test_fix_line_copies_the_dual_key_config() -> None:
     from eagle3dash.ui.words import fix_line
 
     f = diagnose(evidence(NESTED, "v2"))[0]
-    where, line = fix_line(f.to_dict()) or ("", "")
+    where, line = fix_line(f) or ("", "")
     assert "SGLang and vLLM" in where
     assert line == (
         '"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 11, 21]}, '

@@ -399,12 +399,17 @@ def test_diff_kinds(training, serving, default, kind, embedding_only_in) -> None
     assert d.summary.endswith(".") and d.summary.count(".") == 1
 
 
-def test_diff_to_dict_slots_parse_back() -> None:
+def test_diff_to_dict_slots_in_the_one_tap_form() -> None:
     d = diff(parse_layout("2,16,32n"), parse_layout("2,16"))
     out = d.to_dict()
     assert out["kind"] == "different-width"
-    assert out["slots"][2] == {"slot": 2, "training": "32n", "serving": None, "same": False}
-    assert parse_layout(out["slots"][2]["training"]) == (Tap(32, True),)
+    assert out["slots"][2] == {
+        "slot": 2,
+        "training": {"depth": 32, "post_norm": True},
+        "serving": None,
+        "same": False,
+    }
+    assert Tap.from_dict(out["slots"][2]["training"]) == Tap(32, True)
     assert out["training"][2] == {"depth": 32, "post_norm": True}
 
 

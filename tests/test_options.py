@@ -8,6 +8,7 @@ import pytest
 
 from eagle3dash.diagnosis.options import EXCLUSIVE, SCHEMA, DiagnoseOptions, Kind
 from eagle3dash.errors import InputError
+from eagle3dash.layout import Tap
 
 BASE = {"draft": "/d", "endpoint": "gpubox:30000"}
 
@@ -56,7 +57,7 @@ def test_text_from_the_cli_becomes_typed_values(tmp_path: Path) -> None:
         target_layers=61,
         arch="kimi",
         trainer="speculators",
-        training_layout="0,3,31",
+        training_layout=(Tap(0), Tap(3), Tap(31)),
         steps=3,
         device="cuda",
         dtype="bfloat16",
@@ -150,9 +151,28 @@ def test_the_schema_holds_every_user_option_in_field_order() -> None:
 def test_the_profile_switch_and_temperatures() -> None:
     base = {"draft": str(Path(__file__)), "endpoint": "http://127.0.0.1:1"}
     options = DiagnoseOptions.parse(base)
-    assert options.profile is True and options.temperatures == "0,0.7"
+    assert options.profile is True and options.temperatures == (0.0, 0.7)
     options = DiagnoseOptions.parse(base | {"profile": False, "temperatures": " 1, 0.50 ,0"})
-    assert options.profile is False and options.temperatures == "0,0.5,1"
+    assert options.profile is False and options.temperatures == (0.0, 0.5, 1.0)
+    assert SCHEMA["temperatures"].describe().endswith("default 0,0.7")
     with pytest.raises(InputError, match=r"^--temperatures: temperature 5 is outside 0..2$"):
         DiagnoseOptions.parse(base | {"temperatures": "0,5"}, naming="flag")
     assert SCHEMA["profile"].flag == "--no-profile"
+
+
+def test_options_are_text_only_in_their_json() -> None:
+    """A run keeps its options as JSON (the job reads them back): the layout and the
+    temperatures as the text a user types, typed again on the way in; a run's labels (the
+    demo's name) are not options."""
+    options = DiagnoseOptions(
+        draft="/d",
+        endpoint="http://gpubox:30000",
+        training_layout=(Tap(0), Tap(3), Tap(61, post_norm=True)),
+        temperatures=(0.0, 0.5, 1.0),
+    )
+    stored = options.to_json()
+    assert stored["training_layout"] == "0,3,61n" and stored["temperatures"] == "0,0.5,1"
+    assert stored["num_prompts"] == 16 and stored["baseline"] is None
+    assert DiagnoseOptions.from_json({**stored, "demo": "mismatched"}) == options
+    older = {"draft": "/d", "endpoint": "http://gpubox:30000", "training_layout": None}
+    assert DiagnoseOptions.from_json(older).temperatures == (0.0, 0.7)

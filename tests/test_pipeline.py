@@ -10,6 +10,7 @@ import pytest
 
 from eagle3dash.diagnosis.options import DiagnoseOptions
 from eagle3dash.diagnosis.stages import run_diagnosis
+from eagle3dash.layout import Tap
 from eagle3dash.testing.sglang_double import DoubleConfig, start_double
 from tests.specs import run_cli, tiny_models
 
@@ -54,7 +55,9 @@ def options(models: dict[str, Path], url: str, **overrides) -> DiagnoseOptions:
 def test_seed_like_mismatch_is_the_first_finding(models) -> None:
     # Training fed [emb, L1, L2] (HF indices 0, 1, 2); SGLang adds +1 and feeds [L1, L2, L3].
     with double(models) as server:
-        diagnosis = run_diagnosis(options(models, server.url, training_layout="0,1,2"))
+        diagnosis = run_diagnosis(
+            options(models, server.url, training_layout=(Tap(0), Tap(1), Tap(2)))
+        )
     result = diagnosis.to_dict()
     assert [t["depth"] for t in result["training"]["layout"]] == [0, 1, 2]
     assert [t["depth"] for t in result["serving"]["layout"]] == [1, 2, 3]
@@ -87,7 +90,9 @@ def test_applying_the_fix_removes_the_layout_finding(models, tmp_path) -> None:
     (fixed / "config.json").write_text(json.dumps(config))
     fixed_models = {**models, "draft": fixed}
     with double(fixed_models) as server:
-        diagnosis = run_diagnosis(options(fixed_models, server.url, training_layout="0,1,2"))
+        diagnosis = run_diagnosis(
+            options(fixed_models, server.url, training_layout=(Tap(0), Tap(1), Tap(2)))
+        )
     ids = [f.id for f in diagnosis.findings]
     assert "layout-mismatch" not in ids
     assert diagnosis.layout_diff.kind == "identical"
@@ -179,7 +184,7 @@ def test_a_diagnose_job_stores_the_run_for_its_page(models, tmp_path) -> None:
     home = store.open_store(tmp_path / "home")
     checkpoint_id = store.add_checkpoint(home, models["draft"], name="draft")
     with double(models) as server:
-        opts = options(models, server.url, training_layout="0,1,2")
+        opts = options(models, server.url, training_layout=(Tap(0), Tap(1), Tap(2)))
         run_id = submit_diagnosis(home, checkpoint_id, opts)
         assert store.get_run(home, run_id)["status"] == "queued"
         assert run_worker(home.home, JOB_KINDS, poll_interval=0.05, once=True) == 1

@@ -14,6 +14,9 @@ import pytest
 
 from eagle3dash import store as db
 from eagle3dash.diagnosis.options import DiagnoseOptions
+from eagle3dash.diagnosis.stored import load_diagnosis
+from eagle3dash.layout import Tap
+from eagle3dash.profile import Profile
 from eagle3dash.profile_export import profile_csv, profile_json
 from eagle3dash.submit import submit_diagnosis
 from eagle3dash.ui import charts, words
@@ -190,6 +193,15 @@ SMALL = {
 }
 
 
+# What every stored diagnosis has: the options it was started with.
+OPTIONS = {"options": {"draft": "/d", "endpoint": "http://gpubox:30000"}}
+
+
+def profile(**parts) -> Profile:
+    """A typed profile (as the loader reads it back) from hand-written parts."""
+    return Profile.from_dict({"steps": 1, "per_position": {"positions": []}, **parts})
+
+
 def rows_of(spec: dict, layer: dict | None = None) -> list[dict]:
     """The rows a (layer of a) Vega-Lite spec plots, from the top-level datasets."""
     return spec["datasets"][(layer or spec)["data"]["name"]]
@@ -261,7 +273,7 @@ def test_the_profile_csv_is_one_value_a_line_with_empty_nulls() -> None:
 
 
 def test_per_position_draws_the_three_lines_in_the_run_charts_form() -> None:
-    spec = charts.per_position_chart(ui.per_position_metrics(SAMPLE)).to_dict()
+    spec = charts.per_position_chart(ui.per_position_metrics(profile(**SAMPLE))).to_dict()
     assert sorted((r["side"], r["how"], r["k"], r["value"]) for r in rows_of(spec)) == [
         (MEASURED, "measured", 1, 0.25),
         (MEASURED, "measured", 2, 0.05),
@@ -274,23 +286,23 @@ def test_per_position_draws_the_three_lines_in_the_run_charts_form() -> None:
         (TRAINING, "simulated", 3, 0.25),
     ]
     # No histogram: the two simulated lines alone.
-    spec = charts.per_position_chart(ui.per_position_metrics(SMALL)).to_dict()
+    spec = charts.per_position_chart(ui.per_position_metrics(profile(**SMALL))).to_dict()
     assert {(r["side"], r["k"]) for r in rows_of(spec)} == {
         (TRAINING, 1),
         (TRAINING, 2),
         (SERVING, 1),
         (SERVING, 2),
     }
-    assert ui.per_position_metrics({}).empty
+    assert ui.per_position_metrics(profile()).empty
 
 
 def test_the_category_matrix_outlines_the_weakest_category() -> None:
-    assert ui.weakest_category(SAMPLE) == ("novel", "measured_accept_length")
-    assert ui.weakest_text(SAMPLE) == (
+    assert ui.weakest_category(profile(**SAMPLE)) == ("novel", "measured_accept_length")
+    assert ui.weakest_text(profile(**SAMPLE)) == (
         "Weakest category: novel, measured accept length 1.20 against 2.40 to 3.10 for the "
         "other categories."
     )
-    spec = ui.category_chart(SAMPLE).to_dict()
+    spec = ui.category_chart(profile(**SAMPLE)).to_dict()
     cells, text, outline = spec["layer"]
     assert spec["title"] == CATEGORY_TITLE
     shown = {
@@ -316,26 +328,28 @@ def test_the_category_matrix_outlines_the_weakest_category() -> None:
     assert outline["mark"]["stroke"] == VERMILLION
     # Without measured accept lengths the serving simulation ranks them; a lone category is not
     # "weakest"; a metric no category has is not a column.
-    simulated = {
-        "per_category": [
+    simulated = profile(
+        per_category=[
             {**row, "measured_accept_length": None, "speedup": None}
             | ({"sim_accept_serving": 0.9} if row["category"] == "chat" else {})
             for row in SAMPLE["per_category"]
         ]
-    }
+    )
     assert ui.weakest_category(simulated) == ("chat", "sim_accept_serving")
     assert ui.weakest_text(simulated) == (
         "Weakest category: chat, simulated accept length (serving layout) 0.90 against 1.10 to "
         "1.30 for the other categories."
     )
     assert "speedup" not in set(ui.category_frame(simulated)["metric"])
-    assert ui.weakest_category(SMALL) is None and ui.weakest_text(SMALL) is None
-    assert not ui.category_frame(SMALL)["weakest"].any()
-    assert ui.category_chart({"per_category": []}) is None
+    assert (
+        ui.weakest_category(profile(**SMALL)) is None and ui.weakest_text(profile(**SMALL)) is None
+    )
+    assert not ui.category_frame(profile(**SMALL))["weakest"].any()
+    assert ui.category_chart(profile(per_category=[])) is None
 
 
 def test_prompt_format_and_temperature_tables() -> None:
-    assert ui.format_frame(SAMPLE).to_dict("records") == [
+    assert ui.format_frame(profile(**SAMPLE)).to_dict("records") == [
         {
             "prompt format": "raw",
             "prompts": "11",
@@ -344,16 +358,16 @@ def test_prompt_format_and_temperature_tables() -> None:
             "output tok/s": "92.5",
         }
     ]
-    assert ui.temperature_frame(SAMPLE).values.tolist() == [
+    assert ui.temperature_frame(profile(**SAMPLE)).values.tolist() == [
         ["0.0", "2.25", "92.5"],
         ["0.7", "1.75", "80.0"],
     ]
-    assert ui.temperature_frame(SMALL).values.tolist() == [["0.7", "1.25", "—"]]
-    assert ui.format_frame(SMALL).empty
+    assert ui.temperature_frame(profile(**SMALL)).values.tolist() == [["0.7", "1.25", "—"]]
+    assert ui.format_frame(profile(**SMALL)).empty
 
 
 def test_the_steps_chart_marks_the_current_and_recommended_settings() -> None:
-    spec = ui.steps_chart(SAMPLE, "predicted tok/s").to_dict()
+    spec = ui.steps_chart(profile(**SAMPLE), "predicted tok/s").to_dict()
     assert spec["title"] == STEPS_TITLES[0]
     rules, labels, line, points = spec["layer"]
     assert [(r["num_steps"], r["predicted tok/s"]) for r in rows_of(spec, line)] == [
@@ -363,7 +377,7 @@ def test_the_steps_chart_marks_the_current_and_recommended_settings() -> None:
         (4, 76.0),
     ]
     assert line["encoding"]["y"]["field"] == "predicted tok/s"
-    accept = ui.steps_chart(SAMPLE, "predicted accept length").to_dict()
+    accept = ui.steps_chart(profile(**SAMPLE), "predicted accept length").to_dict()
     assert accept["title"] == STEPS_TITLES[1]
     assert [r["predicted accept length"] for r in rows_of(accept, accept["layer"][2])] == [
         1.25,
@@ -387,44 +401,53 @@ def test_the_steps_chart_marks_the_current_and_recommended_settings() -> None:
     assert labels["encoding"]["text"]["field"] == "label"
     assert line["encoding"]["x"]["scale"]["domain"] == [0.5, 4.5]
     # The server already runs the best setting: one mark says so.
-    assert ui.settings_frame(SMALL).values.tolist() == [
+    assert ui.settings_frame(profile(**SMALL)).values.tolist() == [
         ["current = recommended", 1, "current = recommended: 1"]
     ]
-    assert ui.steps_chart({"steps_advice": []}) is None
+    assert ui.steps_chart(profile(steps_advice=[])) is None
 
 
 def test_the_steps_advice_and_not_profiled_in_words() -> None:
-    assert words.recommendation_text(SAMPLE) == (
+    assert words.recommendation_text(profile(**SAMPLE)) == (
         "Recommended: 2 draft steps (predicted 84.0 tok/s, accept length 1.50, +5% (+1% to +9%)) "
         "instead of the current 3 (80.0 tok/s)."
     )
     # While a critical finding stands the advice says it holds only until that is fixed.
-    broken = {"verdict": {"root_cause": {"id": "layout-mismatch", "title": "T."}}}
-    assert words.recommendation_text(SAMPLE, broken) == (
+    root = {
+        "id": "layout-mismatch",
+        "severity": "critical",
+        "title": "T.",
+        "evidence": "",
+        "fix": "",
+    }
+    broken = load_diagnosis(
+        {"schema": 3, "training": {}, "serving": {}, "verdict": {"root_cause": root}, **OPTIONS}
+    )
+    assert words.recommendation_text(profile(**SAMPLE), broken) == (
         "After fixing layout-mismatch the acceptance changes: measure again. Recommended: 2 draft "
         "steps (predicted 84.0 tok/s, accept length 1.50, +5% (+1% to +9%)) instead of the "
         "current 3 (80.0 tok/s) — holds only while that finding stands."
     )
     within = dict(SAMPLE["recommended"], num_steps=3, changes=False, gain_low=-0.03)
-    assert words.recommendation_text({"recommended": within}) == (
+    assert words.recommendation_text(profile(recommended=within)) == (
         "Keep 3 draft steps: the fastest predicted setting, 2 draft steps, gains +5% (-3% to "
         "+9%), which is not above the per-request noise and 5%."
     )
-    assert words.recommendation_text(SMALL) == (
+    assert words.recommendation_text(profile(**SMALL)) == (
         "The server already runs the recommended 1 draft step (predicted 40.0 tok/s, accept "
         "length 1.50)."
     )
-    assert ui.step_costs_text(SAMPLE) == (
+    assert ui.step_costs_text(profile(**SAMPLE)) == (
         "From this run's own timings (the verify cost is the baseline's time per token): one "
         "verify forward 11.00 ms, one draft step 1.20 ms, a request's fixed cost 12.00 ms."
     )
-    assert ui.step_costs_text(SMALL) is None
-    assert ui.not_profiled_texts(SAMPLE, "prompt_format") == [
+    assert ui.step_costs_text(profile(**SMALL)) is None
+    assert ui.not_profiled_texts(profile(**SAMPLE), "prompt_format") == [
         "Not profiled, prompt format: no local tokenizer with a chat template: fill in "
         f"'{TARGET_LABEL}' on New run (give a local copy of the target)"
     ]
-    assert ui.not_profiled_texts(SAMPLE, "temperature") == []
-    odd = {"not_profiled": [{"part": "vision", "reason": "no images", "action": "add some"}]}
+    assert ui.not_profiled_texts(profile(**SAMPLE), "temperature") == []
+    odd = profile(not_profiled=[{"part": "vision", "reason": "no images", "action": "add some"}])
     assert ui.not_profiled_texts(odd, None) == ["Not profiled, vision: no images: add some"]
 
 
@@ -446,7 +469,7 @@ def real_diagnosis(tmp_path_factory) -> dict:
             max_new_tokens=8,
             concurrency=2,
             steps=3,
-            training_layout="0,1,2",
+            training_layout=(Tap(0), Tap(1), Tap(2)),
         )
         run_id = submit_diagnosis(home, None, options)
         run_queued(home, [run_id], slots=1)

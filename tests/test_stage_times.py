@@ -48,9 +48,9 @@ def test_expected_seconds_follow_the_requests_each_stage_sends() -> None:
             "profile_steps": 0.3,
         }
     )
-    no_profile = expected_seconds(demo_like(profile=False, temperatures="0"))
+    no_profile = expected_seconds(demo_like(profile=False, temperatures=(0.0,)))
     assert "profile_formats" not in no_profile and "profile_steps" not in no_profile
-    assert stage_units(demo_like(temperatures="0,0.5,1"))["profile_temperatures"] == 1024
+    assert stage_units(demo_like(temperatures=(0.0, 0.5, 1.0)))["profile_temperatures"] == 1024
 
 
 def test_the_bar_moves_by_expected_seconds_not_by_stage_count() -> None:

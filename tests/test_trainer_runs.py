@@ -35,6 +35,10 @@ N = 61  # DeepSeek-V3 / Kimi-K2 decoder blocks
 DEEPSEEK = ["DeepseekV3ForCausalLM"]
 
 
+# What every stored diagnosis has: the options it was started with.
+OPTIONS = {"options": {"draft": "/d", "endpoint": "http://gpubox:30000"}}
+
+
 def taps(*depths: int) -> tuple[Tap, ...]:
     return tuple(Tap(d) for d in depths)
 
@@ -506,14 +510,18 @@ def test_the_trainers_eval_joins_the_per_position_chart_converted(tmp_path) -> N
     from eagle3dash.ui.provenance import card_frame, trainer_note
 
     report = inspect(speculators_run(tmp_path / "run")).to_json()
-    diagnosis = {"checkpoint": report, "steps": 2, "measured": {"per_position": [0.6, 0.3]}}
+    from eagle3dash.diagnosis.stored import load_diagnosis
+
+    diagnosis = load_diagnosis(
+        {"schema": 3, "training": {}, "serving": {}, "checkpoint": report, **OPTIONS}
+    )
     metrics = tables.diagnosis_metrics(diagnosis)
     trainer = metrics[metrics["source"] == "trainer"]
     assert list(trainer["step"]) == [1, 2] and list(trainer["value"]) == [0.7, 0.4]
     spec = charts.per_position_chart(metrics).to_dict()
     values = {v["side"]: v for v in spec["datasets"][next(iter(spec["datasets"]))]}
     assert "trainer's own eval (converted)" in values
-    note = trainer_note(diagnosis)
+    note = trainer_note(report)
     assert note is not None and "accept length 2.10 with the bonus token" in note
     assert "full_acc_k" in note
     rows = dict(card_frame(report["provenance"]).values.tolist())

@@ -31,11 +31,12 @@ if a is None or b is None:
     st.page_link(widgets.RUNS_PAGE, label="All runs", icon="📋")
     st.stop()
 
-runs = {"A": db.get_run(store, a), "B": db.get_run(store, b)}
-unknown = [f"#{i}" for i, r in ((a, runs["A"]), (b, runs["B"])) if r is None]
+found = {"A": db.get_run(store, a), "B": db.get_run(store, b)}
+unknown = [f"#{i}" for i, r in ((a, found["A"]), (b, found["B"])) if r is None]
 if unknown:
     st.error(f"No run {' or '.join(unknown)} in this home folder ({md_escape(store.home)}).")
     st.stop()
+runs = {key: run for key, run in found.items() if run is not None}
 
 live.compare_watch(store, {"A": a, "B": b})
 compare.what_differs(runs["A"], runs["B"])
@@ -44,7 +45,10 @@ widgets.compare_headline(runs["A"], runs["B"])
 widgets.text_table(tables.compare_frame(runs["A"], runs["B"]))
 
 chart = charts.compare_acceptance_chart(
-    {f"{k} #{r['id']}": tables.diagnosis_metrics(r.get("diagnosis")) for k, r in runs.items()}
+    {
+        f"{k} #{r['id']}": tables.diagnosis_metrics(tables.stored_diagnosis(r))
+        for k, r in runs.items()
+    }
 )
 if chart is not None:
     st.altair_chart(chart, width="stretch")
@@ -57,9 +61,10 @@ for column, (key, run) in zip(columns, runs.items(), strict=True):
             widgets.RUN_PAGE, label=f"Open run #{run['id']}", query_params={"run": str(run["id"])}
         )
         st.markdown("**Findings**")
-        widgets.findings_list(db.get_findings(store, run["id"]), compact=True)
+        widgets.findings_list(widgets.stored_findings(run["id"]), compact=True)
         st.markdown("**Layer layout**")
-        if run.get("diagnosis"):
-            widgets.slots_table(run["diagnosis"], compact=True)
+        diagnosis = tables.stored_diagnosis(run)
+        if diagnosis is not None:
+            widgets.slots_table(diagnosis, compact=True)
         else:
             st.caption("No diagnosis is stored for this run.")

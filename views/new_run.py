@@ -72,7 +72,8 @@ elif source == PATH:
 else:
     checkpoint_id = widgets.upload_checkpoint(key="ckpt_upload")
     if checkpoint_id is not None:
-        draft_path = db.get_checkpoint(store, checkpoint_id)["path"]
+        row = db.get_checkpoint(store, checkpoint_id)
+        draft_path = None if row is None else row["path"]
 
 # 2. The endpoint (probed on entry) and an optional baseline.
 st.header("2. SGLang endpoint")

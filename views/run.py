@@ -37,7 +37,8 @@ if run is None:
 
 jobs = jobq.list_jobs(store, run_id)
 view = progress_view(run, jobs)
-diagnosis = run.get("diagnosis")  # Diagnosis.to_dict(), stored once when the run succeeded
+# stored once when the run succeeded; read through the one loader (any schema), typed
+diagnosis = tables.stored_diagnosis(run)
 detections = tables.detections(diagnosis, jobs)
 
 st.title(f"Run #{run_id}")
@@ -50,7 +51,7 @@ st.markdown(
 )
 widgets.demo_context(run)
 widgets.ran_on(jobs)
-if diagnosis:
+if diagnosis is not None:
     widgets.verdict_banner(diagnosis)
 widgets.share_link("run", run=run_id)
 
@@ -61,9 +62,9 @@ if view.active:
 elif view.status in ("failed", "cancelled"):
     widgets.stopped_notice(view.status, view.error)
 
-if diagnosis:
+if diagnosis is not None:
     st.header("Findings")
-    widgets.findings_list(diagnosis.get("findings") or [])
+    widgets.findings_list(diagnosis.findings)
     widgets.diagnosis_warnings(diagnosis)
 
     st.header("Training vs serving")
@@ -72,17 +73,17 @@ if diagnosis:
     st.header("Layer layout")
     widgets.layout_diff(diagnosis)
 elif not view.active:
-    widgets.without_diagnosis(db.get_findings(store, run_id))
+    widgets.without_diagnosis(widgets.stored_findings(run_id))
 
 if detections:
     st.header("Layout detective")
     widgets.layout_detectives(detections)
 
-profile = (diagnosis or {}).get("profile")  # None: --no-profile, or stored before the profile
-if diagnosis:
+profile = None if diagnosis is None else diagnosis.profile  # None: --no-profile, or older
+if diagnosis is not None:
     st.header("Charts")
-    widgets.run_charts(diagnosis, per_position=not profile)
-if diagnosis and profile:
+    widgets.run_charts(diagnosis, per_position=profile is None)
+if diagnosis is not None and profile is not None:
     st.header("Acceptance profile")
     profile_ui.profile_section(run_id, diagnosis)
 
@@ -90,8 +91,8 @@ checkpoint_tab, server_tab, logs_tab, export_tab = st.tabs(
     ["Checkpoint", "Server", "Jobs and logs", "Export"]
 )
 with checkpoint_tab:
-    if diagnosis and diagnosis.get("checkpoint"):
-        widgets.checkpoint_report(diagnosis["checkpoint"])
+    if diagnosis is not None and diagnosis.checkpoint:
+        widgets.checkpoint_report(diagnosis.checkpoint)
     elif run.get("checkpoint_id") is not None:
         widgets.registered_checkpoint_report(db.get_checkpoint(store, run["checkpoint_id"]))
     else:
@@ -103,5 +104,5 @@ with logs_tab:
     widgets.job_logs(jobs)
 with export_tab:
     widgets.export_buttons(run, diagnosis)
-if diagnosis:
+if diagnosis is not None:
     glossary.glossary_section()

@@ -25,7 +25,7 @@ from safetensors.torch import save_file
 from torch import Tensor
 
 from eagle3dash.errors import InputError
-from eagle3dash.layout import Layout, Tap, bracketed, describe_layout
+from eagle3dash.layout import Layout, Tap, bracketed, describe_layout, layout_from_json
 
 FORMAT = "eagle3dash-capture/1"
 MANIFEST = "capture.json"
@@ -231,9 +231,7 @@ def load_capture(path: str | Path, taps: Layout | None = None, load_embed: bool 
     path = Path(path)
     manifest = _read_manifest(path)
     try:
-        have = tuple(
-            Tap(int(t["depth"]), bool(t.get("post_norm", False))) for t in manifest["taps"]
-        )
+        have = layout_from_json(manifest["taps"])
     except (TypeError, KeyError, ValueError) as e:
         raise CaptureError(f"{path / MANIFEST}: bad taps field: {e}") from e
     wanted = have if taps is None else tuple(dict.fromkeys(taps))

@@ -30,6 +30,7 @@ from pathlib import Path
 from eagle3dash import jobs as jobq
 from eagle3dash import store as db
 from eagle3dash.demo import DEPLOYMENT_NAMES, MAX_NEW_TOKENS, NUM_PROMPTS, deployments
+from eagle3dash.diagnosis.stored import StoredDiagnosis, load_diagnosis
 
 POLL_S = 0.5
 WORKER_HINT_S = 15.0  # queued this long without a worker: say how to start one
@@ -42,7 +43,7 @@ class DemoRun:
     deployment: str
     run_id: int
     status: str
-    diagnosis: dict | None  # Diagnosis.to_dict(), None when the run did not succeed
+    diagnosis: StoredDiagnosis | None  # as the pages read it; None when the run did not succeed
 
 
 def demo_runs(store: db.Store) -> list[int]:
@@ -117,7 +118,9 @@ def seed(
         for name, run_id in run_ids.items():
             run = db.get_run(store, run_id)
             assert run is not None  # made by _serve_until_run
-            results.append(DemoRun(name, run_id, run["status"], run.get("diagnosis")))
+            stored = run.get("diagnosis")
+            diagnosis = None if not stored else load_diagnosis(stored)
+            results.append(DemoRun(name, run_id, run["status"], diagnosis))
         return results
 
 
@@ -174,12 +177,13 @@ def summary(run: DemoRun) -> str:
     d = run.diagnosis
     if d is None:
         return f"run #{run.run_id} {run.deployment}: {run.status}"
-    first = d["findings"][0]["id"] if d["findings"] else "no findings"
-    train, serve, measured = d["training"], d["serving"], d["measured"] or {}
+    first = d.findings[0].id if d.findings else "no findings"
+    train, serve = d.training, d.serving
+    measured = None if d.measured is None else d.measured.accept_length
     return (
-        f"run #{run.run_id} {run.deployment}: top-1 training {train['top1']:.1%} / serving "
-        f"{serve['top1']:.1%}; simulated accept length {train['sim_accept_length']:.2f} / "
-        f"{serve['sim_accept_length']:.2f}; measured {measured.get('accept_length', 0):.2f}; "
+        f"run #{run.run_id} {run.deployment}: top-1 training {train.top1 or 0:.1%} / serving "
+        f"{serve.top1 or 0:.1%}; simulated accept length {train.sim_accept_length or 0:.2f} / "
+        f"{serve.sim_accept_length or 0:.2f}; measured {measured or 0:.2f}; "
         f"first finding: {first}"
     )
 

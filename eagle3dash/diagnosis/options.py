@@ -3,6 +3,10 @@
 Each option's field carries an `Option`: its form label, help text, kind, bounds or choices. The
 CLI's diagnose flags, the New run page's widgets and `DiagnoseOptions.parse` (the one check both
 interfaces call) are all read from it, so an option is written once.
+
+Values are typed inside (`training_layout` a `Layout`, `temperatures` a tuple of floats); text only
+at the edges: a flag or a form field (`parse`), the default shown (`Option.default_text`), and the
+JSON a run keeps and its job reads (`to_json` / `from_json`).
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from eagle3dash.errors import InputError
-from eagle3dash.layout import format_layout, parse_layout
+from eagle3dash.layout import Layout, format_layout, parse_layout
 from eagle3dash.profile import parse_temperatures
 from eagle3dash.servebench import BUILTIN_PROMPT_SETS
 from eagle3dash.sglang import normalize_url
@@ -65,14 +69,23 @@ class Option:
         """The option's name in a message: its form label or its CLI flag."""
         return self.flag if naming == "flag" else self.label
 
+    @property
+    def default_text(self) -> str | None:
+        """The default as a user would type it (None: no default)."""
+        return None if self.default is None else self.text(self.default)
+
+    def text(self, value: Any) -> str:
+        """A typed value of this option as a user would type it: '0,3,31', '0,0.7'."""
+        return _WRITERS.get(self.kind, str)(value)
+
     def describe(self) -> str:
         """The help text with the choices and the default, for the CLI."""
         parts = [self.help]
         if self.choices:
             among = "built-in: " if self.kind is Kind.SET_OR_FILE else "one of "
             parts.append(among + ", ".join(self.choices))
-        if self.default is not None:
-            parts.append(f"default {self.default}")
+        if self.default_text is not None:
+            parts.append(f"default {self.default_text}")
         return "; ".join(parts)
 
     def parse(self, value: object, naming: Naming = "label") -> Any:
@@ -128,12 +141,16 @@ def _set_or_file(option: Option, value: object) -> str:
     raise ValueError(f"{value!r} is not a built-in set ({', '.join(option.choices)}) nor a file")
 
 
-def _layout(option: Option, value: object) -> str:
-    return format_layout(parse_layout(str(value)))
+def _layout(option: Option, value: object) -> Layout:
+    return parse_layout(str(value))
 
 
-def _temperatures(option: Option, value: object) -> str:
-    return ",".join(f"{t:g}" for t in parse_temperatures(str(value)))
+def _temperatures(option: Option, value: object) -> tuple[float, ...]:
+    return tuple(parse_temperatures(str(value)))
+
+
+def _temperatures_text(value: tuple[float, ...]) -> str:
+    return ",".join(f"{t:g}" for t in value)
 
 
 def _version(option: Option, value: object) -> str:
@@ -157,6 +174,11 @@ _READERS: dict[Kind, Callable[[Option, object], Any]] = {
     Kind.TEMPERATURES: _temperatures,
     Kind.VERSION: _version,
     Kind.SWITCH: _switch,
+}
+# The kinds whose typed value is not its text: how it is written back at an edge.
+_WRITERS: dict[Kind, Callable[[Any], str]] = {
+    Kind.LAYOUT: format_layout,
+    Kind.TEMPERATURES: _temperatures_text,
 }
 
 
@@ -258,7 +280,7 @@ class DiagnoseOptions:
         kind=Kind.VERSION,
         placeholder=f"{SPECFORGE_SGLANG_VERSION} (SpecForge 0.2's pin)",
     )
-    training_layout: str | None = _option(
+    training_layout: Layout | None = _option(
         None,
         "Training layout override (taps the training data used)",
         "taps the training data really used, e.g. 0,3,31 (0 = embedding output)",
@@ -296,8 +318,8 @@ class DiagnoseOptions:
         "more requests); off skips it",
         kind=Kind.SWITCH,
     )
-    temperatures: str = _option(
-        "0,0.7",
+    temperatures: tuple[float, ...] = _option(
+        (0.0, 0.7),
         "Temperatures to profile",
         "the temperatures you serve with, e.g. 0,0.7 (each one more benchmark of the prompts)",
         kind=Kind.TEMPERATURES,
@@ -321,6 +343,33 @@ class DiagnoseOptions:
                 "the same target without a draft"
             )
         return cls(**parsed)
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON a run keeps and its job reads: every field, typed values as their text."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            option = SCHEMA.get(f.name)
+            out[f.name] = value if option is None or value is None else _json_value(option, value)
+        return out
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> DiagnoseOptions:
+        """Inverse of to_json; keys that are not options (a run's labels) are left aside."""
+        values = {}
+        for f in fields(cls):
+            if f.name not in d:
+                continue
+            value, option = d[f.name], SCHEMA.get(f.name)
+            if option is not None and option.kind in _WRITERS and value is not None:
+                value = _READERS[option.kind](option, value)
+            values[f.name] = value
+        return cls(**values)
+
+
+def _json_value(option: Option, value: Any) -> Any:
+    """A typed option value in its JSON form: text for the kinds that have a writer."""
+    return option.text(value) if option.kind in _WRITERS else value
 
 
 # Every option by field name, in field order.

@@ -11,7 +11,8 @@ of evidence, strongest first:
   rules for the server's version and architecture (predicted). The prediction is kept beside the
   observation, never instead of it.
 
-`Diagnosis.to_dict()` is the one JSON form: the CLI prints it, the store keeps it, pages read it.
+`Diagnosis.to_dict()` is the one JSON form, with a `schema` number: the store keeps it, and
+`diagnosis/stored.py` reads it (any schema) back into typed objects for the pages and the CLI.
 Acceptance per draft position is there twice, comparable entry by entry: simulated on each side
 (`training.eval.acceptance[k - 1]`, the share of chains whose first k drafts are all right) and
 measured on the server (`measured.per_position[k - 1]`, the share of verify rounds that accepted
@@ -20,7 +21,6 @@ at least k drafts, from SGLang's spec_correct_drafts_histogram; None when the se
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -69,6 +69,9 @@ __all__ = [
 PROBLEM = "problem"  # a critical finding (or, every check having run, a warning)
 HEALTHY = "healthy"  # every check ran and nothing at warning or worse was found
 INCOMPLETE = "incomplete"  # no critical finding, but something was not checked
+# The stored document's schema (Diagnosis.to_dict); eagle3dash/diagnosis/stored.py reads every
+# earlier one.
+SCHEMA = 3
 # The checks that would turn an unchecked side of the layout comparison into an observed one.
 LAYOUT_CHECKS = ("serving-states", "serving-taps", "training-side")
 
@@ -149,6 +152,17 @@ class NotChecked:
         }
 
 
+def verdict_status(findings: list[Finding], anything_unchecked: bool) -> str:
+    """The verdict's status from the findings and whether some check did not run."""
+    if any(f.severity is Severity.CRITICAL for f in findings):
+        return PROBLEM
+    if anything_unchecked:
+        return INCOMPLETE
+    if any(f.severity is Severity.WARNING for f in findings):
+        return PROBLEM
+    return HEALTHY
+
+
 @dataclass
 class Diagnosis:
     """Everything one diagnosis found."""
@@ -211,13 +225,7 @@ class Diagnosis:
         """problem (a critical finding; or, every check having run, a warning), incomplete (no
         critical finding but something was not checked), healthy (every check ran, nothing at
         warning or worse)."""
-        if self.root_cause is not None:
-            return PROBLEM
-        if self.not_checked:
-            return INCOMPLETE
-        if any(f.severity is Severity.WARNING for f in self.findings):
-            return PROBLEM
-        return HEALTHY
+        return verdict_status(self.findings, bool(self.not_checked))
 
     @property
     def speedup(self) -> dict | None:
@@ -257,6 +265,7 @@ class Diagnosis:
     def to_dict(self) -> dict:
         """The one JSON form: the --json contract, what the store keeps and the pages read."""
         return {
+            "schema": SCHEMA,
             "verdict": self.verdict(),
             "findings": [f.to_dict() for f in self.findings],
             "training": self.training.to_dict(),
@@ -275,7 +284,7 @@ class Diagnosis:
             "warnings": self.warnings,
             "profile": None if self.profile is None else self.profile.to_dict(),
             "timings": {key: round(seconds, 3) for key, seconds in self.timings.items()},
-            "options": dataclasses.asdict(self.options),
+            "options": self.options.to_json(),
             "checkpoint": self.report.to_json(),
             "server": self.server.to_dict(),
         }

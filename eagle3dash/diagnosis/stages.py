@@ -38,7 +38,7 @@ from eagle3dash.diagnosis.result import (
 from eagle3dash.errors import InputError
 from eagle3dash.findings import Evidence, Finding, diagnose
 from eagle3dash.identity import DigestCache, DraftIdentity, compare_drafts, is_local_url
-from eagle3dash.layout import Layout, LayoutResult, Tap, bracketed, diff, parse_layout
+from eagle3dash.layout import Layout, LayoutResult, Tap, bracketed, diff
 from eagle3dash.prediction import LayoutComparison, predict_layouts
 from eagle3dash.profile import (
     MAX_ADVICE_STEPS,
@@ -48,7 +48,6 @@ from eagle3dash.profile import (
     TemperatureRow,
     accept_length_noise,
     category_rows,
-    parse_temperatures,
     per_position,
     step_costs,
     steps_advice,
@@ -142,7 +141,7 @@ def stage_units(options: DiagnoseOptions) -> dict[str, float]:
     """How much work each stage of these options is: tokens generated for the stages that send
     requests (prompts x tokens, warmups included), 1 for the others."""
     tokens = options.num_prompts * options.max_new_tokens
-    extra_temperatures = [t for t in parse_temperatures(options.temperatures) if t != 0]
+    extra_temperatures = [t for t in options.temperatures if t != 0]
     units = {TIMING_KEYS[stage]: 1.0 for stage in plan_stages(options)}
     units["capture_serving"] = float(tokens)
     units["benchmark"] = float(tokens)  # warm from the capture: no warmup
@@ -160,14 +159,11 @@ def earlier_timings(
 ) -> list[tuple[dict[str, float], DiagnoseOptions]]:
     """Stored (timings, options dict) pairs as `unit_costs` reads them (a run's extra options,
     such as the demo's name, left aside); a row whose options no longer parse is left out."""
-    import dataclasses
-
-    names = {f.name for f in dataclasses.fields(DiagnoseOptions)}
     out = []
     for timings, options in rows:
         try:
-            out.append((timings, DiagnoseOptions(**{k: options[k] for k in names & set(options)})))
-        except TypeError:  # stored by a version whose required options differ
+            out.append((timings, DiagnoseOptions.from_json(options)))
+        except (TypeError, ValueError):  # stored by a version whose options differ
             continue
     return out
 
@@ -360,8 +356,7 @@ class _Run:
     @property
     def declared(self) -> Layout | None:
         """The training layout the user declared."""
-        text = self.options.training_layout
-        return parse_layout(text) if text else None
+        return self.options.training_layout
 
 
 def _start(options: DiagnoseOptions, stages: Stages) -> _Run:
@@ -765,7 +760,7 @@ def _bench(run: _Run, prompts: list[Prompt], **how: Any) -> BenchResult | None:
 def profile_temperatures(run: _Run, prompts: list[Prompt], measured: BenchResult) -> list:
     """Measured accept length and tok/s at each temperature (0 is the benchmark itself)."""
     rows = []
-    for temperature in parse_temperatures(run.options.temperatures):
+    for temperature in run.options.temperatures:
         run.stages.report(PROFILE_TEMPERATURES, 0.0, f"profiling: temperature {temperature:g}")
         bench = measured if temperature == 0 else _bench(run, prompts, temperature=temperature)
         rows.append(

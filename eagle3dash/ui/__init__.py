@@ -4,7 +4,8 @@
 - `fmt`: numbers, times, severities, and `md_escape` for text shown through Markdown.
 - `words`: a diagnosis's values in words (sources, taps, what was not checked, the verdict).
 - `tables`: DataFrames for every table (runs, training vs serving, layout diff, reports, compare),
-  read from a run's one stored diagnosis (`run["diagnosis"]`) and its summary columns.
+  read from a run's one stored diagnosis (`tables.stored_diagnosis(run)`: the typed read of
+  eagle3dash/diagnosis/stored.py, any schema) and its summary columns.
 - `charts`: altair charts (acceptance per draft position and per step, accept length and tok/s
   per request, layouts, slot matching), one colour-blind-safe style per side.
 - `data`: the server report of a run (the diagnosis's, else the endpoint's last probe).

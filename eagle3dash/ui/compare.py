@@ -9,6 +9,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from eagle3dash.diagnosis.stored import StoredDiagnosis
 from eagle3dash.ui import words
 from eagle3dash.ui.fmt import rows_height
 
@@ -59,16 +60,19 @@ def _rows(what: str, a: Mapping[str, Any], b: Mapping[str, Any], keys) -> list[d
     ]
 
 
-def differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[dict]:
-    """Every setting that differs between two stored diagnoses (Diagnosis.to_dict()), one row
-    each: what (draft config, draft weights, server, prompts and options), the setting, run
-    A's value and run B's."""
+def _digest(diagnosis: StoredDiagnosis) -> str | None:
+    return None if diagnosis.identity is None else diagnosis.identity.checkpoint_digest
+
+
+def differences(a: StoredDiagnosis, b: StoredDiagnosis) -> list[dict]:
+    """Every setting that differs between two stored diagnoses, one row each: what (draft
+    config, draft weights, server, prompts and options), the setting, run A's value and run
+    B's (the checkpoint report, server report and options compared key by key, as stored)."""
     rows = []
-    config_a, config_b = a.get("checkpoint") or {}, b.get("checkpoint") or {}
+    config_a, config_b = a.checkpoint, b.checkpoint
     config_keys = sorted((config_a.keys() | config_b.keys()) - set(CONFIG_SKIPPED))
     rows += _rows("draft config", config_a, config_b, config_keys)
-    digest_a = (a.get("draft_identity") or {}).get("checkpoint_digest")
-    digest_b = (b.get("draft_identity") or {}).get("checkpoint_digest")
+    digest_a, digest_b = _digest(a), _digest(b)
     if digest_a != digest_b:
         rows.append(
             {
@@ -78,7 +82,7 @@ def differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[dict]:
                 "run B": _shown(digest_b and digest_b[:12]),
             }
         )
-    server_a, server_b = a.get("server") or {}, b.get("server") or {}
+    server_a, server_b = a.server, b.server
     rows += _rows("server", server_a, server_b, SERVER_KEYS)
     rows += _rows(
         "server (speculative)",
@@ -92,15 +96,14 @@ def differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[dict]:
         server_b.get("server_info") or {},
         MODELLED_COST_KEYS,
     )
-    options_a, options_b = a.get("options") or {}, b.get("options") or {}
+    options_a, options_b = a.options.to_json(), b.options.to_json()  # as a user typed them
     rows += _rows("prompts and options", options_a, options_b, OPTION_KEYS)
     return rows
 
 
-def ids_change(a: Mapping[str, Any], b: Mapping[str, Any]) -> str | None:
+def ids_change(a: StoredDiagnosis, b: StoredDiagnosis) -> str | None:
     """'[0, 1, 2] → [-1, 0, 1]' when the drafts' aux layer ids differ, else None."""
-    ids_a = (a.get("checkpoint") or {}).get("aux_layer_ids")
-    ids_b = (b.get("checkpoint") or {}).get("aux_layer_ids")
+    ids_a, ids_b = a.checkpoint.get("aux_layer_ids"), b.checkpoint.get("aux_layer_ids")
     if ids_a == ids_b:
         return None
     return f"{_shown(ids_a)} → {_shown(ids_b)}"
@@ -122,10 +125,10 @@ def baseline_note(run_a: Mapping[str, Any], run_b: Mapping[str, Any]) -> str | N
     )
 
 
-def cost_notes(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
+def cost_notes(a: StoredDiagnosis, b: StoredDiagnosis) -> list[str]:
     """The modelled-cost caption of each run's endpoint (the SGLang API double's, from its
     server_info), once when both say the same."""
-    notes = [words.double_note(d.get("server")) for d in (a, b)]
+    notes = [words.double_note(d.server) for d in (a, b)]
     if notes[0] == notes[1]:
         return [notes[0]] if notes[0] else []
     return [f"Run {key}: {note}" for key, note in zip("AB", notes, strict=True) if note]
@@ -136,10 +139,11 @@ def what_differs(run_a: Mapping[str, Any], run_b: Mapping[str, Any]) -> None:
     import streamlit as st
 
     from eagle3dash.ui.fmt import md_escape
+    from eagle3dash.ui.tables import stored_diagnosis
 
-    a, b = run_a.get("diagnosis") or {}, run_b.get("diagnosis") or {}
+    a, b = stored_diagnosis(run_a), stored_diagnosis(run_b)
     st.subheader("What differs")
-    if not a or not b:
+    if a is None or b is None:
         st.caption("A run without a stored diagnosis: only the summary numbers compare.")
         return
     change = ids_change(a, b)

@@ -9,14 +9,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from eagle3dash import store as db
+from eagle3dash.diagnosis.stored import StoredDiagnosis
 
 
 def server_report_of(
-    store: db.Store, run: Mapping[str, Any], diagnosis: Mapping[str, Any] | None
+    store: db.Store, run: Mapping[str, Any], diagnosis: StoredDiagnosis | None
 ) -> dict | None:
     """The run's server settings: the diagnosis's, else the endpoint's last probe."""
-    if diagnosis and diagnosis.get("server"):
-        return dict(diagnosis["server"])
+    if diagnosis is not None and diagnosis.server:
+        return dict(diagnosis.server)
     url = run.get("endpoint_url")
     if not url:
         return None

@@ -1,5 +1,5 @@
 """The acceptance profile on the Run page: frames, charts and words from a diagnosis's `profile`
-(the dict form `Profile.to_dict()`, see eagle3dash/profile_export.py for its fields), and the
+(`profile.Profile`, as the loader in eagle3dash/diagnosis/stored.py reads it back), and the
 section that shows them.
 
 Every number may be null (not measured) and every list may be empty; a diagnosis without a profile
@@ -9,16 +9,17 @@ charts are plain functions (tested without Streamlit); `profile_section` draws t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import altair as alt
 import pandas as pd
 import streamlit as st
 
+from eagle3dash.diagnosis.stored import StoredDiagnosis
+from eagle3dash.profile import CategoryRow, FormatRow, Profile, TemperatureRow
 from eagle3dash.profile_export import profile_csv, profile_json
 from eagle3dash.ui import charts, words
-from eagle3dash.ui.fmt import DASH, as_float, as_int, is_missing, md_escape, num, ratio
+from eagle3dash.ui.fmt import DASH, is_missing, md_escape, num, ratio
 from eagle3dash.ui.provenance import trainer_rows
 from eagle3dash.ui.tables import metrics_frame
 
@@ -58,53 +59,56 @@ STEP_COSTS_SOURCES = {
 }
 
 
-def _rows(profile: Mapping[str, Any], part: str) -> list[Mapping[str, Any]]:
-    return list(profile.get(part) or [])
-
-
 # --- per draft position -------------------------------------------------------------------------
 
 
-def per_position_metrics(profile: Mapping[str, Any]) -> pd.DataFrame:
+def per_position_metrics(profile: Profile) -> pd.DataFrame:
     """The profile's acceptance per draft position in `tables.diagnosis_metrics`'s long rows
     (source training / serving / measured, name "acceptance", step = the position), for
     `charts.per_position_chart`; positions without a value are left out."""
-    per_position = profile.get("per_position") or {}
-    positions = per_position.get("positions") or []
+    per_position = profile.per_position
     return metrics_frame(
         (source, "acceptance", int(position), None, value)
         for field, source in POSITION_SOURCES
-        for position, value in zip(positions, per_position.get(field) or [], strict=False)
+        for position, value in zip(
+            per_position.positions, getattr(per_position, field) or [], strict=False
+        )
     )
 
 
 # --- per category -------------------------------------------------------------------------------
 
 
-def weakest_category(profile: Mapping[str, Any]) -> tuple[str, str] | None:
+def _metric(row: CategoryRow, field: str) -> float | None:
+    """One of a category row's numbers by its field name (CATEGORY_METRICS, WEAKEST_BY)."""
+    value = getattr(row, field)
+    return None if is_missing(value) else float(value)
+
+
+def weakest_category(profile: Profile) -> tuple[str, str] | None:
     """The category with the lowest accept length (measured, else simulated on the serving
     layout) and the field it was ranked by; None with fewer than two categories to compare."""
     for field in WEAKEST_BY:
         ranked = [
-            (float(row[field]), str(row["category"]))
-            for row in _rows(profile, "per_category")
-            if not is_missing(row.get(field))
+            (value, row.category)
+            for row in profile.per_category
+            if (value := _metric(row, field)) is not None
         ]
         if len(ranked) >= 2:
             return min(ranked)[1], field
     return None
 
 
-def weakest_text(profile: Mapping[str, Any]) -> str | None:
+def weakest_text(profile: Profile) -> str | None:
     """The weakest category in words, with its accept length beside the others'."""
     found = weakest_category(profile)
     if found is None:
         return None
     name, field = found
     values = {
-        str(row["category"]): float(row[field])
-        for row in _rows(profile, "per_category")
-        if not is_missing(row.get(field))
+        row.category: value
+        for row in profile.per_category
+        if (value := _metric(row, field)) is not None
     }
     others = sorted(v for k, v in values.items() if k != name)
     spread = num(others[0]) if others[0] == others[-1] else f"{num(others[0])} to {num(others[-1])}"
@@ -123,16 +127,16 @@ def _category_label(kind: str, value: float | None) -> str:
     return num(value, 1 if kind == "tok/s" else 2)
 
 
-def category_frame(profile: Mapping[str, Any]) -> pd.DataFrame:
+def category_frame(profile: Profile) -> pd.DataFrame:
     """The category x metric matrix in long rows: category, prompts, metric (its name), value,
     share (the value over the best category's for that metric: the cell's colour), label (the
     value as shown), weakest (the row of the weakest category). Metrics no category has are
     left out."""
-    rows = _rows(profile, "per_category")
+    rows = profile.per_category
     weakest = weakest_category(profile)
     out = []
     for field, name, kind in CATEGORY_METRICS:
-        values = [as_float(row.get(field)) for row in rows]
+        values = [_metric(row, field) for row in rows]
         present = [v for v in values if v is not None]
         if not present:
             continue
@@ -140,20 +144,20 @@ def category_frame(profile: Mapping[str, Any]) -> pd.DataFrame:
         for row, value in zip(rows, values, strict=True):
             out.append(
                 {
-                    "category": str(row["category"]),
-                    "prompts": row.get("prompts"),
+                    "category": row.category,
+                    "prompts": row.prompts,
                     "metric": name,
                     "value": value,
                     "share": None if value is None or best <= 0 else value / best,
                     "label": _category_label(kind, value),
-                    "weakest": weakest is not None and str(row["category"]) == weakest[0],
+                    "weakest": weakest is not None and row.category == weakest[0],
                 }
             )
     columns = ["category", "prompts", "metric", "value", "share", "label", "weakest"]
     return pd.DataFrame(out, columns=columns)
 
 
-def category_chart(profile: Mapping[str, Any]) -> alt.LayerChart | alt.FacetChart | None:
+def category_chart(profile: Profile) -> alt.LayerChart | alt.FacetChart | None:
     """A heatmap of the categories (rows) by metric (columns): each cell coloured by its share of
     the best category's value for that metric and labelled with the value; the weakest
     category's row outlined in vermillion."""
@@ -206,24 +210,24 @@ def category_chart(profile: Mapping[str, Any]) -> alt.LayerChart | alt.FacetChar
 # --- prompt format and temperature --------------------------------------------------------------
 
 
-def _with_noise(row: Mapping[str, Any]) -> str:
+def _with_noise(row: FormatRow | TemperatureRow) -> str:
     """'2.41 ± 0.12': a measured accept length and its noise over the requests."""
-    noise = as_float(row.get("accept_length_noise"))
-    value = num(row.get("measured_accept_length"))
+    noise = row.accept_length_noise
+    value = num(row.measured_accept_length)
     return value if noise is None or value == DASH else f"{value} ± {num(noise)}"
 
 
-def format_frame(profile: Mapping[str, Any]) -> pd.DataFrame:
+def format_frame(profile: Profile) -> pd.DataFrame:
     """One row per prompt format: prompts, measured and simulated accept length, tok/s (text)."""
     rows = [
         {
-            "prompt format": str(row.get("format")),
-            "prompts": DASH if is_missing(row.get("prompts")) else str(row["prompts"]),
+            "prompt format": row.format,
+            "prompts": DASH if is_missing(row.prompts) else str(row.prompts),
             "measured accept length": _with_noise(row),
-            "simulated accept length (serving layout)": num(row.get("sim_accept_serving")),
-            "output tok/s": num(row.get("tok_s"), 1),
+            "simulated accept length (serving layout)": num(row.sim_accept_serving),
+            "output tok/s": num(row.tok_s, 1),
         }
-        for row in _rows(profile, "prompt_format")
+        for row in profile.prompt_format
     ]
     columns = [
         "prompt format",
@@ -235,15 +239,15 @@ def format_frame(profile: Mapping[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns)
 
 
-def temperature_frame(profile: Mapping[str, Any]) -> pd.DataFrame:
+def temperature_frame(profile: Profile) -> pd.DataFrame:
     """One row per sampling temperature: measured accept length and tok/s (text)."""
     rows = [
         {
-            "temperature": num(row.get("temperature"), 1),
+            "temperature": num(row.temperature, 1),
             "measured accept length": _with_noise(row),
-            "output tok/s": num(row.get("tok_s"), 1),
+            "output tok/s": num(row.tok_s, 1),
         }
-        for row in _rows(profile, "temperature")
+        for row in profile.temperature
     ]
     return pd.DataFrame(rows, columns=["temperature", "measured accept length", "output tok/s"])
 
@@ -251,30 +255,34 @@ def temperature_frame(profile: Mapping[str, Any]) -> pd.DataFrame:
 # --- steps advice -------------------------------------------------------------------------------
 
 
-def steps_frame(profile: Mapping[str, Any]) -> pd.DataFrame:
+def steps_frame(profile: Profile) -> pd.DataFrame:
     """The steps advice in numbers: num_steps, predicted tok/s and accept length, where the
     per-step acceptance comes from (in words)."""
     rows = [
         {
-            "num_steps": int(row["num_steps"]),
-            "predicted tok/s": as_float(row.get("predicted_tok_s")),
-            "predicted accept length": as_float(row.get("predicted_accept_length")),
-            "acceptance from": SOURCE_NAMES.get(row.get("source") or "", row.get("source")),
+            "num_steps": int(row.num_steps),
+            "predicted tok/s": row.predicted_tok_s,
+            "predicted accept length": row.predicted_accept_length,
+            "acceptance from": SOURCE_NAMES.get(row.source or "", row.source),
         }
-        for row in _rows(profile, "steps_advice")
+        for row in profile.steps_advice
     ]
     columns = ["num_steps", "predicted tok/s", "predicted accept length", "acceptance from"]
     return pd.DataFrame(rows, columns=columns)
 
 
-def settings_frame(profile: Mapping[str, Any]) -> pd.DataFrame:
+def settings_frame(profile: Profile) -> pd.DataFrame:
     """The settings the steps chart marks: the recommended and the current num_steps (one row,
     'current = recommended', when they are the same)."""
-    recommended = profile.get("recommended") or {}
-    found = [
-        ("recommended", as_int(recommended.get("num_steps"))),
-        ("current", as_int(recommended.get("current_num_steps"))),
-    ]
+    recommended = profile.recommended
+    found = (
+        []
+        if recommended is None
+        else [
+            ("recommended", recommended.num_steps),
+            ("current", recommended.current_num_steps),
+        ]
+    )
     marks = [(name, n) for name, n in found if n is not None]
     if len(marks) == 2 and marks[0][1] == marks[1][1]:
         marks = [("current = recommended", marks[0][1])]
@@ -294,7 +302,7 @@ SETTING_DASHES = {
 
 
 def steps_chart(
-    profile: Mapping[str, Any], field: str = "predicted tok/s"
+    profile: Profile, field: str = "predicted tok/s"
 ) -> alt.LayerChart | alt.FacetChart | None:
     """The steps advice's `field` (one of STEPS_FIELDS) by --speculative-num-steps: points
     coloured by where the acceptance per step comes from, the recommended and the current
@@ -359,21 +367,20 @@ def steps_chart(
     )
 
 
-def step_costs_text(profile: Mapping[str, Any]) -> str | None:
+def step_costs_text(profile: Profile) -> str | None:
     """The costs the prediction rests on, in milliseconds, and where they come from."""
-    costs = profile.get("step_costs") or {}
+    costs = profile.step_costs
+    if costs is None:
+        return None
     parts = [
-        (name, as_float(costs.get(key)))
-        for name, key in (
-            ("one verify forward", "verify_s"),
-            ("one draft step", "draft_step_s"),
-            ("a request's fixed cost", "request_fixed_s"),
-        )
+        ("one verify forward", costs.verify_s),
+        ("one draft step", costs.draft_step_s),
+        ("a request's fixed cost", costs.request_fixed_s),
     ]
     known = [f"{name} {num(v * 1000)} ms" for name, v in parts if v is not None]
     if not known:
         return None
-    source = costs.get("source")
+    source = costs.source
     where = f" ({STEP_COSTS_SOURCES.get(source, source)})" if source else ""
     return f"From this run's own timings{where}: " + ", ".join(known) + "."
 
@@ -381,32 +388,32 @@ def step_costs_text(profile: Mapping[str, Any]) -> str | None:
 # --- not profiled -------------------------------------------------------------------------------
 
 
-def not_profiled_texts(profile: Mapping[str, Any], part: str | None) -> list[str]:
+def not_profiled_texts(profile: Profile, part: str | None) -> list[str]:
     """The items of one part that could not be measured (None: those naming no part the section
     shows), each with the New-run field or the action that enables it."""
     return [
-        f"Not profiled, {PART_NAMES.get(item.get('part') or '', item.get('part') or 'a part')}: "
+        f"Not profiled, {PART_NAMES.get(item.part or '', item.part or 'a part')}: "
         + words.not_checked_text(item)
-        for item in _rows(profile, "not_profiled")
-        if item.get("part") == part or (part is None and item.get("part") not in PART_NAMES)
+        for item in profile.not_profiled
+        if item.part == part or (part is None and item.part not in PART_NAMES)
     ]
 
 
 # --- the section --------------------------------------------------------------------------------
 
 
-def profile_section(run_id: int, diagnosis: Mapping[str, Any]) -> None:
+def profile_section(run_id: int, diagnosis: StoredDiagnosis) -> None:
     """The acceptance profile of a diagnosis that has one: per draft position, per category,
     prompt format and temperature, steps advice, what was not profiled, and the downloads."""
-    profile = diagnosis.get("profile")
-    if not profile:
+    profile = diagnosis.profile
+    if profile is None:
         return
 
     def not_profiled(part: str | None) -> None:
         for text in not_profiled_texts(profile, part):
             st.info(md_escape(text), icon="ℹ️")
 
-    double = words.double_note(diagnosis.get("server"))
+    double = words.double_note(diagnosis.server)
 
     def modelled_cost() -> None:
         """Beside each tok/s the double's modelled cost shapes: its actual costs."""
@@ -414,7 +421,7 @@ def profile_section(run_id: int, diagnosis: Mapping[str, Any]) -> None:
             st.caption(md_escape(double))
 
     st.subheader("Per draft position")
-    trainer = metrics_frame(trainer_rows(diagnosis))
+    trainer = metrics_frame(trainer_rows(diagnosis.checkpoint))
     chart = charts.per_position_chart(pd.concat([per_position_metrics(profile), trainer]))
     if chart is not None:
         st.altair_chart(chart, width="stretch")
@@ -455,10 +462,9 @@ def profile_section(run_id: int, diagnosis: Mapping[str, Any]) -> None:
     recommendation = words.recommendation_text(profile, diagnosis)
     if recommendation:
         st.markdown(md_escape(recommendation))
-    recommended = profile.get("recommended") or {}
-    flags = recommended.get("flags")
-    if flags and recommended.get("changes", True):
-        st.code(str(flags), language="bash")
+    recommended = profile.recommended
+    if recommended is not None and recommended.flags and recommended.changes:
+        st.code(recommended.flags, language="bash")
     costs = step_costs_text(profile)
     if costs:
         st.caption(
@@ -476,7 +482,7 @@ def profile_section(run_id: int, diagnosis: Mapping[str, Any]) -> None:
     for column, (kind, export, mime) in zip(st.columns(2), downloads, strict=True):
         column.download_button(
             f"Download the profile ({kind})",
-            data=export(diagnosis) or "",
+            data=export(diagnosis.document) or "",
             file_name=f"eagle3dash-run-{run_id}-profile.{kind.lower()}",
             mime=mime,
             key=f"profile-{kind.lower()}",

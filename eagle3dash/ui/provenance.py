@@ -25,10 +25,11 @@ def card_of(diagnosis_or_report: Mapping[str, Any] | None) -> Mapping[str, Any] 
     return (report or {}).get("provenance")
 
 
-def trainer_rows(diagnosis: Mapping[str, Any] | None) -> list[tuple[str, str, int, None, float]]:
-    """The trainer's own acceptance per draft position, converted to ours, as long metric rows
-    (source "trainer", step = the position) for the per-position chart and the CSV."""
-    metrics = (card_of(diagnosis) or {}).get("metrics") or {}
+def trainer_rows(report: Mapping[str, Any] | None) -> list[tuple[str, str, int, None, float]]:
+    """The trainer's own acceptance per draft position (from a checkpoint report's provenance),
+    converted to ours, as long metric rows (source "trainer", step = the position) for the
+    per-position chart and the CSV."""
+    metrics = (card_of(report) or {}).get("metrics") or {}
     return [
         ("trainer", "acceptance", k + 1, None, float(v))
         for k, v in enumerate(metrics.get("per_position") or [])

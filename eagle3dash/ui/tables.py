@@ -1,7 +1,8 @@
 """Table data for the pages: plain functions from store rows and diagnosis dicts to DataFrames.
 
-A run's results are its one stored diagnosis (`Diagnosis.to_dict()`, `run["diagnosis"]`): tables
-read it and show what it says, never recompute it. No Streamlit here, so every table can be tested
+A run's results are its one stored diagnosis, read through `diagnosis/stored.py`
+(`StoredDiagnosis`, any schema): tables read its attributes and show what it says, never
+recompute it. No Streamlit here, so every table can be tested
 directly. Display tables hold formatted strings (a dash for "not measured");
 `diagnosis_metrics` keeps numbers for charts and the CSV.
 """
@@ -14,7 +15,13 @@ from typing import Any
 
 import pandas as pd
 
-from eagle3dash.layout import describe_tap, parse_layout
+from eagle3dash.diagnosis.stored import (
+    StoredDetection,
+    StoredDiagnosis,
+    StoredSide,
+    load_diagnosis,
+)
+from eagle3dash.layout import Tap, bracketed, describe_tap, format_layout
 from eagle3dash.ui.fmt import (
     DASH,
     delta,
@@ -113,34 +120,43 @@ def _float(value: Any) -> float:
 # --- a diagnosis's numbers ----------------------------------------------------------------------
 
 
-def diagnosis_metrics(diagnosis: Mapping[str, Any] | None) -> pd.DataFrame:
+def diagnosis_metrics(diagnosis: StoredDiagnosis | None) -> pd.DataFrame:
     """A diagnosis's numbers in long rows (source, name, step, request, value), for the charts and
     the CSV: the endpoint's measured acceptance per draft position (the share of verify rounds
     that accepted at least k drafts, k = step) when the server reports it; each side's accuracy
     and acceptance per draft step (1 = the first drafted token) and its simulated accept length;
     the endpoint's and the baseline's accept length and output tok/s per request (0 = the first
     prompt) and over all requests (no request)."""
-    diagnosis = diagnosis or {}
     rows: list[tuple[str, str, int | None, int | None, Any]] = []
-    shares = (diagnosis.get("measured") or {}).get("per_position")
+    if diagnosis is None:
+        return metrics_frame(rows)
+    measured = diagnosis.measured
+    shares = None if measured is None else measured.per_position
     if shares is not None:  # SGLang's histogram stops at the largest k seen: past it, no round
-        shares = list(shares) + [0.0] * max(0, int(diagnosis.get("steps") or 0) - len(shares))
+        shares = list(shares) + [0.0] * max(0, diagnosis.steps - len(shares))
         rows += [("measured", "acceptance", k + 1, None, v) for k, v in enumerate(shares)]
-    for side in SIDES:
-        found = diagnosis.get(side) or {}
-        evaluated = found.get("eval") or {}
-        for name in ("accuracy", "acceptance"):
-            rows += [(side, name, i + 1, None, v) for i, v in enumerate(evaluated.get(name) or [])]
-        rows.append((side, "accept_length", None, None, found.get("sim_accept_length")))
-    rows += trainer_rows(diagnosis)
-    for source in ("measured", "baseline"):
-        bench = diagnosis.get(source) or {}
-        for name, key, total in (
-            ("accept_length", "accept_length_per_request", "accept_length"),
-            ("tok_s", "output_tok_s_per_request", "output_tok_s_aggregate"),
-        ):
-            rows += [(source, name, None, i, v) for i, v in enumerate(bench.get(key) or [])]
-            rows.append((source, name, None, None, bench.get(total)))
+    for side in (diagnosis.training, diagnosis.serving):
+        evaluated = side.eval
+        if evaluated is not None:
+            for name, values in (
+                ("accuracy", evaluated.accuracy),
+                ("acceptance", evaluated.acceptance),
+            ):
+                rows += [(side.name, name, i + 1, None, v) for i, v in enumerate(values)]
+        rows.append((side.name, "accept_length", None, None, side.sim_accept_length))
+    rows += trainer_rows(diagnosis.checkpoint)
+    for source, bench in (("measured", diagnosis.measured), ("baseline", diagnosis.baseline)):
+        if bench is None:
+            continue
+        rows += [
+            (source, "accept_length", None, i, v)
+            for i, v in enumerate(bench.accept_length_per_request)
+        ]
+        rows.append((source, "accept_length", None, None, bench.accept_length))
+        rows += [
+            (source, "tok_s", None, i, v) for i, v in enumerate(bench.output_tok_s_per_request)
+        ]
+        rows.append((source, "tok_s", None, None, bench.output_tok_s_aggregate))
     return metrics_frame(rows)
 
 
@@ -158,33 +174,29 @@ def metrics_frame(rows: Iterable[tuple[str, str, int | None, int | None, Any]]) 
 # --- training vs serving -----------------------------------------------------------------------
 
 
-def _side(diagnosis: Mapping[str, Any], side: str) -> Mapping[str, Any]:
-    return diagnosis.get(side) or {}
-
-
-def sides_frame(diagnosis: Mapping[str, Any]) -> pd.DataFrame:
+def sides_frame(diagnosis: StoredDiagnosis) -> pd.DataFrame:
     """Training vs serving: each side's taps in words and where they come from, what the config
     or SGLang's rules predict where that differs, draft accuracy per step, simulated accept length;
     the endpoint's measurements (accept length, tok/s, baseline, speedup) in the serving column."""
-    n = diagnosis.get("num_target_layers")
-    sides = [_side(diagnosis, side) for side in SIDES]
-    prediction = diagnosis.get("prediction") or {}
+    n = diagnosis.num_target_layers
+    sides = (diagnosis.training, diagnosis.serving)
     rows: list[tuple[str, ...]] = [  # (quantity, training, serving)
-        ("taps fed to the fc slots", *(taps_words(s.get("layout"), n) for s in sides)),
-        ("where that layout comes from", *(source_words(s.get("source")) for s in sides)),
-        ("how it was found", *((s.get("detail") or DASH) for s in sides)),
+        ("taps fed to the fc slots", *(taps_words(s.layout, n) for s in sides)),
+        ("where that layout comes from", *(source_words(s.source) for s in sides)),
+        ("how it was found", *((s.detail or DASH) for s in sides)),
     ]
-    if any(s.get("prediction") and s["prediction"] != s.get("layout") for s in sides):
+    if any(s.prediction and s.prediction != s.layout for s in sides):
         rows.append(
             (
                 "what the config / SGLang's rules predict",
                 *(_prediction_text(s, n) for s in sides),
             )
         )
-    rules = [((prediction.get(side) or {}).get("rule") or DASH) for side in SIDES]
+    predicted = (diagnosis.predicted_training, diagnosis.predicted_serving)
+    rules = [DASH if p is None else (p.rule or DASH) for p in predicted]
     if any(r != DASH for r in rules):
         rows.append(("layout rule", *rules))
-    accuracy = [(s.get("eval") or {}).get("accuracy") or [] for s in sides]
+    accuracy = [[] if s.eval is None else s.eval.accuracy for s in sides]
     for step in range(max(map(len, accuracy))):
         rows.append(
             (
@@ -194,70 +206,70 @@ def sides_frame(diagnosis: Mapping[str, Any]) -> pd.DataFrame:
         )
     rows.append(
         (
-            f"simulated accept length ({diagnosis.get('steps') or '?'} draft steps)",
-            *(num(s.get("sim_accept_length")) for s in sides),
+            f"simulated accept length ({diagnosis.steps or '?'} draft steps)",
+            *(num(s.sim_accept_length) for s in sides),
         )
     )
-    if any(s.get("capture_error") for s in sides):
-        rows.append(("why not evaluated", *((s.get("capture_error") or DASH) for s in sides)))
-    measured = diagnosis.get("measured") or {}
-    speedup = diagnosis.get("speedup") or {}
+    if any(s.capture_error for s in sides):
+        rows.append(("why not evaluated", *((s.capture_error or DASH) for s in sides)))
+    measured, baseline, speedup = diagnosis.measured, diagnosis.baseline, diagnosis.speedup
     na = "(standalone only)"
     rows += [
-        ("measured accept length (endpoint)", na, num(measured.get("accept_length"))),
-        ("output tok/s (endpoint)", na, num(measured.get("output_tok_s_aggregate"), 1)),
+        (
+            "measured accept length (endpoint)",
+            na,
+            num(None if measured is None else measured.accept_length),
+        ),
+        (
+            "output tok/s (endpoint)",
+            na,
+            num(None if measured is None else measured.output_tok_s_aggregate, 1),
+        ),
         (
             "baseline tok/s (no speculation)",
             na,
-            num((diagnosis.get("baseline") or {}).get("output_tok_s_aggregate"), 1),
+            num(None if baseline is None else baseline.output_tok_s_aggregate, 1),
         ),
-        ("speedup vs baseline", na, ratio(speedup.get("speedup"))),
+        ("speedup vs baseline", na, ratio(None if speedup is None else speedup.speedup)),
     ]
     return pd.DataFrame(rows, columns=["quantity", "training", "serving"])
 
 
-def _prediction_text(side: Mapping[str, Any], num_layers: int | None) -> str:
-    predicted = side.get("prediction")
-    if not predicted:
+def _prediction_text(side: StoredSide, num_layers: int | None) -> str:
+    if not side.prediction:
         return DASH
-    return "the same" if predicted == side.get("layout") else taps_words(predicted, num_layers)
+    return "the same" if side.prediction == side.layout else taps_words(side.prediction, num_layers)
 
 
 # --- layouts -----------------------------------------------------------------------------------
 
 
-def _tap_text(tap: Mapping[str, Any] | None) -> str:
-    if tap is None or tap.get("depth") is None:
-        return DASH
-    return f"{tap['depth']}{'n' if tap.get('post_norm') else ''}"
+def _tap_cell(tap: Tap | None) -> str:
+    return DASH if tap is None else format_layout((tap,))
 
 
-def _tap_words(layout: list[Mapping[str, Any]], slot: int, num_layers: int | None) -> str:
-    return taps_words(layout[slot : slot + 1], num_layers)
-
-
-def slots_frame(diagnosis: Mapping[str, Any]) -> pd.DataFrame:
+def slots_frame(diagnosis: StoredDiagnosis) -> pd.DataFrame:
     """The layout diff's slots: the tap each side feeds (depth and words) and whether they match,
     as the diagnosis classified them; plus the tap CUDA-graph decode replays feed, where SGLang's
     rules say it differs."""
-    diff = diagnosis.get("layout_diff") or {}
-    n = diagnosis.get("num_target_layers")
-    training, serving = diff.get("training") or [], diff.get("serving") or []
-    decode = ((diagnosis.get("prediction") or {}).get("serving") or {}).get("decode_layout") or []
+    n = diagnosis.num_target_layers
+    serving_rule = diagnosis.predicted_serving
+    decode = () if serving_rule is None else serving_rule.decode_layout or ()
     rows = []
-    for s in diff.get("slots") or []:
-        slot = int(s["slot"])
+    for s in diagnosis.layout_diff.slots:
         row = {
-            "slot": slot,
-            "match": slot_word(diagnosis, bool(s.get("same"))),
-            "training tap": s.get("training") or DASH,
-            "training feeds": _tap_words(training, slot, n),
-            "serving tap": s.get("serving") or DASH,
-            "serving feeds": _tap_words(serving, slot, n),
-            "same": bool(s.get("same")),
+            "slot": s.slot,
+            "match": slot_word(diagnosis, s.same),
+            "training tap": _tap_cell(s.training),
+            "training feeds": DASH if s.training is None else describe_tap(s.training, n),
+            "serving tap": _tap_cell(s.serving),
+            "serving feeds": DASH if s.serving is None else describe_tap(s.serving, n),
+            "same": s.same,
         }
         if decode:
-            row["decode tap (CUDA graph)"] = _tap_text(decode[slot] if slot < len(decode) else None)
+            row["decode tap (CUDA graph)"] = _tap_cell(
+                decode[s.slot] if s.slot < len(decode) else None
+            )
         rows.append(row)
     columns = ["slot", "match", "training tap", "training feeds", "serving tap", "serving feeds"]
     if decode:
@@ -265,23 +277,22 @@ def slots_frame(diagnosis: Mapping[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=[*columns, "same"])
 
 
-def layout_points(diagnosis: Mapping[str, Any]) -> pd.DataFrame:
+def layout_points(diagnosis: StoredDiagnosis) -> pd.DataFrame:
     """Long rows for the layout diagram: slot, side, depth, tap, words, whether the slot matches."""
-    diff = diagnosis.get("layout_diff") or {}
-    n = diagnosis.get("num_target_layers")
-    same = {int(s["slot"]): bool(s.get("same")) for s in diff.get("slots") or []}
+    diff = diagnosis.layout_diff
+    n = diagnosis.num_target_layers
+    same = {s.slot: s.same for s in diff.slots}
     rows = [
         {
             "slot": slot,
             "side": side,
-            "depth": int(tap["depth"]),
-            "tap": _tap_text(tap),
-            "feeds": taps_words([tap], n),
+            "depth": tap.depth,
+            "tap": _tap_cell(tap),
+            "feeds": describe_tap(tap, n),
             "same": same.get(slot, False),
         }
-        for side in SIDES
-        for slot, tap in enumerate(diff.get(side) or [])
-        if tap.get("depth") is not None
+        for side, layout in (("training", diff.training), ("serving", diff.serving))
+        for slot, tap in enumerate(layout)
     ]
     return pd.DataFrame(rows, columns=["slot", "side", "depth", "tap", "feeds", "same"])
 
@@ -368,6 +379,12 @@ def server_summary(server: Mapping[str, Any] | None) -> pd.DataFrame:
     )
 
 
+def stored_diagnosis(run: Mapping[str, Any]) -> StoredDiagnosis | None:
+    """A run's stored diagnosis through the one loader (any schema), None before it finished."""
+    raw = run.get("diagnosis")
+    return None if not raw else load_diagnosis(raw)
+
+
 # --- compare -----------------------------------------------------------------------------------
 
 # (label, summary column, decimals); the speedup reads as a ratio ('0.73x').
@@ -388,7 +405,7 @@ def _headline(key: str, value: Any, digits: int) -> str:
 def compare_frame(a: Mapping[str, Any], b: Mapping[str, Any]) -> pd.DataFrame:
     """Two runs side by side: each side's taps in words with where they come from (from each
     run's diagnosis), the headline numbers (the run's summary columns) with the change (B - A)."""
-    da, db_ = a.get("diagnosis") or {}, b.get("diagnosis") or {}
+    da, db_ = stored_diagnosis(a), stored_diagnosis(b)
     rows = [
         ("status", str(a.get("status")), str(b.get("status")), ""),
         ("checkpoint", checkpoint_label(a), checkpoint_label(b), ""),
@@ -420,12 +437,14 @@ def compare_frame(a: Mapping[str, Any], b: Mapping[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["quantity", "run A", "run B", "change (B - A)"])
 
 
-def _taps_of(diagnosis: Mapping[str, Any], side: str) -> str:
-    return taps_words(_side(diagnosis, side).get("layout"), diagnosis.get("num_target_layers"))
+def _taps_of(diagnosis: StoredDiagnosis | None, side: str) -> str:
+    if diagnosis is None:
+        return DASH
+    return taps_words(diagnosis.side(side).layout, diagnosis.num_target_layers)
 
 
-def _source_of(diagnosis: Mapping[str, Any], side: str) -> str:
-    source = _side(diagnosis, side).get("source")
+def _source_of(diagnosis: StoredDiagnosis | None, side: str) -> str:
+    source = None if diagnosis is None else diagnosis.side(side).source
     return source_words(source) if source else DASH
 
 
@@ -440,13 +459,15 @@ def _worst(run: Mapping[str, Any]) -> str:
 # --- export ------------------------------------------------------------------------------------
 
 
-def run_export(run: Mapping[str, Any], diagnosis: Mapping[str, Any] | None) -> str:
-    """The JSON download of a run: its row (summary columns) and its stored diagnosis."""
+def run_export(run: Mapping[str, Any], diagnosis: StoredDiagnosis | None) -> str:
+    """The JSON download of a run: its row (summary columns) and its diagnosis in the current
+    schema (an older stored one upgraded)."""
     row = {k: v for k, v in run.items() if not k.endswith("_json") and k != "diagnosis"}
-    return json.dumps({"run": row, "diagnosis": diagnosis}, indent=2, default=str, allow_nan=True)
+    document = None if diagnosis is None else diagnosis.document
+    return json.dumps({"run": row, "diagnosis": document}, indent=2, default=str, allow_nan=True)
 
 
-def diagnosis_csv(diagnosis: Mapping[str, Any] | None) -> str:
+def diagnosis_csv(diagnosis: StoredDiagnosis | None) -> str:
     """The CSV download of a diagnosis's numbers: per draft step and per request (long rows)."""
     return diagnosis_metrics(diagnosis).to_csv(index=False)
 
@@ -457,36 +478,36 @@ DETECT_KIND = "detect"
 
 
 def detections(
-    diagnosis: Mapping[str, Any] | None, jobs: Iterable[Mapping[str, Any]]
-) -> list[tuple[str, dict]]:
-    """The run's detective cases (`Detection.to_dict()`), each with where it comes from: the
-    diagnosis's (made with the target at hand), then the latest succeeded detect job's."""
+    diagnosis: StoredDiagnosis | None, jobs: Iterable[Mapping[str, Any]]
+) -> list[tuple[str, StoredDetection]]:
+    """The run's detective cases, each with where it comes from: the diagnosis's (made with the
+    target at hand), then the latest succeeded detect job's."""
     found = []
-    if diagnosis and diagnosis.get("detective"):
-        found.append(("from this diagnosis", dict(diagnosis["detective"])))
+    if diagnosis is not None and diagnosis.detective is not None:
+        found.append(("from this diagnosis", diagnosis.detective))
     for job in reversed(list(jobs)):
         if (
             job.get("kind") == DETECT_KIND
             and job.get("status") == "succeeded"
             and job.get("result")
         ):
-            found.append((f"from detect job {job['id']}", dict(job["result"])))
+            found.append((f"from detect job {job['id']}", StoredDetection.from_dict(job["result"])))
             break
     return found
 
 
-def sweep_frame(detection: Mapping[str, Any]) -> pd.DataFrame:
+def sweep_frame(detection: StoredDetection) -> pd.DataFrame:
     """The ranked candidate layouts: rank, layout, top-1, simulated accept length, gap, origin."""
     rows = [
         {
             "rank": i + 1,
-            "layout": "[" + str(r.get("layout", "")) + "]",
-            "top-1": pct(r.get("top1")),
-            "sim accept length": num(r.get("sim_accept_length")),
-            "behind the best": num(r.get("gap_sim_accept_length")),
-            "candidate": r.get("name", ""),
+            "layout": bracketed(r.layout),
+            "top-1": pct(r.top1),
+            "sim accept length": num(r.sim_accept_length),
+            "behind the best": num(r.gap_sim_accept_length),
+            "candidate": r.name,
         }
-        for i, r in enumerate(detection.get("rows") or [])
+        for i, r in enumerate(detection.rows)
     ]
     return pd.DataFrame(
         rows,
@@ -494,26 +515,24 @@ def sweep_frame(detection: Mapping[str, Any]) -> pd.DataFrame:
     )
 
 
-def slot_heatmap_frame(detection: Mapping[str, Any]) -> pd.DataFrame:
+def slot_heatmap_frame(detection: StoredDetection) -> pd.DataFrame:
     """Long rows (side slot, tap in words, score, cosine, RMS ratio) for the slot-matching
     heatmap, the taps in depth order ('embedding output' ... 'after the final norm')."""
-    match = detection.get("slot_match") or {}
-    n = detection.get("num_target_layers")
-    found = [(parse_layout(str(r["tap"]))[0], r) for r in match.get("heatmap") or []]
+    n = detection.num_target_layers
     rows = [
         {
-            "slot": f"{r['side']} slot {r['slot']}",
-            "tap": describe_tap(tap, n),
-            "score": float(r["score"]),
-            "cosine": float(r["cosine"]),
-            "rms_ratio": float(r["rms_ratio"]),
+            "slot": f"{c.side} slot {c.slot}",
+            "tap": describe_tap(c.tap, n),
+            "score": c.score,
+            "cosine": c.cosine,
+            "rms_ratio": c.rms_ratio,
         }
-        for tap, r in sorted(found, key=lambda pair: pair[0])
+        for c in sorted(detection.heatmap, key=lambda cell: cell.tap)
     ]
     return pd.DataFrame(rows, columns=["slot", "tap", "score", "cosine", "rms_ratio"])
 
 
-def fingerprint_frame(detection: Mapping[str, Any]) -> pd.DataFrame:
+def fingerprint_frame(detection: StoredDetection) -> pd.DataFrame:
     """Per fc slot: Frobenius norm, mean column norm, top singular values, hint."""
     rows = [
         {
@@ -523,7 +542,7 @@ def fingerprint_frame(detection: Mapping[str, Any]) -> pd.DataFrame:
             "top singular values": ", ".join(num(v) for v in r.get("top_singular_values") or []),
             "hint": r.get("hint") or DASH,
         }
-        for r in detection.get("fingerprint") or []
+        for r in detection.fingerprint
     ]
     return pd.DataFrame(
         rows, columns=["slot", "Frobenius", "mean column norm", "top singular values", "hint"]

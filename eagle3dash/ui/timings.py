@@ -4,8 +4,12 @@ Run page and the CLI."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from eagle3dash.ui.fmt import rows_height
+
+if TYPE_CHECKING:
+    from eagle3dash.diagnosis.stored import StoredDiagnosis
 
 # The stages in the order they run (diagnosis/stages.py TIMING_KEYS), in words.
 STAGE_WORDS = {
@@ -54,11 +58,11 @@ def timing_lines(timings: Mapping[str, float]) -> list[str]:
     ]
 
 
-def time_spent(diagnosis: Mapping | None) -> None:
+def time_spent(diagnosis: StoredDiagnosis | None) -> None:
     """The Run page's "where the time went": each stage's wall time, or why there is none."""
     import streamlit as st
 
-    timings = (diagnosis or {}).get("timings") or {}
+    timings = {} if diagnosis is None else diagnosis.timings
     st.markdown("**Where the time went**")
     if not timings:
         st.caption("This run recorded no stage timings (it finished before they were kept).")

@@ -18,8 +18,11 @@ import streamlit as st
 
 from eagle3dash import jobs as jobq
 from eagle3dash.diagnosis.options import SCHEMA, Kind
+from eagle3dash.diagnosis.stored import StoredDetection, StoredDiagnosis, finding_from_row
 from eagle3dash.errors import InputError
+from eagle3dash.findings import Finding
 from eagle3dash.probe import Probe, probe
+from eagle3dash.store import get_findings
 from eagle3dash.text import ascii_int
 from eagle3dash.ui import charts, provenance, tables, words
 from eagle3dash.ui.fmt import (
@@ -200,29 +203,19 @@ def runs_table(rows: Sequence[Mapping[str, Any]]) -> None:
 # --- findings ----------------------------------------------------------------------------------
 
 
-def _finding_field(f: Mapping[str, Any], *names: str) -> Any:
-    for name in names:
-        if f.get(name) is not None:
-            return f[name]
-    return None
-
-
-def findings_list(findings: Sequence[Mapping[str, Any]], compact: bool = False) -> None:
+def findings_list(findings: Sequence[Finding], compact: bool = False) -> None:
     """Each finding: severity badge, title, evidence, fix (as copyable text)."""
     if not findings:  # the verdict says whether that is healthy or only what was checked
         st.caption("No findings.")
         return
     for f in findings:
-        severity = str(_finding_field(f, "severity") or "info")
-        title = _finding_field(f, "title") or ""
-        rule = _finding_field(f, "rule_id", "id") or ""
+        severity = str(f.severity or "info")
         with st.container(border=True):
             st.badge(md_escape(severity.upper()), color=severity_color(severity))
-            st.markdown(f"**{md_escape(title)}**")
-            if rule:
-                st.caption(f"rule {md_escape(rule)}")
-            evidence = _finding_field(f, "evidence")
-            fix = _finding_field(f, "fix")
+            st.markdown(f"**{md_escape(f.title)}**")
+            if f.id:
+                st.caption(f"rule {md_escape(f.id)}")
+            evidence, fix = f.evidence, f.fix
             if compact:
                 if fix:
                     st.caption("Fix: " + md_escape(fix))
@@ -234,13 +227,18 @@ def findings_list(findings: Sequence[Mapping[str, Any]], compact: bool = False) 
                 st.code(str(fix), language=None, wrap_lines=True)
 
 
-def diagnosis_warnings(diagnosis: Mapping[str, Any]) -> None:
+def diagnosis_warnings(diagnosis: StoredDiagnosis) -> None:
     """The diagnosis's warnings (what it could do only in part)."""
-    for item in diagnosis.get("warnings") or []:
+    for item in diagnosis.warnings:
         st.warning(md_escape(item), icon="⚠️")
 
 
-def without_diagnosis(findings: Sequence[Mapping[str, Any]]) -> None:
+def stored_findings(run_id: int) -> list[Finding]:
+    """A run's findings as the store's findings table keeps them."""
+    return [finding_from_row(row) for row in get_findings(get_store(), run_id)]
+
+
+def without_diagnosis(findings: Sequence[Finding]) -> None:
     """A run with no stored diagnosis (failed, cancelled, or stored by an older version): the
     findings recorded for it, if any."""
     st.caption(
@@ -260,16 +258,16 @@ def without_diagnosis(findings: Sequence[Mapping[str, Any]]) -> None:
 # --- the verdict, tables and charts ------------------------------------------------------------
 
 
-def verdict_banner(diagnosis: Mapping[str, Any]) -> None:
+def verdict_banner(diagnosis: StoredDiagnosis) -> None:
     """The verdict by its status: a problem in red (its root cause, and the fix's one line to
     copy) or yellow (warnings), an incomplete run in blue with what was not checked, a healthy
     one in green with what it rests on; then the measured and simulated accept lengths and the
     speedup, and each check that could not run with the one action that enables it."""
-    verdict = diagnosis.get("verdict") or {}
+    verdict = diagnosis.verdict
     sentence = f"**{md_escape(words.verdict_sentence(diagnosis))}**"
-    status = words.verdict_status(verdict)
-    root = verdict.get("root_cause")
-    if root:
+    status = verdict.status
+    root = verdict.root_cause
+    if root is not None:
         st.error(sentence, icon="🛑")
         fix = words.fix_line(root)
         if fix is not None:
@@ -282,45 +280,48 @@ def verdict_banner(diagnosis: Mapping[str, Any]) -> None:
         st.warning(sentence, icon="⚠️")
     else:
         st.info(sentence, icon="➖")
-    steps = diagnosis.get("steps") or "?"
+    steps = diagnosis.steps or "?"
     columns = st.columns(4)
     columns[0].metric(
         "Measured accept length",
-        num(verdict.get("measured_accept_length")),
+        num(verdict.measured_accept_length),
         help="Completion tokens per verify round, from the endpoint's benchmark.",
     )
-    for column, side in zip(columns[1:3], ("training", "serving"), strict=True):
+    sims = (
+        (diagnosis.training, verdict.sim_accept_training, verdict.training_source),
+        (diagnosis.serving, verdict.sim_accept_serving, verdict.serving_source),
+    )
+    for column, (side, simulated, source) in zip(columns[1:3], sims, strict=True):
         column.metric(
-            f"Simulated, {side} layout",
-            num(verdict.get(f"sim_accept_{side}")),
+            f"Simulated, {side.name} layout",
+            num(simulated),
             help=md_escape(
-                f"Accept length of the standalone draft on the {side} side's states at {steps} "
-                f"draft steps; its layout is {words.source_words(verdict.get(f'{side}_source'))}."
+                f"Accept length of the standalone draft on the {side.name} side's states at "
+                f"{steps} draft steps; its layout is {words.source_words(source)}."
             ),
         )
-        why_not = (diagnosis.get(side) or {}).get("capture_error")
-        if why_not and is_missing(verdict.get(f"sim_accept_{side}")):
-            column.caption("Not evaluated: " + md_escape(why_not))  # where the number would be
+        if side.capture_error and is_missing(simulated):  # where the number would be
+            column.caption("Not evaluated: " + md_escape(side.capture_error))
     columns[3].metric(
         "Speedup vs baseline",
-        ratio(verdict.get("speedup")),
+        ratio(verdict.speedup),
         help="The endpoint's output tok/s over the baseline's (the target without speculation).",
     )
-    double = words.double_note(diagnosis.get("server"))
+    double = words.double_note(diagnosis.server)
     if double:
         st.caption("ℹ️ " + md_escape(double))
-    for item in diagnosis.get("not_checked") or []:
+    for item in diagnosis.not_checked:
         st.info("Not checked: " + md_escape(words.not_checked_text(item, "app")), icon="➖")
 
 
-def sides_table(diagnosis: Mapping[str, Any]) -> None:
+def sides_table(diagnosis: StoredDiagnosis) -> None:
     """The training vs serving table, whether the endpoint serves this checkpoint's draft, and
     the trainer's own eval beside the training side (a run folder's, converted)."""
     text_table(tables.sides_frame(diagnosis))  # long text wraps
-    identity = words.identity_words(diagnosis.get("draft_identity"))
+    identity = words.identity_words(diagnosis.identity)
     if identity:
         st.caption("Draft on the endpoint: " + md_escape(identity))
-    trainer = provenance.trainer_note(diagnosis)
+    trainer = provenance.trainer_note(diagnosis.checkpoint)
     if trainer:
         st.caption("ℹ️ " + md_escape(trainer))
 
@@ -330,12 +331,11 @@ def _highlight_differs(row: pd.Series) -> list[str]:
     return [style] * len(row)
 
 
-def layout_diff(diagnosis: Mapping[str, Any]) -> None:
+def layout_diff(diagnosis: StoredDiagnosis) -> None:
     """The layer-layout comparison, worded by its weaker side: green only for observed
     agreement, neutral grey with the one action that would check it when a side was predicted
     or assumed; then a diagram of slots to taps, and the slot table."""
-    diff = diagnosis.get("layout_diff") or {}
-    if diff.get("summary"):
+    if diagnosis.layout_diff.summary:
         tone, kind, text = words.layout_comparison(diagnosis)
         shown = md_escape(text) if kind is None else f"**{md_escape(kind)}**: {md_escape(text)}"
         if tone == "success":
@@ -349,13 +349,13 @@ def layout_diff(diagnosis: Mapping[str, Any]) -> None:
         action = words.layout_check_action(diagnosis, "app")
         if action:
             st.caption("To check it: " + md_escape(action))
-    chart = charts.layout_chart(tables.layout_points(diagnosis), diagnosis.get("num_target_layers"))
+    chart = charts.layout_chart(tables.layout_points(diagnosis), diagnosis.num_target_layers)
     if chart is not None:
         st.altair_chart(chart, width="stretch")
     slots_table(diagnosis)
 
 
-def slots_table(diagnosis: Mapping[str, Any], compact: bool = False) -> None:
+def slots_table(diagnosis: StoredDiagnosis, compact: bool = False) -> None:
     """The layout diff's slot table, the differing slots shaded, the match right after the slot;
     `compact` (half a page wide) shows each side's taps in words only."""
     frame = tables.slots_frame(diagnosis)
@@ -388,7 +388,7 @@ def compare_headline(a: Mapping[str, Any], b: Mapping[str, Any]) -> None:
         )
 
 
-def run_charts(diagnosis: Mapping[str, Any], per_position: bool = True) -> None:
+def run_charts(diagnosis: StoredDiagnosis, per_position: bool = True) -> None:
     """Acceptance per draft position (measured beside both sides' simulation; `per_position`
     False: the acceptance profile draws it); accuracy and acceptance per step of both sides;
     accept length and tok/s per request."""
@@ -398,7 +398,7 @@ def run_charts(diagnosis: Mapping[str, Any], per_position: bool = True) -> None:
         and _chart(charts.per_position_chart(metrics), words.per_position_note(diagnosis)),
         _chart(charts.acceptance_chart(metrics)),
         _chart(charts.accept_length_chart(metrics)),
-        _chart(charts.tok_s_chart(metrics), words.double_note(diagnosis.get("server"))),
+        _chart(charts.tok_s_chart(metrics), words.double_note(diagnosis.server)),
     ]
     if not any(drawn):
         st.info("This diagnosis has no numbers to chart.")
@@ -486,9 +486,9 @@ def job_logs(jobs: Sequence[Mapping[str, Any]]) -> None:
             st.code(text or "(the log is empty)", language=None)
 
 
-def export_buttons(run: Mapping[str, Any], diagnosis: Mapping[str, Any] | None) -> None:
+def export_buttons(run: Mapping[str, Any], diagnosis: StoredDiagnosis | None) -> None:
     """Downloads: the stored diagnosis (with the run row) as JSON, its numbers as CSV."""
-    if not diagnosis:
+    if diagnosis is None:
         st.caption("No diagnosis is stored for this run: nothing to export.")
         return
     run_id = run["id"]
@@ -610,7 +610,7 @@ def option_input(where: Any, name: str, key: str | None = None) -> Any:
             key=key,
         )
     placeholder = option.placeholder or (
-        f"{option.default} (the default)" if option.default not in (None, MISSING) else ""
+        f"{option.default_text} (the default)" if option.default not in (None, MISSING) else ""
     )
     return where.text_input(label, placeholder=placeholder, help=help_text, key=key)
 
@@ -725,7 +725,7 @@ def probe_panel(
         st.caption("Draft on the server: " + md_escape(spec.draft_model_path or "unknown"))
     if findings_title is not None:
         st.markdown(f"**{md_escape(findings_title)}**")
-        findings_list([f.to_dict() for f in value.findings])
+        findings_list(value.findings)
     with st.expander("Server settings"):
         server_settings(server.to_dict())
     return value
@@ -734,7 +734,7 @@ def probe_panel(
 # --- layout detective --------------------------------------------------------------------------
 
 
-def layout_detectives(found: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
+def layout_detectives(found: Sequence[tuple[str, StoredDetection]]) -> None:
     """Each detective case of the run (`tables.detections`), labelled with where it comes from
     when there are several."""
     for label, detection in found:
@@ -743,9 +743,9 @@ def layout_detectives(found: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
         layout_detective(detection)
 
 
-def layout_detective(detection: Mapping[str, Any]) -> None:
+def layout_detective(detection: StoredDetection) -> None:
     """A detective case: verdict, ranked layouts, slot-matching heatmap, fc fingerprint."""
-    verdict = detection.get("verdict") or []
+    verdict = detection.verdict
     if verdict:
         st.info(md_escape(verdict[0]), icon="🔎")
         for line in verdict[1:]:
@@ -778,5 +778,5 @@ def layout_detective(detection: Mapping[str, Any]) -> None:
     if not fingerprint.empty:
         st.subheader("fc.weight fingerprint (a hint)")
         st.dataframe(fingerprint, hide_index=True, width="stretch")
-        if detection.get("fingerprint_limits"):
-            st.caption(md_escape(detection["fingerprint_limits"]))
+        if detection.fingerprint_limits:
+            st.caption(md_escape(detection.fingerprint_limits))

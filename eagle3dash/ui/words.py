@@ -1,7 +1,8 @@
 """Words for a diagnosis's values: sources, what was not checked, the verdict's sentence.
 
-Plain functions over `Diagnosis.to_dict()` (no Streamlit), shared by the pages and the CLI: the
-library returns values, the interfaces say them. The app names its form fields, the CLI its flags.
+Plain functions over the typed stored diagnosis (`diagnosis/stored.py` StoredDiagnosis; no
+Streamlit), shared by the pages and the CLI: the library returns values, the interfaces say them.
+The app names its form fields, the CLI its flags.
 """
 
 from __future__ import annotations
@@ -12,9 +13,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from eagle3dash.diagnosis.options import SCHEMA
-from eagle3dash.layout import Tap, describe_layout
+from eagle3dash.diagnosis.result import NotChecked
+from eagle3dash.diagnosis.stored import StoredDiagnosis, StoredVerdict, load_verdict
+from eagle3dash.findings import Finding
+from eagle3dash.identity import DraftIdentity
+from eagle3dash.layout import Layout, describe_layout
+from eagle3dash.profile import NotProfiled, Profile, Recommendation
 from eagle3dash.sglang_rules import eagle_config_json
-from eagle3dash.ui.fmt import DASH, as_float, as_int, num
+from eagle3dash.ui.fmt import DASH, num
 
 SOURCE_WORDS = {
     "training-dump": "measured: the training dump's own features",
@@ -32,25 +38,22 @@ def source_words(source: str | None) -> str:
     return SOURCE_WORDS.get(source or "", source or "unknown")
 
 
-def taps_words(layout: list[Mapping[str, Any]] | None, num_layers: int | None) -> str:
-    """A stored layout ([{depth, post_norm}]) in words: 'embedding output, after block 1'."""
-    if not layout:
-        return DASH
-    taps = tuple(Tap(int(t["depth"]), bool(t.get("post_norm"))) for t in layout)
-    return describe_layout(taps, num_layers)
+def taps_words(layout: Layout | None, num_layers: int | None) -> str:
+    """A layout in words: 'embedding output, after block 1'."""
+    return describe_layout(layout, num_layers) if layout else DASH
 
 
-def not_checked_text(item: Mapping[str, Any], interface: str = "app") -> str:
+def not_checked_text(item: NotChecked | NotProfiled, interface: str = "app") -> str:
     """One 'not checked' item with the one action that enables it, in the interface's terms."""
-    option = SCHEMA.get(item.get("option") or "")
+    option = SCHEMA.get(item.option or "")
     if option is not None:
         how = (
             f"fill in '{option.label}' on New run" if interface == "app" else f"pass {option.flag}"
         )
-        action = f"{how} ({item['action']})" if item.get("action") else how
+        action = f"{how} ({item.action})" if item.action else how
     else:
-        action = item.get("action") or ""
-    return f"{item['reason']}: {action}" if action else str(item["reason"])
+        action = item.action or ""
+    return f"{item.reason}: {action}" if action else item.reason
 
 
 # How a claim is known (eagle3dash/evidence_levels.py), in words.
@@ -70,18 +73,18 @@ def evidence_words(level: str | None) -> str:
     return EVIDENCE_WORDS.get(level or "", level or "unknown")
 
 
-def layout_comparison(diagnosis: Mapping[str, Any]) -> tuple[str, str | None, str]:
+def layout_comparison(diagnosis: StoredDiagnosis) -> tuple[str, str | None, str]:
     """The layout comparison's tone, its kind (for a difference) and its sentence: its word
     follows the weaker side. Tones: 'success' (a checked agreement only), 'neutral' (the same,
     but not checked), 'warning' (a difference not checked), 'error' (a checked difference)."""
-    diff = diagnosis.get("layout_diff") or {}
-    level = diff.get("evidence")
-    checked = bool(diff.get("checked", True))
+    diff = diagnosis.layout_diff
+    level = diff.evidence
+    checked = diff.checked
     sides = (
-        f"training side {evidence_words(diff.get('training_evidence'))}, serving side "
-        f"{evidence_words(diff.get('serving_evidence'))}"
+        f"training side {evidence_words(diff.training_evidence)}, serving side "
+        f"{evidence_words(diff.serving_evidence)}"
     )
-    if diff.get("kind") == "identical":
+    if diff.kind == "identical":
         if checked:
             return (
                 "success",
@@ -89,60 +92,56 @@ def layout_comparison(diagnosis: Mapping[str, Any]) -> tuple[str, str | None, st
                 f"Training and serving feed the same taps to every slot ({evidence_words(level)}).",
             )
         return "neutral", None, f"Same taps on both sides ({evidence_words(level)}): {sides}."
-    summary = str(diff.get("summary") or "").rstrip(".")
+    summary = diff.summary.rstrip(".")
     how = f"{summary}. How it is known: {sides}."
-    return ("error" if checked else "warning"), str(diff.get("kind") or "differs"), how
+    return ("error" if checked else "warning"), diff.kind or "differs", how
 
 
-def layout_check_action(diagnosis: Mapping[str, Any], interface: str = "app") -> str | None:
+def layout_check_action(diagnosis: StoredDiagnosis, interface: str = "app") -> str | None:
     """The one action that would check the layout comparison, when it was not checked."""
-    diff = diagnosis.get("layout_diff") or {}
-    items = diff.get("would_check") or []
-    if diff.get("checked", True) or not items:
+    diff = diagnosis.layout_diff
+    if diff.checked or not diff.would_check:
         return None
-    return not_checked_text(items[0], interface)
+    return not_checked_text(diff.would_check[0], interface)
 
 
-def slot_word(diagnosis: Mapping[str, Any], same: bool) -> str:
+def slot_word(diagnosis: StoredDiagnosis, same: bool) -> str:
     """A slot's match word: 'same' / 'DIFFERS', with '(predicted, not checked)' when the weaker
     side was not checked."""
-    diff = diagnosis.get("layout_diff") or {}
     word = "same" if same else "DIFFERS"
-    if diff.get("checked", True):
+    if diagnosis.layout_diff.checked:
         return word
-    return f"{word} ({evidence_words(diff.get('evidence'))})"
+    return f"{word} ({evidence_words(diagnosis.layout_diff.evidence)})"
 
 
-def healthy_lines(diagnosis: Mapping[str, Any]) -> list[str]:
+def healthy_lines(diagnosis: StoredDiagnosis) -> list[str]:
     """What a healthy verdict rests on: the taps, the served weights, measured against
     simulated, the speedup."""
-    verdict = diagnosis.get("verdict") or {}
+    verdict = diagnosis.verdict
     lines = []
-    diff = diagnosis.get("layout_diff") or {}
-    if diff.get("kind") == "identical":
+    if diagnosis.layout_diff.kind == "identical":
         lines.append(
             "training and serving feed the same taps to every slot "
-            f"({evidence_words(diff.get('evidence'))})"
+            f"({evidence_words(diagnosis.layout_diff.evidence)})"
         )
-    identity = (diagnosis.get("draft_identity") or {}).get("status")
-    if identity == "same":
+    if diagnosis.identity is not None and diagnosis.identity.status == "same":
         lines.append("the endpoint serves this checkpoint's weights (byte-identical)")
-    measured, simulated = verdict.get("measured_accept_length"), verdict.get("sim_accept_serving")
+    measured, simulated = verdict.measured_accept_length, verdict.sim_accept_serving
     if measured is not None and simulated is not None:
         lines.append(
             f"measured accept length {measured:.2f} against {simulated:.2f} simulated on the "
             "served states"
         )
-    if verdict.get("speedup") is not None:
-        lines.append(f"{verdict['speedup']:.2f}x the baseline's tok/s")
+    if verdict.speedup is not None:
+        lines.append(f"{verdict.speedup:.2f}x the baseline's tok/s")
     return lines
 
 
-def fix_line(finding: Mapping[str, Any]) -> tuple[str, str] | None:
+def fix_line(finding: Finding) -> tuple[str, str] | None:
     """The fix's one line to copy, and where it goes: the dual-key config for SGLang and vLLM,
     else the top-level key (vLLM), else the eagle_config edit for the draft's config.json (on the
     SGLang version it holds on), else a server flag, else the fix's first sentence."""
-    data = finding.get("data") or {}
+    data = finding.data or {}
     dual = data.get("dual_key")
     if dual:
         return "in the draft's config.json, for SGLang and vLLM alike", json.dumps(dual)[1:-1]
@@ -158,7 +157,7 @@ def fix_line(finding: Mapping[str, Any]) -> tuple[str, str] | None:
         version = data.get("sglang_version")
         where = "in the draft's config.json" + (f", served by SGLang {version}" if version else "")
         return where, eagle_config_json(ids)
-    fix = str(finding.get("fix") or "")
+    fix = finding.fix or ""
     # A flag and its value when it has one (a number, or one of SGLang's mode words).
     flag = re.search(r"--[a-z][a-z0-9-]+(?: (?:\d[\w.]*|full|last|unquant|true|false)\b)?", fix)
     if flag:
@@ -167,26 +166,18 @@ def fix_line(finding: Mapping[str, Any]) -> tuple[str, str] | None:
     return ("what to do", first) if first else None
 
 
-def _first_warning(diagnosis: Mapping[str, Any]) -> str | None:
-    return next(
-        (
-            str(f["title"])
-            for f in diagnosis.get("findings") or []
-            if f.get("severity") == "warning"
-        ),
-        None,
-    )
+def _first_warning(diagnosis: StoredDiagnosis) -> str | None:
+    return next((f.title for f in diagnosis.findings if f.severity == "warning"), None)
 
 
-def verdict_sentence(diagnosis: Mapping[str, Any]) -> str:
+def verdict_sentence(diagnosis: StoredDiagnosis) -> str:
     """The verdict in one sentence, by its status: the root cause (or the first warning) for a
     problem; what was not checked for an incomplete run; what it rests on for a healthy one."""
-    verdict = diagnosis.get("verdict") or {}
-    root = verdict.get("root_cause")
-    if root:
-        return str(root["title"])
-    status = verdict_status(verdict)
-    missing = verdict.get("not_checked") or []
+    verdict = diagnosis.verdict
+    if verdict.root_cause is not None:
+        return verdict.root_cause.title
+    status = verdict.status
+    missing = verdict.not_checked
     warning = _first_warning(diagnosis)
     if status == "healthy":
         lines = healthy_lines(diagnosis)
@@ -207,31 +198,19 @@ def stopped_text(status: str, reason: str | None) -> str:
     return f"The run failed: {reason or 'no reason recorded'}"
 
 
-def verdict_status(verdict: Mapping[str, Any]) -> str:
-    """The verdict's status; for a diagnosis stored before statuses, derived the same way."""
-    if verdict.get("status"):
-        return str(verdict["status"])
-    if verdict.get("root_cause"):
-        return "problem"
-    if verdict.get("not_checked"):
-        return "incomplete"
-    return "problem" if verdict.get("problems_found") else "healthy"
-
-
 def run_verdict(run: Mapping[str, Any]) -> str:
     """A run's verdict in the Runs table, by its status: the root cause or the worst warning
     (never an info note), what was not checked, or healthy; for a run without a diagnosis, how
     it ended."""
-    verdict = run.get("verdict")
     status = run.get("status")
-    if verdict:
-        root = verdict.get("root_cause")
-        if root:
-            return f"🛑 {root['title']}"
-        missing = verdict.get("not_checked") or []
+    if run.get("verdict"):
+        verdict: StoredVerdict = load_verdict(run["verdict"], run.get("worst_severity"))
+        if verdict.root_cause is not None:
+            return f"🛑 {verdict.root_cause.title}"
+        missing = verdict.not_checked
         # problems_found counts warnings and worse only, so the worst finding is one of them.
-        worst = run.get("worst_finding_title") if verdict.get("problems_found") else None
-        state = verdict_status(verdict)
+        worst = run.get("worst_finding_title") if verdict.problems_found else None
+        state = verdict.status
         if state == "healthy":
             return "✅ healthy: every check ran and found nothing at warning or worse"
         if state == "problem":
@@ -252,14 +231,14 @@ IDENTITY_WORDS = {
 }
 
 
-def identity_words(identity: Mapping[str, Any] | None) -> str | None:
+def identity_words(identity: DraftIdentity | None) -> str | None:
     """Whether the endpoint serves the checkpoint's draft, and how that was decided; None when
     the diagnosis did not ask."""
-    if not identity:
+    if identity is None:
         return None
-    status = identity.get("status") or "unknown"
+    status = identity.status or "unknown"
     head = IDENTITY_WORDS.get(status, f"draft identity: {status}")
-    return f"{head} ({identity['reason']})" if identity.get("reason") else head
+    return f"{head} ({identity.reason})" if identity.reason else head
 
 
 SWEEP_RANKING = (
@@ -309,10 +288,10 @@ def double_note(server: Mapping[str, Any] | None) -> str | None:
     )
 
 
-def per_position_note(diagnosis: Mapping[str, Any]) -> str | None:
+def per_position_note(diagnosis: StoredDiagnosis) -> str | None:
     """Why the measured acceptance per position is missing, when it is."""
-    measured = diagnosis.get("measured")
-    if not measured or measured.get("per_position") is not None:
+    measured = diagnosis.measured
+    if measured is None or measured.per_position is not None:
         return None
     return (
         "Measured acceptance per position: not reported, as the server predates SGLang's "
@@ -323,40 +302,33 @@ def per_position_note(diagnosis: Mapping[str, Any]) -> str | None:
 # --- the steps advice ---------------------------------------------------------------------
 
 
-def gain_interval_text(rec: Mapping[str, Any]) -> str | None:
+def gain_interval_text(rec: Recommendation) -> str | None:
     """'+19% (+7% to +31%)': the fastest setting's predicted gain and its interval."""
-    gain = as_float(rec.get("gain"))
-    tok_s, current = as_float(rec.get("predicted_tok_s")), as_float(rec.get("current_tok_s"))
-    if gain is None and tok_s is not None and current:  # stored before the interval
-        gain = tok_s / current - 1
+    gain = rec.gain
+    if gain is None and rec.predicted_tok_s is not None and rec.current_tok_s:
+        gain = rec.predicted_tok_s / rec.current_tok_s - 1  # stored before the interval
     if gain is None:
         return None
-    low, high = as_float(rec.get("gain_low")), as_float(rec.get("gain_high"))
+    low, high = rec.gain_low, rec.gain_high
     interval = "" if low is None or high is None else f" ({low:+.0%} to {high:+.0%})"
     return f"{gain:+.0%}{interval}"
 
 
-def recommendation_text(
-    profile: Mapping[str, Any], diagnosis: Mapping[str, Any] | None = None
-) -> str | None:
+def recommendation_text(profile: Profile, diagnosis: StoredDiagnosis | None = None) -> str | None:
     """The steps advice in words, with the gain's interval from the per-request noise: a change
     only above the noise, and labelled 'after fixing' while a critical finding stands."""
-    rec = profile.get("recommended") or {}
-    n = as_int(rec.get("num_steps"))
-    if n is None:
+    rec = profile.recommended
+    if rec is None:
         return None
-    tok_s = as_float(rec.get("predicted_tok_s"))
+    n = rec.num_steps
     predicted = (
-        f"predicted {num(tok_s, 1)} tok/s, accept length {num(rec.get('predicted_accept_length'))}"
+        f"predicted {num(rec.predicted_tok_s, 1)} tok/s, accept length "
+        f"{num(rec.predicted_accept_length)}"
     )
-    current, current_tok_s = (
-        as_int(rec.get("current_num_steps")),
-        as_float(rec.get("current_tok_s")),
-    )
-    fastest = as_int(rec.get("fastest_num_steps"))
+    current, fastest = rec.current_num_steps, rec.fastest_num_steps
     gain = gain_interval_text(rec)
-    root = ((diagnosis or {}).get("verdict") or {}).get("root_cause")
-    after = f"After fixing {root['id']} the acceptance changes: measure again. " if root else ""
+    root = None if diagnosis is None else diagnosis.verdict.root_cause
+    after = f"After fixing {root.id} the acceptance changes: measure again. " if root else ""
     if current is None:
         return f"{after}Recommended: {_steps(n)} ({predicted})."
     if current == n:
@@ -368,7 +340,7 @@ def recommendation_text(
         return f"{after}The server already runs the recommended {_steps(n)} ({predicted})."
     return (
         f"{after}Recommended: {_steps(n)} ({predicted}, {gain or 'gain unknown'}) instead of the "
-        f"current {current} ({num(current_tok_s, 1)} tok/s)"
+        f"current {current} ({num(rec.current_tok_s, 1)} tok/s)"
         + (" — holds only while that finding stands." if root else ".")
     )
 
