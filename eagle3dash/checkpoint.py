@@ -33,7 +33,7 @@ from eagle3dash.provenance import (
     materialize,
     read_run_folder,
 )
-from eagle3dash.spec import FORMATS, OPTIONAL_TENSORS, DraftSpec, expected_shapes
+from eagle3dash.spec import FORMATS, OPTIONAL_TENSORS, OTHER_ID_KEYS, DraftSpec, expected_shapes
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -588,9 +588,13 @@ def _check_types(cfg: dict, layer_cfg: dict, config_path: Path) -> None:
             (nested or {}).get("eagle_aux_hidden_state_layer_ids"),
         ),
         ("eagle_aux_hidden_state_layer_ids", cfg.get("eagle_aux_hidden_state_layer_ids")),
+        *((key, _key_value(cfg, key)) for key in OTHER_ID_KEYS),
     ):
         if value is not None and not _is_ids(value):
             raise bad(key, value, "a list of whole numbers")
+    width = cfg.get("num_aux_hidden_states")
+    if width is not None and not (isinstance(width, int) and not isinstance(width, bool)):
+        raise bad("num_aux_hidden_states", width, "a whole number")
     target = cfg.get("target_hidden_size")
     if target is not None and not (
         isinstance(target, int) and 0 < target <= DIM_CAPS["hidden_size"]
@@ -694,6 +698,21 @@ def _aux_ids(cfg: dict) -> tuple[tuple[int, ...] | None, str, bool, list[int] | 
     return None, "missing", use_aux, None
 
 
+def _key_value(cfg: dict, key: str) -> object:
+    """The value at a dotted key ('dflash_config.layer_ids'), None when absent or not inside an
+    object."""
+    value: object = cfg
+    for part in key.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def _other_id_keys(cfg: dict) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """The other layer-id keys vLLM reads (spec.OTHER_ID_KEYS) that this config sets."""
+    found = ((key, _key_value(cfg, key)) for key in OTHER_ID_KEYS)
+    return tuple((key, tuple(ids)) for key, ids in found if isinstance(ids, list))
+
+
 def _build_spec(
     cfg: dict,
     layer_cfg: dict,
@@ -734,8 +753,6 @@ def _build_spec(
     verifier = (cfg.get("speculators_config") or {}).get("verifier") or {}
     if verifier.get("architectures"):
         extra["verifier_architectures"] = list(verifier["architectures"])
-    if shadowed is not None:
-        extra["top_level_aux_layer_ids"] = shadowed
     default_dtype = config_dtype or "float32"
     proposals = (cfg.get("speculators_config") or {}).get("proposal_methods") or [{}]
     if "speculative_tokens" in proposals[0]:
@@ -757,6 +774,12 @@ def _build_spec(
         aux_layer_ids=ids,
         aux_ids_location=location,
         use_aux_hidden_state=use_aux,
+        dual_top_level_ids=tuple(shadowed) if shadowed is not None else None,
+        other_id_keys=_other_id_keys(cfg),
+        num_aux_hidden_states=cfg.get("num_aux_hidden_states"),
+        norm_before_residual_key=nbr
+        if isinstance(nbr := cfg.get("norm_before_residual"), bool)
+        else None,
         norm_before_residual=bool(cfg.get("norm_before_residual", False)),
         norm_before_fc=bool(cfg.get("norm_before_fc", False)),
         fc_norm=bool(cfg.get("fc_norm", False)),
@@ -817,7 +840,7 @@ def _problems(
         problems.append(
             f"{len(ids)} aux layer ids {list(ids)} but fc.weight takes {spec.num_aux} aux states"
         )
-    top = spec.extra.get("top_level_aux_layer_ids")
+    top = spec.dual_top_level_ids
     # SGLang 0.5.23 captures the nested list (model_executor/model_runner_components/
     # spec_aux_hidden_state.py reads eagle_config["eagle_aux_hidden_state_layer_ids"]); vLLM
     # 0.33 reads the top-level list first (v1/worker/gpu_model_runner.py
@@ -959,6 +982,8 @@ def _put_aux_ids(cfg: dict, spec: DraftSpec) -> None:
         cfg["eagle_config"] = nested
     if spec.aux_ids_location == "top-level":
         cfg["eagle_aux_hidden_state_layer_ids"] = list(spec.aux_layer_ids or ())
+    elif spec.dual_top_level_ids is not None:
+        cfg["eagle_aux_hidden_state_layer_ids"] = list(spec.dual_top_level_ids)
 
 
 def _architectures(spec: DraftSpec, fmt: str) -> list[str]:

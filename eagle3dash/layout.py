@@ -60,6 +60,11 @@ def format_layout(layout: Layout) -> str:
     return ",".join(f"{t.depth}{'n' if t.post_norm else ''}" for t in layout)
 
 
+def default_aux_indices(num_layers: int) -> tuple[int, int, int]:
+    """The default capture indices (2, N//2, N-3): SGLang's and vLLM's, before layer i = Tap(i)."""
+    return (2, num_layers // 2, num_layers - 3)
+
+
 def default_layout(num_layers: int) -> Layout:
     """Every framework's default: the streams entering layers 2, N//2 and N-3."""
     # SGLang models/llama.py set_eagle3_layers_to_capture (None -> [2, N//2, N-3], no +1);

@@ -11,6 +11,16 @@ from dataclasses import asdict, dataclass, field
 
 FORMATS = ("specforge", "speculators", "eagle", "export")
 AUX_IDS_LOCATIONS = ("eagle_config", "top-level", "missing")
+# Layer-id keys besides eagle_aux_hidden_state_layer_ids (top-level and nested) that vLLM 0.33
+# reads (v1/worker/gpu/spec_decode/eagle/eagle3_utils.py, v1/worker/gpu_model_runner.py); a dot
+# names a key inside an object.
+OTHER_ID_KEYS = (
+    "dflash_config.target_layer_ids",
+    "dspark_target_layer_ids",
+    "target_layer_ids",
+    "dflash_config.layer_ids",
+    "eagle_config.layer_ids",
+)
 
 
 @dataclass(frozen=True)
@@ -41,6 +51,15 @@ class DraftSpec:
     aux_layer_ids: tuple[int, ...] | None = None
     aux_ids_location: str = "missing"  # one of AUX_IDS_LOCATIONS
     use_aux_hidden_state: bool = True  # eagle_config.use_aux_hidden_state
+    # A dual-key config: top-level eagle_aux_hidden_state_layer_ids stored beside the nested ids
+    # (aux_ids_location "eagle_config"); vLLM reads these first, SGLang never (vllm_rules).
+    dual_top_level_ids: tuple[int, ...] | None = None
+    # The other keys vLLM reads layer ids from (OTHER_ID_KEYS), with the ids as stored.
+    other_id_keys: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    num_aux_hidden_states: int | None = None  # the config's key: vLLM's fc width when set
+    # The raw norm_before_residual value, None when the key is absent (what a written config says
+    # is norm_before_residual; so two specs that differ only here are the same draft).
+    norm_before_residual_key: bool | None = field(default=None, compare=False)
     # speculators/vLLM: residual taken after hidden_norm. SpecForge/EAGLE/SGLang: always False.
     norm_before_residual: bool = False
     norm_before_fc: bool = False  # RMSNorm over the whole A*Ht input (input_norm.weight)
@@ -65,6 +84,10 @@ class DraftSpec:
         d = asdict(self)
         d["aux_layer_ids"] = list(self.aux_layer_ids) if self.aux_layer_ids is not None else None
         d["architectures"] = list(self.architectures)
+        d["dual_top_level_ids"] = (
+            list(self.dual_top_level_ids) if self.dual_top_level_ids is not None else None
+        )
+        d["other_id_keys"] = [[key, list(ids)] for key, ids in self.other_id_keys]
         return d
 
 
