@@ -1,18 +1,23 @@
-"""What a diagnosis knows about a serving engine, whichever it is (SGLang, vLLM): the server's
-report, its speculative settings, and one generation's answer with its speculative statistics.
+"""The serving-engine seam: what a diagnosis knows about a server, whichever engine serves it
+(SGLang, vLLM): the server's report, its speculative settings, one generation's answer with its
+speculative statistics, and `ServingEngine`, the protocol each engine's adapter implements
+(`sglang.SGLangEngine`, `vllm.VLLMEngine`; `endpoints.open_engine` picks one by asking the URL).
 
-The engines' adapters (`sglang.py`, `vllm.py`) fill these; nothing here speaks HTTP.
+Nothing here speaks HTTP.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 
 from eagle3dash.http_client import EndpointError
+from eagle3dash.layout import Layout, LayoutResult
 from eagle3dash.sglang_rules import hidden_states_mode
+from eagle3dash.spec import DraftSpec
 
 SGLANG = "sglang"
 VLLM = "vllm"
@@ -103,6 +108,14 @@ class ServerReport:
 
     def require_speculative(self) -> SpeculativeSettings:
         """The speculative settings, or an EndpointError when the server runs without a draft."""
+        if self.speculative is None and self.engine == VLLM:
+            raise EndpointError(
+                f"{self.url} serves {self.model_path} without speculative decoding (its "
+                "/metrics has no spec_decode counters): restart it with --speculative-config "
+                '\'{"method": "eagle3", "model": "<draft>", "num_speculative_tokens": 3}\'',
+                url=self.url,
+                kind=EndpointError.NO_SPECULATION,
+            )
         if self.speculative is None:
             raise EndpointError(
                 f"{self.url} serves {self.model_path} without speculative decoding "
@@ -121,6 +134,14 @@ class ServerReport:
 
     def require_hidden_states(self) -> None:
         """Raise an EndpointError when /generate cannot return hidden states on this server."""
+        if self.engine == VLLM:
+            raise EndpointError(
+                f"{self.url} is a vLLM server, and vLLM returns no hidden states from generate: "
+                "start a capture server with --speculative-config "
+                '\'{"method": "extract_hidden_states", ...}\' and give its storage folder',
+                url=self.url,
+                kind=EndpointError.NO_HIDDEN_STATES,
+            )
         if self.hidden_states == "last":
             raise EndpointError(
                 f"{self.url} was started with --return-hidden-states-mode last, so it returns "
@@ -175,3 +196,41 @@ class GenerateResult:
         d = {k: v for k, v in vars(self).items() if k != "prefill_states"}
         d["prefill_shape"] = self.prefill_shape
         return d
+
+
+@dataclass(frozen=True)
+class ServingPrediction:
+    """The taps a server is predicted to feed a draft by its engine's rules, and the default
+    taps it fell back to when the draft's config sets no ids the engine reads (else None)."""
+
+    result: LayoutResult
+    fell_back_to: Layout | None
+
+
+class ServingEngine(Protocol):
+    """What a diagnosis needs from a server, whichever engine serves it: its report, one
+    generation with its per-request speculative statistics, and the engine's id-to-tap rules
+    for its release (and, on vLLM, its model runner)."""
+
+    name: str  # one of ENGINES
+    url: str
+
+    def probe(self) -> ServerReport:
+        """The server's report."""
+        ...
+
+    def generate_ids(
+        self, input_ids: list[int], max_new_tokens: int, temperature: float = 0.0
+    ) -> GenerateResult:
+        """One generation from a token-id prompt."""
+        ...
+
+    def predict_serving(
+        self, report: ServerReport, spec: DraftSpec, num_layers: int, arch: str
+    ) -> ServingPrediction:
+        """The taps this server feeds the draft, by its engine's rules."""
+        ...
+
+    def close(self) -> None:
+        """Release the connections."""
+        ...

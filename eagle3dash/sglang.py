@@ -17,7 +17,13 @@ import numpy as np
 import orjson
 from numpy.typing import NDArray
 
-from eagle3dash.engine import GenerateResult, ServerReport, SpeculativeSettings
+from eagle3dash.engine import (
+    SGLANG,
+    GenerateResult,
+    ServerReport,
+    ServingPrediction,
+    SpeculativeSettings,
+)
 from eagle3dash.http_client import (
     _CAUSE_SCAN,
     EndpointError,
@@ -26,6 +32,13 @@ from eagle3dash.http_client import (
     _known_cause,
     normalize_url,
 )
+from eagle3dash.sglang_rules import (
+    DEFAULT_SGLANG_VERSION,
+    default_capture,
+    nested_ids,
+    serving_layout,
+)
+from eagle3dash.spec import DraftSpec
 from eagle3dash.states_json import MAX_STATES_WIDTH, ReplyError, StatesReader, reply_bound
 from eagle3dash.text import ascii_int
 
@@ -33,6 +46,7 @@ __all__ = [
     "EndpointError",
     "GenerateResult",
     "SGLangClient",
+    "SGLangEngine",
     "ServerReport",
     "SpeculativeSettings",
     "normalize_url",
@@ -504,3 +518,39 @@ class SGLangClient(HttpEndpoint):
                 400,
             )
         self._check(resp, "POST", "/flush_cache")
+
+
+class SGLangEngine:
+    """The serving-engine seam's SGLang adapter (`engine.ServingEngine`): the client, and
+    SGLang's id-to-tap rules for the server's release (`sglang_rules`)."""
+
+    name = SGLANG
+
+    def __init__(self, url: str, timeout: float = 60.0, retries: int = 3) -> None:
+        self.client = SGLangClient(url, timeout=timeout, retries=retries)
+        self.url = self.client.url
+
+    def probe(self) -> ServerReport:
+        """The server's report."""
+        return self.client.probe()
+
+    def generate_ids(
+        self, input_ids: list[int], max_new_tokens: int, temperature: float = 0.0
+    ) -> GenerateResult:
+        """POST /generate from a token-id prompt."""
+        return self.client.generate(
+            input_ids=input_ids, max_new_tokens=max_new_tokens, temperature=temperature
+        )
+
+    def predict_serving(
+        self, report: ServerReport, spec: DraftSpec, num_layers: int, arch: str
+    ) -> ServingPrediction:
+        """SGLang's rules for the server's release (the newest read when it does not say)."""
+        version = report.version or DEFAULT_SGLANG_VERSION
+        result = serving_layout(spec, num_layers, version, arch, not report.disable_cuda_graph)
+        fell_back = default_capture(num_layers, arch) if nested_ids(spec) is None else None
+        return ServingPrediction(result, fell_back)
+
+    def close(self) -> None:
+        """Close the client's connections."""
+        self.client.close()

@@ -27,15 +27,25 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from eagle3dash.engine import VLLM, GenerateResult, ServerReport, SpeculativeSettings, VLLMSettings
+from eagle3dash import vllm_rules
+from eagle3dash.engine import (
+    VLLM,
+    GenerateResult,
+    ServerReport,
+    ServingPrediction,
+    SpeculativeSettings,
+    VLLMSettings,
+)
 from eagle3dash.errors import InputError
 from eagle3dash.http_client import EndpointError, HttpEndpoint, _describe_body
+from eagle3dash.spec import DraftSpec
 
 __all__ = [
     "AcceptanceDelta",
     "RequestSpecStats",
     "SpecCounters",
     "VLLMClient",
+    "VLLMEngine",
     "acceptance_between",
     "parse_completion",
     "parse_metrics",
@@ -553,3 +563,47 @@ def capture_path(result: GenerateResult) -> str | None:
     params = result.meta_info.get("kv_transfer_params")
     path = params.get("hidden_states_path") if isinstance(params, dict) else None
     return path if isinstance(path, str) else None
+
+
+class VLLMEngine:
+    """The serving-engine seam's vLLM adapter (`engine.ServingEngine`): the client, and vLLM's
+    id-to-tap rules for the server's release and model runner (`vllm_rules`)."""
+
+    name = VLLM
+
+    def __init__(self, url: str, timeout: float = 60.0, retries: int = 3) -> None:
+        self.client = VLLMClient(url, timeout=timeout, retries=retries)
+        self.url = self.client.url
+        self._model: str | None = None
+
+    def probe(self) -> ServerReport:
+        """The server's report (its served model name kept for the completions)."""
+        report = self.client.probe()
+        self._model = report.served_model_name
+        return report
+
+    def generate_ids(
+        self, input_ids: list[int], max_new_tokens: int, temperature: float = 0.0
+    ) -> GenerateResult:
+        """POST /v1/completions from a token-id prompt (probing first for the model name)."""
+        if self._model is None:
+            self.probe()
+        return self.client.generate(
+            input_ids, self._model or "", max_new_tokens=max_new_tokens, temperature=temperature
+        )
+
+    def predict_serving(
+        self, report: ServerReport, spec: DraftSpec, num_layers: int, arch: str
+    ) -> ServingPrediction:
+        """vLLM's rules for the server's release and runner (the newest read, and V2, when it
+        does not say)."""
+        runner = report.vllm.runner if report.vllm is not None else vllm_rules.DEFAULT_RUNNER
+        version = report.version or vllm_rules.DEFAULT_VLLM_VERSION
+        result = vllm_rules.serving_layout(spec, num_layers, version, runner, arch)
+        read = vllm_rules.config_ids(spec, runner)
+        fell_back = vllm_rules.default_capture(num_layers) if read.ids is None else None
+        return ServingPrediction(result, fell_back)
+
+    def close(self) -> None:
+        """Close the client's connections."""
+        self.client.close()

@@ -160,6 +160,24 @@ class Evidence:
         """Whether the server runs CUDA graphs (SGLang's default)."""
         return not (self.server is not None and self.server.disable_cuda_graph)
 
+    @property
+    def on_vllm(self) -> bool:
+        """Whether the server is a vLLM one (SGLang's rules do not apply to it)."""
+        return self.server is not None and getattr(self.server, "engine", "sglang") == "vllm"
+
+    def vllm_runner(self) -> str:
+        """The vLLM server's model runner ("v1" | "v2"; V2, 0.33's default, when not said)."""
+        settings = getattr(self.server, "vllm", None)
+        return settings.runner if settings is not None else "v2"
+
+    def serving_name(self) -> str:
+        """The serving engine and release as the findings name it: 'SGLang 0.5.23',
+        'vLLM 0.33.0 (V2 runner)'."""
+        v = self.version() or "(version unknown)"
+        if self.on_vllm:
+            return f"vLLM {v} ({self.vllm_runner().upper()} runner)"
+        return f"SGLang {v}"
+
 
 def critical_ids(found: list[Finding], among: tuple[str, ...] | None = None) -> list[str]:
     """The ids of the critical findings (of these rule ids, when given)."""

@@ -37,6 +37,8 @@ from eagle3dash.sglang_rules import (
     version_text,
 )
 from eagle3dash.trainers import SPECFORGE_SGLANG_VERSION, TRAINERS, training_layout
+from eagle3dash.vllm_rules import TOP_LEVEL_KEY
+from eagle3dash.vllm_rules import find_fix as vllm_find_fix
 
 
 def _ids_json(ids: list[int] | tuple[int, ...]) -> str:
@@ -53,7 +55,7 @@ def _slots_text(layout: Layout, num_layers: int | None) -> str:
     return ", ".join(slots) or "no taps"
 
 
-def _kind_phrase(d: LayoutDiff) -> str:
+def _kind_phrase(d: LayoutDiff, engine: str = "SGLang") -> str:
     """The LayoutDiff kind in plain words."""
     if d.kind == "shifted-slot":
         return "every slot is shifted by one"
@@ -61,7 +63,7 @@ def _kind_phrase(d: LayoutDiff) -> str:
         later = all(b.depth > a.depth for a, b in zip(d.training, d.serving, strict=False))
         return f"every slot is one block {'later' if later else 'earlier'} than in training"
     if d.kind == "defaults-used":
-        return "serving uses SGLang's default layers instead of the configured ones"
+        return f"serving uses {engine}'s default layers instead of the configured ones"
     if d.kind == "different-width":
         return f"training fed {len(d.training)} slots and serving feeds {len(d.serving)}"
     if d.kind == "post-norm":
@@ -94,6 +96,48 @@ def _releases_text(fix: LayoutFix) -> str:
     return head
 
 
+def _vllm_layout_fix(e: Evidence, target: Layout, serving: Layout | None) -> tuple[str, dict]:
+    """The fix on a vLLM server (`vllm_rules.find_fix`): top-level ids, which both model runners
+    read first, and the nested SGLang ids kept beside them when the draft has them (one file
+    then serves both engines); else retraining."""
+    spec, n = e.spec, e.num_target_layers
+    if spec is None or n is None:
+        return (
+            f"Set {TOP_LEVEL_KEY} at the top level of the draft's config.json to the taps "
+            "training used (vLLM reads id k as the state after k blocks); give the target's "
+            "layer count for the exact ids.",
+            {},
+        )
+    fix = vllm_find_fix(target, spec, n, e.version(), e.vllm_runner(), e.arch_name())
+    where = e.serving_name()
+    phrase = taps_phrase(target, n)
+    if fix.ids is None:
+        fed = taps_phrase(serving, n) if serving else "taps vLLM captures"
+        return (
+            f"No ids make {where} feed {phrase}: {fix.why_not}. Retrain the draft on {fed}.",
+            {},
+        )
+    text = (
+        f'Set "{TOP_LEVEL_KEY}": {_ids_json(fix.ids)} at the top level of the draft\'s '
+        f"config.json and restart the server: {where} reads that key first and then feeds "
+        f"{phrase}."
+    )
+    nested = nested_ids(spec)
+    if nested is not None:
+        text += (
+            f" Keep {_eagle_config_json(nested)} for SGLang, which reads only the nested key: "
+            "one file then serves both engines."
+        )
+    text += "".join(" " + note for note in fix.notes)
+    data = {
+        "config_ids": fix.ids,
+        "config_key": TOP_LEVEL_KEY,
+        "vllm_version": fix.version,
+        "vllm_runner": fix.runner,
+    }
+    return text, data
+
+
 def _layout_fix(
     e: Evidence, target: Layout, serving: Layout | None, observed: ObservedMapping | None = None
 ) -> tuple[str, dict]:
@@ -101,6 +145,8 @@ def _layout_fix(
     data: config_ids and the sglang_version they hold on; needs_released_build when the server
     departs from its release's rules and the ids are stock SGLang's; empty when only retraining
     helps."""
+    if e.on_vllm:
+        return _vllm_layout_fix(e, target, serving)
     spec, n = e.spec, e.num_target_layers
     if spec is None or n is None:
         return (
@@ -200,10 +246,10 @@ def rule_layout_mismatch(e: Evidence) -> list[Finding]:
     if d.kind == "identical" and error is None:
         return []
     n = e.num_target_layers
-    v = e.version() or "(version unknown)"
+    where = e.serving_name()
     lines = [
         f"Training: {_slots_text(d.training, n)}." + (f" {training.rule}" if training else ""),
-        f"Serving on SGLang {v}: {_slots_text(d.serving, n)}."
+        f"Serving on {where}: {_slots_text(d.serving, n)}."
         + (f" {serving.rule}" if serving else ""),
     ]
     if error:
@@ -224,11 +270,11 @@ def rule_layout_mismatch(e: Evidence) -> list[Finding]:
     data = {"kind": d.kind, **data}
     basis = layouts_basis(e)
     if d.kind == "identical":
-        title = f"SGLang {v} cannot capture the taps this draft was trained on: {error}."
+        title = f"{where} cannot capture the taps this draft was trained on: {error}."
         return [Finding("capture-error", "critical", title, " ".join(lines), fix, data, basis)]
     title = (
         f"Serving feeds the draft {taps_phrase(d.serving, n)}, but training fed "
-        f"{taps_phrase(d.training, n)}: {_kind_phrase(d)}."
+        f"{taps_phrase(d.training, n)}: {_kind_phrase(d, 'vLLM' if e.on_vllm else 'SGLang')}."
     )
     severity, impact = _impact(e, lines)
     data["impact"] = impact
@@ -343,7 +389,7 @@ def rule_server_feeds_other_taps(e: Evidence) -> list[Finding]:
     if observed == predicted:
         return []
     n = e.num_target_layers
-    v = e.version() or "(version unknown)"
+    where = e.serving_name()
     margins = side.slot_margins or []
     per_slot = "; ".join(
         f"slot {i}: {describe_tap(o, n)} observed, {describe_tap(p, n)} predicted"
@@ -366,7 +412,7 @@ def rule_server_feeds_other_taps(e: Evidence) -> list[Finding]:
         Finding(
             "server-feeds-other-taps",
             severity,
-            f"This server feeds the draft {taps_phrase(observed, n)}, where stock SGLang {v} "
+            f"This server feeds the draft {taps_phrase(observed, n)}, where stock {where} "
             f"feeds {taps_phrase(predicted, n)}.",
             " ".join(lines),
             fix,
@@ -387,7 +433,7 @@ def rule_aux_ids_not_read(e: Evidence) -> list[Finding]:
     model_runner.py (0.5.23 spec_aux_hidden_state.py) reads only the nested eagle_config key.
     """
     spec = e.spec
-    if spec is None or spec.aux_ids_location == "eagle_config":
+    if spec is None or spec.aux_ids_location == "eagle_config" or e.on_vllm:
         return []
     n = e.num_target_layers
     training: Layout | None = None
@@ -430,8 +476,8 @@ def rule_aux_ids_not_read(e: Evidence) -> list[Finding]:
     if training is not None:
         evidence += f" Training: {_slots_text(training, n)}."
         fix, data = _layout_fix(e, training, None)
-        if spec.aux_ids_location == "top-level":
-            fix += " The top-level key can stay: vLLM and speculators read it."
+        if spec.aux_ids_location == "top-level" and n is not None:
+            fix += " " + _top_level_for_vllm(spec, training, n, e.arch_name())
     else:
         fix = (
             'Add the nested key to config.json: "eagle_config": '
@@ -442,12 +488,28 @@ def rule_aux_ids_not_read(e: Evidence) -> list[Finding]:
     return [Finding("aux-ids-not-read", severity, title, evidence, fix, data, LEVEL_PREDICTED)]
 
 
+def _top_level_for_vllm(spec: Any, training: Layout, n: int, arch: str) -> str:
+    """Whether the top-level ids can stay for vLLM: only when vLLM reads them as the training
+    taps (vllm_rules, 0.33.0, either runner); else the top-level ids that do."""
+    fix = vllm_find_fix(training, spec, n, arch=arch)
+    if fix.ids is None:
+        return f"No top-level ids make vLLM feed these taps: {fix.why_not}."
+    if list(spec.aux_layer_ids or ()) == fix.ids:
+        return "The top-level key can stay: vLLM reads it first, as the same taps."
+    return (
+        f"For vLLM, set the top-level key to {_ids_json(fix.ids)} (vLLM reads it first, id k = "
+        "the state after k blocks): one file then serves both engines."
+    )
+
+
 def rule_capture_rule_version(e: Evidence) -> list[Finding]:
     """Version-specific capture rules: the CUDA-graph default-layer bug and the first-id rule.
 
     (a) cuda_graph_runner.py captured the default layers, 0.5.4-0.5.10 (fixed by PR #22836);
     (b) models/deepseek_v2.py first-id rule from 0.5.13 (PR #25454), for SpecForge's SGLang backend.
     """
+    if e.on_vllm:  # SGLang's releases only
+        return []
     out: list[Finding] = []
     n = e.num_target_layers
     v = e.version() or "(version unknown)"
