@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,6 +109,17 @@ class AcceptanceDelta:
         if not self.drafts:
             return ()
         return tuple(count / self.drafts for count in self.accepted_per_position)
+
+    @property
+    def histogram(self) -> list[int] | None:
+        """Rounds by accepted drafts, rebuilt from the per-position counts (a round that
+        accepted j drafts counts at positions 0..j-1): entry 0 = drafts - position 0, entry j =
+        position j-1 - position j, the last = the last position; None without them."""
+        counts = self.accepted_per_position
+        if not counts:
+            return None
+        at_least = (self.drafts, *counts, 0)
+        return [at_least[j] - at_least[j + 1] for j in range(len(counts) + 1)]
 
     @property
     def acceptance_rate(self) -> float | None:
@@ -534,27 +546,31 @@ class VLLMClient(HttpEndpoint):
 
     def generate(
         self,
-        input_ids: list[int],
+        input_ids: list[int] | str,
         model: str,
         max_new_tokens: int = 64,
         temperature: float = 0.0,
         ignore_eos: bool = True,
     ) -> GenerateResult:
-        """POST /v1/completions with a token-id prompt (greedy by default); the answer with its
-        per-request speculative statistics when the server sends them."""
+        """POST /v1/completions with a token-id prompt (or text; greedy by default); the answer
+        with its per-request speculative statistics when the server sends them."""
+        prompt = input_ids if isinstance(input_ids, str) else [int(t) for t in input_ids]
         payload = {
             "model": model,
-            "prompt": [int(t) for t in input_ids],
+            "prompt": prompt,
             "max_tokens": int(max_new_tokens),
             "temperature": float(temperature),
             "ignore_eos": bool(ignore_eos),
             "return_token_ids": True,
             "n": 1,
         }
+        start = time.perf_counter()
         resp = self._check(
             self._request("POST", "/v1/completions", json=payload), "POST", "/v1/completions"
         )
-        return parse_completion(self._json(resp, "POST", "/v1/completions"), self.url)
+        result = parse_completion(self._json(resp, "POST", "/v1/completions"), self.url)
+        result.client_latency_s = time.perf_counter() - start
+        return result
 
 
 def capture_path(result: GenerateResult) -> str | None:

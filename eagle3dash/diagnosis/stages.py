@@ -35,8 +35,11 @@ from eagle3dash.diagnosis.result import (
     NotChecked,
     Side,
 )
+from eagle3dash.endpoints import open_engine
+from eagle3dash.engine import VLLM, ServerReport
 from eagle3dash.errors import InputError
 from eagle3dash.findings import Evidence, Finding, diagnose
+from eagle3dash.http_client import EndpointError
 from eagle3dash.identity import DigestCache, DraftIdentity, compare_drafts, is_local_url
 from eagle3dash.layout import Layout, LayoutResult, Tap, bracketed, diff, parse_layout
 from eagle3dash.prediction import LayoutComparison, predict_layouts
@@ -54,9 +57,9 @@ from eagle3dash.profile import (
     steps_advice,
 )
 from eagle3dash.provenance import json_digests
-from eagle3dash.servebench import BenchResult, Prompt, load_prompts, run_bench
-from eagle3dash.sglang import EndpointError, ServerReport, SGLangClient
-from eagle3dash.sglang_rules import DEFAULT_SGLANG_VERSION, default_capture, nested_ids
+from eagle3dash.servebench import BenchResult, Prompt, load_prompts, run_bench, run_vllm_bench
+from eagle3dash.sglang import SGLangClient
+from eagle3dash.sglang_rules import DEFAULT_SGLANG_VERSION, default_capture
 
 if TYPE_CHECKING:
     from eagle3dash.capture import Capture
@@ -364,11 +367,16 @@ def _start(options: DiagnoseOptions, stages: Stages) -> _Run:
     stages.report(INSPECT)
     report = inspect_draft(options.draft, options.draft_config)
     stages.report(PROBE, 0.0, f"probing {options.endpoint}")
-    server = SGLangClient(options.endpoint, timeout=options.timeout).probe()
+    engine = open_engine(options.endpoint, timeout=options.timeout)
+    try:
+        server = engine.probe()
+    finally:
+        engine.close()
     depth = target_depth(options, server)
     served_arch = server.architectures[0] if server.architectures else None
     arch = options.arch or served_arch or server.model_type or "llama"
     version = server.version or DEFAULT_SGLANG_VERSION
+    served = engine.predict_serving(server, report.spec, depth, arch)
     card = report.provenance
     prediction = predict_layouts(
         report.spec,
@@ -379,6 +387,7 @@ def _start(options: DiagnoseOptions, stages: Stages) -> _Run:
         cuda_graph=not server.disable_cuda_graph,
         training_sglang_version=options.training_sglang_version,
         training_ids=card.capture_layers if card is not None else None,
+        served=served,
     )
     steps, eval_steps = simulation_steps(server, options)
     return _Run(
@@ -409,6 +418,17 @@ def capture_serving(run: _Run, prompts: list[Prompt]) -> None:
     run.tokens = prompt_ids(prompts, run.options.target, server.model_path)
     if server.speculative is None:
         run.capture_error = "the endpoint runs no speculative decoding, so it feeds no draft"
+    elif server.engine == VLLM:
+        run.capture_error = "vLLM returns no hidden states from generate"
+        run.not_checked.append(
+            NotChecked(
+                "serving-states",
+                "the states the vLLM server feeds the draft are predicted from vLLM's rules, "
+                "not captured",
+                action="start a capture server of the same target with --speculative-config "
+                '\'{"method": "extract_hidden_states", ...}\' (README: vLLM)',
+            )
+        )
     elif server.hidden_states is None:
         run.capture_error = "the server was started without --enable-return-hidden-states"
         run.not_checked.append(
@@ -703,7 +723,7 @@ def benchmark(run: _Run, prompts: list[Prompt]) -> tuple[BenchResult, BenchResul
     BENCH_WARMUP."""
     options = run.options
     run.stages.report(BENCHMARK, 0.0, f"benchmarking {options.endpoint}")
-    measured = run_bench(
+    measured = (run_vllm_bench if run.server.engine == VLLM else run_bench)(
         options.endpoint,
         prompts,
         concurrency=options.concurrency,
@@ -711,6 +731,13 @@ def benchmark(run: _Run, prompts: list[Prompt]) -> tuple[BenchResult, BenchResul
         warmup=0 if run.serving_capture is not None else BENCH_WARMUP,
         progress=run.stages.steps(BENCHMARK, "benchmarking", "requests"),
     )
+    if measured.acceptance_source == "metrics-delta":
+        run.warnings.append(
+            "accept length measured from the vLLM server's /metrics counters around the "
+            "benchmark (its per-request metrics are off): they are server-wide, so they are "
+            "this benchmark's only if nothing else used the server meanwhile; start vLLM with "
+            "--per-request-spec-decode-metrics summary to measure per request"
+        )
     baseline = None
     if options.baseline:
         run.stages.report(BASELINE, 0.0, f"{BASELINE} {options.baseline}")
@@ -743,8 +770,9 @@ def _bench(run: _Run, prompts: list[Prompt], **how: Any) -> BenchResult | None:
         "max_new_tokens": options.max_new_tokens,
         "warmup": 0,
     } | how
+    bench = run_vllm_bench if run.server.engine == VLLM else run_bench
     try:
-        return run_bench(options.endpoint, prompts, timeout=options.timeout, **how)
+        return bench(options.endpoint, prompts, timeout=options.timeout, **how)
     except EndpointError as e:
         run.warnings.append(f"profile: a benchmark of {options.endpoint} failed: {e}")
         failed = NotChecked(
@@ -914,14 +942,15 @@ def effective_layouts(run: _Run, training: Side, serving: Side) -> LayoutCompari
         error=predicted.error,
     )
     trained = LayoutResult(training.layout, training.detail.rstrip(".") + ".")
-    fell_back = nested_ids(run.report.spec) is None and serving.source == PREDICTED
-    defaults = default_capture(run.depth, run.arch)
+    fell_back_to = run.prediction.fell_back_to if serving.source == PREDICTED else None
     decode = predicted.decode_layout
+    defaults = default_capture(run.depth, run.arch)
     return LayoutComparison(
         trained,
         served,
-        diff(training.layout, serving.layout, defaults if fell_back else None),
+        diff(training.layout, serving.layout, fell_back_to),
         diff(training.layout, decode, defaults) if decode is not None else None,
+        fell_back_to,
     )
 
 

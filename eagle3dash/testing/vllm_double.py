@@ -262,12 +262,14 @@ class VLLMDouble:
                 }
             }
         prompt = body.get("prompt")
+        if isinstance(prompt, str) and prompt:
+            prompt = self.engine.tokenizer.encode(prompt)
         if (
             not isinstance(prompt, list)
             or not prompt
             or not all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)
         ):
-            raise ValueError("the eagle3dash vLLM double takes one prompt of token ids")
+            raise ValueError("the eagle3dash vLLM double takes one prompt: text or token ids")
         max_tokens = int(body.get("max_tokens") or DEFAULT_MAX_TOKENS)
         sampling: Sampling = GREEDY
         if float(body.get("temperature", 1.0)) > 0:
