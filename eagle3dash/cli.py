@@ -16,11 +16,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from eagle3dash.diagnosis.options import EXCLUSIVE, SCHEMA, DiagnoseOptions, Kind
+from eagle3dash.engine_rules import ENGINES, ServingEngine
 from eagle3dash.errors import InputError
 from eagle3dash.layout import Tap, bracketed, format_layout, parse_layout
 from eagle3dash.sglang_rules import DEFAULT_SGLANG_VERSION
 from eagle3dash.text import one_line, printable, shortened
 from eagle3dash.trainers import SPECFORGE_SGLANG_VERSION, TRAINERS, training_readings
+from eagle3dash.vllm_rules import DEFAULT_RUNNER, DEFAULT_VLLM_VERSION, RUNNER_ENV, RUNNERS
 
 if TYPE_CHECKING:
     from eagle3dash.provenance import Provenance
@@ -134,6 +136,10 @@ def cmd_layout(args: argparse.Namespace) -> int:
     spec = inspect(args.draft).spec
     override = parse_layout(args.training_layout) if args.training_layout else None
     try:
+        if args.engine == "vllm":
+            engine = ServingEngine("vllm", args.vllm_version, args.vllm_runner)
+        else:
+            engine = ServingEngine("sglang", args.sglang_version)
         result = predict_layouts(
             spec,
             args.target_layers,
@@ -143,6 +149,7 @@ def cmd_layout(args: argparse.Namespace) -> int:
             cuda_graph=not args.no_cuda_graph,
             training_override=override,
             training_sglang_version=args.training_sglang_version,
+            engine=engine,
         )
         readings = training_readings(
             spec, args.target_layers, args.arch, args.training_sglang_version
@@ -190,6 +197,28 @@ def cmd_layout(args: argparse.Namespace) -> int:
         a = describe_tap(parse_layout(slot["training"])[0], n) if slot["training"] else "-"
         b = describe_tap(parse_layout(slot["serving"])[0], n) if slot["serving"] else "-"
         print(f"  slot {slot['slot']}: {a:<24} {mark} {b}")
+    return 0
+
+
+def cmd_matrix(args: argparse.Namespace) -> int:
+    """Where a draft can be served: each engine release read, the taps it feeds, the fixes."""
+    from eagle3dash.checkpoint import inspect
+    from eagle3dash.serving_matrix import serving_matrix
+    from eagle3dash.ui.matrix import matrix_lines
+
+    spec = inspect(args.draft).spec
+    training = parse_layout(args.training_layout) if args.training_layout else None
+    try:
+        matrix = serving_matrix(
+            spec, args.target_layers, args.arch, trainer=args.trainer, training=training
+        )
+    except ValueError as e:
+        raise UsageError(str(e)) from e
+    if args.json:
+        _print_json(matrix.to_dict())
+        return 0
+    for line in matrix_lines(matrix):
+        print(line)
     return 0
 
 
@@ -703,8 +732,31 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--arch", default="llama", help="target architecture, e.g. llama, kimi")
     p.add_argument("--no-cuda-graph", action="store_true", help="server runs without CUDA graphs")
+    p.add_argument(
+        "--engine", choices=ENGINES, default="sglang", help="the serving engine (default sglang)"
+    )
+    p.add_argument(
+        "--vllm-version", default=DEFAULT_VLLM_VERSION, help="serving vLLM version (--engine vllm)"
+    )
+    p.add_argument(
+        "--vllm-runner",
+        choices=RUNNERS,
+        default=DEFAULT_RUNNER,
+        help=f"vLLM's model runner (default {DEFAULT_RUNNER}; v1 under {RUNNER_ENV}=0)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_layout)
+
+    p = sub.add_parser(
+        "matrix", help="where a draft can be served: SGLang and vLLM releases x the taps fed"
+    )
+    p.add_argument("--draft", required=True, help="draft checkpoint path")
+    p.add_argument("--target-layers", type=int, required=True, help="target decoder layers N")
+    p.add_argument("--arch", default="llama", help="target architecture, e.g. llama, kimi")
+    p.add_argument("--trainer", help="the training framework: " + ", ".join(TRAINERS))
+    p.add_argument("--training-layout", help="taps the training data really used, e.g. 2,12,22")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_matrix)
 
     p = sub.add_parser("eval", help="standalone draft accuracy over a capture")
     p.add_argument("--draft", required=True, help="draft checkpoint path")
@@ -844,7 +896,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     func: Callable[[argparse.Namespace], int] = args.func
     try:
-        if isinstance(getattr(args, "target_layers", None), int):  # layout, eval, detect
+        if isinstance(getattr(args, "target_layers", None), int):  # layout, matrix, eval, detect
             args.target_layers = SCHEMA["target_layers"].parse(args.target_layers, "flag")
         return func(args)
     except (InputError, ValueError) as e:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from eagle3dash.engine import ENGINES, SGLANG, VLLM, ServingEngine
+from eagle3dash.engine import SGLANG, VLLM, EngineAdapter
 from eagle3dash.http_client import EndpointError, HttpEndpoint, _describe_body
 from eagle3dash.sglang import SGLangEngine
 from eagle3dash.vllm import VLLMEngine
@@ -34,7 +34,7 @@ def _owner(models: Any) -> str | None:
     data = models.get("data") if isinstance(models, dict) else None
     card = data[0] if isinstance(data, list) and data and isinstance(data[0], dict) else {}
     owner = card.get("owned_by")
-    return owner if owner in ENGINES else None
+    return owner if owner in (SGLANG, VLLM) else None
 
 
 def detect_engine(url: str, timeout: float = 60.0, retries: int = 3) -> str:
@@ -64,7 +64,7 @@ def detect_engine(url: str, timeout: float = 60.0, retries: int = 3) -> str:
         )
 
 
-def open_engine(url: str, timeout: float = 60.0, retries: int = 3) -> ServingEngine:
+def open_engine(url: str, timeout: float = 60.0, retries: int = 3) -> EngineAdapter:
     """The adapter of the engine that serves url (detected by asking it)."""
     engine = detect_engine(url, timeout, retries)
     adapter = VLLMEngine if engine == VLLM else SGLangEngine

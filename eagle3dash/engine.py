@@ -1,6 +1,6 @@
 """The serving-engine seam: what a diagnosis knows about a server, whichever engine serves it
 (SGLang, vLLM): the server's report, its speculative settings, one generation's answer with its
-speculative statistics, and `ServingEngine`, the protocol each engine's adapter implements
+speculative statistics, and `EngineAdapter`, the protocol each engine's adapter implements
 (`sglang.SGLangEngine`, `vllm.VLLMEngine`; `endpoints.open_engine` picks one by asking the URL).
 
 Nothing here speaks HTTP.
@@ -14,14 +14,11 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import NDArray
 
+from eagle3dash import engine_rules
 from eagle3dash.http_client import EndpointError
-from eagle3dash.layout import Layout, LayoutResult
-from eagle3dash.sglang_rules import hidden_states_mode
-from eagle3dash.spec import DraftSpec
+from eagle3dash.sglang_rules import hidden_states_mode, try_parse_version
 
-SGLANG = "sglang"
-VLLM = "vllm"
-ENGINES = (SGLANG, VLLM)
+SGLANG, VLLM = engine_rules.ENGINES
 
 
 @dataclass
@@ -126,6 +123,15 @@ class ServerReport:
             )
         return self.speculative
 
+    def rules_engine(self) -> engine_rules.ServingEngine:
+        """The engine whose id-to-tap rules apply to this server: its release and, on vLLM, its
+        model runner (`engine_rules`)."""
+        runner = self.vllm.runner if self.vllm is not None else None
+        version = self.version if self.engine == VLLM else None
+        if self.engine == SGLANG and self.version and try_parse_version(self.version):
+            version = self.version
+        return engine_rules.ServingEngine(self.engine, version, runner)
+
     @property
     def hidden_states(self) -> str | None:
         """What return_hidden_states=true gets: 'full' (a row per token), 'last' (refused) or
@@ -198,19 +204,10 @@ class GenerateResult:
         return d
 
 
-@dataclass(frozen=True)
-class ServingPrediction:
-    """The taps a server is predicted to feed a draft by its engine's rules, and the default
-    taps it fell back to when the draft's config sets no ids the engine reads (else None)."""
-
-    result: LayoutResult
-    fell_back_to: Layout | None
-
-
-class ServingEngine(Protocol):
-    """What a diagnosis needs from a server, whichever engine serves it: its report, one
-    generation with its per-request speculative statistics, and the engine's id-to-tap rules
-    for its release (and, on vLLM, its model runner)."""
+class EngineAdapter(Protocol):
+    """What a diagnosis needs from a server, whichever engine serves it: its report (whose
+    `rules_engine` names the id-to-tap rules of that engine, release and model runner) and one
+    generation with its per-request speculative statistics."""
 
     name: str  # one of ENGINES
     url: str
@@ -223,12 +220,6 @@ class ServingEngine(Protocol):
         self, input_ids: list[int], max_new_tokens: int, temperature: float = 0.0
     ) -> GenerateResult:
         """One generation from a token-id prompt."""
-        ...
-
-    def predict_serving(
-        self, report: ServerReport, spec: DraftSpec, num_layers: int, arch: str
-    ) -> ServingPrediction:
-        """The taps this server feeds the draft, by its engine's rules."""
         ...
 
     def close(self) -> None:

@@ -1,19 +1,15 @@
-"""What the draft's config predicts each side feeds: a trainer's convention for training, SGLang's
-rules for serving, and their diff. A prediction, checked in a diagnosis against what was measured.
+"""What the draft's config predicts each side feeds: a trainer's convention for training, the
+serving engine's rules for serving (SGLang's, or vLLM's by runner: engine_rules), and their diff.
+A prediction, checked in a diagnosis against what was measured.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from eagle3dash.engine import ServingPrediction
+from eagle3dash import engine_rules
 from eagle3dash.layout import Layout, LayoutDiff, LayoutResult, diff
-from eagle3dash.sglang_rules import (
-    DEFAULT_SGLANG_VERSION,
-    default_capture,
-    nested_ids,
-    serving_layout,
-)
+from eagle3dash.sglang_rules import DEFAULT_SGLANG_VERSION
 from eagle3dash.spec import DraftSpec
 from eagle3dash.trainers import training_layout
 
@@ -26,8 +22,6 @@ class LayoutComparison:
     serving: LayoutResult
     diff: LayoutDiff
     decode_diff: LayoutDiff | None = None  # CUDA-graph replays, when they capture other taps
-    # The engine's default taps the serving side fell back to (no ids it reads), else None.
-    fell_back_to: Layout | None = None
 
     def to_dict(self) -> dict:
         """JSON form."""
@@ -49,12 +43,11 @@ def predict_layouts(
     training_override: Layout | None = None,
     training_sglang_version: str | None = None,
     training_ids: tuple[int, ...] | None = None,
-    served: ServingPrediction | None = None,
+    engine: engine_rules.ServingEngine | None = None,
 ) -> LayoutComparison:
     """Training and serving layouts of a draft and their diff (and the decode diff, if any);
     `training_ids`: the ids a run recorded capturing with, when they differ from the config's;
-    `served`: the serving side by the server's engine's rules (`ServingEngine.predict_serving`),
-    else SGLang's for `sglang_version`."""
+    `engine`: the serving engine (None: SGLang at `sglang_version`)."""
     trained = spec
     if training_ids is not None:
         trained = replace(spec, aux_layer_ids=tuple(training_ids), aux_ids_location="eagle_config")
@@ -66,17 +59,15 @@ def predict_layouts(
         sglang_version=training_sglang_version,
         arch=arch,
     )
-    if served is None:
-        serving = serving_layout(spec, num_layers, sglang_version, arch, cuda_graph)
-        fell_back_to = default_capture(num_layers, arch) if nested_ids(spec) is None else None
-    else:
-        serving, fell_back_to = served.result, served.fell_back_to
-    defaults = default_capture(num_layers, arch)
+    if engine is None:
+        engine = engine_rules.ServingEngine("sglang", sglang_version)
+    serving = engine_rules.serving_layout(engine, spec, num_layers, arch, cuda_graph)
+    defaults = engine_rules.default_capture(engine, num_layers, arch)
+    fell_back = engine_rules.reads_no_ids(engine, spec)
     decode = serving.decode_layout
     return LayoutComparison(
         training=training,
         serving=serving,
-        diff=diff(training.layout, serving.layout, fell_back_to),
+        diff=diff(training.layout, serving.layout, defaults if fell_back else None),
         decode_diff=diff(training.layout, decode, defaults) if decode is not None else None,
-        fell_back_to=fell_back_to,
     )

@@ -86,7 +86,9 @@ def probe(url: str, timeout: float = 60.0, retries: int = 3) -> Probe:
     finally:
         engine.close()
     draft = served_draft(server)
-    evidence = Evidence(server=server)
+    evidence = Evidence(
+        server=server, engine=server.engine, vllm_runner=server.rules_engine().runner
+    )
     if draft is not None and draft.report is not None:
         evidence.report, evidence.draft_path = draft.report, draft.path
         # The draft read is the served one by construction: no digest needed.
@@ -113,5 +115,12 @@ def before_submit(
     served = server.speculative.draft_model_path if server.speculative else None
     if served:
         identity = compare_drafts(report.path, served, is_local_url(server.url), cache)
-    evidence = Evidence(server=server, report=report, draft_path=report.path, identity=identity)
+    evidence = Evidence(
+        server=server,
+        report=report,
+        draft_path=report.path,
+        identity=identity,
+        engine=server.engine,
+        vllm_runner=server.rules_engine().runner,
+    )
     return diagnose(evidence)

@@ -21,7 +21,6 @@ from eagle3dash.engine import (
     SGLANG,
     GenerateResult,
     ServerReport,
-    ServingPrediction,
     SpeculativeSettings,
 )
 from eagle3dash.http_client import (
@@ -32,13 +31,6 @@ from eagle3dash.http_client import (
     _known_cause,
     normalize_url,
 )
-from eagle3dash.sglang_rules import (
-    DEFAULT_SGLANG_VERSION,
-    default_capture,
-    nested_ids,
-    serving_layout,
-)
-from eagle3dash.spec import DraftSpec
 from eagle3dash.states_json import MAX_STATES_WIDTH, ReplyError, StatesReader, reply_bound
 from eagle3dash.text import ascii_int
 
@@ -521,7 +513,7 @@ class SGLangClient(HttpEndpoint):
 
 
 class SGLangEngine:
-    """The serving-engine seam's SGLang adapter (`engine.ServingEngine`): the client, and
+    """The serving-engine seam's SGLang adapter (`engine.EngineAdapter`): the client, and
     SGLang's id-to-tap rules for the server's release (`sglang_rules`)."""
 
     name = SGLANG
@@ -541,15 +533,6 @@ class SGLangEngine:
         return self.client.generate(
             input_ids=input_ids, max_new_tokens=max_new_tokens, temperature=temperature
         )
-
-    def predict_serving(
-        self, report: ServerReport, spec: DraftSpec, num_layers: int, arch: str
-    ) -> ServingPrediction:
-        """SGLang's rules for the server's release (the newest read when it does not say)."""
-        version = report.version or DEFAULT_SGLANG_VERSION
-        result = serving_layout(spec, num_layers, version, arch, not report.disable_cuda_graph)
-        fell_back = default_capture(num_layers, arch) if nested_ids(spec) is None else None
-        return ServingPrediction(result, fell_back)
 
     def close(self) -> None:
         """Close the client's connections."""

@@ -28,18 +28,15 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from eagle3dash import vllm_rules
 from eagle3dash.engine import (
     VLLM,
     GenerateResult,
     ServerReport,
-    ServingPrediction,
     SpeculativeSettings,
     VLLMSettings,
 )
 from eagle3dash.errors import InputError
 from eagle3dash.http_client import EndpointError, HttpEndpoint, _describe_body
-from eagle3dash.spec import DraftSpec
 
 __all__ = [
     "AcceptanceDelta",
@@ -582,7 +579,7 @@ def capture_path(result: GenerateResult) -> str | None:
 
 
 class VLLMEngine:
-    """The serving-engine seam's vLLM adapter (`engine.ServingEngine`): the client, and vLLM's
+    """The serving-engine seam's vLLM adapter (`engine.EngineAdapter`): the client, and vLLM's
     id-to-tap rules for the server's release and model runner (`vllm_rules`)."""
 
     name = VLLM
@@ -607,18 +604,6 @@ class VLLMEngine:
         return self.client.generate(
             input_ids, self._model or "", max_new_tokens=max_new_tokens, temperature=temperature
         )
-
-    def predict_serving(
-        self, report: ServerReport, spec: DraftSpec, num_layers: int, arch: str
-    ) -> ServingPrediction:
-        """vLLM's rules for the server's release and runner (the newest read, and V2, when it
-        does not say)."""
-        runner = report.vllm.runner if report.vllm is not None else vllm_rules.DEFAULT_RUNNER
-        version = report.version or vllm_rules.DEFAULT_VLLM_VERSION
-        result = vllm_rules.serving_layout(spec, num_layers, version, runner, arch)
-        read = vllm_rules.config_ids(spec, runner)
-        fell_back = vllm_rules.default_capture(num_layers) if read.ids is None else None
-        return ServingPrediction(result, fell_back)
 
     def close(self) -> None:
         """Close the client's connections."""

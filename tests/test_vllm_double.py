@@ -17,7 +17,6 @@ from eagle3dash.checkpoint import save
 from eagle3dash.demo import DEMO_PROMPTS, FIXTURES
 from eagle3dash.endpoints import detect_engine, open_engine
 from eagle3dash.http_client import EndpointError
-from eagle3dash.layout import Tap
 from eagle3dash.testing.tensors import random_tensors
 from eagle3dash.testing.tiny import make_tiny_target
 from eagle3dash.testing.vllm_double import VLLMDoubleConfig, start_vllm_double
@@ -94,9 +93,8 @@ def test_detection_and_report_with_dev_endpoints(world) -> None:
         assert report.vllm is not None
         assert (report.vllm.runner, report.vllm.runner_said) == ("v1", True)
         assert report.vllm.per_request_spec_metrics == "summary"
-        prediction = engine.predict_serving(report, served_draft_spec((0, 2, 4)), 8, "llama")
-        assert prediction.result.layout == (Tap(0), Tap(2), Tap(4))
-        assert prediction.fell_back_to is None
+        rules = report.rules_engine()
+        assert (rules.name, rules.version, rules.runner) == ("vllm", "0.33.0", "v1")
         engine.close()
 
 

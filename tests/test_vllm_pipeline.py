@@ -75,13 +75,21 @@ def test_v2_feeds_a_specforge_draft_the_defaults(world) -> None:
     assert diagnosis.serving.layout == (Tap(2), Tap(4), Tap(5))
     assert diagnosis.training.layout == TAPS_1_3_5
     first = diagnosis.findings[0]
-    assert (first.id, first.severity) == ("layout-mismatch", "critical")
-    assert "vLLM's default layers" in first.title
-    assert "vLLM 0.33.0 (V2 runner)" in first.evidence
-    assert '"eagle_aux_hidden_state_layer_ids": [1, 3, 5] at the top level' in first.fix
-    # the nested SGLang ids stay: one config for both engines
-    assert '"eagle_config": {"eagle_aux_hidden_state_layer_ids": [0, 2, 4]}' in first.fix
-    assert first.data["config_ids"] == [1, 3, 5]
+    assert (first.id, first.severity) == ("vllm-ids-not-read", "critical")
+    assert first.title == (
+        "vLLM 0.33.0 (V2 runner) never reads eagle_config.eagle_aux_hidden_state_layer_ids "
+        "[0, 2, 4]: it feeds the draft the layers after 2, 4 and 5 blocks (its defaults), while "
+        "training fed the layers after 1, 3 and 5 blocks."
+    )
+    assert first.fix.startswith(
+        'Set "eagle_aux_hidden_state_layer_ids": [1, 3, 5] at the top level of the draft\'s '
+        "config.json and restart vLLM"
+    )
+    # one config for both engines: the nested SGLang ids stay beside the top-level ones
+    assert first.data["dual_key"] == {
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": [0, 2, 4]},
+        "eagle_aux_hidden_state_layer_ids": [1, 3, 5],
+    }
     # no SGLang-only finding on a vLLM server
     assert "hidden-states-off" not in [f.id for f in diagnosis.findings]
     assert diagnosis.server.engine == "vllm"
@@ -93,9 +101,9 @@ def test_v1_reads_the_nested_ids_one_block_early(world) -> None:
     assert diagnosis.serving.layout == (Tap(0), Tap(2), Tap(4))
     first = diagnosis.findings[0]
     assert (first.id, first.severity) == ("layout-mismatch", "critical")
-    assert "every slot is one block earlier than in training" in first.title
-    assert "vLLM 0.33.0 (V1 runner)" in first.evidence
-    assert first.data["config_ids"] == [1, 3, 5]
+    assert first.title.endswith("every slot is one block earlier than in training.")
+    assert "vLLM 0.33.0 (V1 runner) then feeds the layers after 1, 3 and 5 blocks" in first.fix
+    assert first.data["top_level_ids"] == [1, 3, 5]
 
 
 def test_a_speculators_draft_with_top_level_ids_is_served_as_trained(world) -> None:

@@ -4,7 +4,7 @@ start a new run with one, remove (after a confirmation)."""
 import streamlit as st
 
 from eagle3dash import store as db
-from eagle3dash.ui import newrun, widgets
+from eagle3dash.ui import matrix, newrun, widgets
 from eagle3dash.ui.fmt import md_escape, when
 from eagle3dash.ui.home import get_store, read_only_notice
 from eagle3dash.uploads import register_path
@@ -56,6 +56,8 @@ for c in checkpoints:
         newrun.checkpoint_runs(c)
         with st.expander("Inspect report"):
             widgets.registered_checkpoint_report(db.get_checkpoint(store, c["id"]))
+        if not c["removed"]:
+            matrix.matrix_section(c["path"], key=f"matrix_{c['id']}")
         if not c["removed"]:
             removed_notice = None if read_only else newrun.remove_with_confirmation(c)
             if removed_notice:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from eagle3dash import engine_rules
 from eagle3dash.checkpoint import InspectReport, inspect_draft
 from eagle3dash.diagnosis.options import SCHEMA, DiagnoseOptions
 from eagle3dash.diagnosis.result import (
@@ -59,7 +60,7 @@ from eagle3dash.profile import (
 from eagle3dash.provenance import json_digests
 from eagle3dash.servebench import BenchResult, Prompt, load_prompts, run_bench, run_vllm_bench
 from eagle3dash.sglang import SGLangClient
-from eagle3dash.sglang_rules import DEFAULT_SGLANG_VERSION, default_capture
+from eagle3dash.sglang_rules import DEFAULT_SGLANG_VERSION
 
 if TYPE_CHECKING:
     from eagle3dash.capture import Capture
@@ -376,7 +377,6 @@ def _start(options: DiagnoseOptions, stages: Stages) -> _Run:
     served_arch = server.architectures[0] if server.architectures else None
     arch = options.arch or served_arch or server.model_type or "llama"
     version = server.version or DEFAULT_SGLANG_VERSION
-    served = engine.predict_serving(server, report.spec, depth, arch)
     card = report.provenance
     prediction = predict_layouts(
         report.spec,
@@ -387,7 +387,7 @@ def _start(options: DiagnoseOptions, stages: Stages) -> _Run:
         cuda_graph=not server.disable_cuda_graph,
         training_sglang_version=options.training_sglang_version,
         training_ids=card.capture_layers if card is not None else None,
-        served=served,
+        engine=server.rules_engine(),
     )
     steps, eval_steps = simulation_steps(server, options)
     return _Run(
@@ -942,15 +942,15 @@ def effective_layouts(run: _Run, training: Side, serving: Side) -> LayoutCompari
         error=predicted.error,
     )
     trained = LayoutResult(training.layout, training.detail.rstrip(".") + ".")
-    fell_back_to = run.prediction.fell_back_to if serving.source == PREDICTED else None
+    engine = run.server.rules_engine()
+    fell_back = engine_rules.reads_no_ids(engine, run.report.spec) and serving.source == PREDICTED
+    defaults = engine_rules.default_capture(engine, run.depth, run.arch)
     decode = predicted.decode_layout
-    defaults = default_capture(run.depth, run.arch)
     return LayoutComparison(
         trained,
         served,
-        diff(training.layout, serving.layout, fell_back_to),
+        diff(training.layout, serving.layout, defaults if fell_back else None),
         diff(training.layout, decode, defaults) if decode is not None else None,
-        fell_back_to,
     )
 
 
@@ -963,6 +963,8 @@ def find(run: _Run, diagnosis: Diagnosis) -> list[Finding]:
             num_target_layers=run.depth,
             arch=run.arch,
             server=run.server,
+            engine=run.server.engine,
+            vllm_runner=run.server.rules_engine().runner,
             layouts=effective_layouts(run, diagnosis.training, diagnosis.serving),
             prediction=run.prediction,
             training=diagnosis.training,

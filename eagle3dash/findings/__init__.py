@@ -26,6 +26,7 @@ from eagle3dash.findings.layout_rules import (
     rule_detected_layout,
     rule_layout_mismatch,
     rule_server_feeds_other_taps,
+    rule_vllm_ids_not_read,
 )
 from eagle3dash.findings.measurement_rules import (
     rule_low_acceptance,
@@ -62,6 +63,7 @@ __all__ = ["RULES", "SEVERITIES", "Evidence", "Finding", "diagnose"]
 # The order decides how findings of equal severity are listed.
 RULES: tuple[Callable[[Evidence], list[Finding]], ...] = (
     rule_weights_not_finite,
+    rule_vllm_ids_not_read,
     rule_layout_mismatch,
     rule_server_feeds_other_taps,
     rule_detected_layout,

@@ -10,6 +10,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from eagle3dash import vllm_rules
+from eagle3dash.evidence_levels import LEVEL_ASSUMED
 from eagle3dash.findings.core import Evidence, Finding
 from eagle3dash.sglang_rules import EAGLE31_SINCE, NORM_BEFORE_FC_SINCE
 
@@ -142,8 +144,27 @@ def rule_norm_before_residual(e: Evidence) -> list[Finding]:
     """norm_before_residual true: SGLang implements only False.
 
     llama_eagle3.py takes the residual before hidden_norm; speculators trains with True.
+    vLLM implements both (its llama_eagle3.py), but runs a speculators config that leaves the key
+    out with True (vllm 0.33 transformers_utils/configs/speculators/algos.py).
     """
     spec = e.spec
+    if spec is not None and e.engine == "vllm":
+        if vllm_rules.runs_norm_before_residual(spec) == spec.norm_before_residual:
+            return []
+        return [
+            Finding(
+                "norm-before-residual",
+                "warning",
+                "vLLM runs this speculators draft with norm_before_residual=true because its "
+                "config leaves the key out; if it was trained with false, its draft layer "
+                "computes a different residual at every position.",
+                "config has no norm_before_residual (format speculators); vLLM's "
+                "speculators/algos.py update_eagle3 defaults it to true.",
+                "Write the value the draft was trained with into config.json "
+                '("norm_before_residual": false for a draft trained without it).',
+                basis=LEVEL_ASSUMED,
+            )
+        ]
     if spec is None or not spec.norm_before_residual:
         return []
     return [

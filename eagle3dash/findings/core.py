@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from eagle3dash import vllm_rules
+from eagle3dash.engine_rules import ServingEngine
 from eagle3dash.evidence_levels import LEVEL_PREDICTED, source_level, weaker
 from eagle3dash.layout import Layout
 from eagle3dash.sglang_rules import try_parse_version
@@ -101,8 +103,10 @@ class Evidence:
     serving_eval: DraftEval | None = None  # draft over the serving layout
     measured: BenchResult | None = None  # the endpoint under diagnosis
     baseline: BenchResult | None = None  # the same target without speculation
-    # The SGLang version `layouts` were computed for; defaults to server.version.
+    # The serving engine's version `layouts` were computed for; defaults to server.version.
     sglang_version: str | None = None
+    engine: str = "sglang"  # the serving engine: "sglang" | "vllm" (engine_rules.ENGINES)
+    vllm_runner: str | None = None  # vLLM's model runner, "v1" | "v2" (None: V2, the default)
     trainer: str | None = None  # a layout.TRAINERS key, when known
     training_sglang_version: str | None = None  # SpecForge >= 0.2: the SGLang it trained through
     target_json_sha256: dict | None = None  # the local target's JSON files -> sha256, when given
@@ -120,14 +124,37 @@ class Evidence:
         return self.server.speculative if self.server is not None else None
 
     def version(self) -> str | None:
-        """The serving SGLang version as text, None when unknown or unparseable."""
+        """The serving engine's version as text, None when unknown or unparseable."""
         text = self.sglang_version or (self.server.version if self.server is not None else None)
-        return text if text and try_parse_version(text) is not None else None
+        if not text:
+            return None
+        if self.engine == "vllm":
+            try:
+                vllm_rules.parse_version(text)
+            except ValueError:
+                return None
+            return text
+        return text if try_parse_version(text) is not None else None
 
     def version_tuple(self) -> tuple[int, int, int] | None:
-        """The serving SGLang version, parsed."""
+        """The serving SGLang version, parsed (None on vLLM)."""
         text = self.version()
-        return try_parse_version(text) if text else None
+        return try_parse_version(text) if text and self.engine == "sglang" else None
+
+    def serving_engine(self) -> ServingEngine:
+        """The engine whose rules decide what the server feeds, with its version and runner."""
+        runner = self.vllm_runner if self.engine == "vllm" else None
+        return ServingEngine(self.engine, self.version(), runner)
+
+    def engine_label(self) -> str:
+        """'SGLang 0.5.23', 'SGLang (version unknown)', 'vLLM 0.33.0 (V2 runner)', 'vLLM (version
+        unknown, V2 runner)' (whose rules assumed are the newest read)."""
+        engine = self.serving_engine()
+        if engine.version is not None:
+            return engine.label()
+        if engine.name == "sglang":
+            return "SGLang (version unknown)"
+        return f"vLLM (version unknown, {engine.vllm_runner().upper()} runner)"
 
     def arch_name(self) -> str:
         """The target architecture: given, else the server's, else 'llama'."""
@@ -159,24 +186,6 @@ class Evidence:
     def cuda_graph(self) -> bool:
         """Whether the server runs CUDA graphs (SGLang's default)."""
         return not (self.server is not None and self.server.disable_cuda_graph)
-
-    @property
-    def on_vllm(self) -> bool:
-        """Whether the server is a vLLM one (SGLang's rules do not apply to it)."""
-        return self.server is not None and getattr(self.server, "engine", "sglang") == "vllm"
-
-    def vllm_runner(self) -> str:
-        """The vLLM server's model runner ("v1" | "v2"; V2, 0.33's default, when not said)."""
-        settings = getattr(self.server, "vllm", None)
-        return settings.runner if settings is not None else "v2"
-
-    def serving_name(self) -> str:
-        """The serving engine and release as the findings name it: 'SGLang 0.5.23',
-        'vLLM 0.33.0 (V2 runner)'."""
-        v = self.version() or "(version unknown)"
-        if self.on_vllm:
-            return f"vLLM {v} ({self.vllm_runner().upper()} runner)"
-        return f"SGLang {v}"
 
 
 def critical_ids(found: list[Finding], among: tuple[str, ...] | None = None) -> list[str]:

@@ -3,6 +3,10 @@
 Sources: SGLang's set_eagle3_layers_to_capture (models/llama.py, models/deepseek_v2.py), where the
 ids are read (model_runner.py; 0.5.23 spec_aux_hidden_state.py), cuda_graph_runner.py (PR #22836),
 the DeepSeek/Kimi first-id rule (PR #25454); the fix itself comes from `sglang_rules.find_fix`.
+On vLLM (Evidence.engine "vllm") the serving side follows `vllm_rules` (vLLM 0.33's model runners:
+v1/worker/gpu_model_runner.py, v1/worker/gpu/spec_decode/eagle/eagle3_utils.py) and the fix is
+the top-level key (`vllm_rules.find_fix`), written beside the nested SGLang ids
+(`engine_rules.dual_key_fix`) so one config.json serves on both engines.
 """
 
 from __future__ import annotations
@@ -10,6 +14,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from eagle3dash import vllm_rules
+from eagle3dash.engine_rules import dual_key_fix
 from eagle3dash.evidence_levels import LEVEL_DETECTIVE, LEVEL_PREDICTED, OBSERVED
 from eagle3dash.findings.core import Evidence, Finding, _fmt, layouts_basis
 from eagle3dash.findings.impact import layout_cost
@@ -37,8 +43,6 @@ from eagle3dash.sglang_rules import (
     version_text,
 )
 from eagle3dash.trainers import SPECFORGE_SGLANG_VERSION, TRAINERS, training_layout
-from eagle3dash.vllm_rules import TOP_LEVEL_KEY
-from eagle3dash.vllm_rules import find_fix as vllm_find_fix
 
 
 def _ids_json(ids: list[int] | tuple[int, ...]) -> str:
@@ -55,7 +59,7 @@ def _slots_text(layout: Layout, num_layers: int | None) -> str:
     return ", ".join(slots) or "no taps"
 
 
-def _kind_phrase(d: LayoutDiff, engine: str = "SGLang") -> str:
+def _kind_phrase(d: LayoutDiff) -> str:
     """The LayoutDiff kind in plain words."""
     if d.kind == "shifted-slot":
         return "every slot is shifted by one"
@@ -63,7 +67,7 @@ def _kind_phrase(d: LayoutDiff, engine: str = "SGLang") -> str:
         later = all(b.depth > a.depth for a, b in zip(d.training, d.serving, strict=False))
         return f"every slot is one block {'later' if later else 'earlier'} than in training"
     if d.kind == "defaults-used":
-        return f"serving uses {engine}'s default layers instead of the configured ones"
+        return "serving uses the engine's default layers instead of the configured ones"
     if d.kind == "different-width":
         return f"training fed {len(d.training)} slots and serving feeds {len(d.serving)}"
     if d.kind == "post-norm":
@@ -96,48 +100,6 @@ def _releases_text(fix: LayoutFix) -> str:
     return head
 
 
-def _vllm_layout_fix(e: Evidence, target: Layout, serving: Layout | None) -> tuple[str, dict]:
-    """The fix on a vLLM server (`vllm_rules.find_fix`): top-level ids, which both model runners
-    read first, and the nested SGLang ids kept beside them when the draft has them (one file
-    then serves both engines); else retraining."""
-    spec, n = e.spec, e.num_target_layers
-    if spec is None or n is None:
-        return (
-            f"Set {TOP_LEVEL_KEY} at the top level of the draft's config.json to the taps "
-            "training used (vLLM reads id k as the state after k blocks); give the target's "
-            "layer count for the exact ids.",
-            {},
-        )
-    fix = vllm_find_fix(target, spec, n, e.version(), e.vllm_runner(), e.arch_name())
-    where = e.serving_name()
-    phrase = taps_phrase(target, n)
-    if fix.ids is None:
-        fed = taps_phrase(serving, n) if serving else "taps vLLM captures"
-        return (
-            f"No ids make {where} feed {phrase}: {fix.why_not}. Retrain the draft on {fed}.",
-            {},
-        )
-    text = (
-        f'Set "{TOP_LEVEL_KEY}": {_ids_json(fix.ids)} at the top level of the draft\'s '
-        f"config.json and restart the server: {where} reads that key first and then feeds "
-        f"{phrase}."
-    )
-    nested = nested_ids(spec)
-    if nested is not None:
-        text += (
-            f" Keep {_eagle_config_json(nested)} for SGLang, which reads only the nested key: "
-            "one file then serves both engines."
-        )
-    text += "".join(" " + note for note in fix.notes)
-    data = {
-        "config_ids": fix.ids,
-        "config_key": TOP_LEVEL_KEY,
-        "vllm_version": fix.version,
-        "vllm_runner": fix.runner,
-    }
-    return text, data
-
-
 def _layout_fix(
     e: Evidence, target: Layout, serving: Layout | None, observed: ObservedMapping | None = None
 ) -> tuple[str, dict]:
@@ -145,9 +107,9 @@ def _layout_fix(
     data: config_ids and the sglang_version they hold on; needs_released_build when the server
     departs from its release's rules and the ids are stock SGLang's; empty when only retraining
     helps."""
-    if e.on_vllm:
-        return _vllm_layout_fix(e, target, serving)
     spec, n = e.spec, e.num_target_layers
+    if e.engine == "vllm":  # vLLM's rules; an observed mapping is SGLang's id reading
+        return _vllm_fix(e, target)
     if spec is None or n is None:
         return (
             "Set eagle_config.eagle_aux_hidden_state_layer_ids in the draft's config.json to the "
@@ -222,6 +184,73 @@ def _layout_fix(
     return text, data
 
 
+def _top_level_json(ids: list[int] | tuple[int, ...]) -> str:
+    return f'"{vllm_rules.TOP_LEVEL_KEY}": ' + _ids_json(ids)
+
+
+def _both_engines_sentence(e: Evidence, target: Layout) -> tuple[str, dict]:
+    """What a config serving `target` on both engines holds (the nested SGLang ids and the
+    top-level vLLM ids, engine_rules.dual_key_fix), as one sentence and its data; empty when
+    either engine cannot feed the taps."""
+    spec, n = e.spec, e.num_target_layers
+    if spec is None or n is None:
+        return "", {}
+    sglang_version = e.version() if e.engine == "sglang" else None
+    vllm_version = e.version() if e.engine == "vllm" else None
+    fix = dual_key_fix(target, spec, n, e.arch_name(), sglang_version, vllm_version)
+    if not fix.complete:
+        return "", {}
+    assert fix.nested_ids is not None and fix.top_level_ids is not None
+    return (
+        f"To serve the same file on SGLang {fix.sglang_version} and vLLM {fix.vllm_version} "
+        f"alike, write both keys: {_eagle_config_json(fix.nested_ids)}, "
+        f"{_top_level_json(fix.top_level_ids)} (SGLang reads only the nested list; both vLLM "
+        "runners read the top-level one first).",
+        {"dual_key": fix.config()},
+    )
+
+
+def _vllm_fix(e: Evidence, target: Layout) -> tuple[str, dict]:
+    """The fix on vLLM: the top-level ids that make this release's runner feed `target`
+    (`vllm_rules.find_fix`), with the dual-key config for a draft also served on SGLang."""
+    spec, n = e.spec, e.num_target_layers
+    engine = e.serving_engine()
+    if spec is None or n is None:
+        return (
+            f"Set the top-level {vllm_rules.TOP_LEVEL_KEY} in the draft's config.json to the "
+            "taps training used (vLLM reads id k as the state after k blocks); give the "
+            "target's layer count for the exact ids.",
+            {},
+        )
+    fix = vllm_rules.find_fix(
+        target, spec, n, engine.rules_version(), engine.vllm_runner(), e.arch_name()
+    )
+    phrase = taps_phrase(target, n)
+    if fix.ids is None:
+        return (
+            f"No ids make {engine.label()} feed {phrase}: {fix.why_not}. Retrain the draft on "
+            "taps vLLM can feed (e.g. its defaults, "
+            f"{taps_phrase(vllm_rules.default_capture(n), n)}).",
+            {},
+        )
+    text = (
+        f"Set {_top_level_json(fix.ids)} at the top level of the draft's config.json and "
+        f"restart vLLM: both of its runners read that key first, so {engine.label()} then "
+        f"feeds {phrase}."
+    )
+    if fix.notes:
+        text += " " + " ".join(fix.notes)
+    both, data = _both_engines_sentence(e, target)
+    if both:
+        text += " " + both
+    return text, {
+        "top_level_ids": fix.ids,
+        "vllm_version": fix.version,
+        "vllm_runner": fix.runner,
+        **data,
+    }
+
+
 def _eagle3_capture(e: Evidence) -> bool:
     """Whether the server captures aux states for its draft at all (EAGLE3, or no server known):
     with EAGLE or without speculation no layout is fed, and other rules say so."""
@@ -246,10 +275,9 @@ def rule_layout_mismatch(e: Evidence) -> list[Finding]:
     if d.kind == "identical" and error is None:
         return []
     n = e.num_target_layers
-    where = e.serving_name()
     lines = [
         f"Training: {_slots_text(d.training, n)}." + (f" {training.rule}" if training else ""),
-        f"Serving on {where}: {_slots_text(d.serving, n)}."
+        f"Serving on {e.engine_label()}: {_slots_text(d.serving, n)}."
         + (f" {serving.rule}" if serving else ""),
     ]
     if error:
@@ -270,11 +298,11 @@ def rule_layout_mismatch(e: Evidence) -> list[Finding]:
     data = {"kind": d.kind, **data}
     basis = layouts_basis(e)
     if d.kind == "identical":
-        title = f"{where} cannot capture the taps this draft was trained on: {error}."
+        title = f"{e.engine_label()} cannot capture the taps this draft was trained on: {error}."
         return [Finding("capture-error", "critical", title, " ".join(lines), fix, data, basis)]
     title = (
         f"Serving feeds the draft {taps_phrase(d.serving, n)}, but training fed "
-        f"{taps_phrase(d.training, n)}: {_kind_phrase(d, 'vLLM' if e.on_vllm else 'SGLang')}."
+        f"{taps_phrase(d.training, n)}: {_kind_phrase(d)}."
     )
     severity, impact = _impact(e, lines)
     data["impact"] = impact
@@ -333,7 +361,7 @@ def rule_detected_layout(e: Evidence) -> list[Finding]:
     # carries the mismatch; this one says why the config cannot be trusted.
     training_is_best = e.training is not None and tuple(e.training.layout) == best
     severity = "critical" if fed != best and not training_is_best else "warning"
-    fix_ids = det.fix_ids
+    fix_ids = det.fix_ids  # the detective searches SGLang's ids
     fix = (
         f'Set "eagle_config": {{"eagle_aux_hidden_state_layer_ids": {fix_ids}}} so SGLang feeds '
         f"{format_layout(best)}, and record that layout with the checkpoint."
@@ -341,6 +369,8 @@ def rule_detected_layout(e: Evidence) -> list[Finding]:
         else "Record the layout the draft performs best with beside the checkpoint, and serve "
         "it with ids that capture those taps (or retrain on the serving layout)."
     )
+    if e.engine == "vllm":
+        fix = _vllm_fix(e, best)[0] + " Record that layout with the checkpoint."
     return [
         Finding(
             "detected-layout",
@@ -389,7 +419,7 @@ def rule_server_feeds_other_taps(e: Evidence) -> list[Finding]:
     if observed == predicted:
         return []
     n = e.num_target_layers
-    where = e.serving_name()
+    label = e.engine_label()
     margins = side.slot_margins or []
     per_slot = "; ".join(
         f"slot {i}: {describe_tap(o, n)} observed, {describe_tap(p, n)} predicted"
@@ -412,7 +442,7 @@ def rule_server_feeds_other_taps(e: Evidence) -> list[Finding]:
         Finding(
             "server-feeds-other-taps",
             severity,
-            f"This server feeds the draft {taps_phrase(observed, n)}, where stock {where} "
+            f"This server feeds the draft {taps_phrase(observed, n)}, where stock {label} "
             f"feeds {taps_phrase(predicted, n)}.",
             " ".join(lines),
             fix,
@@ -431,9 +461,10 @@ def rule_aux_ids_not_read(e: Evidence) -> list[Finding]:
     """The aux ids are missing or top-level: SGLang captures its defaults [2, N//2, N-3].
 
     model_runner.py (0.5.23 spec_aux_hidden_state.py) reads only the nested eagle_config key.
+    (On vLLM, rule_vllm_ids_not_read.)
     """
     spec = e.spec
-    if spec is None or spec.aux_ids_location == "eagle_config" or e.on_vllm:
+    if spec is None or spec.aux_ids_location == "eagle_config" or e.engine == "vllm":
         return []
     n = e.num_target_layers
     training: Layout | None = None
@@ -476,8 +507,8 @@ def rule_aux_ids_not_read(e: Evidence) -> list[Finding]:
     if training is not None:
         evidence += f" Training: {_slots_text(training, n)}."
         fix, data = _layout_fix(e, training, None)
-        if spec.aux_ids_location == "top-level" and n is not None:
-            fix += " " + _top_level_for_vllm(spec, training, n, e.arch_name())
+        if spec.aux_ids_location == "top-level":
+            fix += " " + _top_level_on_vllm(e, training)
     else:
         fix = (
             'Add the nested key to config.json: "eagle_config": '
@@ -488,18 +519,94 @@ def rule_aux_ids_not_read(e: Evidence) -> list[Finding]:
     return [Finding("aux-ids-not-read", severity, title, evidence, fix, data, LEVEL_PREDICTED)]
 
 
-def _top_level_for_vllm(spec: Any, training: Layout, n: int, arch: str) -> str:
-    """Whether the top-level ids can stay for vLLM: only when vLLM reads them as the training
-    taps (vllm_rules, 0.33.0, either runner); else the top-level ids that do."""
-    fix = vllm_find_fix(training, spec, n, arch=arch)
-    if fix.ids is None:
-        return f"No top-level ids make vLLM feed these taps: {fix.why_not}."
-    if list(spec.aux_layer_ids or ()) == fix.ids:
-        return "The top-level key can stay: vLLM reads it first, as the same taps."
+def _top_level_on_vllm(e: Evidence, training: Layout) -> str:
+    """Whether the top-level ids the SGLang fix leaves in place feed vLLM the training taps
+    (vLLM reads that key first, id k = the state after k blocks); when not, the dual-key
+    config that does."""
+    spec, n = e.spec, e.num_target_layers
+    assert spec is not None and n is not None
+    ids = spec.aux_layer_ids or ()
+    served = {
+        runner: vllm_rules.serving_layout(spec, n, runner=runner, arch=e.arch_name())
+        for runner in vllm_rules.RUNNERS
+    }
+    if all(r.error is None and r.layout == training for r in served.values()):
+        return (
+            f"The top-level key {_ids_json(ids)} can stay: vLLM reads it first, and it feeds "
+            "vLLM the training taps too."
+        )
+    both, _ = _both_engines_sentence(e, training)
+    fed = taps_phrase(served[vllm_rules.DEFAULT_RUNNER].layout, n)
     return (
-        f"For vLLM, set the top-level key to {_ids_json(fix.ids)} (vLLM reads it first, id k = "
-        "the state after k blocks): one file then serves both engines."
+        f"Do not count on the top-level key {_ids_json(ids)} for vLLM: vLLM reads it first, as "
+        f"the state after k blocks, and feeds {fed}, not the training taps. "
+        + (both or "Drop it if the draft is not served on vLLM.")
     )
+
+
+def rule_vllm_ids_not_read(e: Evidence) -> list[Finding]:
+    """vLLM's runner reads none of the config's layer-id keys, so the target feeds its defaults.
+
+    The V2 runner (the default in vLLM 0.33, v1/worker/gpu/spec_decode/eagle/eagle3_utils.py
+    get_eagle3_aux_layers_from_config) never reads eagle_config.eagle_aux_hidden_state_layer_ids,
+    where SpecForge and SGLang keep the ids; the V1 runner (gpu_model_runner.py) does.
+    """
+    spec, n = e.spec, e.num_target_layers
+    if e.engine != "vllm" or spec is None or spec.aux_layer_ids is None:
+        return []
+    engine = e.serving_engine()
+    if vllm_rules.config_ids(spec, engine.vllm_runner()).ids is not None:
+        return []
+    where = (
+        f"eagle_config.eagle_aux_hidden_state_layer_ids {_ids_json(spec.aux_layer_ids)}"
+        if spec.aux_ids_location == "eagle_config"
+        else f"the config's ids {_ids_json(spec.aux_layer_ids)}"
+    )
+    if n is None:
+        title = (
+            f"{engine.label()} never reads {where}, so the target feeds its default layers "
+            "(2, N//2, N-3); give the target's layer count to compare them with training."
+        )
+        fix = (
+            f"Set the top-level {vllm_rules.TOP_LEVEL_KEY} to the taps training used (vLLM "
+            "reads id k as the state after k blocks)."
+        )
+        return [Finding("vllm-ids-not-read", "warning", title, title, fix, {}, LEVEL_PREDICTED)]
+    defaults = vllm_rules.default_capture(n)
+    training = e.layouts.training.layout if e.layouts is not None else None
+    evidence = (
+        f"{engine.label()} reads the top-level {vllm_rules.TOP_LEVEL_KEY}, the dflash/dspark "
+        "keys and the layer_ids of eagle_config/dflash_config, never "
+        "eagle_config.eagle_aux_hidden_state_layer_ids (v1/worker/gpu/spec_decode/eagle/"
+        "eagle3_utils.py); none is set, so it feeds the defaults "
+        f"({_slots_text(defaults, n)})."
+    )
+    if training is None or tuple(training) == defaults:
+        tail = (
+            ", which are the taps training used, so nothing is lost today"
+            if training is not None
+            else "; whether that matches training is unknown"
+        )
+        title = f"{engine.label()} never reads {where}: it feeds its default layers{tail}."
+        fix, data = _vllm_fix(e, training or defaults)
+        return [Finding("vllm-ids-not-read", "info", title, evidence, fix, data, LEVEL_PREDICTED)]
+    evidence += f" Training: {_slots_text(training, n)}."
+    title = (
+        f"{engine.label()} never reads {where}: it feeds the draft {taps_phrase(defaults, n)} "
+        f"(its defaults), while training fed {taps_phrase(training, n)}."
+    )
+    fix, data = _vllm_fix(e, training)
+    return [
+        Finding(
+            "vllm-ids-not-read",
+            "critical",
+            title,
+            evidence,
+            fix,
+            {"defaults": [t.depth for t in defaults], **data},
+            layouts_basis(e),
+        )
+    ]
 
 
 def rule_capture_rule_version(e: Evidence) -> list[Finding]:
@@ -508,8 +615,6 @@ def rule_capture_rule_version(e: Evidence) -> list[Finding]:
     (a) cuda_graph_runner.py captured the default layers, 0.5.4-0.5.10 (fixed by PR #22836);
     (b) models/deepseek_v2.py first-id rule from 0.5.13 (PR #25454), for SpecForge's SGLang backend.
     """
-    if e.on_vllm:  # SGLang's releases only
-        return []
     out: list[Finding] = []
     n = e.num_target_layers
     v = e.version() or "(version unknown)"

@@ -138,10 +138,20 @@ def healthy_lines(diagnosis: Mapping[str, Any]) -> list[str]:
 
 
 def fix_line(finding: Mapping[str, Any]) -> tuple[str, str] | None:
-    """The fix's one line to copy, and where it goes: the eagle_config edit for the draft's
-    config.json (on the SGLang version it holds on), else a server flag, else the fix's first
-    sentence."""
+    """The fix's one line to copy, and where it goes: the dual-key config for SGLang and vLLM,
+    else the top-level key (vLLM), else the eagle_config edit for the draft's config.json (on the
+    SGLang version it holds on), else a server flag, else the fix's first sentence."""
     data = finding.get("data") or {}
+    dual = data.get("dual_key")
+    if dual:
+        return "in the draft's config.json, for SGLang and vLLM alike", json.dumps(dual)[1:-1]
+    top = data.get("top_level_ids")
+    if top is not None:
+        version = data.get("vllm_version")
+        where = "at the top level of the draft's config.json" + (
+            f", served by vLLM {version}" if version else ""
+        )
+        return where, '"eagle_aux_hidden_state_layer_ids": ' + json.dumps(top)
     ids = data.get("config_ids")
     if ids is not None:
         version = data.get("sglang_version")

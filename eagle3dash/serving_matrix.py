@@ -1,0 +1,199 @@
+"""Where can this draft be served? For one checkpoint: every engine release whose rules are read
+(SGLang's KNOWN_SGLANG_VERSIONS, vLLM 0.33 with each model runner) and the taps it feeds the
+draft's slots, against the training side with its evidence level; which serve it as trained,
+which shift it, the config that fixes each, and the dual-key config for one file served on both.
+
+Predictions from the rules (sglang_rules, vllm_rules): no server is asked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from eagle3dash import engine_rules, sglang_rules, vllm_rules
+from eagle3dash.engine_rules import DualKeyFix, ServingEngine
+from eagle3dash.evidence_levels import CONFIG, DECLARED, source_level
+from eagle3dash.layout import Layout, LayoutResult, diff
+from eagle3dash.spec import DraftSpec
+from eagle3dash.trainers import Reading, training_layout, training_readings
+
+AS_TRAINED = "as-trained"  # the engine feeds every slot the training tap
+SHIFTED = "shifted"  # it feeds other taps (LayoutDiff kind says how)
+FAILS = "fails"  # the capture fails or is off (a start error, a shape mismatch at fc)
+VERDICTS = (AS_TRAINED, SHIFTED, FAILS)
+
+
+@dataclass(frozen=True)
+class TrainingSide:
+    """The taps training fed, how they are known, and the readings that disagree."""
+
+    result: LayoutResult
+    source: str  # evidence_levels source: DECLARED (given) or CONFIG (a trainer's reading)
+    trainer: str | None  # the trainer whose reading this is; None when declared
+    others: tuple[Reading, ...] = ()  # other plausible readings with other taps
+
+    @property
+    def layout(self) -> Layout:
+        """The training taps."""
+        return self.result.layout
+
+    @property
+    def level(self) -> str:
+        """The evidence level of the training side."""
+        return source_level(self.source)
+
+    def to_dict(self) -> dict:
+        """JSON form."""
+        return {
+            "layout": [t.to_dict() for t in self.layout],
+            "rule": self.result.rule,
+            "source": self.source,
+            "level": self.level,
+            "trainer": self.trainer,
+            "others": [
+                {"trainer": r.trainer, "layout": [t.to_dict() for t in r.layout]}
+                for r in self.others
+            ],
+        }
+
+
+@dataclass(frozen=True)
+class MatrixRow:
+    """One engine release: the taps it feeds, the verdict, and the config that fixes it."""
+
+    engine: ServingEngine
+    served: LayoutResult
+    verdict: str  # one of VERDICTS
+    kind: str  # LayoutDiff kind ("identical", "off-by-one", "defaults-used", ...)
+    decode_kind: str | None  # the same for CUDA-graph decode steps, when they feed other taps
+    fix: dict | None  # config.json keys that make it feed the training taps; {} = none needed
+    why_not: str | None = None  # when no ids fix it
+    dual_key_ok: bool = False  # the matrix's dual-key config makes it serve as trained
+
+    def to_dict(self) -> dict:
+        """JSON form."""
+        return {
+            "engine": self.engine.name,
+            "version": self.engine.version,
+            "runner": self.engine.runner,
+            "served": self.served.to_dict(),
+            "verdict": self.verdict,
+            "kind": self.kind,
+            "decode_kind": self.decode_kind,
+            "fix": self.fix,
+            "why_not": self.why_not,
+            "dual_key_ok": self.dual_key_ok,
+        }
+
+
+@dataclass
+class ServingMatrix:
+    """Every engine release read × the taps it feeds this draft, against training."""
+
+    num_layers: int
+    arch: str
+    training: TrainingSide
+    rows: list[MatrixRow] = field(default_factory=list)
+    dual_key: DualKeyFix | None = None  # one config.json for the newest SGLang and vLLM 0.33
+
+    def to_dict(self) -> dict:
+        """JSON form."""
+        return {
+            "num_layers": self.num_layers,
+            "arch": self.arch,
+            "training": self.training.to_dict(),
+            "rows": [r.to_dict() for r in self.rows],
+            "dual_key": None if self.dual_key is None else self.dual_key.to_dict(),
+        }
+
+
+def engines() -> list[ServingEngine]:
+    """The engine releases whose rules are read: SGLang's, then vLLM's with each runner."""
+    return [ServingEngine("sglang", v) for v in sglang_rules.KNOWN_SGLANG_VERSIONS] + [
+        ServingEngine("vllm", v, runner)
+        for v in vllm_rules.KNOWN_VLLM_VERSIONS
+        for runner in vllm_rules.RUNNERS
+    ]
+
+
+def _training_side(
+    spec: DraftSpec, num_layers: int, arch: str, trainer: str | None, declared: Layout | None
+) -> TrainingSide:
+    if declared is not None:
+        return TrainingSide(training_layout(spec, num_layers, layout=declared), DECLARED, None)
+    if trainer is not None:
+        return TrainingSide(training_layout(spec, num_layers, trainer, arch=arch), CONFIG, trainer)
+    readings = training_readings(spec, num_layers, arch)
+    first = readings[0]
+    others = tuple(r for r in readings[1:] if r.layout != first.layout)
+    return TrainingSide(first.result, CONFIG, first.trainer, others)
+
+
+def _fix(
+    engine: ServingEngine, target: Layout, spec: DraftSpec, num_layers: int, arch: str
+) -> tuple[dict | None, str | None]:
+    """The config keys that make this engine release feed `target`, or why none do."""
+    if engine.name == "vllm":
+        v_fix = vllm_rules.find_fix(
+            target, spec, num_layers, engine.version, engine.vllm_runner(), arch
+        )
+        if v_fix.ids is None:
+            return None, v_fix.why_not
+        keys: dict = {vllm_rules.TOP_LEVEL_KEY: v_fix.ids}
+        if vllm_rules.fc_width(spec) != len(v_fix.ids):
+            keys["num_aux_hidden_states"] = len(v_fix.ids)
+        return keys, None
+    version = sglang_rules.parse_version(engine.rules_version())
+    s_fix = sglang_rules.find_fix(target, spec, num_layers, version, arch)
+    if s_fix.ids is None and s_fix.eager_ids is not None:
+        eager = ", ".join(map(str, s_fix.eager_ids))
+        return None, f"{s_fix.why_not}; under --disable-cuda-graph the ids [{eager}] do"
+    if s_fix.ids is None:
+        return None, s_fix.why_not
+    return {"eagle_config": {"eagle_aux_hidden_state_layer_ids": s_fix.ids}}, None
+
+
+def _feeds(result: LayoutResult, training: Layout) -> bool:
+    """Whether a served result feeds exactly the training taps, prefill and decode."""
+    decode = result.decode_layout
+    return result.error is None and result.layout == training and decode in (None, training)
+
+
+def _row(
+    engine: ServingEngine,
+    spec: DraftSpec,
+    dual_spec: DraftSpec | None,
+    training: Layout,
+    num_layers: int,
+    arch: str,
+) -> MatrixRow:
+    served = engine_rules.serving_layout(engine, spec, num_layers, arch)
+    defaults = engine_rules.default_capture(engine, num_layers, arch)
+    fell_back = engine_rules.reads_no_ids(engine, spec)
+    kind = diff(training, served.layout, defaults if fell_back else None).kind
+    decode = served.decode_layout
+    decode_kind = diff(training, decode, defaults).kind if decode not in (None, training) else None
+    as_trained = _feeds(served, training)
+    verdict = AS_TRAINED if as_trained else FAILS if served.error else SHIFTED
+    fix, why_not = ({}, None) if as_trained else _fix(engine, training, spec, num_layers, arch)
+    dual_ok = dual_spec is not None and _feeds(
+        engine_rules.serving_layout(engine, dual_spec, num_layers, arch), training
+    )
+    return MatrixRow(engine, served, verdict, kind, decode_kind, fix, why_not, dual_ok)
+
+
+def serving_matrix(
+    spec: DraftSpec,
+    num_layers: int,
+    arch: str = "llama",
+    trainer: str | None = None,
+    training: Layout | None = None,
+) -> ServingMatrix:
+    """Where this draft is served as trained: each engine release read, the taps it feeds,
+    against the training side (`training` when declared, else `trainer`'s reading of the config,
+    else the best-hinted plausible reading), and the fix for each."""
+    side = _training_side(spec, num_layers, arch, trainer, training)
+    dual = engine_rules.dual_key_fix(side.layout, spec, num_layers, arch)
+    dual_spec = engine_rules.with_dual_keys(spec, dual) if dual.complete else None
+    rows = [_row(e, spec, dual_spec, side.layout, num_layers, arch) for e in engines()]
+    return ServingMatrix(num_layers, arch, side, rows, dual if dual.complete else None)
