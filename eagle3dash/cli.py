@@ -632,9 +632,13 @@ def _served_model_path(endpoint: str | None) -> str | None:
     """The endpoint's model path when it is a folder here (its target's embedding), else None."""
     if not endpoint:
         return None
-    from eagle3dash.sglang import SGLangClient
+    from eagle3dash.endpoints import open_engine
 
-    path = SGLangClient(endpoint).probe().model_path
+    engine = open_engine(endpoint)
+    try:
+        path = engine.probe().model_path
+    finally:
+        engine.close()
     return path if path and Path(path).is_dir() else None
 
 

@@ -36,8 +36,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from eagle3dash.engine import GenerateResult
 from eagle3dash.errors import InputError
-from eagle3dash.sglang import EndpointError, GenerateResult, SGLangClient
+from eagle3dash.http_client import EndpointError
+from eagle3dash.sglang import SGLangClient
 from eagle3dash.vllm import VLLMClient, acceptance_between
 
 __all__ = [

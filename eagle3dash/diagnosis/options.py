@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from eagle3dash.errors import InputError
+from eagle3dash.http_client import normalize_url
 from eagle3dash.layout import format_layout, parse_layout
 from eagle3dash.profile import parse_temperatures
 from eagle3dash.servebench import BUILTIN_PROMPT_SETS
-from eagle3dash.sglang import normalize_url
 from eagle3dash.sglang_rules import parse_version, version_text
 from eagle3dash.trainers import SPECFORGE_SGLANG_VERSION, TRAINERS
 
