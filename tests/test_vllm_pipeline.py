@@ -136,3 +136,57 @@ def test_dev_endpoints_off_leaves_the_draft_path_to_the_user(world) -> None:
     assert found.draft.reason == "the server does not name its draft"
     spec = found.server.speculative
     assert spec is not None and spec.num_steps == 3  # told by the per-position counters
+
+
+def capture_server(world: dict[str, Path], storage: Path, **overrides: object):
+    fields: dict = dict(
+        target_path=world["target"],
+        draft_path=None,
+        method="extract_hidden_states",
+        capture_layer_ids=[1, 3, 5],
+        shared_storage_path=storage,
+        served_model_name="tiny-target",
+    )
+    fields.update(overrides)
+    return start_vllm_double(VLLMDoubleConfig(**fields))
+
+
+def diagnose_observed(world: dict[str, Path], capture_url: str, url: str):
+    return run_diagnosis(
+        DiagnoseOptions(
+            draft=str(world["speculators"]),
+            endpoint=url,
+            capture_server=capture_url,
+            target=str(world["target"]),
+            num_prompts=2,
+            max_new_tokens=12,
+            concurrency=1,
+            steps=3,
+            profile=False,
+        )
+    )
+
+
+def test_the_capture_servers_files_make_the_serving_side_observed(world, tmp_path) -> None:
+    with (
+        serve(world, "speculators") as server,
+        capture_server(world, tmp_path / "captures") as capturing,
+    ):
+        diagnosis = diagnose_observed(world, capturing.url, server.url)
+    assert diagnosis.serving.source == "observed"
+    assert diagnosis.serving.layout == TAPS_1_3_5
+    assert "serving-states" not in [n.check for n in diagnosis.not_checked]
+    assert list((tmp_path / "captures").glob("*.safetensors"))
+
+
+def test_a_capture_server_that_departs_from_the_rules_is_seen(world, tmp_path) -> None:
+    # the knob: the capture server captures taps 2, 3, 5 whatever its ids [1, 3, 5] say
+    with (
+        serve(world, "speculators") as server,
+        capture_server(world, tmp_path / "captures", capture_taps=[2, 3, 5]) as capturing,
+    ):
+        diagnosis = diagnose_observed(world, capturing.url, server.url)
+    assert diagnosis.serving.source == "observed"
+    assert diagnosis.serving.layout == (Tap(2), Tap(3), Tap(5))
+    assert diagnosis.serving.prediction == TAPS_1_3_5
+    assert "server-feeds-other-taps" in [f.id for f in diagnosis.findings]

@@ -178,7 +178,7 @@ class DiagnoseOptions:
     endpoint: str = _option(
         MISSING,
         "Endpoint URL (the server running the target with this draft)",
-        "the SGLang endpoint serving the target with the draft, e.g. http://gpubox:30000",
+        "the SGLang or vLLM endpoint serving the target with the draft, e.g. http://gpubox:30000",
         kind=Kind.URL,
         required=True,
         placeholder="http://gpubox:30000",
@@ -288,6 +288,14 @@ class DiagnoseOptions:
     )
     capture_dir: str | None = _option(
         None, "Capture folder", "keep the serving capture in this folder"
+    )
+    capture_server: str | None = _option(
+        None,
+        "vLLM capture server (extract_hidden_states)",
+        "a vLLM server of the same target started with the extract_hidden_states method, whose "
+        "capture files show the served taps (vLLM endpoints only)",
+        kind=Kind.URL,
+        placeholder="http://gpubox:30002",
     )
     profile: bool = _option(
         True,

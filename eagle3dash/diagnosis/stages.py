@@ -418,18 +418,19 @@ def capture_serving(run: _Run, prompts: list[Prompt]) -> None:
     run.tokens = prompt_ids(prompts, run.options.target, server.model_path)
     if server.speculative is None:
         run.capture_error = "the endpoint runs no speculative decoding, so it feeds no draft"
-    elif server.engine == VLLM:
+    elif server.engine == VLLM and not run.options.capture_server:
         run.capture_error = "vLLM returns no hidden states from generate"
         run.not_checked.append(
             NotChecked(
                 "serving-states",
                 "the states the vLLM server feeds the draft are predicted from vLLM's rules, "
                 "not captured",
+                option="capture_server",
                 action="start a capture server of the same target with --speculative-config "
-                '\'{"method": "extract_hidden_states", ...}\' (README: vLLM)',
+                '\'{"method": "extract_hidden_states", ...}\' (README: vLLM) and give its URL',
             )
         )
-    elif server.hidden_states is None:
+    elif server.engine != VLLM and server.hidden_states is None:
         run.capture_error = "the server was started without --enable-return-hidden-states"
         run.not_checked.append(
             NotChecked(
@@ -456,7 +457,11 @@ def capture_serving(run: _Run, prompts: list[Prompt]) -> None:
         return
     run.stages.report(CAPTURE_SERVING)
     try:
-        capture = _capture(run, run.tokens, CAPTURE_SERVING)
+        capture = (
+            _capture_vllm(run, run.tokens)
+            if server.engine == VLLM
+            else _capture(run, run.tokens, CAPTURE_SERVING)
+        )
     except (CaptureError, EndpointError) as e:
         run.capture_error = str(e)
         run.not_checked.append(
@@ -471,6 +476,26 @@ def capture_serving(run: _Run, prompts: list[Prompt]) -> None:
         save_capture(capture, run.options.capture_dir)
     run.serving_capture = capture
     run.tokens = [seq.input_ids.tolist() for seq in capture.sequences]
+
+
+def _capture_vllm(run: _Run, tokens: list[list[int]]) -> Capture:
+    """The served sequences' aux states from the vLLM capture server's files."""
+    from eagle3dash.capture.from_vllm import capture_from_vllm
+    from eagle3dash.vllm import VLLMClient
+
+    options = run.options
+    with (
+        VLLMClient(options.endpoint, timeout=options.timeout) as serving,
+        VLLMClient(str(options.capture_server), timeout=options.timeout) as capturing,
+    ):
+        return capture_from_vllm(
+            serving,
+            capturing,
+            tokens,
+            run.prediction.serving.layout,
+            max_new_tokens=options.max_new_tokens,
+            progress=run.stages.steps(CAPTURE_SERVING, "capturing", "prompts"),
+        )
 
 
 def _capture_remedy(run: _Run) -> str:
@@ -685,8 +710,8 @@ def serving_side(run: _Run, training: Side) -> Side:
             run.not_checked.append(
                 NotChecked(
                     "serving-taps",
-                    f"which taps the server feeds is predicted from SGLang {run.version}'s "
-                    "rules, not observed",
+                    "which taps the server feeds is predicted from "
+                    f"{run.server.rules_engine().label()}'s rules, not observed",
                     option="target",
                     action="give a local copy of the target so each served slot can be matched",
                 )
