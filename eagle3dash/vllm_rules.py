@@ -114,7 +114,8 @@ class ConfigIds:
     plus_one: bool  # the runner adds 1 to the stored ids (DFlash/DSpark semantics)
 
 
-def _top_level(spec: DraftSpec) -> tuple[int, ...] | None:
+def top_level_ids(spec: DraftSpec) -> tuple[int, ...] | None:
+    """The config's top-level eagle_aux_hidden_state_layer_ids (alone, or beside nested ids)."""
     if spec.aux_ids_location == "top-level":
         return spec.aux_layer_ids
     return spec.dual_top_level_ids
@@ -153,7 +154,7 @@ def config_ids(spec: DraftSpec, runner: str = DEFAULT_RUNNER) -> ConfigIds:
             "dflash_config.layer_ids",
             "eagle_config.layer_ids",
         ]
-    values = {TOP_LEVEL_KEY: _top_level(spec), NESTED_KEY: _nested(spec)}
+    values = {TOP_LEVEL_KEY: top_level_ids(spec), NESTED_KEY: _nested(spec)}
     for key in order:
         stored = values[key] if key in values else _other(spec, key)
         if stored:

@@ -144,3 +144,24 @@ def test_evidence_reads_a_vllm_version_and_runner() -> None:
     assert Evidence(server=Server(version="nope"), engine="vllm").engine_label() == (
         "vLLM (version unknown, V2 runner)"
     )
+
+
+def test_sglang_fix_of_a_dual_key_config_rewrites_both_keys() -> None:
+    """Dual-key nested [1, 11, 21] / top-level [2, 12, 22], but training fed 3, 13, 23 (declared):
+    on SGLang 0.5.23 the nested fix is [2, 12, 22], and the top-level key must become
+    [3, 13, 23] for vLLM, or the two engines feed different taps."""
+    spec = tiny_spec(
+        aux_layer_ids=(1, 11, 21), aux_ids_location="eagle_config", dual_top_level_ids=(2, 12, 22)
+    )
+    serving = ServingEngine("sglang", "0.5.23")
+    trained = (Tap(3), Tap(13), Tap(23))
+    e = Evidence(
+        report=report(spec),
+        num_target_layers=N,
+        server=Server(version="0.5.23"),
+        layouts=predict_layouts(spec, N, training_override=trained, engine=serving),
+    )
+    f = by_id(diagnose(e))["layout-mismatch"]
+    assert f.data["config_ids"] == [2, 12, 22]
+    assert "Do not count on the top-level key [2, 12, 22] for vLLM" in f.fix
+    assert '"eagle_aux_hidden_state_layer_ids": [3, 13, 23]' in f.fix

@@ -103,13 +103,26 @@ def _releases_text(fix: LayoutFix) -> str:
 def _layout_fix(
     e: Evidence, target: Layout, serving: Layout | None, observed: ObservedMapping | None = None
 ) -> tuple[str, dict]:
-    """The concrete fix that makes this server feed `target` (`sglang_rules.find_fix`), and its
+    """The concrete fix that makes this server feed `target`: on vLLM the top-level key
+    (`_vllm_fix`); on SGLang the nested ids (`_sglang_fix`), and, when the config also holds
+    top-level ids, whether they feed vLLM the same taps (`_top_level_on_vllm`)."""
+    if e.engine == "vllm":  # vLLM's rules; an observed mapping is SGLang's id reading
+        return _vllm_fix(e, target)
+    text, data = _sglang_fix(e, target, serving, observed)
+    spec = e.spec
+    if spec is not None and e.num_target_layers is not None and vllm_rules.top_level_ids(spec):
+        text += " " + _top_level_on_vllm(e, target)
+    return text, data
+
+
+def _sglang_fix(
+    e: Evidence, target: Layout, serving: Layout | None, observed: ObservedMapping | None
+) -> tuple[str, dict]:
+    """The fix that makes this SGLang server feed `target` (`sglang_rules.find_fix`), and its
     data: config_ids and the sglang_version they hold on; needs_released_build when the server
     departs from its release's rules and the ids are stock SGLang's; empty when only retraining
     helps."""
     spec, n = e.spec, e.num_target_layers
-    if e.engine == "vllm":  # vLLM's rules; an observed mapping is SGLang's id reading
-        return _vllm_fix(e, target)
     if spec is None or n is None:
         return (
             "Set eagle_config.eagle_aux_hidden_state_layer_ids in the draft's config.json to the "
@@ -507,8 +520,6 @@ def rule_aux_ids_not_read(e: Evidence) -> list[Finding]:
     if training is not None:
         evidence += f" Training: {_slots_text(training, n)}."
         fix, data = _layout_fix(e, training, None)
-        if spec.aux_ids_location == "top-level":
-            fix += " " + _top_level_on_vllm(e, training)
     else:
         fix = (
             'Add the nested key to config.json: "eagle_config": '
@@ -525,7 +536,7 @@ def _top_level_on_vllm(e: Evidence, training: Layout) -> str:
     config that does."""
     spec, n = e.spec, e.num_target_layers
     assert spec is not None and n is not None
-    ids = spec.aux_layer_ids or ()
+    ids = vllm_rules.top_level_ids(spec) or ()
     served = {
         runner: vllm_rules.serving_layout(spec, n, runner=runner, arch=e.arch_name())
         for runner in vllm_rules.RUNNERS
