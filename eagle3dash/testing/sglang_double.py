@@ -35,7 +35,8 @@ What it models
   plain greedy decoding of the target. SGLang's topk == 1 rule is applied: num_draft_tokens !=
   num_steps + 1 becomes num_steps + 1 (the warning SGLang logs is logged and listed under
   `eagle3dash_double_warnings` in server_info).
-- Sampling and verification, per request (`temperature`, `top_p`, `top_k`, `sampling_seed` in
+- Sampling and verification (the maths in `double_maths.py`, shared with the vLLM double), per
+  request (`temperature`, `top_p`, `top_k`, `sampling_seed` in
   sampling_params; /v1/chat/completions reads them from the body). Defaults and normalisation of
   SGLang's SamplingParams (`srt/sampling/sampling_params.py`, read in the current source):
   temperature 1.0 when not sent; a temperature below 1e-6 means greedy (top_k = 1); top_k -1 means
