@@ -25,8 +25,8 @@ def test_engine_words() -> None:
 
 def test_the_form_asks_only_what_the_server_does_not_say() -> None:
     assert words.unsaid_by_server(VLLM_V2_ASSUMED) == (
-        "This vLLM server does not say which draft it serves (check that the checkpoint above "
-        "is that draft): start it with VLLM_SERVER_DEV_MODE=1 to let /server_info tell."
+        "This vLLM server does not say which draft it serves (check that your checkpoint is "
+        "that draft): start it with VLLM_SERVER_DEV_MODE=1 to let /server_info tell."
     )
     older = {**VLLM_V2_ASSUMED, "speculative": {"draft_model_path": None, "num_steps": None}}
     text = words.unsaid_by_server(older)

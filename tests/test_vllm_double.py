@@ -22,7 +22,7 @@ from eagle3dash.testing.tiny import make_tiny_target
 from eagle3dash.testing.vllm_double import VLLMDoubleConfig, start_vllm_double
 from eagle3dash.vllm import VLLMClient, acceptance_between, capture_path
 from tests.httpserver import Reply, Request, serve
-from tests.specs import served_draft_spec
+from tests.specs import run_cli, served_draft_spec
 
 PROMPTS = [[5, 17, 33, 2, 9, 41], [7, 7, 100, 3], [250, 1, 64, 128, 19]]
 
@@ -200,3 +200,15 @@ def test_anything_else_is_one_line() -> None:
     assert message.startswith(f"{url} is neither an SGLang nor a vLLM server (")
     assert message.endswith("): check the URL and port")
     assert "\n" not in message
+
+
+def test_the_cli_probe_names_the_engine_and_what_is_not_said(world) -> None:
+    with start_vllm_double(config(world)) as running:
+        done = run_cli("probe", running.url)
+    assert done.returncode == 0, done.stderr
+    lines = [line.strip() for line in done.stdout.splitlines()]
+    assert any(
+        line.startswith("engine") and line.endswith("vLLM 0.33.0 (V2 runner, assumed)")
+        for line in lines
+    )
+    assert "This vLLM server does not say which draft it serves" in done.stdout

@@ -400,7 +400,7 @@ def unsaid_by_server(server: Mapping[str, Any] | None) -> str | None:
     speculative = server["speculative"]
     missing = []
     if not speculative.get("draft_model_path"):
-        missing.append("which draft it serves (check that the checkpoint above is that draft)")
+        missing.append("which draft it serves (check that your checkpoint is that draft)")
     if not speculative.get("num_steps"):
         missing.append(
             "its draft steps (give num_speculative_tokens of its --speculative-config as "
