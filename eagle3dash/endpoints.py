@@ -57,7 +57,7 @@ def detect_engine(url: str, timeout: float = 60.0, retries: int = 3) -> str:
             return VLLM
         answers.append(said_version)
         raise EndpointError(
-            f"{asker.url} is neither an SGLang nor a vLLM server ({'; '.join(answers)}): "
+            f"{asker.url} does not look like an SGLang or a vLLM server ({'; '.join(answers)}): "
             "check the URL and port",
             url=asker.url,
             kind=EndpointError.NOT_SGLANG,

@@ -197,7 +197,7 @@ def test_anything_else_is_one_line() -> None:
         with pytest.raises(EndpointError) as caught:
             detect_engine(url, retries=1)
     message = str(caught.value)
-    assert message.startswith(f"{url} is neither an SGLang nor a vLLM server (")
+    assert message.startswith(f"{url} does not look like an SGLang or a vLLM server (")
     assert message.endswith("): check the URL and port")
     assert "\n" not in message
 
