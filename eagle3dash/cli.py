@@ -280,9 +280,11 @@ def _print_findings(findings: Sequence[Finding]) -> None:
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
-    """Report an SGLang endpoint, the draft it serves (when readable here) and the findings."""
+    """Report an endpoint (SGLang or vLLM), the draft it serves (when readable here) and the
+    findings."""
     from eagle3dash.checkpoint import inspect
     from eagle3dash.probe import before_submit, probe
+    from eagle3dash.ui import words
     from eagle3dash.ui.fmt import size
 
     if args.draft is not None:
@@ -296,7 +298,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     spec = server.speculative
     hidden = {"full": "on, every token", "last": "last token only: no capture", None: "off"}
     rows: list[tuple[str, object]] = [
-        ("version", server.version),
+        ("engine", words.engine_words(server.to_dict())),
         ("model", f"{server.model_path} ({', '.join(server.architectures or []) or '?'})"),
         ("tp / dtype / quantization", f"{server.tp_size} / {server.dtype} / {server.quantization}"),
         ("attention backend", server.attention_backend),
@@ -309,6 +311,9 @@ def cmd_probe(args: argparse.Namespace) -> int:
         ),
         ("chunked prefill size", server.chunked_prefill_size or "off"),
     ]
+    unsaid = words.unsaid_by_server(server.to_dict())
+    if unsaid:
+        rows.append(("not said", unsaid))
     if spec:
         rows += [
             ("speculative algorithm", spec.algorithm),
@@ -641,9 +646,13 @@ def _served_model_path(endpoint: str | None) -> str | None:
     """The endpoint's model path when it is a folder here (its target's embedding), else None."""
     if not endpoint:
         return None
-    from eagle3dash.sglang import SGLangClient
+    from eagle3dash.endpoints import open_engine
 
-    path = SGLangClient(endpoint).probe().model_path
+    engine = open_engine(endpoint)
+    try:
+        path = engine.probe().model_path
+    finally:
+        engine.close()
     return path if path and Path(path).is_dir() else None
 
 

@@ -1,5 +1,5 @@
-"""Probe an SGLang endpoint: its report, the draft it serves when that is readable here, and the
-findings a probe alone can make."""
+"""Probe an endpoint (SGLang or vLLM, told apart by `endpoints.detect_engine`): its report, the
+draft it serves when that is readable here, and the findings a probe alone can make."""
 
 from __future__ import annotations
 
@@ -7,10 +7,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eagle3dash.checkpoint import InspectReport, inspect
+from eagle3dash.endpoints import open_engine
+from eagle3dash.engine import ServerReport
 from eagle3dash.errors import InputError
 from eagle3dash.findings import Evidence, Finding, diagnose
 from eagle3dash.identity import DigestCache, DraftIdentity, compare_drafts, is_local_url
-from eagle3dash.sglang import ServerReport, SGLangClient
 from eagle3dash.target import LocalTarget, local_target
 
 
@@ -77,12 +78,17 @@ def served_draft(server: ServerReport) -> ServedDraft | None:
 
 
 def probe(url: str, timeout: float = 60.0, retries: int = 3) -> Probe:
-    """Probe the endpoint at url and read its draft when it can; EndpointError says what is
-    wrong with the endpoint (an unreadable draft is only a reason in Probe.draft)."""
-    with SGLangClient(url, timeout=timeout, retries=retries) as client:
-        server = client.probe()
+    """Probe the endpoint at url (SGLang or vLLM) and read its draft when it can; EndpointError
+    says what is wrong with the endpoint (an unreadable draft is only a reason in Probe.draft)."""
+    engine = open_engine(url, timeout=timeout, retries=retries)
+    try:
+        server = engine.probe()
+    finally:
+        engine.close()
     draft = served_draft(server)
-    evidence = Evidence(server=server)
+    evidence = Evidence(
+        server=server, engine=server.engine, vllm_runner=server.rules_engine().runner
+    )
     if draft is not None and draft.report is not None:
         evidence.report, evidence.draft_path = draft.report, draft.path
         # The draft read is the served one by construction: no digest needed.
@@ -109,5 +115,12 @@ def before_submit(
     served = server.speculative.draft_model_path if server.speculative else None
     if served:
         identity = compare_drafts(report.path, served, is_local_url(server.url), cache)
-    evidence = Evidence(server=server, report=report, draft_path=report.path, identity=identity)
+    evidence = Evidence(
+        server=server,
+        report=report,
+        draft_path=report.path,
+        identity=identity,
+        engine=server.engine,
+        vllm_runner=server.rules_engine().runner,
+    )
     return diagnose(evidence)

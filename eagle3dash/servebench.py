@@ -36,8 +36,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from eagle3dash.engine import GenerateResult
 from eagle3dash.errors import InputError
-from eagle3dash.sglang import EndpointError, GenerateResult, SGLangClient
+from eagle3dash.http_client import EndpointError
+from eagle3dash.sglang import SGLangClient
+from eagle3dash.vllm import VLLMClient, acceptance_between
 
 __all__ = [
     "BUILTIN_PROMPT_SETS",
@@ -52,6 +55,7 @@ __all__ = [
     "percentile",
     "run_bench",
     "shares_at_least",
+    "run_vllm_bench",
     "sum_histograms",
 ]
 
@@ -333,6 +337,10 @@ class BenchResult:
     server_latency_p99: float | None
     errors: int
     temperature: float = 0.0  # sent with every request; accept length falls as it rises
+    # Where accept length and the histogram come from: "per-request" (each answer's statistics)
+    # or "metrics-delta" (a vLLM server's /metrics counters around the benchmark: server-wide,
+    # so they are ours only while nothing else uses the server).
+    acceptance_source: str = "per-request"
     error_messages: list[str] = field(default_factory=list)
     requests: list[RequestStat] = field(default_factory=list, repr=False)
 
@@ -503,6 +511,75 @@ def run_bench(
             url=client.url,
             kind=EndpointError.SERVER_ERROR,
         )
+    return result
+
+
+def run_vllm_bench(
+    url: str,
+    prompts: Sequence[Prompt],
+    concurrency: int = 4,
+    max_new_tokens: int = 128,
+    warmup: int = 2,
+    progress: Progress | None = None,
+    timeout: float = 300.0,
+    *,
+    retries: int = 3,
+    temperature: float = 0.0,
+) -> BenchResult:
+    """`run_bench` on a vLLM server (POST /v1/completions). Acceptance comes from each answer's
+    metrics.speculative_decoding when the server sends it, else from its /metrics counters read
+    before and after the measured requests (acceptance_source "metrics-delta": server-wide)."""
+    if not prompts:
+        raise ValueError("run_vllm_bench needs at least one prompt")
+    with VLLMClient(url, timeout=timeout, retries=retries) as probe_client:
+        report = probe_client.probe()
+        model = report.served_model_name or ""
+
+        def send(prompt: Prompt) -> GenerateResult:
+            with VLLMClient(url, timeout=timeout, retries=retries) as client:
+                text_or_ids = prompt.text or "" if prompt.input_ids is None else prompt.input_ids
+                return client.generate(
+                    text_or_ids if isinstance(text_or_ids, str) else list(text_or_ids),
+                    model,
+                    max_new_tokens=max_new_tokens,
+                    temperature=temperature,
+                )
+
+        for i in range(warmup):
+            send(prompts[i % len(prompts)])
+        before = probe_client.metrics()
+        done = 0
+
+        def measured(item: tuple[int, Prompt]) -> RequestStat:
+            nonlocal done
+            i, prompt = item
+            try:
+                stat = _stat(i, send(prompt))
+            except EndpointError as exc:
+                stat = RequestStat(index=i, error=str(exc))
+            done += 1
+            if progress is not None:
+                progress(done, len(prompts))
+            return stat
+
+        start = time.perf_counter()
+        with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
+            stats = list(pool.map(measured, enumerate(prompts)))
+        wall = time.perf_counter() - start
+        after = probe_client.metrics()
+    result = _summarize(url, stats, concurrency, max_new_tokens, warmup, wall, temperature)
+    if result.errors == result.num_requests:
+        raise EndpointError(
+            f"all {result.num_requests} benchmark requests failed; first error: "
+            f"{result.error_messages[0]}",
+            url=url,
+            kind=EndpointError.SERVER_ERROR,
+        )
+    if result.accept_length is None and report.speculative is not None:
+        delta = acceptance_between(before, after, report.served_model_name)
+        result.accept_length = delta.mean_acceptance_length
+        result.correct_drafts_histogram = delta.histogram
+        result.acceptance_source = "metrics-delta"
     return result
 
 

@@ -2,23 +2,14 @@
 
 The app never imports `sglang`; everything it knows about a server comes through here. Field names
 and endpoints follow SGLang 0.5.23's `python/sglang/srt/entrypoints/http_server.py`,
-`managers/tokenizer_manager.py` and `arg_groups/fields/spec.py`. Every failure is an
-`EndpointError` with one line that names the URL and what to do, so interfaces can show it
-without a traceback. Replies are parsed with orjson; a reply with hidden states is read as it
-arrives (`states_json.StatesReader`), never whole.
+`managers/tokenizer_manager.py` and `arg_groups/fields/spec.py`. The transport (retries,
+deadlines, bounded replies, `EndpointError`) is `http_client.py`'s. Replies are parsed with orjson;
+a reply with hidden states is read as it arrives (`states_json.StatesReader`), never whole.
 """
 
 from __future__ import annotations
 
-import asyncio
-import re
-import socket
-import threading
 import time
-import weakref
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import httpx
@@ -26,15 +17,28 @@ import numpy as np
 import orjson
 from numpy.typing import NDArray
 
-from eagle3dash.errors import InputError
-from eagle3dash.sglang_rules import hidden_states_mode
+from eagle3dash.engine import (
+    SGLANG,
+    GenerateResult,
+    ServerReport,
+    SpeculativeSettings,
+)
+from eagle3dash.http_client import (
+    _CAUSE_SCAN,
+    EndpointError,
+    HttpEndpoint,
+    _describe_body,
+    _known_cause,
+    normalize_url,
+)
 from eagle3dash.states_json import MAX_STATES_WIDTH, ReplyError, StatesReader, reply_bound
-from eagle3dash.text import ascii_int, one_line
+from eagle3dash.text import ascii_int
 
 __all__ = [
     "EndpointError",
     "GenerateResult",
     "SGLangClient",
+    "SGLangEngine",
     "ServerReport",
     "SpeculativeSettings",
     "normalize_url",
@@ -49,202 +53,6 @@ HIDDEN_STATES_REFUSED = "not configured to return"
 # ... and when it was started with --return-hidden-states-mode last (0.5.20+): "The requested
 # return_hidden_states mode exceeds the server maximum `last`. ..." (tokenizer_manager.py, 0.5.23).
 HIDDEN_STATES_ABOVE_MODE = "exceeds the server maximum"
-_CAUSE_SCAN = 4096  # an error reply's first characters, searched for a known cause
-_MEDIA_TYPE = re.compile(r"[a-z0-9.+-]{1,40}/[a-z0-9.+-]{1,80}|no content type", re.IGNORECASE)
-# The largest reply to a request without hidden states (server_info, a generation's text and
-# meta_info): far above any real one, far below what would exhaust memory.
-MAX_REPLY_BYTES = 64 << 20
-
-
-class EndpointError(InputError):
-    """An SGLang endpoint that cannot be used; the one-line message names the URL and the fix."""
-
-    DOWN = "down"
-    TIMEOUT = "timeout"
-    NOT_SGLANG = "not_sglang"
-    BAD_RESPONSE = "bad_response"
-    SERVER_ERROR = "server_error"
-    REQUEST_REJECTED = "request_rejected"
-    NO_SPECULATION = "no_speculation"
-    NO_HIDDEN_STATES = "no_hidden_states"
-    BAD_URL = "bad_url"
-    TOO_LARGE = "too_large"
-
-    def __init__(self, message: str, *, url: str, kind: str, status: int | None = None) -> None:
-        super().__init__(message)
-        self.url = url
-        self.kind = kind
-        self.status = status
-
-
-def normalize_url(url: str) -> str:
-    """`host:port` or `http://host:port/` -> `http://host:port`: scheme added, slash dropped."""
-    text = (url or "").strip()
-    if "://" not in text:
-        text = "http://" + text
-    text = text.rstrip("/")
-    shown = one_line(repr(url), 120)
-    try:
-        parsed = httpx.URL(text)
-    except httpx.InvalidURL as exc:
-        raise EndpointError(
-            f"{shown} is not a valid endpoint URL ({one_line(exc, 120)}): use http://host:port",
-            url=url,
-            kind=EndpointError.BAD_URL,
-        ) from None
-    if parsed.scheme not in ("http", "https") or not parsed.host:
-        raise EndpointError(
-            f"{shown} is not a valid endpoint URL: use http://host:port",
-            url=url,
-            kind=EndpointError.BAD_URL,
-        )
-    problem = _host_problem(parsed.host)
-    if problem:
-        raise EndpointError(
-            f"{shown} is not a valid endpoint URL: {problem}; use http://host:port",
-            url=url,
-            kind=EndpointError.BAD_URL,
-        )
-    return text
-
-
-def _host_problem(host: str) -> str | None:
-    """Why a host name cannot be looked up (DNS: labels of 1-63 characters, 253 in all, as
-    IDNA encodes them), else None; an IP address has none."""
-    if host.startswith("[") or host.replace(".", "").isdigit() or ":" in host:
-        return None
-    try:
-        encoded = host.encode("idna")
-    except UnicodeError:
-        return "its host name cannot be encoded for DNS (a label is empty or too long)"
-    if len(encoded) > 253:
-        return f"its host name is {len(encoded):,} characters long, over DNS's 253"
-    return None
-
-
-# Phrases of SGLang's own error messages, recognised (lower case) and said in our words: a
-# reply's text is never shown, but a known cause is named.
-_KNOWN_CAUSES = (
-    ("out of memory", "the server ran out of GPU memory"),
-    ("longer than the model's context length", "the prompt is longer than the context length"),
-    ("input too long", "the prompt is longer than the context length"),
-)
-
-
-def _known_cause(text: str) -> str | None:
-    """Our words for a known SGLang error phrase in a reply's text, else None."""
-    lowered = text.lower()
-    return next((words for phrase, words in _KNOWN_CAUSES if phrase in lowered), None)
-
-
-def _describe_body(resp: httpx.Response) -> str:
-    """A reply's kind and size, never its content: whatever answers at a URL is classified, not
-    echoed (its words could be anyone's)."""
-    kind = resp.headers.get("content-type", "no content type").split(";")[0].strip()
-    if not _MEDIA_TYPE.fullmatch(kind):
-        kind = "an unusual content type"
-    size = len(resp.content)
-    return f"{kind}, {size:,} bytes" if size else f"{kind}, empty body"
-
-
-# --- reports --------------------------------------------------------------------------------------
-
-
-@dataclass
-class SpeculativeSettings:
-    """The server's speculative decoding settings, as resolved at startup (auto-choice applied)."""
-
-    algorithm: str
-    draft_model_path: str | None
-    num_steps: int | None
-    eagle_topk: int | None
-    num_draft_tokens: int | None
-    token_map: str | None
-    draft_quantization: str | None
-    quantization_explicitly_set: bool | None
-    accept_threshold_single: float | None
-    accept_threshold_acc: float | None
-    adaptive: bool  # --speculative-adaptive: the draft steps change at runtime, down to 0
-    # "key=value" of each claimed setting outside CLAIM_BOUNDS: the value is not used (None)
-    implausible: list[str] = field(default_factory=list)
-
-    @property
-    def max_accept_length(self) -> int | None:
-        """The best accept length a chain of num_steps drafts can reach (num_steps + 1); None
-        when the steps are adaptive (num_steps is only where they start)."""
-        return None if self.num_steps is None or self.adaptive else self.num_steps + 1
-
-
-@dataclass
-class ServerReport:
-    """What a probe learned about one SGLang server."""
-
-    url: str
-    version: str | None
-    model_path: str | None
-    served_model_name: str | None
-    architectures: list[str] | None
-    model_type: str | None
-    tp_size: int | None
-    dtype: str | None
-    quantization: str | None
-    attention_backend: str | None
-    device: str | None
-    speculative: SpeculativeSettings | None
-    enable_return_hidden_states: bool
-    return_hidden_states_mode: str | None  # 0.5.20+: "full" | "last"; None: older, or off
-    enable_return_aux_hidden_states: bool
-    aux_hidden_state_capture: str | None  # capture-only mode's convention: "eagle3", "dflash", ...
-    return_aux_hidden_state_layer_ids: list[int] | None
-    chunked_prefill_size: int | None  # prompts longer than this are prefilled in chunks
-    disable_radix_cache: bool | None
-    disable_cuda_graph: bool | None
-    decode_log_interval: int | None
-    avg_spec_accept_length: float | None
-    healthy: bool
-    server_info: dict = field(repr=False)
-    model_info: dict = field(default_factory=dict, repr=False)
-    server_info_path: str = "/server_info"
-
-    def to_dict(self) -> dict:
-        """A JSON-ready dict of every field, raw server_info included."""
-        return asdict(self)
-
-    def require_speculative(self) -> SpeculativeSettings:
-        """The speculative settings, or an EndpointError when the server runs without a draft."""
-        if self.speculative is None:
-            raise EndpointError(
-                f"{self.url} serves {self.model_path} without speculative decoding "
-                "(speculative_algorithm is null): restart it with --speculative-algorithm EAGLE3 "
-                "--speculative-draft-model-path <draft>",
-                url=self.url,
-                kind=EndpointError.NO_SPECULATION,
-            )
-        return self.speculative
-
-    @property
-    def hidden_states(self) -> str | None:
-        """What return_hidden_states=true gets: 'full' (a row per token), 'last' (refused) or
-        None (refused: the server was not started to return hidden states)."""
-        return hidden_states_mode(self.enable_return_hidden_states, self.return_hidden_states_mode)
-
-    def require_hidden_states(self) -> None:
-        """Raise an EndpointError when /generate cannot return hidden states on this server."""
-        if self.hidden_states == "last":
-            raise EndpointError(
-                f"{self.url} was started with --return-hidden-states-mode last, so it returns "
-                "only the last token's hidden state and refuses return_hidden_states=true: "
-                "restart it with --return-hidden-states-mode full",
-                url=self.url,
-                kind=EndpointError.NO_HIDDEN_STATES,
-            )
-        if self.hidden_states is None:
-            raise EndpointError(
-                f"{self.url} was started without --enable-return-hidden-states, so it cannot "
-                "return hidden states: restart it with --enable-return-hidden-states",
-                url=self.url,
-                kind=EndpointError.NO_HIDDEN_STATES,
-            )
 
 
 class _Fields:
@@ -390,45 +198,6 @@ def parse_server_report(
     )
 
 
-@dataclass
-class GenerateResult:
-    """One /generate answer, with the meta_info fields the diagnosis reads."""
-
-    output_ids: list[int]
-    text: str
-    prompt_tokens: int | None
-    completion_tokens: int | None
-    spec_verify_ct: int | None
-    spec_accept_length: float | None
-    e2e_latency: float | None
-    finish_reason: str | None
-    spec_num_correct_drafts: int | None
-    spec_num_proposed_drafts: int | None
-    spec_accept_rate: float | None
-    # Entry k: the verify rounds that accepted exactly k drafts; SGLang grows the list only to the
-    # largest k seen. None: a server that predates the field, or a request without speculation.
-    spec_correct_drafts_histogram: list[int] | None
-    meta_info: dict = field(repr=False)  # without hidden_states
-    client_latency_s: float = 0.0
-    # meta_info.hidden_states[0] (the prefill block, [tokens, width]) cut into `parts` equal column
-    # blocks: float32 [parts, tokens, width / parts] (generate(return_hidden_states=True) only).
-    prefill_states: NDArray[np.float32] | None = field(default=None, repr=False)
-
-    @property
-    def prefill_shape(self) -> tuple[int, int] | None:
-        """(tokens, width) of the prefill block, None without hidden states."""
-        if self.prefill_states is None:
-            return None
-        parts, rows, cols = self.prefill_states.shape
-        return rows, parts * cols
-
-    def to_dict(self) -> dict:
-        """A JSON-ready dict of every field; the prefill block by its shape."""
-        d = {k: v for k, v in vars(self).items() if k != "prefill_states"}
-        d["prefill_shape"] = self.prefill_shape
-        return d
-
-
 def _histogram(value: Any, url: str) -> list[int] | None:
     if value is None:
         return None
@@ -494,108 +263,17 @@ def parse_generate(
 # --- client ---------------------------------------------------------------------------------------
 
 
-class SGLangClient:
+class SGLangClient(HttpEndpoint):
     """Talks to one SGLang server over HTTP; sync for probe/generate, async for benchmarks."""
 
-    def __init__(
-        self,
-        url: str,
-        timeout: float = 60.0,
-        retries: int = 3,
-        *,
-        backoff: float = 0.25,
-        api_key: str | None = None,
-    ) -> None:
-        self.url = normalize_url(url)
-        self.timeout = float(timeout)
-        self.retries = max(1, int(retries))
-        self.backoff = float(backoff)
-        # SGLang's --api-key checks a bearer token on every route.
-        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http: httpx.Client | None = None
-        # The sockets this client opened: the deadline shuts them down (see `_deadline`).
-        self._sockets: weakref.WeakSet[socket.socket] = weakref.WeakSet()
-        self._expired: threading.Event | None = None  # the running deadline's, once it passed
-
-    # lifecycle
-
-    def __enter__(self) -> SGLangClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Close the pooled sync connection."""
-        if self._http is not None:
-            self._http.close()
-            self._http = None
-
-    def _client(self) -> httpx.Client:
-        if self._http is None:
-            self._http = httpx.Client(timeout=self.timeout, headers=self._headers)
-        return self._http
-
-    def async_client(self, max_connections: int = 100) -> httpx.AsyncClient:
-        """A new AsyncClient for `agenerate(session=...)`; the caller closes it."""
-        limits = httpx.Limits(
-            max_connections=max_connections, max_keepalive_connections=max_connections
-        )
-        return httpx.AsyncClient(timeout=self.timeout, headers=self._headers, limits=limits)
-
-    # error mapping
-
-    def _err(self, message: str, kind: str, status: int | None = None) -> EndpointError:
-        return EndpointError(message, url=self.url, kind=kind, status=status)
-
-    def _down(self, method: str, path: str, exc: Exception) -> EndpointError:
-        tries = f" after {self.retries} tries" if self.retries > 1 else ""
-        return self._err(
-            f"cannot connect to {self.url} ({method} {path}: {one_line(str(exc), 120)}){tries}: "
-            "is the server running? check the URL and port",
-            EndpointError.DOWN,
-        )
-
-    def _http_error(self, method: str, path: str, exc: httpx.HTTPError) -> EndpointError:
-        if isinstance(exc, httpx.TimeoutException):
-            return self._err(
-                f"{method} {self.url}{path} is slow: no answer within {self.timeout:g} s "
-                "(is the server overloaded or stuck? raise the timeout for long generations)",
-                EndpointError.TIMEOUT,
-            )
-        if isinstance(exc, httpx.RemoteProtocolError) and "disconnected" in str(exc).lower():
-            # A server that crashes mid-request closes the socket without an answer.
-            return self._err(
-                f"{method} {self.url}{path}: the server closed the connection without answering "
-                "(did it crash? check its log)",
-                EndpointError.DOWN,
-            )
-        if isinstance(exc, httpx.RemoteProtocolError | httpx.DecodingError):
-            return self._err(  # h11's words quote the reply's bytes: only the error's kind
-                f"{method} {self.url}{path} answered with something that is not valid HTTP "
-                f"({type(exc).__name__}): does the URL point at an SGLang server?",
-                EndpointError.NOT_SGLANG,
-            )
-        if isinstance(exc, httpx.UnsupportedProtocol | httpx.InvalidURL):
-            return self._err(
-                f"{self.url} is not a usable URL ({exc}): use http://host:port",
-                EndpointError.BAD_URL,
-            )
-        return self._err(
-            f"{method} {self.url}{path} failed: {type(exc).__name__}: {one_line(str(exc), 120)} "
-            "(did the server crash or drop the connection?)",
-            EndpointError.DOWN,
-        )
+    ENGINE = "SGLang"
 
     def _check(self, resp: httpx.Response, method: str, path: str) -> httpx.Response:
-        """Return a 2xx response; map anything else to one EndpointError."""
+        """Return a 2xx response; SGLang's own refusals of hidden states in its words, anything
+        else as the transport maps it."""
         status = resp.status_code
         if status < 300:
             return resp
-        cause = _known_cause(resp.text[:_CAUSE_SCAN])
-        text = f"{cause}; " if cause else ""
-        text += f"its reply: {_describe_body(resp)}"
-        where = f"{method} {self.url}{path}"
         if HIDDEN_STATES_ABOVE_MODE in resp.text.lower():
             raise self._err(
                 f"{self.url} returns only the last token's hidden state "
@@ -610,188 +288,7 @@ class SGLangClient:
                 "return hidden states: restart it with --enable-return-hidden-states"
             )
             raise self._err(return_msg, EndpointError.NO_HIDDEN_STATES, status)
-        if status >= 500:
-            raise self._err(
-                f"{where} failed with HTTP {status} ({text}): the server's log says why",
-                EndpointError.SERVER_ERROR,
-                status,
-            )
-        if status in (401, 403):
-            raise self._err(
-                f"{where} was refused with HTTP {status} ({text}): "
-                "the server needs the API key it was started with (--api-key)",
-                EndpointError.REQUEST_REJECTED,
-                status,
-            )
-        if status == 404:
-            raise self._err(
-                f"{self.url} does not look like an SGLang server: {method} {path} returned 404",
-                EndpointError.NOT_SGLANG,
-                status,
-            )
-        raise self._err(
-            f"{where} was rejected with HTTP {status} ({text})",
-            EndpointError.REQUEST_REJECTED,
-            status,
-        )
-
-    def _json(self, resp: httpx.Response, method: str, path: str) -> Any:
-        try:
-            return orjson.loads(resp.content)
-        except orjson.JSONDecodeError:
-            raise self._err(
-                f"{method} {self.url}{path} returned a body that is not JSON "
-                f"({_describe_body(resp)}): does the URL point at an SGLang server?",
-                EndpointError.BAD_RESPONSE,
-                resp.status_code,
-            ) from None
-
-    def _trace(self, event: str, info: dict) -> None:
-        # httpcore's trace extension: each new connection's socket, for `_deadline` to shut.
-        if event == "connection.connect_tcp.complete" and info.get("return_value") is not None:
-            sock = info["return_value"].get_extra_info("socket")
-            if sock is not None:
-                self._sockets.add(sock)
-                if self._expired is not None and self._expired.is_set():
-                    with suppress(OSError):  # connected after the deadline: no use any more
-                        sock.shutdown(socket.SHUT_RDWR)
-
-    def _slow(self, method: str, path: str) -> EndpointError:
-        return self._err(
-            f"{method} {self.url}{path} is slow: no complete answer within {self.timeout:g} s "
-            "(is the server overloaded or stuck? raise the timeout for long generations)",
-            EndpointError.TIMEOUT,
-        )
-
-    @contextmanager
-    def _deadline(self, method: str, path: str) -> Iterator[None]:
-        """One total deadline (`timeout`) over connect, headers and body: httpx's timeouts are
-        per read, so a server sending its headers a byte a second would hold a request forever.
-        At the deadline the client's sockets are shut down, which ends any blocked read."""
-        fired = threading.Event()
-        self._expired = fired
-
-        def stop() -> None:
-            fired.set()
-            for sock in list(self._sockets):
-                with suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
-
-        timer = threading.Timer(self.timeout, stop)
-        timer.daemon = True
-        timer.start()
-        try:
-            yield
-        except (EndpointError, httpx.HTTPError):
-            if fired.is_set():
-                raise self._slow(method, path) from None
-            raise
-        finally:
-            timer.cancel()
-            self._expired = None
-            if fired.is_set():
-                self.close()  # its connections are dead
-        if fired.is_set():  # an answer completed past the deadline is past it all the same
-            raise self._slow(method, path)
-
-    # transport: retries on connection errors only; an HTTP error or a timeout is final, since a
-    # generate that timed out may still be running on the server.
-
-    def _request(
-        self, method: str, path: str, json: Any = None, *, stream: bool = False
-    ) -> httpx.Response:
-        """The response, read whole within the request's total deadline (`timeout`) and
-        MAX_REPLY_BYTES; with `stream` its body is left unread (the caller closes it)."""
-        if not stream:
-            with self._deadline(method, path):
-                return self._send(method, path, json, stream)
-        return self._send(method, path, json, stream)
-
-    def _send(self, method: str, path: str, json: Any, stream: bool) -> httpx.Response:
-        last: Exception | None = None
-        for attempt in range(self.retries):
-            deadline = time.monotonic() + self.timeout
-            try:
-                client = self._client()
-                request = client.build_request(
-                    method, self.url + path, json=json, extensions={"trace": self._trace}
-                )
-                resp = client.send(request, stream=True)
-                return resp if stream else self._read_bounded(resp, method, path, deadline)
-            except httpx.ConnectError as exc:
-                last = exc
-                if attempt + 1 < self.retries:
-                    time.sleep(self.backoff * 2**attempt)
-            except httpx.HTTPError as exc:
-                raise self._http_error(method, path, exc) from None
-        assert last is not None
-        raise self._down(method, path, last) from None
-
-    def _read_bounded(
-        self, resp: httpx.Response, method: str, path: str, deadline: float
-    ) -> httpx.Response:
-        """The response with its body read, refused past the deadline or MAX_REPLY_BYTES: httpx's
-        timeout is per read, so a server sending a byte a second would hold a request forever."""
-        chunks, size = [], 0
-        try:
-            for chunk in resp.iter_bytes():
-                size += len(chunk)
-                self._bound(size, deadline, method, path)
-                chunks.append(chunk)
-        finally:
-            resp.close()
-        return httpx.Response(
-            resp.status_code, headers=resp.headers, content=b"".join(chunks), request=resp.request
-        )
-
-    def _bound(self, size: int, deadline: float, method: str, path: str) -> None:
-        """Refuse a reply being read once it is larger than MAX_REPLY_BYTES or past its deadline."""
-        if size > MAX_REPLY_BYTES:
-            raise self._err(
-                f"{method} {self.url}{path}: the reply is larger than {MAX_REPLY_BYTES >> 20} MiB, "
-                "more than any SGLang answer to it: refused (does the URL point at an SGLang "
-                "server?)",
-                EndpointError.TOO_LARGE,
-            )
-        if time.monotonic() > deadline:
-            raise self._slow(method, path)
-
-    async def _arequest(
-        self, session: httpx.AsyncClient, method: str, path: str, json: Any = None
-    ) -> httpx.Response:
-        """`_request` for the benchmark's concurrent requests (same deadline and size bound)."""
-        last: Exception | None = None
-        for attempt in range(self.retries):
-            deadline = time.monotonic() + self.timeout
-            try:
-                request = session.build_request(method, self.url + path, json=json)
-                chunks, size = [], 0
-                try:  # the total deadline covers the headers too (a server may drip them)
-                    async with asyncio.timeout(self.timeout):
-                        resp = await session.send(request, stream=True)
-                        try:
-                            async for chunk in resp.aiter_bytes():
-                                size += len(chunk)
-                                self._bound(size, deadline, method, path)
-                                chunks.append(chunk)
-                        finally:
-                            await resp.aclose()
-                except TimeoutError:
-                    raise self._slow(method, path) from None
-                return httpx.Response(
-                    resp.status_code,
-                    headers=resp.headers,
-                    content=b"".join(chunks),
-                    request=resp.request,
-                )
-            except httpx.ConnectError as exc:
-                last = exc
-                if attempt + 1 < self.retries:
-                    await asyncio.sleep(self.backoff * 2**attempt)
-            except httpx.HTTPError as exc:
-                raise self._http_error(method, path, exc) from None
-        assert last is not None
-        raise self._down(method, path, last) from None
+        return super()._check(resp, method, path)
 
     # operations
 
@@ -1013,3 +510,30 @@ class SGLangClient:
                 400,
             )
         self._check(resp, "POST", "/flush_cache")
+
+
+class SGLangEngine:
+    """The serving-engine seam's SGLang adapter (`engine.EngineAdapter`): the client, and
+    SGLang's id-to-tap rules for the server's release (`sglang_rules`)."""
+
+    name = SGLANG
+
+    def __init__(self, url: str, timeout: float = 60.0, retries: int = 3) -> None:
+        self.client = SGLangClient(url, timeout=timeout, retries=retries)
+        self.url = self.client.url
+
+    def probe(self) -> ServerReport:
+        """The server's report."""
+        return self.client.probe()
+
+    def generate_ids(
+        self, input_ids: list[int], max_new_tokens: int, temperature: float = 0.0
+    ) -> GenerateResult:
+        """POST /generate from a token-id prompt."""
+        return self.client.generate(
+            input_ids=input_ids, max_new_tokens=max_new_tokens, temperature=temperature
+        )
+
+    def close(self) -> None:
+        """Close the client's connections."""
+        self.client.close()

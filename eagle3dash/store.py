@@ -68,6 +68,7 @@ RUN_COLUMNS = (
     "worst_finding_title",
     "error",
     "diagnosis_json",
+    "engine",
 )
 _BOOL_COLUMNS = ("uploaded", "post_norm", "needs_gpu", "cancel_requested", "checkpoint_removed")
 
@@ -227,6 +228,12 @@ _V5 = (
     "ALTER TABLE jobs ADD COLUMN placement_json TEXT",
 )
 
+_V6 = (
+    # The serving engine a run diagnosed ("sglang" | "vllm"; NULL: a run stored before engines
+    # were told apart, or not finished): the Runs page's column and search.
+    "ALTER TABLE runs ADD COLUMN engine TEXT",
+)
+
 # (version, name, statements) in order.
 MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
     (1, "initial schema", _V1),
@@ -234,6 +241,7 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
     (3, "the diagnosis as one JSON form, weight-file digests", _V3),
     (4, "checkpoint content digests, stopped endpoints", _V4),
     (5, "where a job ran", _V5),
+    (6, "the serving engine of a run", _V6),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
@@ -825,6 +833,7 @@ def _run_filter(status: str | None, search: str | None) -> tuple[str, list[Any]]
             "runs.endpoint_url",
             "runs.baseline_url",
             "runs.status",
+            "runs.engine",
         )
         ors = [f"{c} LIKE ? ESCAPE '\\'" for c in cols]
         params.extend([like] * len(cols))

@@ -16,15 +16,15 @@ from transformers import LlamaForCausalLM
 
 from eagle3dash.demo import FIXTURES, deployments
 from eagle3dash.servebench import load_prompts, run_bench
-from eagle3dash.testing.sglang_double import (
+from eagle3dash.testing.double_maths import (
     TOP_K_ALL,
     Sampling,
     parse_sampling,
     sample_from,
-    start_double,
     target_probs,
     verify_chain,
 )
+from eagle3dash.testing.sglang_double import start_double
 
 # target distributions after 0, 1 and 2 accepted drafts, over a vocabulary of 4
 ROWS = torch.tensor(

@@ -134,6 +134,7 @@ def test_the_schema_holds_every_user_option_in_field_order() -> None:
         "device",
         "dtype",
         "capture_dir",
+        "capture_server",
         "profile",
         "temperatures",
     ]

@@ -76,11 +76,12 @@ else:
         draft_path = None if row is None else row["path"]
 
 # 2. The endpoint (probed on entry) and an optional baseline.
-st.header("2. SGLang endpoint")
+st.header("2. Endpoint (SGLang or vLLM)")
 endpoint = widgets.option_input(st, "endpoint", key="endpoint")
 probe = widgets.probe_panel(endpoint, key="endpoint", findings_title=None)
 newrun.before_submit_warnings(probe, draft_path)
 newrun.follow_server_steps(probe)
+newrun.ask_what_the_server_does_not_say(probe)
 newrun.propose_target(probe)
 target = newrun.local_target_input()
 baseline = widgets.option_input(st, "baseline", key="baseline")

@@ -5,7 +5,7 @@ import streamlit as st
 
 from eagle3dash import jobs as jobq
 from eagle3dash import store as db
-from eagle3dash.ui import data, glossary, tables, timings, widgets
+from eagle3dash.ui import data, glossary, tables, timings, widgets, words
 from eagle3dash.ui import profile as profile_ui
 from eagle3dash.ui.fmt import md_escape, status_label, when
 from eagle3dash.ui.home import get_store
@@ -46,6 +46,7 @@ st.markdown(
     f"{md_escape(status_label(view.status))} · checkpoint "
     f"**{md_escape(tables.checkpoint_label(run))}** · endpoint "
     f"**{md_escape(run.get('endpoint_url') or '—')}**"
+    + (f" ({md_escape(words.engine_words(diagnosis.server))})" if diagnosis else "")
     + (f" · baseline **{md_escape(run['baseline_url'])}**" if run.get("baseline_url") else "")
     + f" · created {md_escape(when(run.get('created_at')))}"
 )

@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from eagle3dash.errors import InputError
+from eagle3dash.http_client import normalize_url
 from eagle3dash.layout import Layout, format_layout, parse_layout
 from eagle3dash.profile import parse_temperatures
 from eagle3dash.servebench import BUILTIN_PROMPT_SETS
-from eagle3dash.sglang import normalize_url
 from eagle3dash.sglang_rules import FALLBACK_ARCH, parse_version, version_text
 from eagle3dash.trainers import SPECFORGE_SGLANG_VERSION, TRAINERS
 
@@ -200,7 +200,7 @@ class DiagnoseOptions:
     endpoint: str = _option(
         MISSING,
         "Endpoint URL (the server running the target with this draft)",
-        "the SGLang endpoint serving the target with the draft, e.g. http://gpubox:30000",
+        "the SGLang or vLLM endpoint serving the target with the draft, e.g. http://gpubox:30000",
         kind=Kind.URL,
         required=True,
         placeholder="http://gpubox:30000",
@@ -310,6 +310,14 @@ class DiagnoseOptions:
     )
     capture_dir: str | None = _option(
         None, "Capture folder", "keep the serving capture in this folder"
+    )
+    capture_server: str | None = _option(
+        None,
+        "vLLM capture server (extract_hidden_states)",
+        "a vLLM server of the same target started with the extract_hidden_states method, whose "
+        "capture files show the served taps (vLLM endpoints only)",
+        kind=Kind.URL,
+        placeholder="http://gpubox:30002",
     )
     profile: bool = _option(
         True,

@@ -25,4 +25,5 @@ def record_diagnosis(store: db.Store, run_id: int, diagnosis: Diagnosis) -> None
         tok_s=measured.output_tok_s_aggregate if measured else None,
         baseline_tok_s=speedup.get("baseline_output_tok_s"),
         speedup=speedup.get("speedup"),
+        engine=diagnosis.server.engine,
     )

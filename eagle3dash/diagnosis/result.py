@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from eagle3dash.checkpoint import InspectReport
 from eagle3dash.diagnosis.options import DiagnoseOptions
+from eagle3dash.engine import ServerReport
 from eagle3dash.evidence_levels import (
     CONFIG,
     DECLARED,
@@ -46,7 +47,6 @@ from eagle3dash.prediction import LayoutComparison
 from eagle3dash.profile import Profile
 from eagle3dash.servebench import BenchResult, compare_to_baseline
 from eagle3dash.severity import Severity
-from eagle3dash.sglang import ServerReport
 
 if TYPE_CHECKING:
     from eagle3dash.metrics import DraftEval

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from eagle3dash import engine_rules
 from eagle3dash.checkpoint import InspectReport, inspect_draft
 from eagle3dash.diagnosis.options import SCHEMA, DiagnoseOptions
 from eagle3dash.diagnosis.result import (
@@ -35,8 +36,11 @@ from eagle3dash.diagnosis.result import (
     NotChecked,
     Side,
 )
+from eagle3dash.endpoints import open_engine
+from eagle3dash.engine import VLLM, ServerReport
 from eagle3dash.errors import InputError
 from eagle3dash.findings import Evidence, Finding, diagnose
+from eagle3dash.http_client import EndpointError
 from eagle3dash.identity import DigestCache, DraftIdentity, compare_drafts, is_local_url
 from eagle3dash.layout import Layout, LayoutResult, Tap, bracketed, diff
 from eagle3dash.prediction import LayoutComparison, predict_layouts
@@ -53,12 +57,10 @@ from eagle3dash.profile import (
     steps_advice,
 )
 from eagle3dash.provenance import json_digests
-from eagle3dash.servebench import BenchResult, Prompt, load_prompts, run_bench
-from eagle3dash.sglang import EndpointError, ServerReport, SGLangClient
+from eagle3dash.servebench import BenchResult, Prompt, load_prompts, run_bench, run_vllm_bench
+from eagle3dash.sglang import SGLangClient
 from eagle3dash.sglang_rules import (
     DEFAULT_SGLANG_VERSION,
-    default_capture,
-    nested_ids,
     target_arch,
 )
 
@@ -364,7 +366,11 @@ def _start(options: DiagnoseOptions, stages: Stages) -> _Run:
     stages.report(INSPECT)
     report = inspect_draft(options.draft, options.draft_config)
     stages.report(PROBE, 0.0, f"probing {options.endpoint}")
-    server = SGLangClient(options.endpoint, timeout=options.timeout).probe()
+    engine = open_engine(options.endpoint, timeout=options.timeout)
+    try:
+        server = engine.probe()
+    finally:
+        engine.close()
     depth = target_depth(options, server)
     arch = target_arch(options.arch, server.architectures, server.model_type)
     version = server.version or DEFAULT_SGLANG_VERSION
@@ -378,6 +384,7 @@ def _start(options: DiagnoseOptions, stages: Stages) -> _Run:
         cuda_graph=not server.disable_cuda_graph,
         training_sglang_version=options.training_sglang_version,
         training_ids=card.capture_layers if card is not None else None,
+        engine=server.rules_engine(),
     )
     steps, eval_steps = simulation_steps(server, options)
     return _Run(
@@ -408,7 +415,19 @@ def capture_serving(run: _Run, prompts: list[Prompt]) -> None:
     run.tokens = prompt_ids(prompts, run.options.target, server.model_path)
     if server.speculative is None:
         run.capture_error = "the endpoint runs no speculative decoding, so it feeds no draft"
-    elif server.hidden_states is None:
+    elif server.engine == VLLM and not run.options.capture_server:
+        run.capture_error = "vLLM returns no hidden states from generate"
+        run.not_checked.append(
+            NotChecked(
+                "serving-states",
+                "the states the vLLM server feeds the draft are predicted from vLLM's rules, "
+                "not captured",
+                option="capture_server",
+                action="start a capture server of the same target with --speculative-config "
+                '\'{"method": "extract_hidden_states", ...}\' (README: vLLM) and give its URL',
+            )
+        )
+    elif server.engine != VLLM and server.hidden_states is None:
         run.capture_error = "the server was started without --enable-return-hidden-states"
         run.not_checked.append(
             NotChecked(
@@ -435,7 +454,11 @@ def capture_serving(run: _Run, prompts: list[Prompt]) -> None:
         return
     run.stages.report(CAPTURE_SERVING)
     try:
-        capture = _capture(run, run.tokens, CAPTURE_SERVING)
+        capture = (
+            _capture_vllm(run, run.tokens)
+            if server.engine == VLLM
+            else _capture(run, run.tokens, CAPTURE_SERVING)
+        )
     except (CaptureError, EndpointError) as e:
         run.capture_error = str(e)
         run.not_checked.append(
@@ -450,6 +473,26 @@ def capture_serving(run: _Run, prompts: list[Prompt]) -> None:
         save_capture(capture, run.options.capture_dir)
     run.serving_capture = capture
     run.tokens = [seq.input_ids.tolist() for seq in capture.sequences]
+
+
+def _capture_vllm(run: _Run, tokens: list[list[int]]) -> Capture:
+    """The served sequences' aux states from the vLLM capture server's files."""
+    from eagle3dash.capture.from_vllm import capture_from_vllm
+    from eagle3dash.vllm import VLLMClient
+
+    options = run.options
+    with (
+        VLLMClient(options.endpoint, timeout=options.timeout) as serving,
+        VLLMClient(str(options.capture_server), timeout=options.timeout) as capturing,
+    ):
+        return capture_from_vllm(
+            serving,
+            capturing,
+            tokens,
+            run.prediction.serving.layout,
+            max_new_tokens=options.max_new_tokens,
+            progress=run.stages.steps(CAPTURE_SERVING, "capturing", "prompts"),
+        )
 
 
 def _capture_remedy(run: _Run) -> str:
@@ -665,8 +708,8 @@ def serving_side(run: _Run, training: Side) -> Side:
             run.not_checked.append(
                 NotChecked(
                     "serving-taps",
-                    f"which taps the server feeds is predicted from SGLang {run.version}'s "
-                    "rules, not observed",
+                    "which taps the server feeds is predicted from "
+                    f"{run.server.rules_engine().label()}'s rules, not observed",
                     option="target",
                     action="give a local copy of the target so each served slot can be matched",
                 )
@@ -703,7 +746,7 @@ def benchmark(run: _Run, prompts: list[Prompt]) -> tuple[BenchResult, BenchResul
     BENCH_WARMUP."""
     options = run.options
     run.stages.report(BENCHMARK, 0.0, f"benchmarking {options.endpoint}")
-    measured = run_bench(
+    measured = (run_vllm_bench if run.server.engine == VLLM else run_bench)(
         options.endpoint,
         prompts,
         concurrency=options.concurrency,
@@ -711,6 +754,13 @@ def benchmark(run: _Run, prompts: list[Prompt]) -> tuple[BenchResult, BenchResul
         warmup=0 if run.serving_capture is not None else BENCH_WARMUP,
         progress=run.stages.steps(BENCHMARK, "benchmarking", "requests"),
     )
+    if measured.acceptance_source == "metrics-delta":
+        run.warnings.append(
+            "accept length measured from the vLLM server's /metrics counters around the "
+            "benchmark (its per-request metrics are off): they are server-wide, so they are "
+            "this benchmark's only if nothing else used the server meanwhile; start vLLM with "
+            "--per-request-spec-decode-metrics summary to measure per request"
+        )
     baseline = None
     if options.baseline:
         run.stages.report(BASELINE, 0.0, f"{BASELINE} {options.baseline}")
@@ -743,8 +793,9 @@ def _bench(run: _Run, prompts: list[Prompt], **how: Any) -> BenchResult | None:
         "max_new_tokens": options.max_new_tokens,
         "warmup": 0,
     } | how
+    bench = run_vllm_bench if run.server.engine == VLLM else run_bench
     try:
-        return run_bench(options.endpoint, prompts, timeout=options.timeout, **how)
+        return bench(options.endpoint, prompts, timeout=options.timeout, **how)
     except EndpointError as e:
         run.warnings.append(f"profile: a benchmark of {options.endpoint} failed: {e}")
         failed = NotChecked(
@@ -914,8 +965,9 @@ def effective_layouts(run: _Run, training: Side, serving: Side) -> LayoutCompari
         error=predicted.error,
     )
     trained = LayoutResult(training.layout, training.detail.rstrip(".") + ".")
-    fell_back = nested_ids(run.report.spec) is None and serving.source == PREDICTED
-    defaults = default_capture(run.depth, run.arch)
+    engine = run.server.rules_engine()
+    fell_back = engine_rules.reads_no_ids(engine, run.report.spec) and serving.source == PREDICTED
+    defaults = engine_rules.default_capture(engine, run.depth, run.arch)
     decode = predicted.decode_layout
     return LayoutComparison(
         trained,
@@ -934,6 +986,8 @@ def find(run: _Run, diagnosis: Diagnosis) -> list[Finding]:
             num_target_layers=run.depth,
             arch=run.arch,
             server=run.server,
+            engine=run.server.engine,
+            vllm_runner=run.server.rules_engine().runner,
             layouts=effective_layouts(run, diagnosis.training, diagnosis.serving),
             prediction=run.prediction,
             training=diagnosis.training,

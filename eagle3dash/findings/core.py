@@ -20,12 +20,12 @@ from eagle3dash.sglang_rules import target_arch, try_parse_version
 if TYPE_CHECKING:
     from eagle3dash.checkpoint import InspectReport
     from eagle3dash.detective import Detection
+    from eagle3dash.engine import ServerReport
     from eagle3dash.identity import DraftIdentity
     from eagle3dash.metrics import DraftEval
     from eagle3dash.prediction import LayoutComparison
     from eagle3dash.profile import Profile
     from eagle3dash.servebench import BenchResult
-    from eagle3dash.sglang import ServerReport
     from eagle3dash.spec import DraftSpec
 
 SEVERITIES = tuple(Severity)  # worst first

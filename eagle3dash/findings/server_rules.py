@@ -25,6 +25,8 @@ def rule_algorithm_eagle(e: Evidence) -> list[Finding]:
 
     llama_eagle3.py runs fc only when the widths differ; sglang PR #21272 (closed unmerged).
     """
+    if e.engine == "vllm":  # an SGLang server's settings and refusals
+        return []
     sp, spec = e.speculative, e.spec
     if sp is None or spec is None:
         return []
@@ -79,6 +81,18 @@ def rule_no_speculation(e: Evidence) -> list[Finding]:
     if e.server is None or e.server.speculative is not None:
         return []
     draft = e.draft_path or (e.report.path if e.report is not None else "<draft>")
+    if e.engine == "vllm":
+        return [
+            Finding(
+                "no-speculation",
+                Severity.CRITICAL,
+                "The endpoint does not run speculative decoding, so no draft is used at all.",
+                f"{e.server.url} /metrics: no vllm:spec_decode counters "
+                f"(model {e.server.model_path}).",
+                "Restart vLLM with --speculative-config "
+                f'\'{{"method": "eagle3", "model": "{draft}", "num_speculative_tokens": 3}}\'.',
+            )
+        ]
     return [
         Finding(
             "no-speculation",
@@ -243,6 +257,8 @@ def rule_hidden_states_off(e: Evidence) -> list[Finding]:
     """A speculative server started without --enable-return-hidden-states: the states it feeds
     the draft cannot be captured, so the serving side is predicted, not measured
     (tokenizer_manager.py refuses return_hidden_states)."""
+    if e.engine == "vllm":  # an SGLang server's settings and refusals
+        return []
     server = e.server
     if server is None or server.speculative is None:
         return []
@@ -265,6 +281,8 @@ def rule_hidden_states_last_only(e: Evidence) -> list[Finding]:
     """A speculative server started with --return-hidden-states-mode last: hidden states look
     enabled, but /generate refuses return_hidden_states=true ("exceeds the server maximum"), so
     the states it feeds the draft cannot be captured (tokenizer_manager.py, 0.5.20+)."""
+    if e.engine == "vllm":  # an SGLang server's settings and refusals
+        return []
     server = e.server
     if server is None or server.speculative is None:
         return []
@@ -294,6 +312,8 @@ def rule_hidden_states_truncated(e: Evidence) -> list[Finding]:
     sglang issue #26163; 0.5.14+ managers/scheduler_components/batch_result_processor.py keeps
     one row per emitted token of a verify round.
     """
+    if e.engine == "vllm":  # an SGLang server's settings and refusals
+        return []
     server, version = e.server, e.version_tuple()
     if server is None or server.speculative is None or version is None:
         return []

@@ -20,7 +20,7 @@ from eagle3dash.errors import InputError
 from eagle3dash.findings import Finding
 from eagle3dash.probe import Probe, before_submit
 from eagle3dash.roots import data_roots, within_roots
-from eagle3dash.ui import widgets
+from eagle3dash.ui import widgets, words
 from eagle3dash.ui.fmt import md_escape, size, status_label, when
 from eagle3dash.ui.home import get_store
 
@@ -222,6 +222,13 @@ def follow_server_steps(found: Probe | None) -> None:
     if untouched and current != steps:
         st.session_state["opt_steps"] = steps
         st.session_state[STEPS_FROM_SERVER] = steps
+
+
+def ask_what_the_server_does_not_say(found: Probe | None) -> None:
+    """On a vLLM server with dev endpoints off: the draft and steps the form must ask for."""
+    text = words.unsaid_by_server(found.server.to_dict()) if found is not None else None
+    if text is not None:
+        st.info(md_escape(text), icon="💬")
 
 
 def propose_target(found: Probe | None) -> None:

@@ -34,7 +34,13 @@ from eagle3dash.ui.fmt import (
     when,
 )
 from eagle3dash.ui.provenance import trainer_rows
-from eagle3dash.ui.words import run_verdict, slot_word, source_words, taps_words
+from eagle3dash.ui.words import (
+    engine_words,
+    run_verdict,
+    slot_word,
+    source_words,
+    taps_words,
+)
 
 METRIC_COLUMNS = ("source", "name", "step", "request", "value")
 SIDES = ("training", "serving")
@@ -53,6 +59,7 @@ RUNS_COLUMNS = (
     "tok/s",
     "findings",
     "endpoint",
+    "engine",
     "created",
     "ran on",
 )
@@ -67,6 +74,17 @@ def checkpoint_label(run: Mapping[str, Any]) -> str:
     if not name:
         return DASH if run.get("checkpoint_id") is None else f"#{run['checkpoint_id']}"
     return f"{name} (removed)" if run.get("checkpoint_removed") else str(name)
+
+
+def engine_label(run: Mapping[str, Any]) -> str:
+    """The engine a run diagnosed: 'SGLang' or 'vLLM'; a finished run stored before engines were
+    told apart was SGLang's; a dash while it has no diagnosis."""
+    engine = run.get("engine")
+    if engine == "vllm":
+        return "vLLM"
+    if engine == "sglang" or run.get("status") == "succeeded":
+        return "SGLang"
+    return DASH
 
 
 def placement_label(placement: Mapping[str, Any] | None) -> str:
@@ -106,6 +124,7 @@ def runs_frame(runs: Iterable[Mapping[str, Any]], base_url: str = "") -> pd.Data
                 "tok/s": _float(r.get("tok_s")),
                 "findings": r.get("finding_ids") or DASH,
                 "endpoint": r.get("endpoint_url") or DASH,
+                "engine": engine_label(r),
                 "created": when(r.get("created_at")),
                 "ran on": placement_label(r.get("placement")),
             }
@@ -402,6 +421,10 @@ def _headline(key: str, value: Any, digits: int) -> str:
     return ratio(value) if key == "speedup" else num(value, digits)
 
 
+def _engine_of(diagnosis: StoredDiagnosis | None) -> str:
+    return engine_words(diagnosis.server) if diagnosis else DASH
+
+
 def compare_frame(a: Mapping[str, Any], b: Mapping[str, Any]) -> pd.DataFrame:
     """Two runs side by side: each side's taps in words with where they come from (from each
     run's diagnosis), the headline numbers (the run's summary columns) with the change (B - A)."""
@@ -410,6 +433,7 @@ def compare_frame(a: Mapping[str, Any], b: Mapping[str, Any]) -> pd.DataFrame:
         ("status", str(a.get("status")), str(b.get("status")), ""),
         ("checkpoint", checkpoint_label(a), checkpoint_label(b), ""),
         ("endpoint", a.get("endpoint_url") or DASH, b.get("endpoint_url") or DASH, ""),
+        ("engine", _engine_of(da), _engine_of(db_), ""),
         ("created", when(a.get("created_at")), when(b.get("created_at")), ""),
     ]
     for side in SIDES:

@@ -347,3 +347,40 @@ def recommendation_text(profile: Profile, diagnosis: StoredDiagnosis | None = No
 
 def _steps(n: int) -> str:
     return f"{n} draft step" + ("" if n == 1 else "s")
+
+
+def engine_words(server: Mapping[str, Any] | None) -> str:
+    """The serving engine of a stored server report: 'SGLang 0.5.23', 'vLLM 0.33.0 (V2
+    runner)'; reports stored before engines were told apart are SGLang's."""
+    if not server:
+        return "unknown engine"
+    version = server.get("version") or "(version unknown)"
+    if server.get("engine") == "vllm":
+        settings = server.get("vllm") or {}
+        runner = str(settings.get("runner") or "v2").upper()
+        said = "" if settings.get("runner_said") else ", assumed"
+        return f"vLLM {version} ({runner} runner{said})"
+    return f"SGLang {version}"
+
+
+def unsaid_by_server(server: Mapping[str, Any] | None) -> str | None:
+    """What the New-run form must ask because a vLLM server does not say it (dev endpoints
+    off: no /server_info), else None."""
+    if not server or server.get("engine") != "vllm" or not server.get("speculative"):
+        return None
+    speculative = server["speculative"]
+    missing = []
+    if not speculative.get("draft_model_path"):
+        missing.append("which draft it serves (check that your checkpoint is that draft)")
+    if not speculative.get("num_steps"):
+        missing.append(
+            "its draft steps (give num_speculative_tokens of its --speculative-config as "
+            "'Draft steps evaluated')"
+        )
+    if not missing:
+        return None
+    return (
+        "This vLLM server does not say "
+        + " or ".join(missing)
+        + ": start it with VLLM_SERVER_DEV_MODE=1 to let /server_info tell."
+    )

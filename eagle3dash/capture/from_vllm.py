@@ -1,0 +1,95 @@
+"""Captures through vLLM: the serving server's greedy completions, and the aux states of those
+sequences from a capture server of the same target (`--speculative-config` method
+`extract_hidden_states`, vLLM 0.33.0 `v1/spec_decode/extract_hidden_states.py`), whose example
+connector (`distributed/kv_transfer/kv_connector/v1/example_hidden_states_connector.py`) writes
+`{shared_storage_path}/{request id}.safetensors` with `hidden_states` [tokens, ids, H] and
+`token_ids`, and names the file in `kv_transfer_params.hidden_states_path`.
+
+vLLM returns no hidden states from generate, so this is how its side is observed: the capture
+server's slots, in vLLM's sorted id order, are keyed by the taps the serving prediction names,
+and slot matching against the local target (`detective`) says which taps they really are.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+
+from eagle3dash.capture.format import Capture, CaptureError, Progress, Sequence
+from eagle3dash.capture.from_sglang import REFERENCE_TAIL
+from eagle3dash.layout import Layout, format_layout
+from eagle3dash.vllm import VLLMClient, capture_path
+
+
+def _capture_file(path: str | None, url: str, index: int) -> dict[str, torch.Tensor]:
+    if path is None:
+        raise CaptureError(
+            f"{url}: prompt {index}: the answer names no capture file "
+            "(kv_transfer_params.hidden_states_path): is it an extract_hidden_states server "
+            "with the ExampleHiddenStatesConnector?"
+        )
+    if not Path(path).is_file():
+        raise CaptureError(
+            f"{url}: prompt {index}: the capture file {path} is not on this machine: run the "
+            "diagnosis where the capture server's shared_storage_path is readable"
+        )
+    tensors = load_file(path, device="cpu")
+    if "hidden_states" not in tensors or tensors["hidden_states"].dim() != 3:
+        raise CaptureError(f"{path}: no hidden_states [tokens, ids, hidden] in the capture file")
+    return tensors
+
+
+def capture_from_vllm(
+    serving: VLLMClient,
+    capturing: VLLMClient,
+    prompts: list[list[int]],
+    serving_layout: Layout,
+    max_new_tokens: int = 64,
+    progress: Progress | None = None,
+) -> Capture:
+    """The states the serving prediction names, observed per sequence: the serving server's
+    greedy completion (REFERENCE_TAIL tokens past the budget, as the SGLang capture), then the
+    capture server on prompt + completion (one token), its file read here. References as
+    `capture_from_sglang`: target_ids[j] = tokens[j + 1], loss_mask on from len(prompt) + 1."""
+    taps = tuple(serving_layout)
+    if not taps or any(t.post_norm for t in taps):
+        raise CaptureError(
+            f"serving layout {format_layout(taps)}: vLLM captures pre-norm states at ids only"
+        )
+    serving_model = serving.probe().served_model_name or ""
+    capture_model = capturing.probe().served_model_name or ""
+    sequences: list[Sequence] = []
+    hidden_size = 0
+    for i, ids in enumerate(prompts):
+        first = serving.generate(ids, serving_model, max_new_tokens + REFERENCE_TAIL)
+        tokens = list(ids) + [int(t) for t in first.output_ids]
+        second = capturing.generate(tokens, capture_model, max_new_tokens=1)
+        tensors = _capture_file(capture_path(second), capturing.url, i)
+        states = tensors["hidden_states"].float()
+        if states.shape[0] < len(tokens) or states.shape[1] != len(taps):
+            raise CaptureError(
+                f"{capturing.url}: prompt {i}: the capture file holds {states.shape[1]} states "
+                f"over {states.shape[0]} tokens; the served draft takes {len(taps)} over "
+                f"{len(tokens)}: start the capture server with the ids the serving runner reads"
+            )
+        hidden_size = int(states.shape[2])
+        reference = tokens[1:] + [int(second.output_ids[0])] if second.output_ids else None
+        sequences.append(
+            Sequence(
+                input_ids=torch.tensor(tokens, dtype=torch.int64),
+                states={tap: states[: len(tokens), slot] for slot, tap in enumerate(taps)},
+                target_ids=None if reference is None else torch.tensor(reference),
+                loss_mask=(torch.arange(len(tokens)) >= len(ids) + 1).to(torch.int64),
+            )
+        )
+        if progress is not None:
+            progress(i + 1, len(prompts))
+    return Capture(
+        taps=taps,
+        sequences=sequences,
+        hidden_size=hidden_size,
+        source=f"vllm:{capturing.url}",
+        meta={"serving": serving.url, "capture_server": capturing.url},
+    )

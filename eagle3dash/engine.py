@@ -1,0 +1,227 @@
+"""The serving-engine seam: what a diagnosis knows about a server, whichever engine serves it
+(SGLang, vLLM): the server's report, its speculative settings, one generation's answer with its
+speculative statistics, and `EngineAdapter`, the protocol each engine's adapter implements
+(`sglang.SGLangEngine`, `vllm.VLLMEngine`; `endpoints.open_engine` picks one by asking the URL).
+
+Nothing here speaks HTTP.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Protocol
+
+import numpy as np
+from numpy.typing import NDArray
+
+from eagle3dash import engine_rules
+from eagle3dash.http_client import EndpointError
+from eagle3dash.sglang_rules import hidden_states_mode, try_parse_version
+
+SGLANG, VLLM = engine_rules.ENGINES
+
+
+@dataclass
+class SpeculativeSettings:
+    """The server's speculative decoding settings, as resolved at startup (auto-choice applied)."""
+
+    algorithm: str
+    draft_model_path: str | None
+    num_steps: int | None
+    eagle_topk: int | None
+    num_draft_tokens: int | None
+    token_map: str | None
+    draft_quantization: str | None
+    quantization_explicitly_set: bool | None
+    accept_threshold_single: float | None
+    accept_threshold_acc: float | None
+    adaptive: bool  # --speculative-adaptive: the draft steps change at runtime, down to 0
+    # "key=value" of each claimed setting outside CLAIM_BOUNDS: the value is not used (None)
+    implausible: list[str] = field(default_factory=list)
+
+    @property
+    def max_accept_length(self) -> int | None:
+        """The best accept length a chain of num_steps drafts can reach (num_steps + 1); None
+        when the steps are adaptive (num_steps is only where they start)."""
+        return None if self.num_steps is None or self.adaptive else self.num_steps + 1
+
+
+@dataclass
+class VLLMSettings:
+    """What a vLLM server says (or leaves unsaid) beyond the engine-neutral report."""
+
+    dev_endpoints: bool  # /server_info answered (VLLM_SERVER_DEV_MODE=1)
+    # "v1" | "v2": the model runner, from VLLM_USE_V2_MODEL_RUNNER when /server_info shows it,
+    # else V2 (0.33's default, config/vllm.py `use_v2_model_runner`); runner_said says which.
+    runner: str
+    runner_said: bool
+    # "none" | "summary" | "detailed"; None: not said (dev endpoints off)
+    per_request_spec_metrics: str | None
+    # The draft steps from the count of per-position counters, when exported.
+    steps_from_metrics: int | None
+    # A capture server (speculative method extract_hidden_states): the layer ids it captures
+    # (vLLM numbering) and the connector's folder; None otherwise or when not said.
+    capture_layer_ids: list[int] | None
+    capture_storage_path: str | None
+
+
+@dataclass
+class ServerReport:
+    """What a probe learned about one server; the SGLang-only fields are their off values on
+    another engine (a vLLM server returns no hidden states from generate)."""
+
+    url: str
+    version: str | None
+    model_path: str | None
+    served_model_name: str | None
+    architectures: list[str] | None
+    model_type: str | None
+    tp_size: int | None
+    dtype: str | None
+    quantization: str | None
+    attention_backend: str | None
+    device: str | None
+    speculative: SpeculativeSettings | None
+    enable_return_hidden_states: bool
+    return_hidden_states_mode: str | None  # 0.5.20+: "full" | "last"; None: older, or off
+    enable_return_aux_hidden_states: bool
+    aux_hidden_state_capture: str | None  # capture-only mode's convention: "eagle3", "dflash", ...
+    return_aux_hidden_state_layer_ids: list[int] | None
+    chunked_prefill_size: int | None  # prompts longer than this are prefilled in chunks
+    disable_radix_cache: bool | None
+    disable_cuda_graph: bool | None
+    decode_log_interval: int | None
+    avg_spec_accept_length: float | None
+    healthy: bool
+    server_info: dict = field(repr=False)
+    model_info: dict = field(default_factory=dict, repr=False)
+    server_info_path: str = "/server_info"
+    engine: str = SGLANG  # one of ENGINES
+    vllm: VLLMSettings | None = None  # a vLLM server's own facts
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict of every field, raw server_info included."""
+        return asdict(self)
+
+    def require_speculative(self) -> SpeculativeSettings:
+        """The speculative settings, or an EndpointError when the server runs without a draft."""
+        if self.speculative is None and self.engine == VLLM:
+            raise EndpointError(
+                f"{self.url} serves {self.model_path} without speculative decoding (its "
+                "/metrics has no spec_decode counters): restart it with --speculative-config "
+                '\'{"method": "eagle3", "model": "<draft>", "num_speculative_tokens": 3}\'',
+                url=self.url,
+                kind=EndpointError.NO_SPECULATION,
+            )
+        if self.speculative is None:
+            raise EndpointError(
+                f"{self.url} serves {self.model_path} without speculative decoding "
+                "(speculative_algorithm is null): restart it with --speculative-algorithm EAGLE3 "
+                "--speculative-draft-model-path <draft>",
+                url=self.url,
+                kind=EndpointError.NO_SPECULATION,
+            )
+        return self.speculative
+
+    def rules_engine(self) -> engine_rules.ServingEngine:
+        """The engine whose id-to-tap rules apply to this server: its release and, on vLLM, its
+        model runner (`engine_rules`)."""
+        runner = self.vllm.runner if self.vllm is not None else None
+        version = self.version if self.engine == VLLM else None
+        if self.engine == SGLANG and self.version and try_parse_version(self.version):
+            version = self.version
+        return engine_rules.ServingEngine(self.engine, version, runner)
+
+    @property
+    def hidden_states(self) -> str | None:
+        """What return_hidden_states=true gets: 'full' (a row per token), 'last' (refused) or
+        None (refused: the server was not started to return hidden states)."""
+        return hidden_states_mode(self.enable_return_hidden_states, self.return_hidden_states_mode)
+
+    def require_hidden_states(self) -> None:
+        """Raise an EndpointError when /generate cannot return hidden states on this server."""
+        if self.engine == VLLM:
+            raise EndpointError(
+                f"{self.url} is a vLLM server, and vLLM returns no hidden states from generate: "
+                "start a capture server with --speculative-config "
+                '\'{"method": "extract_hidden_states", ...}\' and give its storage folder',
+                url=self.url,
+                kind=EndpointError.NO_HIDDEN_STATES,
+            )
+        if self.hidden_states == "last":
+            raise EndpointError(
+                f"{self.url} was started with --return-hidden-states-mode last, so it returns "
+                "only the last token's hidden state and refuses return_hidden_states=true: "
+                "restart it with --return-hidden-states-mode full",
+                url=self.url,
+                kind=EndpointError.NO_HIDDEN_STATES,
+            )
+        if self.hidden_states is None:
+            raise EndpointError(
+                f"{self.url} was started without --enable-return-hidden-states, so it cannot "
+                "return hidden states: restart it with --enable-return-hidden-states",
+                url=self.url,
+                kind=EndpointError.NO_HIDDEN_STATES,
+            )
+
+
+@dataclass
+class GenerateResult:
+    """One /generate answer, with the meta_info fields the diagnosis reads."""
+
+    output_ids: list[int]
+    text: str
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    spec_verify_ct: int | None
+    spec_accept_length: float | None
+    e2e_latency: float | None
+    finish_reason: str | None
+    spec_num_correct_drafts: int | None
+    spec_num_proposed_drafts: int | None
+    spec_accept_rate: float | None
+    # Entry k: the verify rounds that accepted exactly k drafts; SGLang grows the list only to the
+    # largest k seen. None: a server that predates the field, or a request without speculation.
+    spec_correct_drafts_histogram: list[int] | None
+    meta_info: dict = field(repr=False)  # without hidden_states
+    client_latency_s: float = 0.0
+    # meta_info.hidden_states[0] (the prefill block, [tokens, width]) cut into `parts` equal column
+    # blocks: float32 [parts, tokens, width / parts] (generate(return_hidden_states=True) only).
+    prefill_states: NDArray[np.float32] | None = field(default=None, repr=False)
+
+    @property
+    def prefill_shape(self) -> tuple[int, int] | None:
+        """(tokens, width) of the prefill block, None without hidden states."""
+        if self.prefill_states is None:
+            return None
+        parts, rows, cols = self.prefill_states.shape
+        return rows, parts * cols
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict of every field; the prefill block by its shape."""
+        d = {k: v for k, v in vars(self).items() if k != "prefill_states"}
+        d["prefill_shape"] = self.prefill_shape
+        return d
+
+
+class EngineAdapter(Protocol):
+    """What a diagnosis needs from a server, whichever engine serves it: its report (whose
+    `rules_engine` names the id-to-tap rules of that engine, release and model runner) and one
+    generation with its per-request speculative statistics."""
+
+    name: str  # one of ENGINES
+    url: str
+
+    def probe(self) -> ServerReport:
+        """The server's report."""
+        ...
+
+    def generate_ids(
+        self, input_ids: list[int], max_new_tokens: int, temperature: float = 0.0
+    ) -> GenerateResult:
+        """One generation from a token-id prompt."""
+        ...
+
+    def close(self) -> None:
+        """Release the connections."""
+        ...

@@ -1,0 +1,59 @@
+"""The engine a run diagnosed, shown and searched: the Runs column, Compare's row, the Run
+header's words, the Runs search (a real SQLite store), and what the New-run form asks of a vLLM
+server that does not say."""
+
+from __future__ import annotations
+
+from eagle3dash import store as db
+from eagle3dash.ui import tables, words
+
+VLLM_V2_ASSUMED = {
+    "engine": "vllm",
+    "version": "0.33.0",
+    "vllm": {"runner": "v2", "runner_said": False},
+    "speculative": {"draft_model_path": None, "num_steps": 3},
+}
+
+
+def test_engine_words() -> None:
+    assert words.engine_words(VLLM_V2_ASSUMED) == "vLLM 0.33.0 (V2 runner, assumed)"
+    said = {**VLLM_V2_ASSUMED, "vllm": {"runner": "v1", "runner_said": True}}
+    assert words.engine_words(said) == "vLLM 0.33.0 (V1 runner)"
+    # a report stored before engines were told apart is SGLang's
+    assert words.engine_words({"version": "0.5.23"}) == "SGLang 0.5.23"
+
+
+def test_the_form_asks_only_what_the_server_does_not_say() -> None:
+    assert words.unsaid_by_server(VLLM_V2_ASSUMED) == (
+        "This vLLM server does not say which draft it serves (check that your checkpoint is "
+        "that draft): start it with VLLM_SERVER_DEV_MODE=1 to let /server_info tell."
+    )
+    older = {**VLLM_V2_ASSUMED, "speculative": {"draft_model_path": None, "num_steps": None}}
+    text = words.unsaid_by_server(older)
+    assert text is not None and " or its draft steps (give num_speculative_tokens" in text
+    told = {**VLLM_V2_ASSUMED, "speculative": {"draft_model_path": "/d", "num_steps": 3}}
+    assert words.unsaid_by_server(told) is None
+    assert words.unsaid_by_server({"engine": "sglang", "speculative": {}}) is None
+
+
+def test_runs_column_compare_and_search(tmp_path) -> None:
+    store = db.open_store(tmp_path / "home")
+    on_vllm = db.create_run(store, None, "http://127.0.0.1:8690")
+    on_sglang = db.create_run(store, None, "http://127.0.0.1:8691")
+    older = db.create_run(store, None, "http://127.0.0.1:8692")
+    db.update_run(store, on_vllm, engine="vllm", status="succeeded")
+    db.update_run(store, on_sglang, engine="sglang", status="succeeded")
+    db.update_run(store, older, status="succeeded")  # stored before the engine column
+    frame = tables.runs_frame(db.list_runs(store))
+    assert dict(zip(frame["run"], frame["engine"], strict=True)) == {
+        on_vllm: "vLLM",
+        on_sglang: "SGLang",
+        older: "SGLang",
+    }
+    assert [r["id"] for r in db.list_runs(store, search="vllm")] == [on_vllm]
+    assert db.count_runs(store, search="VLLM") == 1
+    a = {"status": "succeeded", "diagnosis": {"server": VLLM_V2_ASSUMED}}
+    b = {"status": "succeeded", "diagnosis": {"server": {"version": "0.5.23"}}}
+    rows = tables.compare_frame(a, b)
+    engine_row = rows[rows.iloc[:, 0] == "engine"].iloc[0].tolist()
+    assert engine_row[1:3] == ["vLLM 0.33.0 (V2 runner, assumed)", "SGLang 0.5.23"]

@@ -1,0 +1,52 @@
+"""The demo's draft B on the vLLM double: V2 cannot serve its SpecForge config on the 4-block demo
+target, V1 feeds it every slot one block early and acceptance collapses, the dual-key config
+feeds it its training taps (1, 2, 3; written by hand from vLLM 0.33.0's rules)."""
+
+from __future__ import annotations
+
+import pytest
+
+from eagle3dash.demo.vllm import vllm_deployment
+from eagle3dash.diagnosis.options import DiagnoseOptions
+from eagle3dash.diagnosis.stages import run_diagnosis
+from eagle3dash.layout import Tap
+from eagle3dash.testing.sglang_double import DoubleStartError
+from eagle3dash.testing.vllm_double import start_vllm_double
+
+
+def diagnose(config, url: str):
+    return run_diagnosis(
+        DiagnoseOptions(
+            draft=str(config.draft_path),
+            endpoint=url,
+            num_prompts=4,
+            max_new_tokens=32,
+            concurrency=1,
+            profile=False,
+        )
+    )
+
+
+def test_v2_cannot_serve_the_nested_ids_on_the_demo_target(tmp_path) -> None:
+    # defaults (2, N//2, N-3) = ids 2, 2, 1 for N = 4: two states for fc's three slots
+    with pytest.raises(DoubleStartError, match="duplicate ids"):
+        start_vllm_double(vllm_deployment("vllm-v2", tmp_path))
+
+
+def test_v1_shifts_the_demo_draft_and_the_dual_key_config_fixes_it(tmp_path) -> None:
+    v1 = vllm_deployment("vllm-v1", tmp_path)
+    with start_vllm_double(v1) as server:
+        shifted = diagnose(v1, server.url)
+    fixed_config = vllm_deployment("vllm-dual-key", tmp_path)
+    with start_vllm_double(fixed_config) as server:
+        fixed = diagnose(fixed_config, server.url)
+    assert shifted.serving.layout == (Tap(0), Tap(1), Tap(2))
+    assert fixed.serving.layout == (Tap(1), Tap(2), Tap(3)) == fixed.training.layout
+    first = shifted.findings[0]
+    assert (first.id, first.severity) == ("layout-mismatch", "critical")
+    assert first.data["top_level_ids"] == [1, 2, 3]
+    assert "layout-mismatch" not in [f.id for f in fixed.findings]
+    assert shifted.measured is not None and fixed.measured is not None
+    low, high = shifted.measured.accept_length, fixed.measured.accept_length
+    assert low is not None and high is not None
+    assert high > low + 1.0  # the trained draft fed its taps accepts far longer chains
