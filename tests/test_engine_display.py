@@ -4,9 +4,13 @@ server that does not say."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from eagle3dash import store as db
 from eagle3dash.ui import tables, words
 
+STORED = Path(__file__).parent / "fixtures" / "stored"
 VLLM_V2_ASSUMED = {
     "engine": "vllm",
     "version": "0.33.0",
@@ -52,8 +56,9 @@ def test_runs_column_compare_and_search(tmp_path) -> None:
     }
     assert [r["id"] for r in db.list_runs(store, search="vllm")] == [on_vllm]
     assert db.count_runs(store, search="VLLM") == 1
-    a = {"status": "succeeded", "diagnosis": {"server": VLLM_V2_ASSUMED}}
-    b = {"status": "succeeded", "diagnosis": {"server": {"version": "0.5.23"}}}
+    stored = json.loads((STORED / "schema2.json").read_text())  # a whole run, hand-written
+    a = {"status": "succeeded", "diagnosis": {**stored, "server": VLLM_V2_ASSUMED}}
+    b = {"status": "succeeded", "diagnosis": {**stored, "server": {"version": "0.5.23"}}}
     rows = tables.compare_frame(a, b)
     engine_row = rows[rows.iloc[:, 0] == "engine"].iloc[0].tolist()
     assert engine_row[1:3] == ["vLLM 0.33.0 (V2 runner, assumed)", "SGLang 0.5.23"]
