@@ -193,6 +193,30 @@ def expected_seconds(
     }
 
 
+class Background:
+    """A call on a daemon thread of its own (a cancelled job does not wait for it); `result`
+    waits for it and returns its value or raises its error."""
+
+    def __init__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(fn, args, kwargs), daemon=True)
+        self._thread.start()
+
+    def _run(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> None:
+        try:
+            self._value = fn(*args, **kwargs)
+        except BaseException as e:  # noqa: BLE001 - handed to whoever waits for the result
+            self._error = e
+
+    def result(self) -> Any:
+        """The call's value, once it has returned (its error raised here)."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
 class Stages:
     """Progress numbered by stage ('stage 3/7: capturing the aux states ...'), the bar weighted
     by each stage's expected seconds, and the wall time each stage took (`timings`)."""
@@ -338,6 +362,7 @@ class _Run:
     not_checked: list[NotChecked] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     importing: threading.Thread | None = None  # _import_torch_stack, started with the run
+    baseline_bench: Background | None = None  # the baseline's benchmark, beside the capture
 
     def imports_ready(self) -> None:
         """Wait for the background imports: transformers' lazy module must not be imported
@@ -696,6 +721,23 @@ def draft_identity(run: _Run) -> DraftIdentity | None:
     return identity
 
 
+def start_baseline(run: _Run, prompts: list[Prompt]) -> None:
+    """Start the baseline's benchmark beside the stages that follow (the serving capture, the
+    local evaluations): it is another server, whose timing the endpoint's requests do not touch,
+    and its wall time hides behind theirs. `benchmark` waits for it, after the endpoint's own
+    benchmark, which runs alone."""
+    options = run.options
+    if options.baseline:
+        run.baseline_bench = Background(
+            run_bench,
+            options.baseline,
+            prompts,
+            concurrency=options.concurrency,
+            max_new_tokens=options.max_new_tokens,
+            warmup=BENCH_WARMUP,
+        )
+
+
 def benchmark(run: _Run, prompts: list[Prompt]) -> tuple[BenchResult, BenchResult | None]:
     """The endpoint's tok/s and accept length (and the baseline's, when given). The endpoint has
     just served the capture's requests, so it is warm: no warmup requests; the baseline gets
@@ -712,15 +754,11 @@ def benchmark(run: _Run, prompts: list[Prompt]) -> tuple[BenchResult, BenchResul
     )
     baseline = None
     if options.baseline:
-        run.stages.report(BASELINE, 0.0, f"{BASELINE} {options.baseline}")
-        baseline = run_bench(
-            options.baseline,
-            prompts,
-            concurrency=options.concurrency,
-            max_new_tokens=options.max_new_tokens,
-            warmup=BENCH_WARMUP,
-            progress=run.stages.steps(BASELINE, "benchmarking", "requests"),
-        )
+        run.stages.report(BASELINE, 0.0, f"{BASELINE} {options.baseline} (run beside the capture)")
+        if run.baseline_bench is None:  # nothing started it: run it now
+            start_baseline(run, prompts)
+        assert run.baseline_bench is not None
+        baseline = run.baseline_bench.result()
     else:
         run.not_checked.append(
             NotChecked(
@@ -977,6 +1015,7 @@ def run_diagnosis(
     run = _start(options, stages)
     run.importing = importing
     prompts = load_prompts(options.prompts)[: options.num_prompts]
+    start_baseline(run, prompts)
     capture_serving(run, prompts)
     if run.serving_capture is not None or options.target or options.train_states:
         load_standalone_draft(run)
