@@ -362,7 +362,6 @@ class _Run:
     not_checked: list[NotChecked] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     importing: threading.Thread | None = None  # _import_torch_stack, started with the run
-    baseline_bench: Background | None = None  # the baseline's benchmark, beside the capture
 
     def imports_ready(self) -> None:
         """Wait for the background imports: transformers' lazy module must not be imported
@@ -721,14 +720,16 @@ def draft_identity(run: _Run) -> DraftIdentity | None:
     return identity
 
 
-def start_baseline(run: _Run, prompts: list[Prompt]) -> None:
-    """Start the baseline's benchmark beside the stages that follow (the serving capture, the
-    local evaluations): it is another server, whose timing the endpoint's requests do not touch,
-    and its wall time hides behind theirs. `benchmark` waits for it, after the endpoint's own
-    benchmark, which runs alone."""
+def benchmark(run: _Run, prompts: list[Prompt]) -> tuple[BenchResult, BenchResult | None]:
+    """The endpoint's tok/s and accept length (and the baseline's, when given, measured at the
+    same time on its own server). The endpoint has just served the capture's requests, so it is
+    warm: no warmup requests; the baseline gets BENCH_WARMUP."""
     options = run.options
-    if options.baseline:
-        run.baseline_bench = Background(
+    run.stages.report(BENCHMARK, 0.0, f"benchmarking {options.endpoint}")
+    # The baseline (another server) is measured at the same time, side by side: the same load
+    # on this machine and its network slows both alike, so their ratio, the speedup, holds.
+    beside = (
+        Background(
             run_bench,
             options.baseline,
             prompts,
@@ -736,14 +737,9 @@ def start_baseline(run: _Run, prompts: list[Prompt]) -> None:
             max_new_tokens=options.max_new_tokens,
             warmup=BENCH_WARMUP,
         )
-
-
-def benchmark(run: _Run, prompts: list[Prompt]) -> tuple[BenchResult, BenchResult | None]:
-    """The endpoint's tok/s and accept length (and the baseline's, when given). The endpoint has
-    just served the capture's requests, so it is warm: no warmup requests; the baseline gets
-    BENCH_WARMUP."""
-    options = run.options
-    run.stages.report(BENCHMARK, 0.0, f"benchmarking {options.endpoint}")
+        if options.baseline
+        else None
+    )
     measured = run_bench(
         options.endpoint,
         prompts,
@@ -753,12 +749,9 @@ def benchmark(run: _Run, prompts: list[Prompt]) -> tuple[BenchResult, BenchResul
         progress=run.stages.steps(BENCHMARK, "benchmarking", "requests"),
     )
     baseline = None
-    if options.baseline:
-        run.stages.report(BASELINE, 0.0, f"{BASELINE} {options.baseline} (run beside the capture)")
-        if run.baseline_bench is None:  # nothing started it: run it now
-            start_baseline(run, prompts)
-        assert run.baseline_bench is not None
-        baseline = run.baseline_bench.result()
+    if beside is not None:
+        run.stages.report(BASELINE, 0.0, f"{BASELINE} {options.baseline} (measured alongside)")
+        baseline = beside.result()
     else:
         run.not_checked.append(
             NotChecked(
@@ -1015,7 +1008,6 @@ def run_diagnosis(
     run = _start(options, stages)
     run.importing = importing
     prompts = load_prompts(options.prompts)[: options.num_prompts]
-    start_baseline(run, prompts)
     capture_serving(run, prompts)
     if run.serving_capture is not None or options.target or options.train_states:
         load_standalone_draft(run)
