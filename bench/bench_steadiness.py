@@ -9,9 +9,9 @@ CPU hog (one busy process per core, stopped after the runs or after --hog-limit 
 the machine: still < 1.0x. Prints the load average before each part.
 
 `--pairing` measures only the two benchmarks a diagnosis sends (the endpoint's and the
-baseline's, the seeded run's prompts), alternately one after the other (as diagnoses did before)
-and at the same time (as `diagnosis/stages.benchmark` does now), --repeats times each: the
-speedup's spread and the wall time of each way, side by side in one run.
+baseline's, the seeded run's prompts), alternately one after the other (as a diagnosis sends
+them) and at the same time (a way not taken: see README "The time budget"), --repeats times
+each: the speedup's spread and the wall time of each way, side by side in one run.
 
 The doubles' tok/s are a modelled cost, a floor per forward with the tiny models' compute inside
 it (eagle3dash/testing/sglang_double.py), so they repeat while that compute fits in the floor.
@@ -56,7 +56,9 @@ def speedups(options, repeats: int) -> list[float]:
 def pairing(options, repeats: int) -> None:
     """The endpoint's and the baseline's benchmarks one after the other vs at the same time,
     alternately: each way's speedups, their spread, and its median wall time."""
-    from eagle3dash.diagnosis.stages import BENCH_WARMUP, Background
+    from concurrent.futures import ThreadPoolExecutor
+
+    from eagle3dash.diagnosis.stages import BENCH_WARMUP
     from eagle3dash.servebench import load_prompts, run_bench
 
     prompts = load_prompts(options.prompts)[: options.num_prompts]
@@ -75,8 +77,9 @@ def pairing(options, repeats: int) -> None:
         for way, (ratios, seconds) in ways.items():
             start = time.perf_counter()
             if way == "at the same time":
-                beside = Background(baseline)
-                mine, theirs = endpoint(), beside.result()
+                with ThreadPoolExecutor(1) as pool:
+                    beside = pool.submit(baseline)
+                    mine, theirs = endpoint(), beside.result()
             else:
                 mine, theirs = endpoint(), baseline()
             seconds.append(time.perf_counter() - start)

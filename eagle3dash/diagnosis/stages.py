@@ -193,30 +193,6 @@ def expected_seconds(
     }
 
 
-class Background:
-    """A call on a daemon thread of its own (a cancelled job does not wait for it); `result`
-    waits for it and returns its value or raises its error."""
-
-    def __init__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
-        self._value: Any = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(fn, args, kwargs), daemon=True)
-        self._thread.start()
-
-    def _run(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> None:
-        try:
-            self._value = fn(*args, **kwargs)
-        except BaseException as e:  # noqa: BLE001 - handed to whoever waits for the result
-            self._error = e
-
-    def result(self) -> Any:
-        """The call's value, once it has returned (its error raised here)."""
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._value
-
-
 class Stages:
     """Progress numbered by stage ('stage 3/7: capturing the aux states ...'), the bar weighted
     by each stage's expected seconds, and the wall time each stage took (`timings`)."""
@@ -721,25 +697,11 @@ def draft_identity(run: _Run) -> DraftIdentity | None:
 
 
 def benchmark(run: _Run, prompts: list[Prompt]) -> tuple[BenchResult, BenchResult | None]:
-    """The endpoint's tok/s and accept length (and the baseline's, when given, measured at the
-    same time on its own server). The endpoint has just served the capture's requests, so it is
-    warm: no warmup requests; the baseline gets BENCH_WARMUP."""
+    """The endpoint's tok/s and accept length (and the baseline's, when given). The endpoint has
+    just served the capture's requests, so it is warm: no warmup requests; the baseline gets
+    BENCH_WARMUP."""
     options = run.options
     run.stages.report(BENCHMARK, 0.0, f"benchmarking {options.endpoint}")
-    # The baseline (another server) is measured at the same time, side by side: the same load
-    # on this machine and its network slows both alike, so their ratio, the speedup, holds.
-    beside = (
-        Background(
-            run_bench,
-            options.baseline,
-            prompts,
-            concurrency=options.concurrency,
-            max_new_tokens=options.max_new_tokens,
-            warmup=BENCH_WARMUP,
-        )
-        if options.baseline
-        else None
-    )
     measured = run_bench(
         options.endpoint,
         prompts,
@@ -749,9 +711,16 @@ def benchmark(run: _Run, prompts: list[Prompt]) -> tuple[BenchResult, BenchResul
         progress=run.stages.steps(BENCHMARK, "benchmarking", "requests"),
     )
     baseline = None
-    if beside is not None:
-        run.stages.report(BASELINE, 0.0, f"{BASELINE} {options.baseline} (measured alongside)")
-        baseline = beside.result()
+    if options.baseline:
+        run.stages.report(BASELINE, 0.0, f"{BASELINE} {options.baseline}")
+        baseline = run_bench(
+            options.baseline,
+            prompts,
+            concurrency=options.concurrency,
+            max_new_tokens=options.max_new_tokens,
+            warmup=BENCH_WARMUP,
+            progress=run.stages.steps(BASELINE, "benchmarking", "requests"),
+        )
     else:
         run.not_checked.append(
             NotChecked(
