@@ -8,6 +8,11 @@ speculation (target: all < 1.0x, the incident's story). Then again --hog-repeats
 CPU hog (one busy process per core, stopped after the runs or after --hog-limit seconds) loads
 the machine: still < 1.0x. Prints the load average before each part.
 
+`--pairing` measures only the two benchmarks a diagnosis sends (the endpoint's and the
+baseline's, the seeded run's prompts), alternately one after the other (as a diagnosis sends
+them) and at the same time (a way not taken: see README "The time budget"), --repeats times
+each: the speedup's spread and the wall time of each way, side by side in one run.
+
 The doubles' tok/s are a modelled cost, a floor per forward with the tiny models' compute inside
 it (eagle3dash/testing/sglang_double.py), so they repeat while that compute fits in the floor.
 """
@@ -48,6 +53,42 @@ def speedups(options, repeats: int) -> list[float]:
     return out
 
 
+def pairing(options, repeats: int) -> None:
+    """The endpoint's and the baseline's benchmarks one after the other vs at the same time,
+    alternately: each way's speedups, their spread, and its median wall time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from eagle3dash.diagnosis.stages import BENCH_WARMUP
+    from eagle3dash.servebench import load_prompts, run_bench
+
+    prompts = load_prompts(options.prompts)[: options.num_prompts]
+    how = {"concurrency": options.concurrency, "max_new_tokens": options.max_new_tokens}
+
+    def endpoint():
+        return run_bench(options.endpoint, prompts, warmup=0, **how)
+
+    def baseline():
+        return run_bench(options.baseline, prompts, warmup=BENCH_WARMUP, **how)
+
+    endpoint()  # warm, as the serving capture leaves it
+    ways: dict[str, tuple[list[float], list[float]]] = {"one after the other": ([], [])}
+    ways["at the same time"] = ([], [])
+    for _ in range(repeats):
+        for way, (ratios, seconds) in ways.items():
+            start = time.perf_counter()
+            if way == "at the same time":
+                with ThreadPoolExecutor(1) as pool:
+                    beside = pool.submit(baseline)
+                    mine, theirs = endpoint(), beside.result()
+            else:
+                mine, theirs = endpoint(), baseline()
+            seconds.append(time.perf_counter() - start)
+            ratios.append(mine.output_tok_s_aggregate / theirs.output_tok_s_aggregate)
+            print(f"    {way}: {ratios[-1]:.3f}x ({seconds[-1]:.1f} s)", flush=True)
+    for way, (ratios, seconds) in ways.items():
+        report(f"{way}, median {statistics.median(seconds):.1f} s", ratios)
+
+
 def report(name: str, values: list[float]) -> bool:
     """Print median, spread and the < 1.0x check; whether both targets hold."""
     median = statistics.median(values)
@@ -66,10 +107,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--hog-repeats", type=int, default=3)
     parser.add_argument("--hog-limit", type=float, default=600.0, help="seconds, at most")
+    parser.add_argument("--pairing", action="store_true", help="only the two benchmarks")
     args = parser.parse_args(argv)
     demo = start_demo("mismatched")
     try:
         options = dataclasses.replace(demo.options(), profile=False)
+        if args.pairing:
+            print(f"load average {os.getloadavg()}", flush=True)
+            pairing(options, args.repeats)
+            print(f"load average {os.getloadavg()}", flush=True)
+            return 0
         print(f"quiet part: load average {os.getloadavg()}", flush=True)
         quiet = speedups(options, args.repeats)
         hogs = [

@@ -68,6 +68,7 @@ DECISIVE_ACCEPT = 0.1  # simulated accept length, tokens per round
 DECISIVE_TOP1 = (
     0.05  # step-1 accuracy  # demo: 5.6x on draft A's embedding slot, 2.3x on draft B's L1 slot
 )
+TIED_BELOW = 0.01  # a slot whose best tap scores less than this above the next is undecided
 
 
 def _no_progress(fraction: float, message: str) -> None:
@@ -272,7 +273,11 @@ class SlotMatch:
         for side, slots in self.sides.items():
             parts = ", ".join(
                 f"slot {s.slot}: {describe_tap(s.best, num_layers)} "
-                + (f"(margin {s.confidence:.2f})" if s.confidence >= 0.01 else "(tied)")
+                + (
+                    f"(its score {s.confidence:.2f} above the next tap's)"
+                    if s.confidence >= TIED_BELOW
+                    else "(undecided: another tap matches as well)"
+                )
                 for s in slots
             )
             lines.append(f"{side} carries {bracketed(self.best(side))}: {parts}.")

@@ -1,4 +1,5 @@
-"""The job kinds the worker runs: each a function (params, progress) -> result dict.
+"""The job kinds the worker runs: each a function (params, progress) -> result dict (or a
+`Recordable`, which the process that settles the job records: no job kind opens the store).
 
 A plain table: `python -m eagle3dash worker` passes JOB_KINDS to the worker, which hands each job's
 child process the name of its kind's function. Heavy imports (torch) stay inside the functions, so
@@ -8,18 +9,21 @@ the worker that only reads the table stays light.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from eagle3dash.checkpoint import inspect
 from eagle3dash.diagnosis.options import SCHEMA, DiagnoseOptions
 from eagle3dash.diagnosis.record import record_diagnosis
-from eagle3dash.diagnosis.stages import earlier_timings, prompt_ids, run_diagnosis, unit_costs
+from eagle3dash.diagnosis.result import Diagnosis
+from eagle3dash.diagnosis.stages import prompt_ids, run_diagnosis
 from eagle3dash.jobs import JobFn
 from eagle3dash.layout import parse_layout
 from eagle3dash.probe import probe
 from eagle3dash.servebench import load_prompts, run_bench
 from eagle3dash.sglang import SGLangClient
 from eagle3dash.sglang_rules import DEFAULT_SGLANG_VERSION, target_arch
+from eagle3dash.store import Store
 from eagle3dash.sweep import SWEEP_KIND, evaluate_checkpoint
 
 Progress = Callable[[float, str], None]
@@ -30,20 +34,27 @@ def _option(params: dict, name: str) -> Any:
     return SCHEMA[name].parse(params.get(name))
 
 
-def job_diagnose(params: dict, progress: Progress) -> dict:
-    """Job kind 'diagnose': the whole pipeline for run `params["run_id"]`, stored for its page in
-    the home its backend runs it for (EAGLE3DASH_HOME)."""
-    from eagle3dash import store as db
+@dataclass
+class RunDiagnosis:
+    """A run's diagnosis as its job returns it, from whichever node ran it (Ray pickles it back
+    to the driver); the process that settles the job records it onto the run (`Recordable`)."""
 
-    run_id = int(params["run_id"])
+    run_id: int
+    diagnosis: Diagnosis
+
+    def record(self, store: Store) -> dict:
+        """Record the diagnosis onto its run; the job's result only points at it."""
+        record_diagnosis(store, self.run_id, self.diagnosis)
+        return {"run_id": self.run_id, "findings": len(self.diagnosis.findings)}
+
+
+def job_diagnose(params: dict, progress: Progress) -> RunDiagnosis:
+    """Job kind 'diagnose': the whole pipeline for run `params["run_id"]`, without the store (the
+    costs of earlier runs, for the progress bar, came with the params from `submit_diagnosis`)."""
     # Starting and ending the run is the lifecycle's: the backend moves it with this job.
-    with db.open_store() as store:
-        options = DiagnoseOptions.from_json(params["options"])
-        costs = unit_costs(earlier_timings(db.recent_timings(store)))
-        diagnosis = run_diagnosis(options, progress, digest_cache=store, costs=costs)
-        record_diagnosis(store, run_id, diagnosis)
-    # The diagnosis is stored once, on the run; the job's result only points at it.
-    return {"run_id": run_id, "findings": len(diagnosis.findings)}
+    options = DiagnoseOptions.from_json(params["options"])
+    diagnosis = run_diagnosis(options, progress, costs=params.get("costs"))
+    return RunDiagnosis(int(params["run_id"]), diagnosis)
 
 
 def job_inspect(params: dict, progress: Progress) -> dict:

@@ -748,7 +748,9 @@ _RUN_JOIN = (
 )
 _RUN_SELECT = "SELECT runs.*" + _RUN_JOIN
 # The Runs page lists summaries: everything but the diagnosis itself, with its verdict
-# (`verdict`, Diagnosis.verdict()) and the rule ids of the run's findings in order (`finding_ids`).
+# (`verdict`, Diagnosis.verdict()), the rule ids of the run's findings in order (`finding_ids`)
+# and its endpoint's server info (`server_info`: whether a demo double's modelled cost made its
+# tok/s).
 _RUN_LIST_SELECT = (
     "SELECT "
     + ", ".join(f"runs.{c}" for c in RUN_COLUMNS if c != "diagnosis_json")
@@ -756,6 +758,7 @@ _RUN_LIST_SELECT = (
     "(SELECT group_concat(rule_id, ', ') FROM "
     "(SELECT rule_id FROM findings WHERE findings.run_id = runs.id ORDER BY position)) "
     "AS finding_ids, "
+    "json_extract(runs.diagnosis_json, '$.server.server_info') AS server_info_json, "
     "(SELECT placement_json FROM jobs WHERE jobs.run_id = runs.id "
     "AND placement_json IS NOT NULL ORDER BY jobs.id DESC LIMIT 1) AS placement_json" + _RUN_JOIN
 )

@@ -8,6 +8,7 @@ from typing import Any
 from eagle3dash import jobs
 from eagle3dash import store as db
 from eagle3dash.diagnosis.options import DiagnoseOptions
+from eagle3dash.diagnosis.stages import earlier_timings, unit_costs
 
 
 def submit_diagnosis(
@@ -25,10 +26,11 @@ def submit_diagnosis(
     run_id = db.create_run(store, checkpoint_id, options.endpoint, options.baseline, params)
     params["capture_dir"] = params["capture_dir"] or str(db.capture_dir(store.home, run_id))
     db.update_run(store, run_id, options={**params, **(labels or {})})
+    costs = unit_costs(earlier_timings(db.recent_timings(store)))
     jobs.submit_job(
         store,
         "diagnose",
-        {"options": params, "run_id": run_id},
+        {"options": params, "run_id": run_id, "costs": costs},
         run_id=run_id,
         needs_gpu=options.device.startswith("cuda"),
     )

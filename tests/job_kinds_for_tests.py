@@ -131,10 +131,19 @@ def dies_once(params: dict, progress: ProgressFn) -> dict:
     return {"second": True}
 
 
+def opens_store(params: dict, progress: ProgressFn) -> dict:
+    """Open the store at `params["home"]`: what a node without the store cannot do."""
+    from eagle3dash.store import open_store
+
+    open_store(params["home"]).close()
+    return {"opened": True}
+
+
 ALL_KINDS: dict[str, JobFn] = {
     **JOB_KINDS,
     "test-dies-once": dies_once,
     "test-once": once,
     "test-gated": gated,
     "test-fill": fill,
+    "test-opens-store": opens_store,
 }

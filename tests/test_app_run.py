@@ -309,7 +309,7 @@ def test_the_runs_table_leads_with_its_key_columns_and_shows_no_none(world_home)
     no_exception(at)
     (table,) = at.dataframe
     runs = table.value
-    assert list(runs.columns)[:9] == [
+    assert list(runs.columns)[:10] == [
         "open",
         "run",
         "status",
@@ -319,6 +319,7 @@ def test_the_runs_table_leads_with_its_key_columns_and_shows_no_none(world_home)
         "sim training",
         "sim serving",
         "speedup",
+        "tok/s",
     ]
     rows = runs.set_index("run")
     full, bare = rows.loc[world_home["full"]], rows.loc[world_home["bare"]]
@@ -328,8 +329,8 @@ def test_the_runs_table_leads_with_its_key_columns_and_shows_no_none(world_home)
     assert table.proto.placeholder == "—"  # a missing number shows a dash, never "None"
     assert table.proto.row_height > 64  # tall enough for a long verdict to wrap
     config = json.loads(table.proto.columns)
-    assert config["verdict"]["width"] >= 300 and "help" in config["verdict"]
-    key = list(runs.columns)[:9]
+    assert config["verdict"]["width"] >= 250 and "help" in config["verdict"]
+    key = list(runs.columns)[:10]
     assert sum(config[c]["width"] for c in key) <= 940  # what a table gets at 1400 px
 
 
@@ -501,6 +502,22 @@ def test_a_real_server_gets_no_double_note(world, home) -> None:
         "forward takes at least a set delay and each draft step a tenth of it), not from measured "
         "serving speed."
     )
+
+
+def test_the_runs_table_says_which_runs_numbers_the_doubles_cost_shaped(world, home) -> None:
+    """One caption per modelled cost under the Runs table, naming its runs and the columns it
+    shaped, with the cost the double's server info states; a run on a real server is not named."""
+    full, bare = (copy_run(home, stored(world, name)) for name in ("full", "bare"))
+    diagnosis = stored(world, "full")
+    info = {k: v for k, v in diagnosis["server"]["server_info"].items() if "eagle3dash" not in k}
+    copy_run(home, {**diagnosis, "server": {**diagnosis["server"], "server_info": info}})
+    at = app()
+    no_exception(at)
+    expected = (
+        f"ℹ️ Runs #{full}, #{bare}: their tok/s and speedup are shaped by the demo double (the "
+        f"accept lengths count tokens: its cost does not touch them). {DOUBLE_NOTE}"
+    )
+    assert [plain(c.value) for c in at.caption if "double" in c.value] == [expected]
 
 
 def test_a_library_error_names_the_form_field_beside_the_flag() -> None:

@@ -99,10 +99,15 @@ def instance_process(factory: str, store: Store, **settings) -> Iterator[subproc
         proc.wait()
 
 
+START_TIMEOUT_S = 120.0  # a backend instance in a process of its own imports and connects first
+
+
 def started(store: Store, job_id: int) -> dict:
     """The job's row once its function has reported progress."""
     return wait_until(
-        lambda: (j := job_status(store, job_id))["progress"] > 0 and j, what="the job to start"
+        lambda: (j := job_status(store, job_id))["progress"] > 0 and j,
+        START_TIMEOUT_S,
+        what="the job to start",
     )
 
 

@@ -110,3 +110,38 @@ def test_cancel_run_says_what_it_did(store: Store) -> None:
     assert cancel_run(store, queued_run) is CancelOutcome.NOTHING
     assert get_run(store, queued_run)["error"] == "cancelled before it started"
     assert job_status(store, queued)["started_at"] is None
+
+
+class _Note:
+    """A Recordable result: writes how often it was recorded onto its run (its speedup column)."""
+
+    def __init__(self, run_id: int) -> None:
+        self.run_id, self.records = run_id, 0
+
+    def record(self, store: Store) -> dict:
+        self.records += 1
+        update_run(store, self.run_id, speedup=float(self.records))
+        return {"noted": self.run_id}
+
+
+def test_a_recordable_result_is_recorded_once_by_the_settler_unless_the_job_ended(
+    store: Store,
+) -> None:
+    """What `settle_job` does with a run's diagnosis returned by its job: records it, then keeps
+    what `record` said as the job's result; a job already ended (cancelled) records nothing."""
+    run_id, job_id = run_and_job(store)
+    claim_job(store, 1)
+    note = _Note(run_id)
+    assert settle_job(store, job_id, Status.SUCCEEDED, result=note) is True
+    assert note.records == 1 and job_status(store, job_id)["result"] == {"noted": run_id}
+    assert get_run(store, run_id)["speedup"] == 1.0
+    assert settle_job(store, job_id, Status.SUCCEEDED, result=note) is False
+    assert note.records == 1  # a late second settle records nothing
+
+    other_run, other_job = run_and_job(store)
+    claim_job(store, 1)
+    cancel_job(store, other_job)
+    settle_job(store, other_job, Status.CANCELLED)
+    late = _Note(other_run)
+    assert settle_job(store, other_job, Status.SUCCEEDED, result=late) is False
+    assert late.records == 0 and get_run(store, other_run)["status"] == "cancelled"

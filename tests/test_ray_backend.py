@@ -5,6 +5,7 @@ two nodes; a third one added and removed here)."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from eagle3dash.jobs import job_status, submit_job, wait_for_job
+from eagle3dash.jobs import job_status, list_jobs, submit_job, wait_for_job
 from eagle3dash.jobs.backend import ServeSettings, serve
 from eagle3dash.jobs.lifecycle import Status, claim_job, record_placement, settle_job
 from eagle3dash.store import Store, create_run, get_run, list_runs, open_store
@@ -140,20 +141,97 @@ def test_a_node_removed_mid_job_fails_the_run_with_rays_reason(ray_cluster, stor
     assert (run["status"], run["error"].splitlines()[0]) == ("failed", first)
 
 
-def test_a_runs_job_needs_the_home_on_its_node(tmp_path: Path) -> None:
-    """A diagnosis records its run into the store from its node: a node without the home is
-    refused, as an unreadable input is; a job of no run (a sweep's evaluation) needs no home."""
-    from eagle3dash.jobs.ray_backend import unreadable_paths
+def test_a_task_checks_its_inputs_not_the_home(tmp_path: Path) -> None:
+    """Every input path is checked on the node (a diagnosis's options too); the home is not an
+    input: without it, a run's serving capture is not kept, and the log line says so."""
+    from eagle3dash.jobs.ray_backend import unreadable_paths, without_home
 
     draft = tmp_path / "draft"
     draft.mkdir()
-    assert unreadable_paths({"run_id": 3, "checkpoint": str(draft)}, "/nowhere/home") == [
-        "/nowhere/home"
-    ]
-    assert unreadable_paths({"checkpoint": str(draft)}, "/nowhere/home") == []
-    assert unreadable_paths({"run_id": 3}, str(tmp_path)) == []
+    assert unreadable_paths({"run_id": 3, "checkpoint": str(draft)}) == []
     options = {"draft": "/gone/draft", "target": str(draft), "prompts": "chat"}  # a diagnosis's
-    assert unreadable_paths({"options": options}, str(tmp_path)) == ["/gone/draft"]
+    assert unreadable_paths({"options": options}) == ["/gone/draft"]
+    run = {"run_id": 3, "options": {"draft": str(draft), "capture_dir": "/nowhere/home/captures/3"}}
+    assert without_home(run, str(tmp_path)) == (run, None)  # the home is here: kept
+    got, line = without_home(run, "/nowhere/home")
+    assert got == {"run_id": 3, "options": {"draft": str(draft), "capture_dir": None}}
+    assert line == (
+        "the serving capture is not kept in /nowhere/home/captures/3: the home /nowhere/home is "
+        "not on this node"
+    )
+
+
+# The node's Python cannot open any SQLite database, as a node that cannot reach the store.
+_NO_SQLITE = """
+import sqlite3
+
+def _unreachable(*args, **kwargs):
+    raise sqlite3.OperationalError("unable to open database file (no store on this node)")
+
+sqlite3.connect = _unreachable
+"""
+
+
+def test_a_diagnosis_on_a_node_without_the_store_is_recorded_by_the_driver(
+    ray_cluster, store, tmp_path
+) -> None:
+    """A node whose processes cannot open the store runs a demo diagnosis: the driver records it
+    onto the run (the diagnosis, its findings, the run's summary columns), and the job's result
+    points at it."""
+    from eagle3dash.demo import deployments
+    from eagle3dash.demo.serve import demo_options, serve_deployment
+    from eagle3dash.job_kinds import JOB_KINDS
+    from eagle3dash.jobs.ray_backend import RayBackend
+    from eagle3dash.store import get_findings, to_json
+    from eagle3dash.submit import submit_diagnosis
+
+    site = tmp_path / "no-sqlite"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(_NO_SQLITE)
+    node = ray_cluster.add_node(
+        num_cpus=1,
+        resources={"no_store": 1},
+        object_store_memory=80 << 20,
+        env_vars={"PYTHONPATH": f"{site}{os.pathsep}{ROOT}"},
+    )
+    ray_cluster.wait_for_nodes()
+    stop = threading.Event()
+    args = (RayBackend(), store.home, {**ALL_KINDS, **JOB_KINDS}, FAST)
+    t = threading.Thread(target=serve, args=args, kwargs={"stop_event": stop}, daemon=True)
+    plan = deployments()["correct"]
+    try:
+        with serve_deployment(plan) as server:
+            options = demo_options(plan.draft_path, server.url, None, 2, 8)
+            run_id = submit_diagnosis(store, None, options)
+            (job,) = list_jobs(store, run_id)
+            on_the_node = {**job["params"], "ray_resources": {"no_store": 1}}
+            store.db.execute(
+                "UPDATE jobs SET params_json = ? WHERE id = ?", (to_json(on_the_node), job["id"])
+            )
+            opens = {"home": str(store.home), "ray_resources": {"no_store": 1}}
+            probe_id = submit_job(store, "test-opens-store", opens)
+            t.start()
+            refused = wait_for_job(store, probe_id, timeout=120)
+            done = wait_for_job(store, job["id"], timeout=600)
+    finally:
+        stop.set()
+        t.join(30)
+        ray_cluster.remove_node(node)
+    # the node really cannot open the store: today's job that recorded from the node failed here
+    assert refused["status"] == "failed" and refused["placement"]["node"] == node.node_id
+    assert "no store on this node" in refused["error"], refused["error"]
+    assert done["status"] == "succeeded", done["error"]
+    assert done["placement"]["node"] == node.node_id
+    run = get_run(store, run_id)
+    assert run["status"] == "succeeded" and run["diagnosis"]["options"]["draft"] == str(
+        plan.draft_path
+    )
+    found = get_findings(store, run_id)
+    assert done["result"] == {"run_id": run_id, "findings": len(run["diagnosis"]["findings"])}
+    assert len(found) == len(run["diagnosis"]["findings"]) > 0
+    assert run["measured_accept_length"] == run["diagnosis"]["verdict"]["measured_accept_length"]
+    assert run["measured_accept_length"] > 1.0  # the correct deployment's draft is accepted
+    assert (store.home / "captures" / str(run_id)).is_dir()  # the home is here: capture kept
 
 
 @pytest.mark.parametrize("retries", [0, 1])

@@ -41,7 +41,7 @@ from eagle3dash.engine import VLLM, ServerReport
 from eagle3dash.errors import InputError
 from eagle3dash.findings import Evidence, Finding, diagnose
 from eagle3dash.http_client import EndpointError
-from eagle3dash.identity import DigestCache, DraftIdentity, compare_drafts, is_local_url
+from eagle3dash.identity import DraftIdentity, compare_drafts, is_local_url
 from eagle3dash.layout import Layout, LayoutResult, Tap, bracketed, diff
 from eagle3dash.prediction import LayoutComparison, predict_layouts
 from eagle3dash.profile import (
@@ -720,14 +720,13 @@ def serving_side(run: _Run, training: Side) -> Side:
     return side
 
 
-def draft_identity(run: _Run, cache: DigestCache | None) -> DraftIdentity | None:
-    """Whether the server runs the checkpoint under diagnosis, by weight content."""
+def draft_identity(run: _Run) -> DraftIdentity | None:
+    """Whether the server runs the checkpoint under diagnosis, by weight content (hashed here:
+    the job that runs a diagnosis reads no store, wherever it runs)."""
     spec = run.server.speculative
     if spec is None:
         return None
-    identity = compare_drafts(
-        run.report.path, spec.draft_model_path, is_local_url(run.server.url), cache
-    )
+    identity = compare_drafts(run.report.path, spec.draft_model_path, is_local_url(run.server.url))
     if identity.status == "unknown":
         run.not_checked.append(
             NotChecked(
@@ -1018,7 +1017,6 @@ def _import_torch_stack() -> None:
 def run_diagnosis(
     options: DiagnoseOptions,
     progress: Progress | None = None,
-    digest_cache: DigestCache | None = None,
     costs: dict[str, float] | None = None,
 ) -> Diagnosis:
     """Run every stage against the endpoint and return the diagnosis with its findings (and the
@@ -1042,7 +1040,7 @@ def run_diagnosis(
     run.stages.report(EVALUATE)
     training = training_side(run)
     serving = serving_side(run, training)
-    identity = draft_identity(run, digest_cache)
+    identity = draft_identity(run)
     measured, baseline = benchmark(run, prompts)
     profile = (
         profile_stage(run, prompts, training, serving, measured, baseline)

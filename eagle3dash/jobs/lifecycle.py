@@ -5,7 +5,9 @@ Every status change of a job or a run is made here, in one transaction with what
 - `report_progress`, `heartbeat`: a running job's fraction, message and liveness (no transition);
 - `cancel_job` / `cancel_run`: a queued job is cancelled at once (its run too); a running one is
   flagged, and its backend stops it and settles it;
-- `settle_job`: a job ends (succeeded, failed or cancelled) and its unfinished run ends with it.
+- `settle_job`: a job ends (succeeded, failed or cancelled) and its unfinished run ends with it;
+  a `Recordable` result (a run's diagnosis) is recorded first, by the process that settles the job:
+  the local worker's child, or the Ray driver for a task on another node (which writes nothing).
 
 A transition only ever leaves an unfinished status: a finished job or run never changes again, so
 a late writer (a child settling after recovery failed its job, a second backend) changes nothing.
@@ -19,7 +21,7 @@ import enum
 import socket
 import sqlite3
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from eagle3dash.store import Store, decode_row, now_iso, to_json
 from eagle3dash.store_faults import is_disk_full, release_reserve
@@ -41,6 +43,15 @@ FINISHED = frozenset(STATUSES) - UNFINISHED
 # Why a job (and its run) was cancelled: a user asked, before or while it ran.
 CANCELLED_BEFORE_START = "cancelled before it started"
 CANCELLED_WHILE_RUNNING = "cancelled while it ran"
+
+
+@runtime_checkable
+class Recordable(Protocol):
+    """A job's result that only the store's writer records (a run's diagnosis, its files): the
+    job returns it, `settle_job` records it, and the job's stored result is what `record` says."""
+
+    def record(self, store: Store) -> dict:
+        """Write this result into the store and the home; the job's result to keep."""
 
 
 class CancelOutcome(enum.Enum):
@@ -198,10 +209,16 @@ def settle_job(
 
     Its unfinished run ends with it: succeeded with the job, or failed / cancelled with `reason`
     (else `error`, else `message`) as the run's error, so no page shows a dead run as running.
+    A `Recordable` result is recorded first, unless the job has ended already.
     """
     if status not in FINISHED:
         final = ", ".join(sorted(FINISHED))
         raise ValueError(f"a job settles as one of {final}, not {str(status)!r}")
+    if status == Status.SUCCEEDED and isinstance(result, Recordable):
+        row = store.db.execute("SELECT status FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        if row is None or Status(row[0]) in FINISHED:
+            return False
+        result = result.record(store)
     fields: dict[str, Any] = {"status": status, "finished_at": now_iso(), "error": error}
     if message is not None:
         fields["message"] = message

@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from eagle3dash.errors import InputError
-from eagle3dash.jobs.lifecycle import FINISHED, Status
+from eagle3dash.jobs.lifecycle import FINISHED, Recordable, Status
 from eagle3dash.store import Store, decode_row, insert_row, now_iso, to_json
 
 ProgressFn = Callable[[float, str], None]  # progress(fraction 0..1, message)
-JobFn = Callable[[dict, ProgressFn], dict | None]  # a job kind: fn(params, progress) -> result
+# a job kind: fn(params, progress) -> its result, or a Recordable the store's writer records
+JobFn = Callable[[dict, ProgressFn], dict | Recordable | None]
 
 LOG_TAIL_BYTES = 64 * 1024
 

@@ -3,7 +3,8 @@
 `python -m eagle3dash worker` with `EAGLE3DASH_JOBS=ray` (`make run JOBS=ray`) serves the store
 with `RayBackend` through `backend.serve`, which claims, heartbeats, cancels, settles and recovers
 as for the local worker. The store stays single-writer on the driver's machine: the task writes
-nothing to it. This module adds where a job runs:
+nothing to it, and a run's diagnosis comes back as its result (a `lifecycle.Recordable`, pickled
+by Ray) for the driver to record. This module adds where a job runs:
 - `launch` submits `_execute` as a streaming-generator task with the job's resources (one GPU when
   the job needs one, one CPU otherwise, and the custom resources of `ray_resources` in its params)
   and no retry unless its params ask for one (`ray_retries`: Ray runs it again once on a lost
@@ -35,6 +36,7 @@ import os
 import queue
 import signal
 import socket
+import sqlite3
 import threading
 import time
 import traceback
@@ -99,11 +101,20 @@ def param_paths(params: dict[str, Any]) -> list[str]:
     return paths + [p for p in params.get("checkpoints") or () if isinstance(p, str)]
 
 
-def unreadable_paths(params: dict[str, Any], home: str) -> list[str]:
-    """The paths a job's params name that are not readable here, and the home when the job is
-    a run's (it records its run into the store there)."""
-    paths = param_paths(params) + ([home] if params.get("run_id") is not None else [])
-    return [p for p in paths if not os.access(p, os.R_OK)]
+def unreadable_paths(params: dict[str, Any]) -> list[str]:
+    """The paths a job's params name that are not readable here."""
+    return [p for p in param_paths(params) if not os.access(p, os.R_OK)]
+
+
+def without_home(params: dict[str, Any], home: str) -> tuple[dict[str, Any], str | None]:
+    """A run's params for a node that cannot write the home: its serving capture, which a sweep
+    reuses, is not kept (not written to this node's own disk); the line that says so."""
+    options = _options(params)
+    capture_dir = options.get("capture_dir")
+    if not capture_dir or os.access(home, os.W_OK):
+        return params, None
+    line = f"the serving capture is not kept in {capture_dir}: the home {home} is not on this node"
+    return {**params, "options": {**options, "capture_dir": None}}, line
 
 
 def with_paths(params: dict[str, Any], moved: dict[str, str]) -> dict[str, Any]:
@@ -210,16 +221,20 @@ def _execute(
     job_id: int, fn_ref: str, params: dict, home: str, shipped: dict[str, Any]
 ) -> Iterator[list[Event]]:
     """A job as a Ray task: where it runs, its shipped uploads unpacked when this node cannot
-    read them, a refusal for unreadable inputs, then batches of the job's events until its end."""
+    read them, a refusal for unreadable inputs, then batches of the job's events until its end
+    (its result, a run's diagnosis too, pickled back to the driver, which records it). It never
+    opens the store: the node need not see the home."""
     where = placement()
     yield [("where", where)]
     params = _receive(shipped, params)
-    missing = unreadable_paths(params, home)
+    missing = unreadable_paths(params)
     if missing:
         line = f"not readable on node {where['host']} ({where['node'][:12]}): {missing[0]}"
         yield [("log", line + "\n"), ("failed", line, line)]
         return
-    os.environ["EAGLE3DASH_HOME"] = home
+    params, not_kept = without_home(params, home)
+    if not_kept:
+        yield [("log", not_kept + "\n")]
     os.environ["EAGLE3DASH_JOB_ID"] = str(job_id)
     events: queue.Queue[Event] = queue.Queue()
     cancel = threading.Event()
@@ -406,13 +421,25 @@ class RayBackend(JobBackend):
             elif kind == "log":
                 append_log(store, handle.job, event[1])
             elif kind == "result":
-                lifecycle.settle_job(
-                    store, job_id, Status.SUCCEEDED, result=event[1], message="done"
-                )
+                self._succeed(handle, event[1])
             elif kind == "failed":
                 lifecycle.settle_job(
                     store, job_id, Status.FAILED, error=event[1], message=event[2], reason=event[2]
                 )
+
+    def _succeed(self, handle: _Task, result: Any) -> None:
+        """Settle the job with its result, recording a run's diagnosis here; a result that fails
+        to record (other than a store fault, which `serve` waits out) fails the job."""
+        store, job_id = handle.store, handle.job["id"]
+        try:
+            lifecycle.settle_job(store, job_id, Status.SUCCEEDED, result=result, message="done")
+        except (sqlite3.Error, OSError):
+            raise
+        except Exception as e:  # noqa: BLE001 - the job's result could not be recorded: it fails
+            tb = traceback.format_exc()
+            append_log(store, handle.job, tb)
+            line = f"its result could not be recorded: {type(e).__name__}: {e}"[:500]
+            lifecycle.settle_job(store, job_id, Status.FAILED, error=tb, message=line, reason=line)
 
     def interrupt(self, handle: _Task, force: bool) -> None:
         """`ray.cancel` the task (force: kill its worker)."""

@@ -71,10 +71,20 @@ def _dash_scale(dashes: Mapping[str, Dash], present: Iterable[str]) -> alt.Scale
     return alt.Scale(domain=names, range=[list(dashes[name]) for name in names])
 
 
+STROKE_SYMBOL_SIZE = 900  # a legend's line segment 30 px long: two repeats of the longest dash
+
+
 def _legend(title: str, stroke: bool = False) -> alt.Legend:
-    """A legend at the right; `stroke`: its symbols are line segments (for dashes)."""
+    """A legend at the right; `stroke`: its symbols are line segments long enough to show each
+    dash whole (Vega's default 10 px cuts a dash to a dot)."""
     if stroke:
-        return alt.Legend(title=title, labelLimit=0, symbolType="stroke", symbolStrokeWidth=2)
+        return alt.Legend(
+            title=title,
+            labelLimit=0,
+            symbolType="stroke",
+            symbolStrokeWidth=2,
+            symbolSize=STROKE_SYMBOL_SIZE,
+        )
     return alt.Legend(title=title, labelLimit=0)
 
 

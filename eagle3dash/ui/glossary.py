@@ -24,11 +24,13 @@ GLOSSARY = {
     ),
     "margin": (
         "How clearly a served slot matches its best tap: the best tap's match score minus the "
-        "second best's. Near 0 the two taps look alike and the match is uncertain."
+        "second best's (the detective says 'its score 0.34 above the next tap's'). Near 0 the two "
+        "taps look alike and the match is uncertain."
     ),
     "tied": (
-        "A margin under 0.01: two taps match a slot equally well, so which one it carries is "
-        "not decided by the states alone."
+        "A margin under 0.01 (the detective says 'undecided: another tap matches as well'): two "
+        "taps match a slot equally well, so which one it carries is not decided by the states "
+        "alone."
     ),
     "behind the best": (
         "How far a candidate layout's simulated accept length falls short of the best "

@@ -117,13 +117,14 @@ RUNS_ROW_HEIGHT = 72  # px: over Streamlit's 4rem, so a verdict wraps onto three
 RUNS_KEY_WIDTHS = {
     "open": 44,
     "run": 44,
-    "status": 100,
-    "checkpoint": 120,
-    "verdict": 300,
+    "status": 96,
+    "checkpoint": 110,
+    "verdict": 256,
     "measured": 76,
     "sim training": 84,
     "sim serving": 80,
-    "speedup": 70,
+    "speedup": 66,
+    "tok/s": 60,
 }
 
 
@@ -136,7 +137,8 @@ def ran_on(jobs: Sequence[Mapping[str, Any]]) -> None:
 
 def runs_table(rows: Sequence[Mapping[str, Any]]) -> None:
     """The Runs table: the key columns first and narrow (link, status, checkpoint, verdict,
-    accept lengths, speedup) so they fit 1400 px; long verdicts wrap; no value shows a dash."""
+    accept lengths, speedup, tok/s) so they fit 1400 px; long verdicts wrap; no value shows a
+    dash."""
     number = st.column_config.NumberColumn
     text = st.column_config.TextColumn
     width = RUNS_KEY_WIDTHS
@@ -192,7 +194,9 @@ def runs_table(rows: Sequence[Mapping[str, Any]]) -> None:
                 width=width["speedup"],
                 help="The endpoint's output tok/s over the baseline's (no speculation).",
             ),
-            "tok/s": number("tok/s", format="%.1f", help="The endpoint's output tok/s."),
+            "tok/s": number(
+                "tok/s", format="%.1f", width=width["tok/s"], help="The endpoint's output tok/s."
+            ),
             "findings": text(
                 "findings", help="The rule ids of every finding, as the Run page lists them."
             ),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from eagle3dash.diagnosis.options import SCHEMA
@@ -286,6 +286,22 @@ def double_note(server: Mapping[str, Any] | None) -> str | None:
         "This endpoint is eagle3dash's SGLang API double, a test and demo stand-in, not a serving "
         f"engine: its tok/s and the speedup come from {source}, not from measured serving speed."
     )
+
+
+def runs_double_note(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The Runs table's captions: for the listed runs whose endpoint was eagle3dash's SGLang API
+    double, which columns its modelled cost shaped, once per cost (as the double's server info
+    states it)."""
+    by_note: dict[str, list[int]] = {}
+    for row in rows:
+        note = double_note({"server_info": row.get("server_info")})
+        if note is not None:
+            by_note.setdefault(note, []).append(int(row["id"]))
+    return [
+        f"Runs {', '.join(f'#{i}' for i in sorted(ids))}: their tok/s and speedup are shaped by "
+        f"the demo double (the accept lengths count tokens: its cost does not touch them). {note}"
+        for note, ids in by_note.items()
+    ]
 
 
 def per_position_note(diagnosis: StoredDiagnosis) -> str | None:
