@@ -4,6 +4,8 @@ feeds it its training taps (1, 2, 3; written by hand from vLLM 0.33.0's rules)."
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from eagle3dash.demo.vllm import vllm_deployment
@@ -50,3 +52,24 @@ def test_v1_shifts_the_demo_draft_and_the_dual_key_config_fixes_it(tmp_path) -> 
     low, high = shifted.measured.accept_length, fixed.measured.accept_length
     assert low is not None and high is not None
     assert high > low + 1.0  # the trained draft fed its taps accepts far longer chains
+
+
+def test_try_it_on_vllm_serves_v1_in_processes_of_their_own(tmp_path) -> None:
+    # New run's "Try it on the demo", vLLM V1: the endpoint and a baseline without speculation,
+    # each a vLLM double in a process of its own; the demo's diagnosis (target at hand) finds
+    # the slots one block early (nested ids [0, 1, 2] read as vLLM ids: taps 0, 1, 2) against
+    # the taps draft B was trained on (1, 2, 3), and copies the top-level vLLM ids [1, 2, 3].
+    from eagle3dash.demo.serve import start_demo
+
+    demo = start_demo("vllm-v1", tmp_path)
+    try:
+        diagnosis = run_diagnosis(replace(demo.options(), num_prompts=4, profile=False))
+    finally:
+        demo.stop()
+    assert diagnosis.server.engine == "vllm"
+    assert diagnosis.serving.layout == (Tap(0), Tap(1), Tap(2))
+    assert diagnosis.training.layout == (Tap(1), Tap(2), Tap(3))
+    first = diagnosis.findings[0]
+    assert (first.id, first.severity) == ("layout-mismatch", "critical")
+    assert first.data["top_level_ids"] == [1, 2, 3]
+    assert diagnosis.baseline is not None  # the baseline double answered without speculation

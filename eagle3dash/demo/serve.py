@@ -40,7 +40,8 @@ from eagle3dash.diagnosis.options import DiagnoseOptions
 from eagle3dash.errors import InputError
 
 PROMPTS = FIXTURES / "prompts.jsonl"
-DEMO_NAMES = ("mismatched", "correct", "fixed", "format")  # New run's choice, in this order
+# New run's choice, in this order; the vllm- ones on the vLLM double (demo/vllm.py)
+DEMO_NAMES = ("mismatched", "correct", "fixed", "format", "vllm-v1", "vllm-dual-key")
 START_TIMEOUT_S = 120.0  # loading torch and the tiny models; slow only on a loaded machine
 STOP_TIMEOUT_S = 10.0
 URL_PREFIX = "serving "  # the child's first stdout line: "serving http://127.0.0.1:PORT"
@@ -215,9 +216,20 @@ class DemoEndpoints:
         self.baseline.stop()
 
 
+def demo_description(name: str) -> str:
+    """What a demo deployment (DEMO_NAMES) serves, in one or two sentences."""
+    from eagle3dash.demo.vllm import VLLM_DESCRIPTIONS
+
+    return VLLM_DESCRIPTIONS.get(name) or deployments()[name].description
+
+
 def demo_draft(name: str, home: Path) -> Path:
     """The draft a demo deployment serves: its fixture, or for "fixed" draft A with the fix
-    written into a copy under `home`."""
+    written into a copy under `home` (the dual-key copy of draft B for "vllm-dual-key")."""
+    from eagle3dash.demo.vllm import VLLM_DEMO_NAMES, vllm_demo_draft
+
+    if name in VLLM_DEMO_NAMES:
+        return vllm_demo_draft(name, home)
     plan = deployments()[name]
     if name == "fixed":
         assert plan.aux_layer_ids_override is not None  # the fixed deployment names the fix
@@ -244,7 +256,9 @@ def main(argv: list[str] | None = None) -> int:
     print "serving URL" once bound, stop on SIGTERM or when the parent process is gone."""
     import torch
 
-    from eagle3dash.testing.sglang_double import start_double
+    from eagle3dash.demo.vllm import VLLM_DEMO_NAMES, vllm_double_config
+    from eagle3dash.testing.sglang_double import RunningDouble, start_double
+    from eagle3dash.testing.vllm_double import RunningVLLMDouble, start_vllm_double
 
     parser = argparse.ArgumentParser(prog="python -m eagle3dash.demo.serve", description=__doc__)
     parser.add_argument("name", choices=DEMO_NAMES)
@@ -253,12 +267,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parent", type=int, help="stop when this process is gone")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _interrupt)
-    plan = deployments()[args.name]
     # One thread: the tiny models gain nothing from more, and idle OpenMP threads spinning
     # beside the other doubles and the diagnosis on a small machine would bend the cost floor.
     torch.set_num_threads(1)
     try:
-        running = start_double(double_config(plan, args.draft, args.baseline))
+        if args.name in VLLM_DEMO_NAMES:
+            config = vllm_double_config(args.name, args.draft, args.baseline)
+            running: RunningDouble | RunningVLLMDouble = start_vllm_double(config)
+        else:
+            plan = deployments()[args.name]
+            running = start_double(double_config(plan, args.draft, args.baseline))
     except (InputError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

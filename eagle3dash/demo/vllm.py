@@ -25,6 +25,14 @@ from ..testing.vllm_double import VLLMDoubleConfig
 from . import FIXTURES, NUM_STEPS, RANDOM_SEED
 
 VLLM_DEMO_NAMES = ("vllm-v2", "vllm-v1", "vllm-dual-key")
+# What New run's "Try it on the demo" says of the two vLLM deployments it serves (V2 cannot start).
+VLLM_DESCRIPTIONS = {
+    "vllm-v1": "Draft B (SpecForge config: nested ids [0, 1, 2], SGLang's numbering) on the vLLM "
+    "double's V1 runner (VLLM_USE_V2_MODEL_RUNNER=0), which reads the nested ids as vLLM ids: "
+    "every slot is fed the state one block early.",
+    "vllm-dual-key": "Draft B with the fix for both engines: the nested SGLang ids [0, 1, 2] and "
+    "the top-level vLLM ids [1, 2, 3] in one config.json, on the vLLM double's V2 runner.",
+}
 DUAL_KEY_IDS = [1, 2, 3]  # vLLM ids of draft B's training taps 1, 2, 3 (id k = Tap(k))
 
 
@@ -40,15 +48,28 @@ def dual_key_draft(home: Path, fixtures: Path = FIXTURES) -> Path:
     return out
 
 
+def vllm_demo_draft(name: str, home: Path, fixtures: Path = FIXTURES) -> Path:
+    """The draft a vLLM demo deployment serves: draft B, or its dual-key copy under `home`."""
+    if name not in VLLM_DEMO_NAMES:
+        raise ValueError(f"no vLLM demo deployment {name!r}: one of {', '.join(VLLM_DEMO_NAMES)}")
+    return dual_key_draft(home, fixtures) if name == "vllm-dual-key" else fixtures / "draft-b"
+
+
 def vllm_deployment(name: str, home: Path, fixtures: Path = FIXTURES) -> VLLMDoubleConfig:
     """The vLLM double's configuration of one of VLLM_DEMO_NAMES (dev endpoints and per-request
     metrics on, so every check can run)."""
-    if name not in VLLM_DEMO_NAMES:
-        raise ValueError(f"no vLLM demo deployment {name!r}: one of {', '.join(VLLM_DEMO_NAMES)}")
-    draft = dual_key_draft(home, fixtures) if name == "vllm-dual-key" else fixtures / "draft-b"
+    return vllm_double_config(name, vllm_demo_draft(name, home, fixtures), fixtures=fixtures)
+
+
+def vllm_double_config(
+    name: str, draft: Path | None, baseline: bool = False, fixtures: Path = FIXTURES
+) -> VLLMDoubleConfig:
+    """The vLLM double serving `draft` as deployment `name` does; `baseline`: the same target
+    without speculation (a vLLM double too, so both sides of the speedup pay the same costs)."""
     return VLLMDoubleConfig(
         target_path=fixtures / "target",
-        draft_path=draft,
+        draft_path=None if baseline else draft,
+        method=None if baseline else "eagle3",
         num_speculative_tokens=NUM_STEPS,
         runner="v1" if name == "vllm-v1" else "v2",
         dev_endpoints=True,

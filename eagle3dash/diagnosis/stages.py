@@ -36,7 +36,7 @@ from eagle3dash.diagnosis.result import (
     NotChecked,
     Side,
 )
-from eagle3dash.endpoints import open_engine
+from eagle3dash.endpoints import detect_engine, open_engine
 from eagle3dash.engine import VLLM, ServerReport
 from eagle3dash.errors import InputError
 from eagle3dash.findings import Evidence, Finding, diagnose
@@ -763,7 +763,9 @@ def benchmark(run: _Run, prompts: list[Prompt]) -> tuple[BenchResult, BenchResul
     baseline = None
     if options.baseline:
         run.stages.report(BASELINE, 0.0, f"{BASELINE} {options.baseline}")
-        baseline = run_bench(
+        # The baseline may be served by the other engine: each is benchmarked through its own API.
+        on_vllm = detect_engine(options.baseline, timeout=options.timeout) == VLLM
+        baseline = (run_vllm_bench if on_vllm else run_bench)(
             options.baseline,
             prompts,
             concurrency=options.concurrency,

@@ -51,7 +51,24 @@ DEMO_LABELS = {
     "correct": "correct: draft B, the control",
     "fixed": "fixed: draft A with the fix applied",
     "format": "format: draft C, needs the chat template",
+    "vllm-v1": "vLLM V1: draft B's SpecForge config on vLLM's V1 runner",
+    "vllm-dual-key": "vLLM fixed: draft B with both engines' keys",
 }
+VLLM_DOUBLE_WORDS = (
+    "the vLLM API double, a test and demo double that answers like vLLM 0.33 on this machine's "
+    "CPU with tiny models (not a serving engine), for the endpoint and the baseline alike"
+)
+VLLM_COST_WORDS = (
+    "The vLLM double models no serving cost: its tok/s and speedup are the tiny models' CPU "
+    "time, not measured serving."
+)
+
+
+def _served_by(name: str) -> tuple[str, str]:
+    """Which double serves a demo deployment, and what its tok/s mean, in words."""
+    if name.startswith("vllm-"):
+        return VLLM_DOUBLE_WORDS, VLLM_COST_WORDS
+    return DOUBLE_WORDS, COST_MODEL_WORDS
 
 
 # --- the demo ----------------------------------------------------------------------------------
@@ -111,28 +128,28 @@ def try_the_demo() -> None:
     """ "Try it on the demo": one click starts a demo deployment and a baseline on this machine
     (each in a process of its own) and fills in the form; then Run the diagnosis reproduces that
     deployment's demo run."""
-    from eagle3dash.demo import deployments
-    from eagle3dash.demo.serve import DEMO_NAMES
+    from eagle3dash.demo.serve import DEMO_NAMES, demo_description
 
     with st.container(border=True):
         st.markdown("**New here? Try it on the demo.**")
         st.caption(
             "Starts the built-in demo on this machine, served by "
             + md_escape(DOUBLE_WORDS)
-            + ": a tiny target with one of the demo's drafts (hidden states returned), and the "
-            "same target without speculation as the baseline. It fills in the form with the "
+            + " (or, for the vLLM deployments, by its vLLM counterpart): a tiny target with one "
+            "of the demo's drafts (hidden states returned), and the same target without "
+            "speculation as the baseline. It fills in the form with the "
             "draft, both endpoints, the local target and the demo's prompts."
         )
-        plans = deployments()
         name = st.selectbox(
             "Demo deployment",
             DEMO_NAMES,
             format_func=lambda n: DEMO_LABELS[n],
             key="demo_pick",
             help="mismatched: the incident (the fix is in its findings); correct: the control; "
-            "fixed: draft A with that fix applied; format: a draft that needs the chat template",
+            "fixed: draft A with that fix applied; format: a draft that needs the chat template; "
+            "vLLM V1 / vLLM fixed: a SpecForge draft on vLLM, shifted and fixed",
         )
-        st.caption(md_escape(plans[name].description))
+        st.caption(md_escape(demo_description(name)))
         if st.button("Try it on the demo", key="demo_try", icon="🧪"):
             try:
                 with st.spinner("Starting the demo's endpoints (a few seconds)..."):
@@ -145,11 +162,12 @@ def try_the_demo() -> None:
         shown = st.session_state.get(DEMO_ON)
         if shown:
             endpoint, baseline, served = shown
+            double, cost = _served_by(served)
             st.info(
                 f"The demo runs on this machine: endpoint {md_escape(endpoint)} "
                 f"({md_escape(DEMO_LABELS[served])}) and baseline {md_escape(baseline)} (no "
-                "speculation), both served by the SGLang API double (not a serving engine). "
-                f"{md_escape(COST_MODEL_WORDS)} The form below is filled in: press **Run the "
+                f"speculation), both served by {md_escape(double)}. "
+                f"{md_escape(cost)} The form below is filled in: press **Run the "
                 "diagnosis**.",
                 icon="🧪",
             )
