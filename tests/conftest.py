@@ -136,6 +136,17 @@ def hidden_states_off_double(served_models) -> Iterator[RunningDouble]:
     yield from _serving(config)
 
 
+@pytest.fixture(scope="session")
+def seeded_demo(tmp_path_factory) -> tuple[Path, list]:
+    """(the home, its DemoRuns) of the demo seeded once per run as `demo seed --worker` seeds it,
+    with 2 prompts of 32 new tokens: the mismatched, correct and fixed deployments' runs,
+    finished. Tests only read that home (one that adds runs copies it first)."""
+    from eagle3dash.demo.seed import seed
+
+    home = tmp_path_factory.mktemp("seeded-demo")
+    return home, seed(home, num_prompts=2, max_new_tokens=32, worker=True)
+
+
 @pytest.fixture(scope="module")
 def app_world(tmp_path_factory, served_models, eagle3_double, fixed_double):
     """The world's models and its two doubles (the draft's and the fixed draft's), and a fresh

@@ -1,18 +1,20 @@
 """The three verdict statuses in a real headless Chromium at 1400x900, on the demo's seeded runs.
 
-A module fixture seeds the demo into a fresh home (`demo seed --worker`: the mismatched, correct
-and fixed deployments, each with its target, baseline and identity check) and serves the app on
-it. The mismatched run reads as a problem (red, its fix's line to copy on the first screen), the
-correct and fixed runs as healthy (green, stating the observed agreement, the served weights,
-measured against simulated and the speedup), and the Runs page's verdict column says so, not the
-category note below; the correct deployment diagnosed without its target reads as incomplete. The
-first screens go to verdict_problem.png, verdict_healthy.png and verdict_incomplete.png, beside
-test_browser.py's screenshots (docs/ with EAGLE3DASH_SCREENSHOTS=docs: the README's).
+A module fixture copies the test world's seeded demo home (tests/conftest.py; `demo seed
+--worker`: the mismatched, correct and fixed deployments, each with its target, baseline and
+identity check) and serves the app on it. The mismatched run reads as a problem (red, its fix's
+line to copy on the first screen), the correct and fixed runs as healthy (green, stating the
+observed agreement, the served weights, measured against simulated and the speedup), and the Runs
+page's verdict column says so, not the category note below; the correct deployment diagnosed
+without its target reads as incomplete. The first screens go to verdict_problem.png,
+verdict_healthy.png and verdict_incomplete.png, beside test_browser.py's screenshots (docs/ with
+EAGLE3DASH_SCREENSHOTS=docs: the README's).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import shutil
 
 import pytest
 from playwright.sync_api import expect
@@ -55,17 +57,16 @@ def _without_target(home) -> int:
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    """The demo seeded into a fresh home (its runs finished), one run without the target, and
-    the app serving them."""
-    from eagle3dash.demo.seed import seed
-
-    home = tmp_path_factory.mktemp("browser-verdict")
-    made = seed(home, num_prompts=2, max_new_tokens=32, worker=True)
+def world(tmp_path_factory, seeded_demo):
+    """A copy of the test world's seeded demo home (its runs finished), one run without the
+    target added, and the app serving them."""
+    seeded_home, made = seeded_demo
+    home = tmp_path_factory.mktemp("browser-verdict") / "home"
+    shutil.copytree(seeded_home, home)  # the seeded home stays as the seed left it
     runs = {r.deployment: r.run_id for r in made}
     assert {r.status for r in made} == {"succeeded"}, made
     runs["without target"] = _without_target(home)
-    with serving_app(home, home) as served:
+    with serving_app(home, home.parent) as served:
         yield {"url": served.url, "runs": runs, "served": served}
 
 
