@@ -1,4 +1,5 @@
-"""What the AppTest files share: the app on a page, and the page's text as a reader sees it."""
+"""What the AppTest and pipeline files share: the app on a page, the page's text as a reader sees
+it, the SGLang API double over the tiny models, and small diagnose options for them."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pandas as pd
 from streamlit.testing.v1 import AppTest
 
 from eagle3dash import store as db
+from eagle3dash.diagnosis.options import DiagnoseOptions
 from eagle3dash.testing.sglang_double import DoubleConfig, RunningDouble, start_double
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,21 +75,44 @@ def frame_with(at: AppTest, column: str) -> pd.DataFrame:
     return found[0]
 
 
-def speculative_double(target: Path, draft: Path, **more: Any) -> RunningDouble:
-    """The SGLang API double serving the draft over the target: EAGLE3, 3 chain steps, hidden
-    states returned (the app tests' endpoint)."""
-    return start_double(
-        DoubleConfig(
-            target_path=str(target),
-            draft_path=str(draft),
-            speculative_algorithm="EAGLE3",
-            num_steps=3,
-            eagle_topk=1,
-            num_draft_tokens=4,
-            enable_return_hidden_states=True,
-            **more,
-        )
+def speculative_config(target: Path, draft: Path, **more: Any) -> DoubleConfig:
+    """The SGLang API double's settings for the draft over the target: EAGLE3, 3 chain steps,
+    hidden states returned (the app tests' endpoint), `more` overriding any."""
+    fields: dict[str, Any] = dict(
+        target_path=str(target),
+        draft_path=str(draft),
+        speculative_algorithm="EAGLE3",
+        num_steps=3,
+        eagle_topk=1,
+        num_draft_tokens=4,
+        enable_return_hidden_states=True,
     )
+    return DoubleConfig(**{**fields, **more})
+
+
+def speculative_double(target: Path, draft: Path, **more: Any) -> RunningDouble:
+    """The double started with speculative_config's settings."""
+    return start_double(speculative_config(target, draft, **more))
+
+
+def double(models: dict[str, Path], **overrides: Any) -> RunningDouble:
+    """speculative_double over these models' target and draft, `overrides` on its settings."""
+    return speculative_double(models["target"], models["draft"], **overrides)
+
+
+def options(models: dict[str, Path], url: str, **overrides: Any) -> DiagnoseOptions:
+    """Small, fast diagnose options with the local target for training-side states."""
+    fields: dict[str, Any] = dict(
+        draft=str(models["draft"]),
+        endpoint=url,
+        target=str(models["target"]),
+        num_prompts=3,
+        max_new_tokens=24,
+        concurrency=2,
+        steps=4,
+        profile=False,  # the layout's evidence; the profile has tests of its own
+    )
+    return DiagnoseOptions(**{**fields, **overrides})
 
 
 def run_queued(store: db.Store, run_ids: list[int], slots: int = 2) -> None:

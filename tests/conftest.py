@@ -1,11 +1,20 @@
-"""Shared test set-up: one torch thread (2-core machines thrash with more)."""
+"""Shared test set-up: one torch thread (2-core machines thrash with more), and the one test world
+built once per run: the tiny target and its drafts, the SGLang API doubles serving them, the
+session's Chromium (tests/browserkit.py) and the Ray cluster."""
 
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import torch
+
+if TYPE_CHECKING:
+    from eagle3dash.testing.sglang_double import DoubleConfig, RunningDouble
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -61,3 +70,135 @@ def ray_cluster():
         yield cluster
         ray.shutdown()
         cluster.shutdown()
+
+
+# --- the one test world: built by the first test that asks, shared by the rest -----------------
+
+
+@pytest.fixture(scope="session")
+def served_models(tmp_path_factory) -> dict[str, Path]:
+    """The tiny 4-layer target and its SpecForge drafts, built once per run: "draft" (random
+    weights, config ids [0, 1, 2]: SGLang's Llama +1 rule serves layers 1, 2, 3), "fixed" (the
+    same weights, ids [-1, 0, 1]) and "other" (other weights, ids [0, 1, 2]). Tests only read
+    them (a test that edits a draft edits its own copy)."""
+    from eagle3dash.checkpoint import save
+    from eagle3dash.testing.tensors import random_tensors
+    from tests.specs import served_draft_spec, tiny_models
+
+    root = tmp_path_factory.mktemp("world")
+    models = tiny_models(root)
+    weights = random_tensors(served_draft_spec(), seed=1)  # tiny_models' draft's
+    fixed = save(served_draft_spec((-1, 0, 1)), weights, root / "fixed", "specforge")
+    other_weights = random_tensors(served_draft_spec(), seed=7)
+    other = save(served_draft_spec(), other_weights, root / "epoch-7", "specforge")
+    return {**models, "fixed": fixed, "other": other}
+
+
+def _serving(config: DoubleConfig) -> Iterator[RunningDouble]:
+    from eagle3dash.testing.sglang_double import start_double
+
+    double = start_double(config)
+    try:
+        yield double
+    finally:
+        double.stop()
+
+
+@pytest.fixture(scope="session")
+def eagle3_double(served_models) -> Iterator[RunningDouble]:
+    """The SGLang API double serving the draft over the target (tests/appkit.py's
+    speculative_double: EAGLE3, 3 chain steps, hidden states returned)."""
+    from tests.appkit import speculative_config
+
+    yield from _serving(speculative_config(served_models["target"], served_models["draft"]))
+
+
+@pytest.fixture(scope="session")
+def fixed_double(served_models) -> Iterator[RunningDouble]:
+    """eagle3_double's configuration serving the fixed draft (ids [-1, 0, 1])."""
+    from tests.appkit import speculative_config
+
+    yield from _serving(speculative_config(served_models["target"], served_models["fixed"]))
+
+
+@pytest.fixture(scope="session")
+def hidden_states_off_double(served_models) -> Iterator[RunningDouble]:
+    """The double serving the draft over the target WITHOUT hidden states (EAGLE3, 3 steps)."""
+    from eagle3dash.testing.sglang_double import DoubleConfig
+
+    config = DoubleConfig(
+        target_path=str(served_models["target"]),
+        draft_path=str(served_models["draft"]),
+        speculative_algorithm="EAGLE3",
+        num_steps=3,
+        num_draft_tokens=4,
+    )
+    yield from _serving(config)
+
+
+@pytest.fixture(scope="session")
+def seeded_demo(tmp_path_factory) -> tuple[Path, list]:
+    """(the home, its DemoRuns) of the demo seeded once per run as `demo seed --worker` seeds it,
+    with 2 prompts of 32 new tokens: the mismatched, correct and fixed deployments' runs,
+    finished. Tests only read that home (one that adds runs copies it first)."""
+    from eagle3dash.demo.seed import seed
+
+    home = tmp_path_factory.mktemp("seeded-demo")
+    return home, seed(home, num_prompts=2, max_new_tokens=32, worker=True)
+
+
+@pytest.fixture(scope="module")
+def app_world(tmp_path_factory, served_models, eagle3_double, fixed_double):
+    """The world's models and its two doubles (the draft's and the fixed draft's), and a fresh
+    home with the real worker and the real app serving it (subprocesses, logs in the tmp dir);
+    each module that asks gets its own home."""
+    from eagle3dash import store as db
+    from tests.browserkit import serving_app
+
+    root = tmp_path_factory.mktemp("app-world")
+    home = root / "home"
+    store = db.open_store(home)
+    try:
+        with serving_app(home, root, worker=True) as served:
+            yield {
+                "url": served.url,
+                "home": home,
+                "store": store,
+                "target": served_models["target"],
+                "draft": served_models["draft"],
+                "fixed": served_models["fixed"],
+                "double": eagle3_double.url,
+                "fixed_double": fixed_double.url,
+                "served": served,
+                "runs": {},
+            }
+    finally:
+        store.close()
+
+
+@pytest.fixture
+def logs_on_failure(app_world):
+    """The app world's app and worker logs, printed at teardown: pytest shows them when a test
+    fails."""
+    yield
+    app_world["served"].print_logs()
+
+
+@pytest.fixture
+def browser():
+    """The session's one headless Chromium (tests/browserkit.py): launched by the first test that
+    asks, closed after the last of a row of tests that ask; the test skips without Debian's
+    chromium (outside CI)."""
+    from tests.browserkit import shared_browser, skip_without_chromium
+
+    skip_without_chromium()
+    return shared_browser()
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Close the session's Chromium when the next test does not use it: while it is open,
+    Playwright's event loop is this thread's running loop (asyncio.run would refuse to start)."""
+    if nextitem is None or "browser" not in getattr(nextitem, "fixturenames", ()):
+        kit = sys.modules.get("tests.browserkit")
+        if kit is not None:
+            kit.close_shared_browser()

@@ -1,8 +1,9 @@
 """The dashboard's pages under Streamlit's AppTest, on real runs made by the real pipeline.
 
-A module fixture builds a tiny target and a random draft, serves them with the SGLang API double,
-and lets `submit_diagnosis` + `run_worker(home, JOB_KINDS, once=True)` produce two finished runs
-(the seed-like layout mismatch, and the same draft with the training layout that matches serving).
+The test world (tests/conftest.py) gives a tiny target and a random draft served by the SGLang
+API double; a module fixture lets `submit_diagnosis` + `run_worker(home, JOB_KINDS, once=True)`
+produce two finished runs (the seed-like layout mismatch, and the same draft with the training
+layout that matches serving).
 Each test points EAGLE3DASH_HOME at that home or at a fresh one; AppTest paths are absolute.
 """
 
@@ -17,7 +18,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import torch
 from streamlit.testing.v1 import AppTest
 
 from eagle3dash import jobs as jobq
@@ -40,24 +40,19 @@ from tests.appkit import (
     no_exception,
     plain,
     run_queued,
-    speculative_double,
     texts,
 )
-from tests.specs import served_draft_spec, tiny_models
+from tests.specs import served_draft_spec
 
 # --- fixtures ----------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    """Two finished runs in one home, and the double still serving for the New run tests."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    root = tmp_path_factory.mktemp("app")
-    models = tiny_models(root)
-    target, draft = models["target"], models["draft"]
-    server = speculative_double(target, draft)
-    home = db.open_store(root / "home")
+def world(tmp_path_factory, served_models, eagle3_double):
+    """Two finished runs in one home, made on the test world's double, still serving for the
+    New run tests."""
+    target, draft, server = served_models["target"], served_models["draft"], eagle3_double
+    home = db.open_store(tmp_path_factory.mktemp("app") / "home")
     try:
         checkpoint_id = db.add_checkpoint(home, draft, name="draft")
         from eagle3dash.diagnosis.options import DiagnoseOptions
@@ -88,8 +83,6 @@ def world(tmp_path_factory):
         }
     finally:
         home.close()
-        server.stop()
-        torch.set_num_threads(threads)
 
 
 def checkpoint_files(tmp_path: Path, name: str = "ck") -> dict[str, bytes]:

@@ -2,8 +2,9 @@
 submit, a target refused as a draft, the steps the server runs, uploads that keep their name, and
 a checkpoint's runs, its new run and its confirmed removal.
 
-A module fixture serves a tiny target with a random draft through the SGLang API double WITHOUT
-hidden states (3 draft steps); the demo test starts the demo's own endpoints from the page.
+The test world (tests/conftest.py) serves a tiny target with a random draft through the SGLang API
+double WITHOUT hidden states (3 draft steps); the demo test starts the demo's own endpoints from
+the page.
 """
 
 from __future__ import annotations
@@ -19,43 +20,20 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from eagle3dash import store as db
-from eagle3dash.checkpoint import save
 from eagle3dash.demo import FIXTURES
 from eagle3dash.job_kinds import JOB_KINDS
 from eagle3dash.jobs.worker import run_worker
-from eagle3dash.testing.sglang_double import DoubleConfig, start_double
-from eagle3dash.testing.tensors import random_tensors
 from eagle3dash.ui import newrun
 from tests.appkit import app, no_exception, plain, texts
-from tests.specs import served_draft_spec, tiny_models
 
-# --- fixtures (the small ones copied from test_app.py) -----------------------------------------
+# --- fixtures ----------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    """A tiny target and draft; the double serves them with hidden states OFF, 3 draft steps."""
-    root = tmp_path_factory.mktemp("new-run")
-    models = tiny_models(root)
-    other = save(
-        served_draft_spec(),
-        random_tensors(served_draft_spec(), seed=7),
-        root / "epoch-7",
-        "specforge",
-    )
-    server = start_double(
-        DoubleConfig(
-            target_path=str(models["target"]),
-            draft_path=str(models["draft"]),
-            speculative_algorithm="EAGLE3",
-            num_steps=3,
-            num_draft_tokens=4,
-        )
-    )
-    try:
-        yield {**models, "other": other, "url": server.url}
-    finally:
-        server.stop()
+def world(served_models, hidden_states_off_double):
+    """The test world's target and drafts; its double serves them with hidden states OFF, 3
+    draft steps."""
+    return {**served_models, "url": hidden_states_off_double.url}
 
 
 def ckpt_files(path: Path) -> list[tuple[str, bytes, str]]:

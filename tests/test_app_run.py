@@ -2,10 +2,10 @@
 keep their key columns, charts that tell their series apart, search over every finding, measured
 acceptance per draft position, and where the double's speed comes from. AppTest on real runs.
 
-A module fixture serves a tiny target and a random draft with the SGLang API double (a modelled
-cost of 2 ms per target forward), and a baseline double without speculation, and lets the real
-worker make two runs: "full" (baseline and local target given: measured speedup, the layout
-detective) and "bare" (neither: what was not checked).
+A module fixture serves the test world's tiny target and random draft (tests/conftest.py) with the
+SGLang API double (a modelled cost of 2 ms per target forward), and a baseline double without
+speculation, and lets the real worker make two runs: "full" (baseline and local target given:
+measured speedup, the layout detective) and "bare" (neither: what was not checked).
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from types import SimpleNamespace
 
 import pandas as pd
 import pytest
-import torch
 from streamlit.dataframe_util import convert_arrow_bytes_to_pandas_df
 from streamlit.testing.v1 import AppTest
 
@@ -44,7 +43,6 @@ from tests.appkit import (
     speculative_double,
     texts,
 )
-from tests.specs import tiny_models
 
 DELAY_S = 0.002
 ROOT_CAUSE = (
@@ -67,16 +65,13 @@ OPTIONS = {"options": {"draft": "/d", "endpoint": "http://gpubox:30000"}}
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    """Two finished runs (full, bare) in one home; the doubles stopped afterwards."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    root = tmp_path_factory.mktemp("app_run")
-    models = tiny_models(root)
-    target, draft = models["target"], models["draft"]
+def world(tmp_path_factory, served_models):
+    """Two finished runs (full, bare) in one home, on the test world's models served by this
+    module's doubles (a modelled cost); the doubles stopped afterwards."""
+    target, draft = served_models["target"], served_models["draft"]
     speculative = speculative_double(target, draft, delay_s=DELAY_S)
     baseline = start_double(DoubleConfig(target_path=str(target), delay_s=DELAY_S))
-    home = db.open_store(root / "home")
+    home = db.open_store(tmp_path_factory.mktemp("app_run") / "home")
     try:
         checkpoint_id = db.add_checkpoint(home, draft, name="draft")
 
@@ -102,7 +97,6 @@ def world(tmp_path_factory):
         home.close()
         speculative.stop()
         baseline.stop()
-        torch.set_num_threads(threads)
 
 
 def chart_specs(at: AppTest) -> dict[str, dict]:

@@ -12,10 +12,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 import socket
 import subprocess
-import sys
 import threading
 import time
 import tomllib
@@ -41,6 +39,7 @@ from eagle3dash.text import ascii_int, one_line, printable
 from eagle3dash.ui import access
 from eagle3dash.uploads import MAX_UPLOAD_FILE_MB, UploadError, register_upload
 from tests.appkit import app, no_exception, texts
+from tests.browserkit import network_address, serving_app
 from tests.httpserver import Reply, serve
 from tests.specs import ROOT, tiny_spec
 from tests.test_bad_inputs import (  # noqa: F401 - draft, place: fixtures
@@ -53,7 +52,6 @@ from tests.test_bad_inputs import (  # noqa: F401 - draft, place: fixtures
 
 TOKEN = "correct-horse-battery-staple"
 UI_MS = 60_000  # one UI step in Chromium (a rerun, a probe)
-GATE_PORT, BROWSER_PORT = 8662, 8663  # this suite's ports (never Streamlit's 8501)
 EVIL = "evil.invalid"
 PAYLOAD = (
     f"![x](http://{EVIL}/md.png) [click](http://{EVIL}/phish) "
@@ -79,18 +77,6 @@ def _in_thread(fn, *args):
 
 
 # --- one gate for every door: a live app on the machine's own network address ----------------
-
-
-def _network_address() -> str | None:
-    """This machine's first non-loopback IPv4 address, or None."""
-    try:
-        out = subprocess.run(
-            ["ip", "-4", "-o", "addr", "show", "scope", "global"], capture_output=True, text=True
-        ).stdout
-    except OSError:
-        return None
-    found = re.findall(r"inet (\d+\.\d+\.\d+\.\d+)/", out)
-    return found[0] if found else None
 
 
 def _request(url: str, method: str = "GET", cookie: str | None = None, body: bytes = b"", **h):
@@ -134,40 +120,13 @@ def _websocket_status(host: str, port: int, cookie: str | None) -> int:
 def gated_app(tmp_path_factory) -> Iterator[tuple[str, int]]:
     """`streamlit run serve.py` listening on this machine's network address, with a token and an
     EAGLE3DASH_BIND that says loopback (the socket decides, not the environment)."""
-    host = _network_address()
+    host = network_address()
     if host is None:
         pytest.skip("this machine has no non-loopback IPv4 address to listen on")
     root = tmp_path_factory.mktemp("gate")
-    env = {
-        **os.environ,
-        "EAGLE3DASH_HOME": str(root / "home"),
-        "EAGLE3DASH_TOKEN": TOKEN,
-        "EAGLE3DASH_BIND": "127.0.0.1",
-        "PYTHONUNBUFFERED": "1",
-    }
-    command = [sys.executable, "-m", "streamlit", "run", "serve.py", "--server.headless", "true"]
-    command += ["--server.address", host, "--server.port", str(GATE_PORT)]
-    log = root / "app.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    try:
-        for _ in range(600):
-            if proc.poll() is not None:
-                pytest.fail(f"the app exited: {log.read_text()[-3000:]}")
-            try:
-                if _request(f"http://{host}:{GATE_PORT}/_stcore/health")[0] == 200:
-                    break
-            except OSError:
-                pass
-            time.sleep(0.1)
-        else:
-            pytest.fail(f"the app never answered: {log.read_text()[-3000:]}")
-        yield host, GATE_PORT
-    finally:
-        os.killpg(proc.pid, 15)
-        proc.wait(timeout=30)
+    env = {"EAGLE3DASH_TOKEN": TOKEN, "EAGLE3DASH_BIND": "127.0.0.1"}
+    with serving_app(root / "home", root, script="serve.py", host=host, env=env) as served:
+        yield host, served.port
 
 
 DOORS = {
@@ -349,75 +308,50 @@ def _payload_server_info(req) -> Reply:
     return Reply(404, {"detail": PAYLOAD})
 
 
-def test_foreign_text_renders_as_text_in_chromium(tmp_path, home, monkeypatch) -> None:
+def test_foreign_text_renders_as_text_in_chromium(tmp_path, home, browser) -> None:
     """Every field that reaches a page from a server, a checkpoint or a stored error: no request
     leaves for the payload's host, no link or image of it is rendered."""
-    from tests.test_browser import CHROMIUM, CHROMIUM_ARGS
-
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"{CHROMIUM} is missing")
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     _payload_world(home.home)
-    env = {**os.environ, "EAGLE3DASH_HOME": str(home.home), "PYTHONUNBUFFERED": "1"}
-    command = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true"]
-    command += ["--server.address", "127.0.0.1", "--server.port", str(BROWSER_PORT)]
-    log = tmp_path / "app.log"
-    url = f"http://127.0.0.1:{BROWSER_PORT}"
-    with serve(_payload_server_info) as server, log.open("wb") as out:
-        proc = subprocess.Popen(
-            command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+    with serve(_payload_server_info) as server, serving_app(home.home, tmp_path) as served:
+        url = served.url
+        page = browser.new_context(viewport={"width": 1400, "height": 900}).new_page()
+        page.set_default_timeout(UI_MS)
+        asked: list[str] = []
+        page.on("request", lambda r: asked.append(r.url))
+        seen: dict[str, tuple[int, int, int]] = {}
+
+        def look(name: str, ready: str) -> None:
+            """Once the page is drawn: its links and images to the payload's host, and
+            how often the payload's link text shows as text."""
+            expect(page.get_by_text(ready).first).to_be_visible(timeout=UI_MS)
+            expect(page.locator('[data-testid="stApp"]')).to_have_attribute(
+                "data-test-script-state", "notRunning", timeout=UI_MS
+            )
+            text = page.locator("body").inner_text().replace("\u200b", "")
+            seen[name] = (
+                page.locator(f'a[href*="{EVIL}"]').count(),
+                page.locator(f'img[src*="{EVIL}"]').count(),
+                text.count(f"[click](http://{EVIL}/phish)"),
+            )
+
+        page.goto(f"{url}/")
+        look("runs", "Runs 1–2 of 2")
+        page.goto(f"{url}/checkpoints")
+        look("checkpoints", "Checkpoints")
+        page.goto(f"{url}/run?run=1")
+        look("run", "why not evaluated")
+        page.goto(f"{url}/compare?a=1&b=2")
+        look("compare", "worst finding")
+        page.goto(f"{url}/new_run")
+        box = page.get_by_label(
+            "Endpoint URL (the server running the target with this draft)", exact=True
         )
-        try:
-            for _ in range(600):
-                try:
-                    if _request(f"{url}/_stcore/health")[0] == 200:
-                        break
-                except OSError:
-                    time.sleep(0.1)
-            with sync_playwright() as p:
-                browser = p.chromium.launch(
-                    executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
-                )
-                page = browser.new_context(viewport={"width": 1400, "height": 900}).new_page()
-                page.set_default_timeout(UI_MS)
-                asked: list[str] = []
-                page.on("request", lambda r: asked.append(r.url))
-                seen: dict[str, tuple[int, int, int]] = {}
-
-                def look(name: str, ready: str) -> None:
-                    """Once the page is drawn: its links and images to the payload's host, and
-                    how often the payload's link text shows as text."""
-                    expect(page.get_by_text(ready).first).to_be_visible(timeout=UI_MS)
-                    expect(page.locator('[data-testid="stApp"]')).to_have_attribute(
-                        "data-test-script-state", "notRunning", timeout=UI_MS
-                    )
-                    text = page.locator("body").inner_text().replace("\u200b", "")
-                    seen[name] = (
-                        page.locator(f'a[href*="{EVIL}"]').count(),
-                        page.locator(f'img[src*="{EVIL}"]').count(),
-                        text.count(f"[click](http://{EVIL}/phish)"),
-                    )
-
-                page.goto(f"{url}/")
-                look("runs", "Runs 1–2 of 2")
-                page.goto(f"{url}/checkpoints")
-                look("checkpoints", "Checkpoints")
-                page.goto(f"{url}/run?run=1")
-                look("run", "why not evaluated")
-                page.goto(f"{url}/compare?a=1&b=2")
-                look("compare", "worst finding")
-                page.goto(f"{url}/new_run")
-                box = page.get_by_label(
-                    "Endpoint URL (the server running the target with this draft)", exact=True
-                )
-                box.fill(server.url)
-                box.press("Enter")
-                look("new_run", "SGLang version")
-                browser.close()
-        finally:
-            os.killpg(proc.pid, 15)
-            proc.wait(timeout=30)
+        box.fill(server.url)
+        box.press("Enter")
+        look("new_run", "SGLang version")
+        page.context.close()
     assert [u for u in asked if EVIL in u] == []
     # No link, no image; the payload shown as the text it is: none on Runs (its table is drawn
     # on a canvas), once on Checkpoints (the name in its picker), on the Run page as the

@@ -6,10 +6,7 @@ token from EAGLE3DASH_TOKEN in the gate's form; then every door works, an upload
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 from playwright.sync_api import expect
@@ -17,19 +14,17 @@ from playwright.sync_api import expect
 from eagle3dash import store as db
 from eagle3dash.checkpoint import save
 from eagle3dash.testing.tensors import random_tensors
-from tests.specs import tiny_spec
-from tests.test_bad_inputs_hardening import _network_address
-from tests.test_browser import (  # skips this module too when chromium is missing
-    ROOT,
+from tests.browserkit import (
     UI_MS,
-    _free_port,
-    _idle,
-    _page,
-    _stop,
-    _tail,
-    browser,  # noqa: F401 - the module's Chromium, a fixture
-    wait_healthy,
+    idle,
+    network_address,
+    new_page,
+    serving_app,
+    skip_without_chromium,
 )
+from tests.specs import tiny_spec
+
+skip_without_chromium()
 
 TOKEN = "correct-horse-battery-staple"
 ENDPOINT = "http://gpubox-secret:30000"  # the run's endpoint: shown only past the gate
@@ -38,7 +33,7 @@ ENDPOINT = "http://gpubox-secret:30000"  # the run's endpoint: shown only past t
 @pytest.fixture(scope="module")
 def gated(tmp_path_factory):
     """The app behind its gate on a network address with a token, its home holding one run."""
-    host = _network_address()
+    host = network_address()
     if host is None:
         pytest.skip("this machine has no non-loopback IPv4 address to listen on")
     root = tmp_path_factory.mktemp("browser-access")
@@ -46,31 +41,18 @@ def gated(tmp_path_factory):
     with db.open_store(home) as store:
         db.create_run(store, None, ENDPOINT, None, {})
     env = {
-        **os.environ,
-        "EAGLE3DASH_HOME": str(home),
         "EAGLE3DASH_BIND": "127.0.0.1",  # ignored: the listening address decides
         "EAGLE3DASH_TOKEN": TOKEN,
-        "PYTHONUNBUFFERED": "1",
     }
-    log = root / "app.log"
-    port = _free_port()
-    command = [sys.executable, "-m", "streamlit", "run", "serve.py", "--server.port", str(port)]
-    command += ["--server.address", host, "--server.headless", "true"]
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    try:
-        url = f"http://{host}:{port}"
-        wait_healthy(url, {"app": proc}, {"app": log})
-        yield {"url": url, "root": root, "store": home}
-    finally:
-        _stop(proc)
-        print(f"\n===== app log ({log}) =====\n{_tail(log)}")
+    with serving_app(home, root, script="serve.py", host=host, env=env) as served:
+        try:
+            yield {"url": served.url, "root": root, "store": home}
+        finally:
+            served.print_logs()
 
 
-def test_the_gate_hides_every_page_until_the_token_is_given(gated, browser) -> None:  # noqa: F811
-    page = _page(browser)
+def test_the_gate_hides_every_page_until_the_token_is_given(gated, browser) -> None:
+    page = new_page(browser)
     for path in ("/", "/run?run=1", "/new_run"):  # a deep link is gated too
         response = page.goto(gated["url"] + path)
         assert response is not None and response.status == 401
@@ -86,7 +68,7 @@ def test_the_gate_hides_every_page_until_the_token_is_given(gated, browser) -> N
     box.press("Enter")
     expect(page.get_by_role("heading", name="Runs")).to_be_visible(timeout=UI_MS)
     expect(page.get_by_text("Runs 1–1 of 1")).to_be_visible(timeout=UI_MS)
-    _idle(page)
+    idle(page)
     # The browser keeps its access: another page and a deep link open without the form.
     page.get_by_role("link", name="Checkpoints").click()
     expect(page.get_by_role("heading", name="Checkpoints")).to_be_visible(timeout=UI_MS)
@@ -94,19 +76,19 @@ def test_the_gate_hides_every_page_until_the_token_is_given(gated, browser) -> N
     expect(page.get_by_role("heading", name="Run #1")).to_be_visible(timeout=UI_MS)
 
 
-def test_an_upload_passes_the_gate_with_the_token(gated, browser) -> None:  # noqa: F811
+def test_an_upload_passes_the_gate_with_the_token(gated, browser) -> None:
     spec = tiny_spec(aux_layer_ids=(1, 2, 3), aux_ids_location="eagle_config")
     draft = save(spec, random_tensors(spec, seed=3), gated["root"] / "gate-draft", "specforge")
-    page = _page(browser)
+    page = new_page(browser)
     page.goto(gated["url"] + "/")
     box = page.get_by_label("Access token")
     box.fill(TOKEN)
     box.press("Enter")
     expect(page.get_by_role("heading", name="Runs")).to_be_visible(timeout=UI_MS)
     page.goto(gated["url"] + "/new_run")
-    _idle(page)
+    idle(page)
     page.get_by_test_id("stRadio").first.get_by_text("An upload", exact=True).click()
-    _idle(page)
+    idle(page)
     uploader = page.locator('[data-testid="stFileUploaderDropzoneInput"]')
     uploader.set_input_files([draft / "config.json", draft / "model.safetensors"])
     expect(page.get_by_text(re.compile(r"^Registered checkpoint #\d+"))).to_be_visible(

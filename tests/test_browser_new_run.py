@@ -1,124 +1,58 @@
 """New run in a real headless Chromium: the demo in one click to the mismatched verdict, the
 warnings before submit, a target refused as a draft, a re-upload that keeps its name.
 
-A module fixture makes a tiny 4-layer target and a random draft served by the SGLang API double
-WITHOUT hidden states, registers another draft (other weights) as the checkpoint to diagnose, and
-starts a real worker and the real app as subprocesses on a fresh home. The demo's endpoints are
+The test world (tests/conftest.py) gives the tiny 4-layer target and a random draft served by the
+SGLang API double WITHOUT hidden states; a module fixture registers another draft (other weights)
+as the checkpoint to diagnose, and starts a real worker and the real app as subprocesses on a fresh
+home. The demo's endpoints are
 started by the app itself ("Try it on the demo"). Playwright drives Debian's /usr/bin/chromium.
 """
 
 from __future__ import annotations
 
 import io
-import os
 import re
-import subprocess
-import sys
 import zipfile
 
 import pytest
 from playwright.sync_api import Page, expect
 
 from eagle3dash import store as db
-from eagle3dash.checkpoint import save
-from eagle3dash.testing.sglang_double import DoubleConfig, start_double
-from eagle3dash.testing.tensors import random_tensors
 from eagle3dash.uploads import register_path
-from tests.specs import served_draft_spec, tiny_models
-from tests.test_browser import (  # skips this module too when chromium is missing
+from tests.browserkit import (
     HEIGHT,
-    ROOT,
     RUN_S,
-    _fill,
-    _free_port,
-    _idle,
-    _no_exception,
-    _page,
-    _stop,
-    _tail,
-    browser,  # noqa: F401 - the module's Chromium, a fixture
-    wait_healthy,
+    fill,
+    idle,
+    new_page,
+    no_exception_shown,
+    serving_app,
+    skip_without_chromium,
 )
+
+skip_without_chromium()
 
 ENDPOINT = "Endpoint URL (the server running the target with this draft)"
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    """A double without hidden states, another draft registered, the worker and the app."""
+def world(tmp_path_factory, served_models, hidden_states_off_double):
+    """The double without hidden states, another draft registered, the worker and the app."""
     root = tmp_path_factory.mktemp("browser-new-run")
-    models = tiny_models(root)
-    other = save(
-        served_draft_spec(),
-        random_tensors(served_draft_spec(), seed=7),
-        root / "epoch-7",
-        "specforge",
-    )
     home = root / "home"
     store = db.open_store(home)
-    other_id, _ = register_path(store, other, name="epoch 7")
-    env = {
-        **os.environ,
-        "EAGLE3DASH_HOME": str(home),
-        "PYTHONUNBUFFERED": "1",
-        "OMP_NUM_THREADS": "1",
-    }
-    logs = {"app": root / "app.log", "worker": root / "worker.log"}
-    port = _free_port()
-    server = start_double(
-        DoubleConfig(
-            target_path=str(models["target"]),
-            draft_path=str(models["draft"]),
-            speculative_algorithm="EAGLE3",
-            num_steps=3,
-            num_draft_tokens=4,
-        )
-    )
-    procs: list[subprocess.Popen] = []
+    other_id, _ = register_path(store, served_models["other"], name="epoch 7")
     try:
-        commands = {
-            "worker": [sys.executable, "-m", "eagle3dash", "worker", "--home", str(home)],
-            "app": [
-                sys.executable,
-                "-m",
-                "streamlit",
-                "run",
-                "app.py",
-                "--server.port",
-                str(port),
-                "--server.address",
-                "127.0.0.1",
-                "--server.headless",
-                "true",
-            ],
-        }
-        for name, command in commands.items():
-            with logs[name].open("wb") as log:
-                procs.append(
-                    subprocess.Popen(
-                        command,
-                        cwd=ROOT,
-                        env=env,
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        start_new_session=True,
-                    )
-                )
-        url = f"http://127.0.0.1:{port}"
-        wait_healthy(url, dict(zip(commands, procs, strict=True)), logs)
-        yield {
-            "url": url,
-            "store": store,
-            "logs": logs,
-            "double": server.url,
-            **models,
-            "other": other,
-            "other_id": other_id,
-        }
+        with serving_app(home, root, worker=True) as served:
+            yield {
+                "url": served.url,
+                "store": store,
+                "served": served,
+                "double": hidden_states_off_double.url,
+                **served_models,
+                "other_id": other_id,
+            }
     finally:
-        for proc in reversed(procs):
-            _stop(proc)
-        server.stop()
         store.close()
 
 
@@ -126,15 +60,14 @@ def world(tmp_path_factory):
 def logs_on_failure(world):
     """The app's and the worker's logs, printed at teardown: pytest shows them when a test fails."""
     yield
-    for name, path in world["logs"].items():
-        print(f"\n===== {name} log ({path}) =====\n{_tail(path)}")
+    world["served"].print_logs()
 
 
-def _new_run(browser, world, query: str = "") -> Page:  # noqa: F811 - the fixture's value
-    page = _page(browser)
+def _new_run(browser, world, query: str = "") -> Page:
+    page = new_page(browser)
     page.goto(f"{world['url']}/new_run{query}")
     expect(page.get_by_role("heading", name="New run")).to_be_visible()
-    _idle(page)
+    idle(page)
     return page
 
 
@@ -144,13 +77,13 @@ def _alert(page: Page, text: str):
 
 def test_the_demo_in_one_click_reaches_the_mismatched_verdict(
     world,
-    browser,  # noqa: F811
+    browser,
     logs_on_failure,
 ) -> None:
     page = _new_run(browser, world)
     page.get_by_role("button", name="Try it on the demo").click()
     # Starting the demo's endpoints (two processes loading its models): slow on a busy machine.
-    _idle(page, RUN_S * 1000)
+    idle(page, RUN_S * 1000)
     banner = _alert(page, "The demo runs on this machine")
     expect(banner).to_contain_text("not a serving engine", timeout=RUN_S * 1000)
     expect(banner).to_contain_text("each target forward takes at least 10 ms")
@@ -162,13 +95,13 @@ def test_the_demo_in_one_click_reaches_the_mismatched_verdict(
     page.get_by_test_id("stExpander").filter(has_text="Number of prompts").locator(
         "summary"
     ).click()
-    _fill(page, "Number of prompts", "2")
-    _fill(page, "Max new tokens", "32")
-    _no_exception(page)
+    fill(page, "Number of prompts", "2")
+    fill(page, "Max new tokens", "32")
+    no_exception_shown(page)
     page.get_by_role("button", name="Run the diagnosis").click()
     page.wait_for_url(re.compile(r"/run\?run=\d+$"))
     expect(page.get_by_role("heading", name="Findings")).to_be_visible(timeout=RUN_S * 1000)
-    _idle(page)
+    idle(page)
     expect(page.get_by_text(re.compile(r"^rule ")).first).to_have_text("rule layout-mismatch")
     fix = page.get_by_test_id("stCode").filter(has_text="[-1, 0, 1]").first
     expect(fix).to_be_visible()
@@ -179,7 +112,7 @@ def test_the_demo_in_one_click_reaches_the_mismatched_verdict(
     expect(
         page.get_by_text(re.compile(r"^The fix, to copy \(in the draft's config\.json"))
     ).to_be_visible()
-    _no_exception(page)
+    no_exception_shown(page)
     page.context.close()
 
 
@@ -203,27 +136,27 @@ LAYOUT_SECTION_JS = """() => {
 
 def test_the_demo_without_the_target_shows_no_green_light_in_the_layout_section(
     world,
-    browser,  # noqa: F811
+    browser,
     logs_on_failure,
 ) -> None:
     page = _new_run(browser, world)
     page.get_by_role("button", name="Try it on the demo").click()
-    _idle(page, RUN_S * 1000)
+    idle(page, RUN_S * 1000)
     expect(_alert(page, "The demo runs on this machine")).to_be_visible(timeout=RUN_S * 1000)
     expect(page.get_by_label(ENDPOINT, exact=True)).to_have_value(re.compile(r"^http://127\."))
     page.get_by_test_id("stExpander").filter(has_text="Number of prompts").locator(
         "summary"
     ).click()
-    _fill(page, "Number of prompts", "2")
-    _fill(page, "Max new tokens", "32")
+    fill(page, "Number of prompts", "2")
+    fill(page, "Max new tokens", "32")
     target = "Local target path (for training-side states)"
     expect(page.get_by_label(target, exact=True)).to_have_value(re.compile(r"target$"))
-    _fill(page, target, "")
-    _no_exception(page)
+    fill(page, target, "")
+    no_exception_shown(page)
     page.get_by_role("button", name="Run the diagnosis").click()
     page.wait_for_url(re.compile(r"/run\?run=\d+$"))
     expect(page.get_by_role("heading", name="Layer layout")).to_be_visible(timeout=RUN_S * 1000)
-    _idle(page)
+    idle(page)
     section = page.evaluate(LAYOUT_SECTION_JS)
     assert section is not None and section["success"] is False, section
     # Both sides rest on the config: the comparison says so, and what would check it.
@@ -232,19 +165,19 @@ def test_the_demo_without_the_target_shows_no_green_light_in_the_layout_section(
     assert "fill in 'Local target path" in section["text"], section["text"]
     # Nor is anything else on the page a green light.
     expect(page.get_by_test_id("stAlertContentSuccess")).to_have_count(0)
-    _no_exception(page)
+    no_exception_shown(page)
     page.context.close()
 
 
 def test_warnings_before_submit_hidden_states_off_and_another_draft_served(
     world,
-    browser,  # noqa: F811
+    browser,
     logs_on_failure,
 ) -> None:
     page = _new_run(browser, world, f"?checkpoint={world['other_id']}")  # Checkpoints' link
     picked = page.get_by_role("combobox", name="Registered checkpoint")
     expect(picked).to_have_value(f"#{world['other_id']} epoch 7 (specforge)")
-    _fill(page, ENDPOINT, world["double"])
+    fill(page, ENDPOINT, world["double"])
     expect(page.get_by_text("Before you submit")).to_be_visible()
     expect(
         _alert(page, "serves another draft than the checkpoint under diagnosis")
@@ -254,15 +187,15 @@ def test_warnings_before_submit_hidden_states_off_and_another_draft_served(
     )
     metrics = page.get_by_test_id("stMetric")
     expect(metrics.filter(has_text="Hidden states")).to_contain_text("off")
-    _no_exception(page)
+    no_exception_shown(page)
     page.context.close()
 
 
-def test_a_target_typed_as_the_draft_is_refused(world, browser, logs_on_failure) -> None:  # noqa: F811
+def test_a_target_typed_as_the_draft_is_refused(world, browser, logs_on_failure) -> None:
     page = _new_run(browser, world)
     page.get_by_test_id("stRadio").first.get_by_text("A path on this machine", exact=True).click()
-    _idle(page)
-    _fill(
+    idle(page)
+    fill(
         page,
         "Checkpoint folder on this machine (or its config.json / .safetensors)",
         str(world["target"]),
@@ -271,17 +204,17 @@ def test_a_target_typed_as_the_draft_is_refused(world, browser, logs_on_failure)
         "no fc.weight, 4 decoder layers; give the EAGLE-3 draft's folder"
     )
     expect(page.get_by_text("export draft at")).to_have_count(0)
-    _no_exception(page)
+    no_exception_shown(page)
     page.context.close()
 
 
-def test_a_re_upload_keeps_its_name(world, browser, logs_on_failure) -> None:  # noqa: F811
+def test_a_re_upload_keeps_its_name(world, browser, logs_on_failure, tmp_path) -> None:
     draft = world["draft"]
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as zf:
         for path in sorted(draft.iterdir()):
             zf.writestr(f"my-draft/{path.name}", path.read_bytes())
-    archive = draft.parent / "my-draft.zip"
+    archive = tmp_path / "my-draft.zip"  # beside this test's files, not the shared draft's
     archive.write_bytes(buf.getvalue())
     for files, says in (
         ([archive], re.compile(r"^Registered checkpoint #(\d+) my-draft \(specforge\)")),
@@ -292,10 +225,10 @@ def test_a_re_upload_keeps_its_name(world, browser, logs_on_failure) -> None:  #
     ):
         page = _new_run(browser, world)
         page.get_by_test_id("stRadio").first.get_by_text("An upload", exact=True).click()
-        _idle(page)
+        idle(page)
         page.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(files)
         expect(page.get_by_text(says)).to_be_visible()
-        _no_exception(page)
+        no_exception_shown(page)
         page.context.close()
     names = [c["name"] for c in db.list_checkpoints(world["store"])]
     assert names.count("my-draft") == 1 and "epoch 7" in names

@@ -2,9 +2,9 @@
 category matrix and the downloads of a run whose diagnosis carries tests/test_profile_ui.py's
 SAMPLE profile.
 
-The world (two SGLang API doubles, a worker subprocess and the app) is tests/test_browser.py's
-module fixture, made again for this module. The real worker diagnoses the mismatch draft once; its
-stored diagnosis with SAMPLE added is stored as a second run, the one the page opens. The
+The world (two SGLang API doubles, a worker subprocess and the app on a fresh home) is
+tests/conftest.py's app_world, made for this module. The real worker diagnoses the mismatch draft
+once; its stored diagnosis with SAMPLE added is stored as a second run, the one the page opens. The
 screenshot (run_profile.png) goes to the same folder as test_browser.py's.
 """
 
@@ -19,12 +19,25 @@ from eagle3dash import store as db
 from eagle3dash.diagnosis.options import DiagnoseOptions
 from eagle3dash.layout import Tap
 from eagle3dash.submit import submit_diagnosis
-from tests import test_browser as shared
-from tests.test_browser import SHOTS, _idle, _no_exception, _page
+from tests.browserkit import (
+    RUN_S,
+    SHOTS,
+    idle,
+    new_page,
+    no_exception_shown,
+    screenshot,
+    skip_without_chromium,
+    wait_for_run,
+)
 from tests.test_profile_ui import CATEGORY_TITLE, FLAGS, SAMPLE
 
-# test_browser.py's fixtures, made again for this module: the world, the browser, the logs.
-world, browser, logs_on_failure = shared.world, shared.browser, shared.logs_on_failure
+skip_without_chromium()
+
+
+@pytest.fixture(scope="module")
+def world(app_world):
+    """This module's app world (tests/conftest.py): its own home, worker and app."""
+    return app_world
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +57,7 @@ def profiled_run(world) -> int:
             training_layout=(Tap(0), Tap(1), Tap(2)),
         ),
     )
-    shared._wait_for_run(store, made)
+    wait_for_run(store, made)
     diagnosis = {**db.get_run(store, made)["diagnosis"], "profile": SAMPLE}
     run_id = db.create_run(store, None, world["double"])
     db.update_run(store, run_id, status="succeeded", diagnosis_json=json.dumps(diagnosis))
@@ -54,13 +67,13 @@ def profiled_run(world) -> int:
 def test_the_run_page_shows_the_profile_matrix_and_downloads(
     world, profiled_run, browser, logs_on_failure
 ) -> None:
-    page = _page(browser)
+    page = new_page(browser)
     page.goto(f"{world['url']}/run?run={profiled_run}")
     heading = page.get_by_role("heading", name="Acceptance profile")
     # The page draws its charts above the profile: slow on a loaded machine.
-    expect(heading).to_be_attached(timeout=shared.RUN_S * 1000)
-    _idle(page)
-    _no_exception(page)
+    expect(heading).to_be_attached(timeout=RUN_S * 1000)
+    idle(page)
+    no_exception_shown(page)
     heading.scroll_into_view_if_needed()
     expect(heading).to_be_visible()
     # The category matrix: a chart drawn under "Per category", titled, with the weakest category
@@ -92,5 +105,5 @@ def test_the_run_page_shows_the_profile_matrix_and_downloads(
     assert got.value.suggested_filename == f"eagle3dash-run-{profiled_run}-profile.json"
     with open(got.value.path()) as f:
         assert json.load(f)["profile"] == SAMPLE
-    _idle(page)
-    shared._screenshot(page, SHOTS / "run_profile.png")
+    idle(page)
+    screenshot(page, SHOTS / "run_profile.png")

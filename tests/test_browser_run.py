@@ -2,8 +2,8 @@
 finds a run by a finding's rule id, the Run page's header follows its job live, and a cancel reads
 as cancelled.
 
-The world (two SGLang API doubles, a worker subprocess and the app) is tests/test_browser.py's
-module fixture, made again for this module. The live and cancel tests add a slow double (a
+The world (two SGLang API doubles, a worker subprocess and the app on a fresh home) is
+tests/conftest.py's app_world, made for this module. The live and cancel tests add a slow double (a
 modelled cost of 0.5 s per target forward), so that a diagnosis stays running while the page is
 watched. Screenshots (runs.png, run_running.png, run_cancelled.png) go to the same folder as
 test_browser.py's (docs/ with EAGLE3DASH_SCREENSHOTS=docs: runs.png is the README's).
@@ -26,12 +26,27 @@ from eagle3dash.layout import Tap
 from eagle3dash.submit import submit_diagnosis
 from eagle3dash.ui.progress import cancel_run
 from eagle3dash.ui.widgets import RUNS_KEY_WIDTHS
-from tests import test_browser as shared
 from tests.appkit import speculative_double
-from tests.test_browser import HEIGHT, RUN_S, SHOTS, WIDTH, _idle, _no_exception, _page
+from tests.browserkit import (
+    HEIGHT,
+    RUN_S,
+    SHOTS,
+    WIDTH,
+    idle,
+    new_page,
+    no_exception_shown,
+    skip_without_chromium,
+    wait_for_run,
+)
 
-# test_browser.py's fixtures, made again for this module: the world, the browser, the logs.
-world, browser, logs_on_failure = shared.world, shared.browser, shared.logs_on_failure
+skip_without_chromium()
+
+
+@pytest.fixture(scope="module")
+def world(app_world):
+    """This module's app world (tests/conftest.py): its own home, worker and app."""
+    return app_world
+
 
 SLOW_DELAY_S = 0.5  # per target forward: a diagnosis of 4 prompts takes a minute or more
 LIVE_MS = 30_000  # the page polls every 2 s; the worker starts or stops a job within seconds
@@ -74,8 +89,8 @@ def runs(world):
         db.add_checkpoint(store, world["fixed"], name="draft-fixed"),
         _options(world["fixed"], world["fixed_double"], world["target"]),
     )
-    shared._wait_for_run(store, mismatch)
-    shared._wait_for_run(store, fixed)
+    wait_for_run(store, mismatch)
+    wait_for_run(store, fixed)
     return {"mismatch": mismatch, "fixed": fixed}
 
 
@@ -118,7 +133,7 @@ def _header(page: Page):
 def _open_runs(page: Page, url: str) -> None:
     page.goto(url)
     expect(page.get_by_role("heading", name="Runs")).to_be_visible()
-    _idle(page)
+    idle(page)
     expect(page.get_by_test_id("stDataFrame")).to_be_visible()
 
 
@@ -126,7 +141,7 @@ def _open_runs(page: Page, url: str) -> None:
 
 
 def test_the_key_runs_columns_fit_1400px(world, runs, browser, logs_on_failure) -> None:
-    page = _page(browser)
+    page = new_page(browser)
     assert page.viewport_size == {"width": WIDTH, "height": HEIGHT}
     _open_runs(page, world["url"])
     grid = page.locator('[data-testid="stDataFrame"] .dvn-scroller').first
@@ -152,7 +167,7 @@ def test_the_key_runs_columns_fit_1400px(world, runs, browser, logs_on_failure) 
     mismatch = rows.filter(has_text=f"run={runs['mismatch']}")
     expect(mismatch).to_contain_text("Serving feeds the draft the layers after 1, 2 and 3 blocks")
     expect(mismatch).to_contain_text("draft")
-    _no_exception(page)
+    no_exception_shown(page)
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / "runs.png"))
     page.context.close()
@@ -163,7 +178,7 @@ def test_the_runs_page_shows_a_queued_run_succeed_without_a_reload(
 ) -> None:
     # The page is open before the run exists; it is never reloaded: its fragment polls while a
     # run is queued or running (a page drawn once would keep the old rows).
-    page = _page(browser)
+    page = new_page(browser)
     _open_runs(page, world["url"])
     store = world["store"]
     run_id = submit_diagnosis(
@@ -173,22 +188,22 @@ def test_the_runs_page_shows_a_queued_run_succeed_without_a_reload(
     expect(row).to_have_count(1, timeout=30_000)
     expect(row).to_contain_text("succeeded", timeout=RUN_S * 1000)
     assert db.get_run(store, run_id)["status"] == "succeeded"
-    _no_exception(page)
+    no_exception_shown(page)
     page.context.close()
 
 
 def test_search_by_rule_id(world, runs, browser, logs_on_failure) -> None:
-    page = _page(browser)
+    page = new_page(browser)
     _open_runs(page, world["url"])
     search = page.get_by_role("textbox", name="Search", exact=True)
     search.fill("layout-mismatch")
     search.press("Enter")
-    _idle(page)
+    idle(page)
     expect(page.get_by_text(re.compile(r"^Runs 1–1 of 1 "))).to_be_visible()
     rows = page.locator('[data-testid="stDataFrame"] table tr')
     expect(rows.filter(has_text=f"run={runs['mismatch']}")).to_have_count(1)
     expect(rows.filter(has_text=f"run={runs['fixed']}")).to_have_count(0)
-    _no_exception(page)
+    no_exception_shown(page)
     page.context.close()
 
 
@@ -197,7 +212,7 @@ def test_a_live_header_status(world, slow, browser, logs_on_failure) -> None:
     ahead = slow()
     _job_status(store, ahead, "running")
     waiting = slow()  # one worker slot: it waits behind the first
-    page = _page(browser)
+    page = new_page(browser)
     page.goto(f"{world['url']}/run?run={waiting}")
     expect(page.get_by_role("heading", name=f"Run #{waiting}")).to_be_visible()
     expect(_header(page)).to_contain_text("queued")
@@ -209,7 +224,7 @@ def test_a_live_header_status(world, slow, browser, logs_on_failure) -> None:
     bar = page.get_by_test_id("stProgress")
     expect(bar).to_contain_text(re.compile(r"stage \d+/\d+: "), timeout=LIVE_MS)
     expect(page.get_by_text(re.compile(r"\d+ s elapsed"))).to_be_visible(timeout=LIVE_MS)
-    _no_exception(page)
+    no_exception_shown(page)
     page.screenshot(path=str(SHOTS / "run_running.png"))
     page.context.close()
 
@@ -221,10 +236,10 @@ def test_a_cancel_shown_as_cancelled(world, slow, browser, logs_on_failure) -> N
     ] or [slow()]
     run_id = running[0]
     _job_status(store, run_id, "running")
-    page = _page(browser)
+    page = new_page(browser)
     page.goto(f"{world['url']}/run?run={run_id}")
     expect(_header(page)).to_contain_text("running", timeout=LIVE_MS)
-    _idle(page)
+    idle(page)
     page.get_by_role("button", name="Cancel this run").click()
     notice = page.get_by_test_id("stAlertContentInfo").filter(has_text="This run was cancelled")
     expect(notice).to_contain_text(
@@ -235,6 +250,6 @@ def test_a_cancel_shown_as_cancelled(world, slow, browser, logs_on_failure) -> N
     expect(page.get_by_text("SIGTERM")).to_have_count(0)
     run = db.get_run(store, run_id)
     assert (run["status"], run["error"]) == ("cancelled", "cancelled while it ran")
-    _no_exception(page)
+    no_exception_shown(page)
     page.screenshot(path=str(SHOTS / "run_cancelled.png"))
     page.context.close()

@@ -352,7 +352,7 @@ def test_the_format_draft_needs_the_chat_template(served_first_prompts):
     assert abs(_mean(b["chat-template"]) - _mean(b["raw"])) <= 0.3
 
 
-def test_seeded_demo_meets_the_gaps(tmp_path):
+def test_seeded_demo_meets_the_gaps(seeded_demo):
     """The demo's runs, made by the project's own diagnose, show the incident and its fix.
 
     Mismatched: training-layout top-1 >= 15 points and simulated accept length >= 0.5 above the
@@ -364,7 +364,7 @@ def test_seeded_demo_meets_the_gaps(tmp_path):
     from eagle3dash.demo.seed import seed, seeded
     from eagle3dash.ui.words import run_verdict
 
-    made = seed(tmp_path, num_prompts=2, max_new_tokens=32, worker=True)
+    home, made = seeded_demo  # seed(home, num_prompts=2, max_new_tokens=32, worker=True)
     assert [(r.deployment, r.status) for r in made] == [
         ("mismatched", "succeeded"),
         ("correct", "succeeded"),
@@ -401,7 +401,7 @@ def test_seeded_demo_meets_the_gaps(tmp_path):
     # Each run carries its deployment's name, the mismatched one links to its fix, and the
     # demo's endpoints are marked stopped once the runs are done.
     ids = {r.deployment: r.run_id for r in made}
-    with db.open_store(tmp_path) as store:
+    with db.open_store(home) as store:
         rows = {name: db.get_run(store, run_id) for name, run_id in ids.items()}
         assert {name: row["options"]["demo"] for name, row in rows.items()} == {
             name: name for name in ids
@@ -420,7 +420,7 @@ def test_seeded_demo_meets_the_gaps(tmp_path):
             )
         assert run_verdict(listed[ids["mismatched"]]).startswith("🛑 Serving feeds the draft")
         assert seeded(store)
-    assert seed(tmp_path, progress=lambda m: None) == []  # made once
+    assert seed(home, progress=lambda m: None) == []  # made once
 
 
 def test_a_seed_cut_short_leaves_no_run_waiting_on_its_gone_endpoints(tmp_path):

@@ -8,48 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from eagle3dash.diagnosis.options import DiagnoseOptions
 from eagle3dash.diagnosis.stages import run_diagnosis
 from eagle3dash.layout import Tap
-from eagle3dash.testing.sglang_double import DoubleConfig, start_double
-from tests.specs import run_cli, tiny_models
+from tests.appkit import double, options
+from tests.specs import run_cli
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory) -> dict[str, Path]:
-    """A 4-layer tiny target and a random draft whose config ids are [0, 1, 2]."""
-    return tiny_models(tmp_path_factory.mktemp("models"))
-
-
-def double(models: dict[str, Path], **overrides):
-    """Start the double serving the tiny target with the draft (EAGLE3, 3 steps, hidden states)."""
-    config = dict(
-        target_path=str(models["target"]),
-        draft_path=str(models["draft"]),
-        speculative_algorithm="EAGLE3",
-        num_steps=3,
-        eagle_topk=1,
-        num_draft_tokens=4,
-        enable_return_hidden_states=True,
-    )
-    config.update(overrides)
-    return start_double(DoubleConfig(**config))
-
-
-def options(models: dict[str, Path], url: str, **overrides) -> DiagnoseOptions:
-    """Small, fast diagnose options with the local target for training-side states."""
-    fields = dict(
-        draft=str(models["draft"]),
-        endpoint=url,
-        target=str(models["target"]),
-        num_prompts=3,
-        max_new_tokens=24,
-        concurrency=2,
-        steps=4,
-        profile=False,  # the layout's evidence; the profile has tests of its own
-    )
-    fields.update(overrides)
-    return DiagnoseOptions(**fields)
+def models(served_models) -> dict[str, Path]:
+    """The test world's 4-layer tiny target and random draft whose config ids are [0, 1, 2]."""
+    return served_models
 
 
 def test_seed_like_mismatch_is_the_first_finding(models) -> None:

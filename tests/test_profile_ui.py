@@ -21,8 +21,7 @@ from eagle3dash.profile_export import profile_csv, profile_json
 from eagle3dash.submit import submit_diagnosis
 from eagle3dash.ui import charts, words
 from eagle3dash.ui import profile as ui
-from tests.appkit import app, no_exception, plain, run_queued, speculative_double, texts
-from tests.specs import tiny_models
+from tests.appkit import app, no_exception, plain, run_queued, texts
 
 GREEN, ORANGE, VERMILLION = "#009E73", "#E69F00", "#D55E00"
 TRAINING, SERVING, MEASURED = "training layout", "serving layout", "endpoint (measured)"
@@ -455,12 +454,10 @@ def test_the_steps_advice_and_not_profiled_in_words() -> None:
 
 
 @pytest.fixture(scope="module")
-def real_diagnosis(tmp_path_factory) -> dict:
-    """A diagnosis made by the real worker on the double, as the store keeps it."""
-    root = tmp_path_factory.mktemp("profile_ui")
-    models = tiny_models(root)
-    double = speculative_double(models["target"], models["draft"])
-    home = db.open_store(root / "home")
+def real_diagnosis(tmp_path_factory, served_models, eagle3_double) -> dict:
+    """A diagnosis made by the real worker on the test world's double, as the store keeps it."""
+    models, double = served_models, eagle3_double
+    home = db.open_store(tmp_path_factory.mktemp("profile_ui") / "home")
     try:
         options = DiagnoseOptions(
             draft=str(models["draft"]),
@@ -478,7 +475,6 @@ def real_diagnosis(tmp_path_factory) -> dict:
         return diagnosis
     finally:
         home.close()
-        double.stop()
 
 
 def stored_run(store: db.Store, diagnosis: dict) -> int:

@@ -36,7 +36,6 @@ from eagle3dash.testing.sglang_double import (
 )
 from eagle3dash.testing.tensors import random_tensors
 from eagle3dash.testing.tiny import make_tiny_target
-from tests.specs import tiny_models
 
 FIXTURE = Path(__file__).resolve().parents[2] / "shared/fixtures/sglang-0.5.23/get_server_info.json"
 PROMPTS = [[5, 6, 7, 8], [40, 41, 42, 43, 44, 45, 46], [200, 3]]
@@ -548,9 +547,10 @@ def test_override_applies_the_fix(models):
 
 
 @pytest.fixture(scope="module")
-def demo_like(tmp_path_factory) -> dict:
-    """The demo's shape: a 4-block target, hidden 64, and a draft with nested ids [0, 1, 2]."""
-    models = tiny_models(tmp_path_factory.mktemp("demo_like"))
+def demo_like(served_models) -> dict:
+    """The demo's shape: a 4-block target, hidden 64, and a draft with nested ids [0, 1, 2] (the
+    test world's)."""
+    models = served_models
     hf = LlamaForCausalLM.from_pretrained(str(models["target"]), dtype=torch.float32).eval()
     return {**models, "hf": hf}
 

@@ -594,7 +594,9 @@ def test_the_local_target_json_digests_are_its_top_level_json_files(tmp_path) ->
     assert json_digests(None) == {} and json_digests(tmp_path / "nope") == {}
 
 
-def test_a_diagnosis_of_a_specforge_step_folder_through_the_double(tmp_path_factory, home) -> None:
+def test_a_diagnosis_of_a_specforge_step_folder_through_the_double(
+    tmp_path_factory, home, served_models
+) -> None:
     """The whole diagnosis on a SpecForge 0.2 run folder (the draft from its state dict and the
     draft config given): the trainer comes from the run, so no readings are left unsettled, the
     run's target config digest is checked against the local target, and the Run page shows the
@@ -602,10 +604,9 @@ def test_a_diagnosis_of_a_specforge_step_folder_through_the_double(tmp_path_fact
     from safetensors.torch import load_file
 
     from eagle3dash.diagnosis.stages import run_diagnosis
-    from tests.specs import tiny_models
-    from tests.test_pipeline import double, options
+    from tests.appkit import double, options
 
-    models = tiny_models(tmp_path_factory.mktemp("models"))
+    models = served_models
     run = tmp_path_factory.mktemp("run")
     step = run / "r1-step5"
     step.mkdir()
@@ -676,7 +677,9 @@ def test_a_truncated_training_state_is_one_line(tmp_path) -> None:
         inspect(step)
 
 
-def test_done_when_a_deepseek_specforge_02_draft_through_a_diagnosis(tmp_path_factory) -> None:
+def test_done_when_a_deepseek_specforge_02_draft_through_a_diagnosis(
+    tmp_path_factory, served_models
+) -> None:
     """A DeepSeek-family SpecForge 0.2 export (transformers 5 config, eagle_config ids, no dump,
     no target) diagnosed on 0.5.23: no critical layout finding and both readings with what
     settles them; then with the trainer and its SGLang 0.5.12 given, the first-id drift is a
@@ -685,10 +688,9 @@ def test_done_when_a_deepseek_specforge_02_draft_through_a_diagnosis(tmp_path_fa
     import shutil
 
     from eagle3dash.diagnosis.stages import run_diagnosis
-    from tests.specs import tiny_models
-    from tests.test_pipeline import double, options
+    from tests.appkit import double, options
 
-    models = tiny_models(tmp_path_factory.mktemp("models"))
+    models = served_models
     draft = tmp_path_factory.mktemp("export") / "draft"
     shutil.copytree(models["draft"], draft)
     cfg = json.loads((draft / "config.json").read_text())

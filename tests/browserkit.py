@@ -1,0 +1,267 @@
+"""What the Chromium tests share: the session's one headless Chromium, the real app (and worker)
+started as subprocesses, and the page steps every browser test takes.
+
+Playwright drives Debian's /usr/bin/chromium (no browser download). The Chromium is launched by the
+first test that asks for the `browser` fixture and closed when the next test does not ask for it
+(tests/conftest.py): while it is open, Playwright's event loop is the thread's running loop, which
+the tests after it must not inherit.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, Playwright, expect, sync_playwright
+
+from eagle3dash import jobs as jobq
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+# Screenshots go to a temp folder; `EAGLE3DASH_SCREENSHOTS=docs pytest tests/test_browser.py`
+# refreshes the README's pictures instead (a test run must not change the checkout).
+SHOTS = Path(os.environ.get("EAGLE3DASH_SCREENSHOTS") or tempfile.mkdtemp(prefix="e3d-shots-"))
+WIDTH, HEIGHT = 1400, 900  # the first screen the verdict must fit on
+START_S = 60  # app health
+RUN_S = 120  # a diagnosis, queued to finished
+UI_MS = 30_000  # one UI step (rerun, upload, probe)
+
+
+def skip_without_chromium() -> None:
+    """Skip the calling test module when Debian's chromium is missing (outside CI, which must
+    have it)."""
+    if not Path(CHROMIUM).exists() and not os.environ.get("CI"):
+        pytest.skip(
+            f"{CHROMIUM} is missing: the browser tests need Debian's chromium "
+            "(`make browser` as root, or `apt-get install chromium`)",
+            allow_module_level=True,
+        )
+
+
+_open: list[tuple[Playwright, Browser]] = []  # the session's Chromium while browser tests run
+
+
+def shared_browser() -> Browser:
+    """The session's headless Chromium, launched by the first test that asks."""
+    if not _open:
+        playwright = sync_playwright().start()
+        try:
+            launched = playwright.chromium.launch(
+                executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
+            )
+        except BaseException:
+            playwright.stop()
+            raise
+        _open.append((playwright, launched))
+    return _open[0][1]
+
+
+def close_shared_browser() -> None:
+    """Close the session's Chromium and stop Playwright's event loop, if they are open."""
+    while _open:
+        playwright, launched = _open.pop()
+        try:
+            launched.close()
+        finally:
+            playwright.stop()
+
+
+# --- the app and the worker as subprocesses ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServedApp:
+    """The real app serving a home: its URL, and the logs of the app and the worker (if any)."""
+
+    url: str
+    port: int
+    logs: dict[str, Path]
+
+    def print_logs(self) -> None:
+        """Each log's tail, on stdout: pytest shows it when a test fails."""
+        for name, path in self.logs.items():
+            print(f"\n===== {name} log ({path}) =====\n{tail(path)}")
+
+
+@contextmanager
+def serving_app(
+    home: Path,
+    logs: Path,
+    *,
+    script: str = "app.py",
+    host: str = "127.0.0.1",
+    worker: bool = False,
+    env: dict[str, str] | None = None,
+) -> Iterator[ServedApp]:
+    """`streamlit run SCRIPT` on a free port of `host` over `home` (and `eagle3dash worker` on
+    the same home when `worker`), this environment plus `env`, logs in the folder `logs`;
+    healthy on entry, stopped on exit."""
+    port = free_port(host)
+    full_env = {
+        **os.environ,
+        "EAGLE3DASH_HOME": str(home),
+        "PYTHONUNBUFFERED": "1",
+        "OMP_NUM_THREADS": "1",
+        **(env or {}),
+    }
+    app = [sys.executable, "-m", "streamlit", "run", script, "--server.port", str(port)]
+    app += ["--server.address", host, "--server.headless", "true"]
+    commands: dict[str, list[str]] = {}
+    if worker:
+        commands["worker"] = [sys.executable, "-m", "eagle3dash", "worker", "--home", str(home)]
+    commands["app"] = app
+    paths = {name: logs / f"{name}.log" for name in commands}
+    procs: dict[str, subprocess.Popen] = {}
+    try:
+        for name, command in commands.items():
+            with paths[name].open("wb") as log:
+                procs[name] = subprocess.Popen(
+                    command,
+                    cwd=ROOT,
+                    env=full_env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+        url = f"http://{host}:{port}"
+        wait_healthy(url, procs, paths)
+        yield ServedApp(url, port, paths)
+    finally:
+        for proc in reversed(procs.values()):
+            stop(proc)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port on `host` that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def network_address() -> str | None:
+    """This machine's first non-loopback IPv4 address, or None."""
+    try:
+        out = subprocess.run(
+            ["ip", "-4", "-o", "addr", "show", "scope", "global"], capture_output=True, text=True
+        ).stdout
+    except OSError:
+        return None
+    found = re.findall(r"inet (\d+\.\d+\.\d+\.\d+)/", out)
+    return found[0] if found else None
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """SIGTERM the process group we started (start_new_session), SIGKILL it if it lingers."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=10)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        proc.wait(timeout=10)
+
+
+def wait_healthy(url: str, procs: dict[str, subprocess.Popen], logs: dict[str, Path]) -> None:
+    """Until the app at url answers its health check; fail with the log of a process that died."""
+    deadline = time.monotonic() + START_S
+    while True:
+        for name, proc in procs.items():
+            if proc.poll() is not None:
+                pytest.fail(f"the {name} exited ({proc.returncode}):\n{tail(logs[name])}")
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+                if r.read().decode().strip() == "ok":
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            pytest.fail(f"the app was not healthy within {START_S} s:\n{tail(logs['app'])}")
+        time.sleep(0.1)
+
+
+def tail(path: Path, chars: int = 6000) -> str:
+    """The end of a log file, or "(no log)"."""
+    text = path.read_text(errors="replace") if path.exists() else "(no log)"
+    return text[-chars:]
+
+
+def wait_for_run(store, run_id: int) -> None:
+    """Until the worker has finished the run's job, which must have succeeded."""
+    deadline = time.monotonic() + RUN_S
+    while time.monotonic() < deadline:
+        job = jobq.list_jobs(store, run_id)[0]
+        if job["status"] not in ("queued", "running"):
+            assert job["status"] == "succeeded", jobq.job_log(store, job["id"])
+            return
+        time.sleep(0.1)
+    pytest.fail(f"run {run_id} did not finish within {RUN_S} s")
+
+
+# --- page steps --------------------------------------------------------------------------------
+
+
+def new_page(browser: Browser) -> Page:
+    """A page in a fresh context (no cookies) at the first screen's size."""
+    context = browser.new_context(viewport={"width": WIDTH, "height": HEIGHT})
+    context.set_default_timeout(UI_MS)
+    return context.new_page()
+
+
+def idle(page: Page, timeout_ms: float | None = None) -> None:
+    """Wait until the script is not running (Streamlit renders over a websocket)."""
+    expect(page.locator('[data-testid="stApp"]')).to_have_attribute(
+        "data-test-script-state", "notRunning", timeout=timeout_ms
+    )
+
+
+def no_exception_shown(page: Page) -> None:
+    """No Streamlit exception box on the page."""
+    expect(page.get_by_test_id("stException")).to_have_count(0, timeout=1000)
+
+
+def fill(page: Page, label: str, value: str) -> None:
+    """Type `value` into the box labelled `label` and submit it, then wait for the rerun."""
+    box = page.get_by_label(label, exact=True)
+    box.fill(value)
+    box.press("Enter")
+    idle(page)
+
+
+def screenshot(page: Page, path: Path) -> None:
+    """The whole page: Streamlit scrolls inside its own container, so grow the viewport to fit."""
+    height = page.evaluate(
+        """() => Math.max(...[...document.querySelectorAll('*')]
+              .filter(e => e.scrollHeight > e.clientHeight + 1 &&
+                           ['auto', 'scroll'].includes(getComputedStyle(e).overflowY))
+              .map(e => e.scrollHeight), document.documentElement.scrollHeight)"""
+    )
+    page.set_viewport_size({"width": WIDTH, "height": min(int(height) + 40, 12_000)})
+    page.wait_for_timeout(500)  # charts re-lay out at the new size
+    path.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(path), full_page=True)
+    page.set_viewport_size({"width": WIDTH, "height": HEIGHT})
