@@ -232,3 +232,38 @@ def test_a_re_upload_keeps_its_name(world, browser, logs_on_failure, tmp_path) -
         page.context.close()
     names = [c["name"] for c in db.list_checkpoints(world["store"])]
     assert names.count("my-draft") == 1 and "epoch 7" in names
+
+
+def test_the_vllm_demo_in_one_click_reaches_the_shifted_verdict(
+    world,
+    browser,
+    logs_on_failure,
+) -> None:
+    # "vLLM V1": draft B's SpecForge config on the vLLM double's V1 runner, which reads the
+    # nested ids [0, 1, 2] as vLLM ids (taps 0, 1, 2) while draft B was trained on taps 1, 2, 3.
+    page = _new_run(browser, world)
+    page.get_by_test_id("stSelectbox").filter(has_text="Demo deployment").click()
+    page.get_by_role("option", name=re.compile(r"^vLLM V1")).click()
+    idle(page)
+    page.get_by_role("button", name="Try it on the demo").click()
+    idle(page, RUN_S * 1000)
+    banner = _alert(page, "The demo runs on this machine")
+    expect(banner).to_contain_text("the vLLM API double", timeout=RUN_S * 1000)
+    expect(banner).to_contain_text("models no serving cost")
+    idle(page)
+    page.get_by_test_id("stExpander").filter(has_text="Number of prompts").locator(
+        "summary"
+    ).click()
+    fill(page, "Number of prompts", "2")
+    fill(page, "Max new tokens", "32")
+    no_exception_shown(page)
+    page.get_by_role("button", name="Run the diagnosis").click()
+    page.wait_for_url(re.compile(r"/run\?run=\d+$"))
+    expect(page.get_by_role("heading", name="Findings")).to_be_visible(timeout=RUN_S * 1000)
+    idle(page)
+    expect(page.get_by_text("vLLM 0.33.0 (V1 runner)").first).to_be_visible()
+    expect(page.get_by_text(re.compile(r"^rule ")).first).to_have_text("rule layout-mismatch")
+    fix = page.get_by_test_id("stCode").filter(has_text="[1, 2, 3]").first
+    expect(fix).to_contain_text('"eagle_aux_hidden_state_layer_ids": [1, 2, 3]')
+    no_exception_shown(page)
+    page.context.close()

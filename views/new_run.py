@@ -15,7 +15,7 @@ from eagle3dash.uploads import PROMPT_TYPES, register_path, save_prompt_file
 store = get_store()
 st.title("New run")
 st.caption(
-    "Name the draft checkpoint and the SGLang endpoint serving it with that draft. The run "
+    "Name the draft checkpoint and the SGLang or vLLM endpoint serving it with that draft. The run "
     "inspects the checkpoint, captures the states the server feeds the draft, evaluates the "
     "draft standalone under the training and the serving layer layouts, benchmarks the endpoint, "
     "and says what is wrong and how to fix it."
