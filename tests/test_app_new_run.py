@@ -115,6 +115,8 @@ def test_try_it_on_the_demo_serves_the_deployment_picked(home, demo_stopped_afte
         "correct: draft B, the control",
         "fixed: draft A with the fix applied",
         "format: draft C, needs the chat template",
+        "vLLM V1: draft B's SpecForge config on vLLM's V1 runner",
+        "vLLM fixed: draft B with both engines' keys",
     ]
     at.selectbox(key="demo_pick").set_value("fixed").run()
     at.button(key="demo_try").click().run()

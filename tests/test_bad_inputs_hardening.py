@@ -283,6 +283,15 @@ def test_the_upload_cap_is_the_largest_draft_file_accepted() -> None:
 # --- foreign text is text: the app in Chromium, fed Markdown and HTML payloads -----------------
 
 
+def _stored_with(**serving: object) -> dict:
+    """A whole stored diagnosis (the hand-written schema-2 fixture) whose serving side was not
+    evaluated, with its serving side's fields replaced."""
+    d = json.loads((ROOT / "tests/fixtures/stored/schema2.json").read_text())
+    d["serving"] = {**d["serving"], "eval": None, "sim_accept_length": None, **serving}
+    d["verdict"]["sim_accept_serving"] = None
+    return d
+
+
 def _payload_world(home: Path) -> None:
     """Two runs of a checkpoint named PAYLOAD, whose serving side was not evaluated because of
     PAYLOAD (a server's error, as an older version stored it)."""
@@ -290,13 +299,7 @@ def _payload_world(home: Path) -> None:
         checkpoint = db.add_checkpoint(store, home / "ck", name=PAYLOAD)
         for _ in range(2):
             run = db.create_run(store, checkpoint, "http://gpubox:30000", None, {})
-            diagnosis = {
-                "steps": 4,
-                "verdict": {},
-                "training": {"source": "config"},
-                "serving": {"source": "predicted", "capture_error": PAYLOAD},
-                "findings": [],
-            }
+            diagnosis = _stored_with(capture_error=PAYLOAD)
             db.update_run(store, run, status="succeeded", diagnosis_json=db.to_json(diagnosis))
 
 
@@ -577,11 +580,23 @@ def test_a_corrupt_hidden_states_block_is_refused_naming_the_fault(case, parts) 
 def test_the_run_page_shows_why_a_side_was_not_evaluated_under_its_number(home) -> None:
     run = db.create_run(home, None, "http://gpubox:30000", None, {})
     why = "POST http://gpubox:30000/generate: meta_info.hidden_states[0] holds a value ..."
-    diagnosis = {"steps": 4, "verdict": {}, "serving": {"capture_error": why}, "findings": []}
+    diagnosis = _stored_with(capture_error=why)
     db.update_run(home, run, status="succeeded", diagnosis_json=db.to_json(diagnosis))
     at = app("run", run=str(run))
     no_exception(at)
     assert f"Not evaluated: {why}" in texts(at, "caption")
+
+
+def test_a_stored_diagnosis_cut_short_is_one_message_on_the_run_page(home) -> None:
+    run = db.create_run(home, None, "http://gpubox:30000", None, {})
+    cut = {"steps": 4, "verdict": {}, "findings": []}  # no sides: a killed writer, another program
+    db.update_run(home, run, status="succeeded", diagnosis_json=db.to_json(cut))
+    at = app("run", run=str(run))
+    no_exception(at)
+    assert [e.value.replace("\\", "") for e in at.error] == [  # markdown escapes dropped
+        "this run's stored diagnosis cannot be read (no 'training'): it was cut short or written "
+        "by another program; run the diagnosis again"
+    ]
 
 
 # --- total deadlines ---------------------------------------------------------------------------

@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from eagle3dash.diagnosis.stored import SCHEMA, StoredDetection, load_diagnosis, schema_of, upgrade
+from eagle3dash.diagnosis.stored import (
+    SCHEMA,
+    StoredDetection,
+    StoredDiagnosisError,
+    load_diagnosis,
+    schema_of,
+    upgrade,
+)
 from eagle3dash.layout import Tap
 
 STORED = Path(__file__).parent / "fixtures" / "stored"
@@ -83,8 +90,14 @@ def test_upgrade_keeps_the_stored_document_unchanged():
 
 
 def test_a_newer_schema_is_refused_with_what_to_do():
-    with pytest.raises(ValueError, match="schema 4.*upgrade eagle3dash"):
+    with pytest.raises(StoredDiagnosisError, match="schema 4.*upgrade eagle3dash"):
         load_diagnosis({"schema": 4, "training": {}, "serving": {}})
+
+
+def test_a_document_cut_short_is_one_line_naming_what_is_missing():
+    # a run stored with no sides at all (a killed writer, another program)
+    with pytest.raises(StoredDiagnosisError, match="cannot be read \\(no 'training'\\)"):
+        load_diagnosis({"steps": 4, "verdict": {}, "findings": []})
 
 
 def test_a_post_norm_tap_survives_text_and_dict_forms():

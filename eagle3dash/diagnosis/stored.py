@@ -34,6 +34,7 @@ from eagle3dash.diagnosis.result import (
     NotChecked,
     verdict_status,
 )
+from eagle3dash.errors import InputError
 from eagle3dash.evidence_levels import checked, source_level, weaker
 from eagle3dash.findings import Finding
 from eagle3dash.identity import DraftIdentity
@@ -151,7 +152,7 @@ def upgrade(raw: Json) -> dict:
     d = copy.deepcopy(dict(raw))
     schema = schema_of(d)
     if schema > SCHEMA:
-        raise ValueError(
+        raise StoredDiagnosisError(
             f"this diagnosis was stored by a newer eagle3dash (schema {schema}, this one reads "
             f"up to {SCHEMA}): upgrade eagle3dash to read it"
         )
@@ -492,8 +493,24 @@ class StoredDiagnosis:
         return {"training": self.training, "serving": self.serving}[name]
 
 
+class StoredDiagnosisError(InputError):
+    """A stored diagnosis that cannot be read: cut short, or not written by eagle3dash."""
+
+
 def load_diagnosis(raw: Json) -> StoredDiagnosis:
-    """The one loader: a stored diagnosis of any schema, upgraded and typed."""
+    """The one loader: a stored diagnosis of any schema, upgraded and typed; StoredDiagnosisError
+    (one line) for a document it cannot read."""
+    try:
+        return _load(raw)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        problem = f"no {e}" if isinstance(e, KeyError) else str(e)
+        raise StoredDiagnosisError(
+            f"this run's stored diagnosis cannot be read ({problem}): it was cut short or "
+            "written by another program; run the diagnosis again"
+        ) from e
+
+
+def _load(raw: Json) -> StoredDiagnosis:
     d = upgrade(raw)
     identity = d.get("draft_identity")
     profile = d.get("profile")
