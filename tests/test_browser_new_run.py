@@ -20,7 +20,6 @@ from playwright.sync_api import Page, expect
 from eagle3dash import store as db
 from eagle3dash.uploads import register_path
 from tests.browserkit import (
-    HEIGHT,
     RUN_S,
     fill,
     idle,
@@ -107,8 +106,7 @@ def test_the_demo_in_one_click_reaches_the_mismatched_verdict(
     expect(fix).to_be_visible()
     # The root cause's fix line, to copy, sits in the banner on the first screen (1400x900).
     page.evaluate("window.scrollTo(0, 0)")
-    box = fix.bounding_box()
-    assert box is not None and box["y"] + box["height"] <= HEIGHT, box
+    expect(fix).to_be_in_viewport(ratio=1, timeout=RUN_S * 1000)  # polled: a rerun moves things
     expect(
         page.get_by_text(re.compile(r"^The fix, to copy \(in the draft's config\.json"))
     ).to_be_visible()
