@@ -74,6 +74,21 @@ def _alert(page: Page, text: str):
     return page.get_by_test_id("stAlert").filter(has_text=text)
 
 
+def _run_with_two_prompts(page: Page) -> None:
+    """Run the filled-in diagnosis with fewer prompts than the seeded run (for the test's time;
+    the verdict is the same), and wait on its Run page for the findings."""
+    page.get_by_test_id("stExpander").filter(has_text="Number of prompts").locator(
+        "summary"
+    ).click()
+    fill(page, "Number of prompts", "2")
+    fill(page, "Max new tokens", "32")
+    no_exception_shown(page)
+    page.get_by_role("button", name="Run the diagnosis").click()
+    page.wait_for_url(re.compile(r"/run\?run=\d+$"))
+    expect(page.get_by_role("heading", name="Findings")).to_be_visible(timeout=RUN_S * 1000)
+    idle(page)
+
+
 def test_the_demo_in_one_click_reaches_the_mismatched_verdict(
     world,
     browser,
@@ -90,17 +105,7 @@ def test_the_demo_in_one_click_reaches_the_mismatched_verdict(
     metrics = page.get_by_test_id("stMetric")
     expect(metrics.filter(has_text="Hidden states").first).to_contain_text("on")
     expect(metrics.filter(has_text="Draft steps").first).to_contain_text("4")
-    # Fewer prompts than the seeded run, for the test's time; the verdict is the same.
-    page.get_by_test_id("stExpander").filter(has_text="Number of prompts").locator(
-        "summary"
-    ).click()
-    fill(page, "Number of prompts", "2")
-    fill(page, "Max new tokens", "32")
-    no_exception_shown(page)
-    page.get_by_role("button", name="Run the diagnosis").click()
-    page.wait_for_url(re.compile(r"/run\?run=\d+$"))
-    expect(page.get_by_role("heading", name="Findings")).to_be_visible(timeout=RUN_S * 1000)
-    idle(page)
+    _run_with_two_prompts(page)
     expect(page.get_by_text(re.compile(r"^rule ")).first).to_have_text("rule layout-mismatch")
     fix = page.get_by_test_id("stCode").filter(has_text="[-1, 0, 1]").first
     expect(fix).to_be_visible()
@@ -249,16 +254,7 @@ def test_the_vllm_demo_in_one_click_reaches_the_shifted_verdict(
     expect(banner).to_contain_text("the vLLM API double", timeout=RUN_S * 1000)
     expect(banner).to_contain_text("models no serving cost")
     idle(page)
-    page.get_by_test_id("stExpander").filter(has_text="Number of prompts").locator(
-        "summary"
-    ).click()
-    fill(page, "Number of prompts", "2")
-    fill(page, "Max new tokens", "32")
-    no_exception_shown(page)
-    page.get_by_role("button", name="Run the diagnosis").click()
-    page.wait_for_url(re.compile(r"/run\?run=\d+$"))
-    expect(page.get_by_role("heading", name="Findings")).to_be_visible(timeout=RUN_S * 1000)
-    idle(page)
+    _run_with_two_prompts(page)
     expect(page.get_by_text("vLLM 0.33.0 (V1 runner)").first).to_be_visible()
     expect(page.get_by_text(re.compile(r"^rule ")).first).to_have_text("rule layout-mismatch")
     fix = page.get_by_test_id("stCode").filter(has_text="[1, 2, 3]").first
