@@ -59,6 +59,9 @@ def _expect_finished_run(page: Page, run_id: int) -> None:
     # The verdict opens the page: on the first screen (1400x900, not scrolled), the root cause,
     # the accept lengths and speedup, and what was not checked with the form field to fill in.
     assert page.viewport_size == {"width": WIDTH, "height": HEIGHT}
+    # Arriving from New run, Streamlit may keep the form's scroll position (seen once in CI):
+    # the first screen is the page's top.
+    page.get_by_role("heading", name=f"Run #{run_id}").scroll_into_view_if_needed()
     banner = page.get_by_test_id("stAlert").filter(has_text=ROOT_CAUSE).first
     # The page reruns as its run finishes: an alert mid-rerender has no size for a moment.
     expect(banner).to_be_in_viewport(ratio=1, timeout=RUN_S * 1000)

@@ -289,10 +289,11 @@ def _watch_parent(store: Store, job_id: int, parent_pid: int) -> None:
         time.sleep(0.5)
         if os.getppid() != parent_pid:
             reason = f"abandoned: the worker (pid {parent_pid}) exited while the job ran"
-            # stderr is the job's log: it ends with why the job stopped
-            _say(f"[job {job_id}] {now_iso()} {reason}; stopping")
             with contextlib.suppress(Exception):
                 lifecycle.settle_job(store, job_id, Status.FAILED, error=reason)
+            # stderr is the job's log: it ends with why the job stopped (said last, just before
+            # the kill, so that the job's own progress lines cannot follow it)
+            _say(f"[job {job_id}] {now_iso()} {reason}; stopping")
             if os.getpgrp() == os.getpid():
                 os.killpg(os.getpid(), signal.SIGKILL)
             os._exit(70)
