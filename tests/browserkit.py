@@ -244,6 +244,25 @@ def no_exception_shown(page: Page) -> None:
     expect(page.get_by_test_id("stException")).to_have_count(0, timeout=1000)
 
 
+def open_expander(page: Page, inside: str) -> None:
+    """Open the expander holding the box labelled `inside`, until that box shows: a click during a
+    rerun can land on an expander that is then drawn again closed, so look, click only if closed,
+    and look again."""
+    box = page.get_by_label(inside, exact=True)
+    summary = page.get_by_test_id("stExpander").filter(has=box).locator("summary")
+    for _ in range(5):
+        idle(page)
+        if box.is_visible():
+            return
+        summary.click()
+        try:
+            expect(box).to_be_visible(timeout=3000)
+            return
+        except AssertionError:
+            continue
+    expect(box).to_be_visible()
+
+
 def fill(page: Page, label: str, value: str) -> None:
     """Type `value` into the box labelled `label` and submit it, then wait for the rerun."""
     box = page.get_by_label(label, exact=True)

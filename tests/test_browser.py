@@ -30,6 +30,7 @@ from tests.browserkit import (
     idle,
     new_page,
     no_exception_shown,
+    open_expander,
     screenshot,
     skip_without_chromium,
     wait_for_run,
@@ -120,9 +121,7 @@ def test_upload_probe_submit_watch_and_share_a_run(world, browser, logs_on_failu
     expect(metrics.filter(has_text="Hidden states")).to_contain_text("on")
 
     # 4. Options: 2 prompts, 16 new tokens, 3 steps, the training layout and the local target.
-    page.get_by_test_id("stExpander").filter(has_text="Number of prompts").locator(
-        "summary"
-    ).click()
+    open_expander(page, "Number of prompts")
     fill(page, "Number of prompts", "2")
     fill(page, "Max new tokens", "16")
     fill(page, "Draft steps evaluated", "3")

@@ -25,6 +25,7 @@ from tests.browserkit import (
     idle,
     new_page,
     no_exception_shown,
+    open_expander,
     serving_app,
     skip_without_chromium,
 )
@@ -77,9 +78,7 @@ def _alert(page: Page, text: str):
 def _run_with_two_prompts(page: Page) -> None:
     """Run the filled-in diagnosis with fewer prompts than the seeded run (for the test's time;
     the verdict is the same), and wait on its Run page for the findings."""
-    page.get_by_test_id("stExpander").filter(has_text="Number of prompts").locator(
-        "summary"
-    ).click()
+    open_expander(page, "Number of prompts")
     fill(page, "Number of prompts", "2")
     fill(page, "Max new tokens", "32")
     no_exception_shown(page)
@@ -147,9 +146,7 @@ def test_the_demo_without_the_target_shows_no_green_light_in_the_layout_section(
     idle(page, RUN_S * 1000)
     expect(_alert(page, "The demo runs on this machine")).to_be_visible(timeout=RUN_S * 1000)
     expect(page.get_by_label(ENDPOINT, exact=True)).to_have_value(re.compile(r"^http://127\."))
-    page.get_by_test_id("stExpander").filter(has_text="Number of prompts").locator(
-        "summary"
-    ).click()
+    open_expander(page, "Number of prompts")
     fill(page, "Number of prompts", "2")
     fill(page, "Max new tokens", "32")
     target = "Local target path (for training-side states)"
