@@ -271,6 +271,15 @@ def fill(page: Page, label: str, value: str) -> None:
     idle(page)
 
 
+def to_top(page: Page) -> None:
+    """Scroll to the page's top: Streamlit scrolls inside its own container, which keeps its
+    place when a button switches pages, so `window.scrollTo` alone does not."""
+    page.evaluate(
+        "() => { window.scrollTo(0, 0);"
+        " document.querySelectorAll('*').forEach(e => { if (e.scrollTop) e.scrollTop = 0; }); }"
+    )
+
+
 def screenshot(page: Page, path: Path) -> None:
     """The whole page: Streamlit scrolls inside its own container, so grow the viewport to fit."""
     height = page.evaluate(

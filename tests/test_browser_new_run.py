@@ -28,6 +28,7 @@ from tests.browserkit import (
     open_expander,
     serving_app,
     skip_without_chromium,
+    to_top,
 )
 
 skip_without_chromium()
@@ -109,7 +110,7 @@ def test_the_demo_in_one_click_reaches_the_mismatched_verdict(
     fix = page.get_by_test_id("stCode").filter(has_text="[-1, 0, 1]").first
     expect(fix).to_be_visible()
     # The root cause's fix line, to copy, sits in the banner on the first screen (1400x900).
-    page.evaluate("window.scrollTo(0, 0)")
+    to_top(page)
     expect(fix).to_be_in_viewport(ratio=1, timeout=RUN_S * 1000)  # polled: a rerun moves things
     expect(
         page.get_by_text(re.compile(r"^The fix, to copy \(in the draft's config\.json"))

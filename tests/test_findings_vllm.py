@@ -12,7 +12,7 @@ from eagle3dash.findings import Evidence, Finding, diagnose
 from eagle3dash.layout import Tap
 from eagle3dash.prediction import predict_layouts
 from tests.specs import tiny_spec
-from tests.test_findings import Server, report
+from tests.test_findings import GOOD, POOR, Eval, Server, report
 from tests.test_vllm_rules import SPECFORGE_GPT_OSS
 
 N = 24
@@ -21,10 +21,13 @@ NESTED = SPECFORGE_GPT_OSS
 TRAINED = (Tap(2), Tap(12), Tap(22))
 
 
-def evidence(spec, runner: str, engine: str = "vllm", version: str = "0.33.0") -> Evidence:
+def evidence(
+    spec, runner: str, engine: str = "vllm", version: str = "0.33.0", **measured
+) -> Evidence:
     serving = ServingEngine(engine, version, runner if engine == "vllm" else None)
     layouts = predict_layouts(spec, N, training_override=TRAINED, engine=serving)
     return Evidence(
+        **measured,
         report=report(spec),
         num_target_layers=N,
         arch="llama",
@@ -58,6 +61,28 @@ def test_v2_ignores_nested_ids_is_critical_with_the_top_level_fix() -> None:
     assert "Serving on vLLM 0.33.0 (V2 runner)" in mismatch.evidence
     # the SGLang-only rule stays quiet on vLLM: top-level ids are what vLLM reads
     assert "aux-ids-not-read" not in by_id(found)
+
+
+def test_v2_ignoring_the_ids_is_graded_by_what_the_defaults_cost() -> None:
+    """The same config on V2, with both sides evaluated: the severity is the measured cost, not
+    the rules' prediction. At the server's 3 steps GOOD simulates 1 + 0.8 + 0.6 + 0.45 = 2.85
+    tokens per round, POOR 1 + 0.05 + 0.01 + 0 = 1.06: 1.79 lost, material (critical); the
+    same draft equally good on the defaults' states (identical per-sequence accept lengths, no
+    noise): 0 lost, info."""
+    costly = by_id(diagnose(evidence(NESTED, "v2", training_eval=GOOD, serving_eval=POOR)))
+    f = costly["vllm-ids-not-read"]
+    assert f.severity == "critical"
+    assert f.data["impact"].startswith("cost simulated, training side minus serving side: 1.79")
+    same = Eval(
+        acceptance=GOOD.acceptance,
+        accuracy=GOOD.accuracy,
+        accept_length_per_sequence=[3.0, 3.5, 3.25],
+    )
+    free = by_id(diagnose(evidence(NESTED, "v2", training_eval=same, serving_eval=same)))
+    f = free["vllm-ids-not-read"]
+    assert f.severity == "info", f.to_dict()
+    assert "0 tokens per round" in f.data["impact"]
+    assert "critical" not in {g.severity for g in free.values()}
 
 
 def test_v1_reads_nested_ids_one_block_early() -> None:

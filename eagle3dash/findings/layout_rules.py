@@ -313,9 +313,15 @@ def rule_layout_mismatch(e: Evidence) -> list[Finding]:
         f"Serving feeds the draft {taps_phrase(d.serving, n)}, but training fed "
         f"{taps_phrase(d.training, n)}: {_kind_phrase(d)}."
     )
-    severity, impact = _impact(e, lines)
+    severity, impact = _graded(e, lines)
     data["impact"] = impact
-    # one assumed reading among several that disagree is no ground for a critical finding
+    return [Finding("layout-mismatch", severity, title, " ".join(lines), fix, data, basis)]
+
+
+def _graded(e: Evidence, lines: list[str]) -> tuple[Severity, str]:
+    """The severity of the sides' difference by its cost (`_impact`), no more than a warning
+    when the training side is one assumed reading among several that disagree."""
+    severity, impact = _impact(e, lines)
     unsettled = unsettled_readings(e)
     if unsettled is not None:
         lines.append(
@@ -324,7 +330,7 @@ def rule_layout_mismatch(e: Evidence) -> list[Finding]:
         )
         if severity == Severity.CRITICAL:
             severity = Severity.WARNING
-    return [Finding("layout-mismatch", severity, title, " ".join(lines), fix, data, basis)]
+    return severity, impact
 
 
 def _impact(e: Evidence, lines: list[str]) -> tuple[Severity, str]:
@@ -555,7 +561,8 @@ def rule_vllm_ids_not_read(e: Evidence) -> list[Finding]:
 
     The V2 runner (the default in vLLM 0.33, v1/worker/gpu/spec_decode/eagle/eagle3_utils.py
     get_eagle3_aux_layers_from_config) never reads eagle_config.eagle_aux_hidden_state_layer_ids,
-    where SpecForge and SGLang keep the ids; the V1 runner (gpu_model_runner.py) does.
+    where SpecForge and SGLang keep the ids; the V1 runner (gpu_model_runner.py) does. When the
+    defaults differ from training's taps, the severity is what that costs (findings/impact.py).
     """
     spec, n = e.spec, e.num_target_layers
     if e.engine != "vllm" or spec is None or spec.aux_layer_ids is None:
@@ -600,7 +607,9 @@ def rule_vllm_ids_not_read(e: Evidence) -> list[Finding]:
         return [
             Finding("vllm-ids-not-read", Severity.INFO, title, evidence, fix, data, LEVEL_PREDICTED)
         ]
-    evidence += f" Training: {_slots_text(training, n)}."
+    lines = [evidence, f"Training: {_slots_text(training, n)}."]
+    # graded like layout-mismatch, by what feeding the defaults costs where it was measured
+    severity, impact = _graded(e, lines)
     title = (
         f"{engine.label()} never reads {where}: it feeds the draft {taps_phrase(defaults, n)} "
         f"(its defaults), while training fed {taps_phrase(training, n)}."
@@ -609,11 +618,11 @@ def rule_vllm_ids_not_read(e: Evidence) -> list[Finding]:
     return [
         Finding(
             "vllm-ids-not-read",
-            Severity.CRITICAL,
+            severity,
             title,
-            evidence,
+            " ".join(lines),
             fix,
-            {"defaults": [t.depth for t in defaults], **data},
+            {"defaults": [t.depth for t in defaults], "impact": impact, **data},
             layouts_basis(e),
         )
     ]
