@@ -15,7 +15,8 @@ import pytest
 import torch
 
 if TYPE_CHECKING:
-    from eagle3dash.testing.sglang_double import DoubleConfig, RunningDouble
+    from eagle3dash.testing.sglang_double import RunningDouble
+    from eagle3dash.testing.sglang_double_engine import DoubleConfig
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -147,7 +148,7 @@ def fixed_double(served_models) -> Iterator[RunningDouble]:
 @pytest.fixture(scope="session")
 def hidden_states_off_double(served_models) -> Iterator[RunningDouble]:
     """The double serving the draft over the target WITHOUT hidden states (EAGLE3, 3 steps)."""
-    from eagle3dash.testing.sglang_double import DoubleConfig
+    from eagle3dash.testing.sglang_double_engine import DoubleConfig
 
     config = DoubleConfig(
         target_path=str(served_models["target"]),
