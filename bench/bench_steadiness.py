@@ -14,7 +14,8 @@ them) and at the same time (a way not taken: see README "The time budget"), --re
 each: the speedup's spread and the wall time of each way, side by side in one run.
 
 The doubles' tok/s are a modelled cost, a floor per forward with the tiny models' compute inside
-it (eagle3dash/testing/sglang_double.py), so they repeat while that compute fits in the floor.
+it (eagle3dash/testing/sglang_double_engine.py), so they repeat while that compute fits in the
+floor.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from eagle3dash.engine import ServerReport
 from eagle3dash.errors import InputError
 from eagle3dash.findings import Evidence, Finding, diagnose
 from eagle3dash.identity import DigestCache, DraftIdentity, compare_drafts, is_local_url
+from eagle3dash.store import Store, record_probe
 from eagle3dash.target import LocalTarget, local_target
 
 
@@ -95,6 +96,14 @@ def probe(url: str, timeout: float = 60.0, retries: int = 3) -> Probe:
         evidence.identity = DraftIdentity("same", None, None, draft.path, draft.reason)
     target = local_target(server.model_path) if is_local_url(server.url) else None
     return Probe(server=server, findings=diagnose(evidence), draft=draft, target=target)
+
+
+def probe_and_record(store: Store, url: str, timeout: float = 60.0, retries: int = 3) -> Probe:
+    """Probe the endpoint at url (`probe`) and remember its server report in `store`'s endpoints,
+    under the URL the server reports; nothing is recorded when the probe fails."""
+    found = probe(url, timeout=timeout, retries=retries)
+    record_probe(store, found.server.url, found.server.to_dict())
+    return found
 
 
 def before_submit(

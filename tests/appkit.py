@@ -12,7 +12,8 @@ from streamlit.testing.v1 import AppTest
 
 from eagle3dash import store as db
 from eagle3dash.diagnosis.options import DiagnoseOptions
-from eagle3dash.testing.sglang_double import DoubleConfig, RunningDouble, start_double
+from eagle3dash.testing.sglang_double import RunningDouble, start_double
+from eagle3dash.testing.sglang_double_engine import DoubleConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = str(ROOT / "app.py")

@@ -1,6 +1,7 @@
 """Shared test set-up: one torch thread (2-core machines thrash with more), and the one test world
 built once per run: the tiny target and its drafts, the SGLang API doubles serving them, the
-session's Chromium (tests/browserkit.py) and the Ray cluster."""
+session's Chromium (tests/browserkit.py) and the Ray cluster; and the bad-input tests' `draft`
+and `place`."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ import pytest
 import torch
 
 if TYPE_CHECKING:
-    from eagle3dash.testing.sglang_double import DoubleConfig, RunningDouble
+    from eagle3dash.testing.sglang_double import RunningDouble
+    from eagle3dash.testing.sglang_double_engine import DoubleConfig
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -45,6 +47,28 @@ def home(tmp_path, monkeypatch):
     store = db.open_store(path)
     yield store
     store.close()
+
+
+@pytest.fixture(scope="module")
+def draft(tmp_path_factory) -> Path:
+    """A good tiny draft (config.json + model.safetensors) that the bad-input tests break copies
+    of (tests/badinputkit.py SPEC)."""
+    from eagle3dash.checkpoint import save
+    from eagle3dash.testing.tensors import random_tensors
+    from tests.badinputkit import SPEC
+
+    return save(
+        SPEC, random_tensors(SPEC, seed=0), tmp_path_factory.mktemp("bad") / "d", "specforge"
+    )
+
+
+@pytest.fixture
+def place(tmp_path, monkeypatch) -> Iterator[Path]:
+    """A bad-input case's folder, also the working directory and the home: afterwards nothing new
+    may exist in it outside the home (the case's own inputs are made before the snapshot)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("EAGLE3DASH_HOME", str(tmp_path / "home"))
+    yield tmp_path
 
 
 @pytest.fixture
@@ -124,7 +148,7 @@ def fixed_double(served_models) -> Iterator[RunningDouble]:
 @pytest.fixture(scope="session")
 def hidden_states_off_double(served_models) -> Iterator[RunningDouble]:
     """The double serving the draft over the target WITHOUT hidden states (EAGLE3, 3 steps)."""
-    from eagle3dash.testing.sglang_double import DoubleConfig
+    from eagle3dash.testing.sglang_double_engine import DoubleConfig
 
     config = DoubleConfig(
         target_path=str(served_models["target"]),

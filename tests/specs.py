@@ -29,6 +29,17 @@ def tiny_spec(**overrides) -> DraftSpec:
     return DraftSpec(**fields)
 
 
+# SpecForge's shipped gpt-oss-20B config: nested ids [1, 11, 21], a 24-layer target.
+SPECFORGE_GPT_OSS = tiny_spec(aux_layer_ids=(1, 11, 21), aux_ids_location="eagle_config")
+# A speculators config: top-level ids in vLLM numbering, norm_before_residual written.
+SPECULATORS_TOP = tiny_spec(
+    format="speculators",
+    aux_layer_ids=(2, 12, 22),
+    aux_ids_location="top-level",
+    norm_before_residual_key=False,
+)
+
+
 def served_draft_spec(ids: tuple[int, ...] = (0, 1, 2)) -> DraftSpec:
     """A SpecForge draft for `tiny_models`' target (hidden 64, vocab 256), nested ids `ids`."""
     return tiny_spec(

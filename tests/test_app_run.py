@@ -29,7 +29,8 @@ from eagle3dash.errors import InputError
 from eagle3dash.findings import Finding
 from eagle3dash.layout import Tap
 from eagle3dash.submit import submit_diagnosis
-from eagle3dash.testing.sglang_double import DoubleConfig, start_double
+from eagle3dash.testing.sglang_double import start_double
+from eagle3dash.testing.sglang_double_engine import DoubleConfig
 from eagle3dash.ui import words
 from eagle3dash.ui.fmt import duration
 from eagle3dash.ui.progress import progress_view

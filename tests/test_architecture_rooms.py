@@ -1,4 +1,5 @@
-"""ARCHITECTURE.md's map names rooms that exist, and a run's status is changed in one room only."""
+"""ARCHITECTURE.md's map names rooms that exist, a run's status is changed in one room only, and no
+test module imports another."""
 
 from __future__ import annotations
 
@@ -36,3 +37,13 @@ def test_only_the_lifecycle_room_writes_a_status() -> None:
         if path != LIFECYCLE
     }
     assert {path: found for path, found in writers.items() if found} == {}
+
+
+def test_no_test_module_imports_another() -> None:
+    # What tests share lives in kits (tests/*kit.py, specs.py) and conftest.py; a test module
+    # imported by another runs its module-level set-up twice and ties two suites together.
+    imports = re.compile(
+        r"^\s*(?:from tests\.test_\w+ import|from tests import test_|import tests\.test_)", re.M
+    )
+    found = sorted(p.name for p in (ROOT / "tests").glob("*.py") if imports.search(p.read_text()))
+    assert found == []

@@ -11,7 +11,6 @@ is tests/test_bad_inputs_hardening.py: `pytest tests/test_bad_inputs*.py` runs t
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import pickle
@@ -23,7 +22,6 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -31,61 +29,22 @@ from pathlib import Path
 
 import pytest
 
-from eagle3dash import cli
 from eagle3dash import jobs as jobq
 from eagle3dash import store as db
-from eagle3dash.checkpoint import save
 from eagle3dash.servebench import PromptFileError, load_prompts
-from eagle3dash.testing.tensors import random_tensors
 from eagle3dash.uploads import UploadError, UploadLimits, register_upload
 from tests.appkit import app, no_exception, texts
+from tests.badinputkit import CALL_S, SPEC, cli_error
 from tests.httpserver import Reply, closed_port_url, serve
 from tests.jobkit import start_worker, wait_until
-from tests.specs import ROOT, tiny_spec
-from tests.test_uploads import tar_of, zip_of
-
-CALL_S = 60  # generous: a case that hangs fails here instead of holding the suite
-SPEC = tiny_spec(aux_layer_ids=(1, 2, 3), aux_ids_location="eagle_config")
+from tests.specs import ROOT
+from tests.uploadkit import Upload, tar_of, zip_of
 
 # --- the CLI, in-process -----------------------------------------------------------------------
 
 
-def cli_error(argv: list[str], capsys) -> str:
-    """Run the CLI; assert exit 1, one `error:` line last (after progress lines, if any), no
-    traceback; return that line."""
-    result: list[int] = []
-    thread = threading.Thread(target=lambda: result.append(cli.main(argv)), daemon=True)
-    thread.start()
-    thread.join(CALL_S)
-    assert not thread.is_alive(), f"{argv} still running after {CALL_S} s"
-    out, err = capsys.readouterr()
-    assert result == [1], (result, out, err)
-    assert "Traceback" not in out + err
-    lines = err.splitlines()
-    assert lines and lines[-1].startswith("error: "), err
-    assert [line for line in lines if "error" in line.lower()] == lines[-1:], err
-    return lines[-1]
-
-
 def files_under(path: Path) -> set[Path]:
     return {p for p in path.rglob("*")}
-
-
-@pytest.fixture(scope="module")
-def draft(tmp_path_factory) -> Path:
-    """A good tiny draft (config.json + model.safetensors) to break copies of."""
-    return save(
-        SPEC, random_tensors(SPEC, seed=0), tmp_path_factory.mktemp("bad") / "d", "specforge"
-    )
-
-
-@pytest.fixture
-def place(tmp_path, monkeypatch) -> Iterator[Path]:
-    """The case's folder, also the working directory and the home: afterwards nothing new may
-    exist in it outside the home (the case's own inputs are made before the snapshot)."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("EAGLE3DASH_HOME", str(tmp_path / "home"))
-    yield tmp_path
 
 
 @contextmanager
@@ -459,12 +418,6 @@ def _special(name: str, kind: bytes, linkname: str = "") -> tarfile.TarInfo:
     return info
 
 
-def _named(name: str, blob: bytes) -> io.BytesIO:
-    f = io.BytesIO(blob)
-    f.name = name  # type: ignore[attr-defined]
-    return f
-
-
 UPLOADS: dict[str, tuple[Callable[[dict[str, bytes]], tuple[str, bytes]], str]] = {
     "zip-bomb": (lambda c: ("b.zip", zip_of({**c, "pad.txt": bytes(40 << 20)})), "100x"),
     "tar-gz-bomb": (lambda c: ("b.tgz", tar_of({**c, "pad.txt": bytes(40 << 20)})), "100x"),
@@ -523,7 +476,7 @@ def test_a_bad_upload_is_refused_and_removed(case, draft, place) -> None:
     store = db.open_store(place / "home")
     try:
         with nothing_written(place), pytest.raises(UploadError) as err:
-            register_upload(store, [_named(name, blob)], limits=UploadLimits())
+            register_upload(store, [Upload(name, blob)], limits=UploadLimits())
         assert UPLOADS[case][1] in str(err.value) and "\n" not in str(err.value)
         assert db.list_checkpoints(store, include_removed=True) == []
         assert list(store.path("checkpoints").iterdir()) == []

@@ -39,16 +39,11 @@ from eagle3dash.text import ascii_int, one_line, printable
 from eagle3dash.ui import access
 from eagle3dash.uploads import MAX_UPLOAD_FILE_MB, UploadError, register_upload
 from tests.appkit import app, no_exception, texts
+from tests.badinputkit import CALL_S, cli_error
 from tests.browserkit import network_address, serving_app
 from tests.httpserver import Reply, serve
 from tests.specs import ROOT, tiny_spec
-from tests.test_bad_inputs import (  # noqa: F401 - draft, place: fixtures
-    CALL_S,
-    _named,
-    cli_error,
-    draft,
-    place,
-)
+from tests.uploadkit import Upload
 
 TOKEN = "correct-horse-battery-staple"
 UI_MS = 60_000  # one UI step in Chromium (a rerun, a probe)
@@ -670,14 +665,14 @@ def test_a_benchmark_request_whose_headers_drip_ends_at_its_deadline() -> None:
 # --- CLI edges ---------------------------------------------------------------------------------
 
 
-def test_a_4000_character_file_name_is_one_line(place, capsys) -> None:  # noqa: F811 - fixtures of test_bad_inputs
+def test_a_4000_character_file_name_is_one_line(place, capsys) -> None:
     name = "a" * 4000
     line = cli_error(["inspect", name], capsys)
     assert line.endswith("aaa: File name too long") and "OSError" not in line
     assert len(line) == len("error: ") + 1000  # cut in the middle, at the error line's cap
 
 
-def test_a_4000_character_host_names_the_url(place, capsys) -> None:  # noqa: F811 - fixtures of test_bad_inputs
+def test_a_4000_character_host_names_the_url(place, capsys) -> None:
     line = cli_error(["probe", f"http://{'h' * 4000}:30000", "--timeout", "2"], capsys)
     assert line.startswith("error: 'http://hhhh") and "…" in line
     assert line.endswith(
@@ -686,7 +681,7 @@ def test_a_4000_character_host_names_the_url(place, capsys) -> None:  # noqa: F8
     )
 
 
-def test_terminal_escapes_in_a_printed_path_are_shown_not_obeyed(draft, place, capsys) -> None:  # noqa: F811 - fixtures of test_bad_inputs
+def test_terminal_escapes_in_a_printed_path_are_shown_not_obeyed(draft, place, capsys) -> None:
     target = place / "d\x1b[2J\x1b]0;owned\x07"
     target.symlink_to(draft)
     from eagle3dash import cli
@@ -784,14 +779,14 @@ def full_disk(where: Path) -> Iterator[Path]:
         subprocess.run(["umount", "--lazy", str(where)], check=True)
 
 
-def test_an_upload_onto_a_full_disk_is_one_message(draft, tmp_path) -> None:  # noqa: F811 - fixtures of test_bad_inputs
+def test_an_upload_onto_a_full_disk_is_one_message(draft, tmp_path) -> None:
     with full_disk(tmp_path / "small") as small:
         store = db.open_store(small / "home")
         with (small / "filler").open("wb") as filler, pytest.raises(OSError):
             while True:  # the rest of the disk
                 filler.write(b"\0" * 65536)
                 filler.flush()
-        files = [_named(f.name, f.read_bytes()) for f in sorted(draft.iterdir())]
+        files = [Upload(f.name, f.read_bytes()) for f in sorted(draft.iterdir())]
         with pytest.raises(UploadError) as refused:
             register_upload(store, files)
         leftovers = sorted(p.name for p in (small / "home" / "checkpoints").iterdir())

@@ -29,7 +29,7 @@ from tests.browserkit import (
     skip_without_chromium,
     wait_for_run,
 )
-from tests.test_profile_ui import CATEGORY_TITLE, FLAGS, SAMPLE
+from tests.profilekit import CATEGORY_TITLE, FLAGS, SAMPLE
 
 skip_without_chromium()
 

@@ -25,7 +25,7 @@ from eagle3dash.diagnosis.options import DiagnoseOptions
 from eagle3dash.layout import Tap
 from eagle3dash.submit import submit_diagnosis
 from eagle3dash.ui.progress import cancel_run
-from eagle3dash.ui.widgets import RUNS_KEY_WIDTHS
+from eagle3dash.ui.run_panels import RUNS_KEY_WIDTHS
 from tests.appkit import speculative_double
 from tests.browserkit import (
     HEIGHT,

@@ -15,7 +15,7 @@ from eagle3dash.checkpoint import inspect, save
 from eagle3dash.engine_rules import ServingEngine
 from eagle3dash.layout import Tap
 from eagle3dash.testing.tensors import random_tensors
-from tests.test_vllm_rules import SPECFORGE_GPT_OSS
+from tests.specs import SPECFORGE_GPT_OSS
 
 NESTED = SPECFORGE_GPT_OSS  # nested [1, 11, 21]
 

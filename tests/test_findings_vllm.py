@@ -11,9 +11,8 @@ from eagle3dash.engine_rules import ServingEngine
 from eagle3dash.findings import Evidence, Finding, diagnose
 from eagle3dash.layout import Tap
 from eagle3dash.prediction import predict_layouts
-from tests.specs import tiny_spec
-from tests.test_findings import GOOD, POOR, Eval, Server, report
-from tests.test_vllm_rules import SPECFORGE_GPT_OSS
+from tests.findingskit import GOOD, POOR, Eval, Server, report
+from tests.specs import SPECFORGE_GPT_OSS, tiny_spec
 
 N = 24
 # SpecForge's gpt-oss-20B config: nested [1, 11, 21]; trained through SGLang: taps 2, 12, 22.

@@ -10,12 +10,13 @@ import pytest
 
 from eagle3dash.checkpoint import save
 from eagle3dash.cli import main
-from eagle3dash.probe import ServedDraft, probe, served_draft
+from eagle3dash.probe import ServedDraft, probe, probe_and_record, served_draft
 from eagle3dash.sglang import EndpointError, parse_server_report
+from eagle3dash.store import get_endpoint, list_endpoints, open_store
 from eagle3dash.testing.tensors import random_tensors
 from tests.httpserver import closed_port_url, serve
+from tests.sglangkit import load_fixture, replay_app, spec_server_info
 from tests.specs import tiny_spec
-from tests.test_sglang import load_fixture, replay_app, spec_server_info
 
 
 def test_a_server_without_speculation_is_the_one_finding() -> None:
@@ -51,6 +52,25 @@ def test_tries_are_the_callers_choice() -> None:
         probe(url, timeout=1.0, retries=3)
     assert "cannot connect" in str(once.value) and "tries" not in str(once.value)
     assert "after 3 tries" in str(thrice.value)
+
+
+def test_probe_and_record_keeps_what_the_server_reported_in_the_store(tmp_path: Path) -> None:
+    # What the New run page calls: the endpoint is remembered under the URL the server reports
+    # (no trailing slash), with its version and the whole report; a failed probe records nothing.
+    store = open_store(tmp_path / "home")
+    info = spec_server_info(load_fixture("get_server_info.json"))
+    with serve(replay_app(info)) as served:
+        found = probe_and_record(store, served.url + "/", timeout=5.0, retries=1)
+    assert found.server.url == served.url
+    row = get_endpoint(store, served.url)
+    assert row is not None and row["version"] == "0.5.23" and row["stopped_at"] is None
+    assert row["last_probe"]["model_path"] == "models/tiny-llama"
+    assert row["last_probe"]["speculative"]["num_steps"] == 3
+    assert row["last_probe"]["speculative"]["draft_model_path"] == "drafts/tiny-eagle3"
+    assert get_endpoint(store, served.url + "/") is None
+    with pytest.raises(EndpointError):
+        probe_and_record(store, closed_port_url(), timeout=1.0, retries=1)
+    assert [e["url"] for e in list_endpoints(store)] == [served.url]
 
 
 # --- hidden-states mode, adaptive steps -------------------------------------------------------

@@ -20,8 +20,7 @@ from eagle3dash.serving_matrix import AS_TRAINED, FAILS, SHIFTED, serving_matrix
 from eagle3dash.testing.tensors import random_tensors
 from eagle3dash.ui.matrix import grouped, matrix_frame, matrix_lines
 from tests.appkit import app, frame_with, no_exception, texts
-from tests.specs import run_cli, tiny_spec
-from tests.test_vllm_rules import SPECFORGE_GPT_OSS, SPECULATORS_TOP
+from tests.specs import SPECFORGE_GPT_OSS, SPECULATORS_TOP, run_cli, tiny_spec
 
 N = 24
 NESTED = SPECFORGE_GPT_OSS  # nested [1, 11, 21]

@@ -24,15 +24,14 @@ from eagle3dash.servebench import Prompt, run_bench
 from eagle3dash.sglang import SGLangClient
 from eagle3dash.sglang_rules import serving_layout
 from eagle3dash.spec import DraftSpec
-from eagle3dash.testing.sglang_double import (
+from eagle3dash.testing.sglang_double import main, start_double
+from eagle3dash.testing.sglang_double_engine import (
     HIDDEN_STATES_ABOVE_LAST,
     HIDDEN_STATES_DISABLED,
     TEMPLATE_PATH,
     TOPK1_WARNING,
     DoubleConfig,
     DoubleStartError,
-    main,
-    start_double,
 )
 from eagle3dash.testing.tensors import random_tensors
 from eagle3dash.testing.tiny import make_tiny_target

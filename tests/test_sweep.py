@@ -145,7 +145,7 @@ def test_the_sweep_page_ranks_marks_the_trainers_best_and_diagnoses_one(home, tm
 def test_a_run_folder_gives_every_checkpoint_and_the_trainers_best(tmp_path) -> None:
     """SpecForge 0.2: its step folders, `-best` links step 10; speculators 0.9: its epoch
     folders, `checkpoint_best` links epoch 1."""
-    from tests.test_trainer_runs import specforge_run, speculators_run
+    from tests.runfolders import specforge_run, speculators_run
 
     sf = specforge_run(tmp_path / "sf").absolute()
     assert sweep_checkpoints(str(sf)) == [

@@ -26,6 +26,7 @@ from eagle3dash.uploads import (
     register_upload,
     save_prompt_file,
 )
+from tests.uploadkit import Upload, tar_of, zip_of
 
 SPEC = DraftSpec(
     format="specforge",
@@ -56,41 +57,8 @@ def store(tmp_path):
     s.close()
 
 
-class Upload(io.BytesIO):
-    """Like Streamlit's UploadedFile: a named binary stream; records every read size."""
-
-    def __init__(self, name: str, data: bytes) -> None:
-        super().__init__(data)
-        self.name = name
-        self.reads: list[int] = []
-
-    def read(self, size: int | None = -1) -> bytes:
-        self.reads.append(-1 if size is None else size)
-        return super().read(size)
-
-
 def files(ckpt: dict[str, bytes]) -> list[Upload]:
     return [Upload(name, blob) for name, blob in ckpt.items()]
-
-
-def zip_of(members: dict[str, bytes]) -> bytes:
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
-        for name, blob in members.items():
-            zf.writestr(name, blob)
-    return buf.getvalue()
-
-
-def tar_of(members: dict[str, bytes], mode: str = "w:gz", extra=()) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode=mode) as tf:
-        for name, blob in members.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(blob)
-            tf.addfile(info, io.BytesIO(blob))
-        for info in extra:
-            tf.addfile(info)
-    return buf.getvalue()
 
 
 def nothing_left(store: db.Store) -> bool:

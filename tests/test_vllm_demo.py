@@ -12,7 +12,7 @@ from eagle3dash.demo.vllm import vllm_deployment
 from eagle3dash.diagnosis.options import DiagnoseOptions
 from eagle3dash.diagnosis.stages import run_diagnosis
 from eagle3dash.layout import Tap
-from eagle3dash.testing.sglang_double import DoubleStartError
+from eagle3dash.testing.sglang_double_engine import DoubleStartError
 from eagle3dash.testing.vllm_double import start_vllm_double
 
 

@@ -12,22 +12,11 @@ import pytest
 
 from eagle3dash import vllm_rules
 from eagle3dash.layout import Tap
-from tests.specs import tiny_spec
+from tests.specs import SPECFORGE_GPT_OSS, SPECULATORS_TOP, tiny_spec
 
 
 def taps(*depths: int) -> tuple[Tap, ...]:
     return tuple(Tap(d) for d in depths)
-
-
-# SpecForge's shipped gpt-oss-20B config: nested ids [1, 11, 21], a 24-layer target.
-SPECFORGE_GPT_OSS = tiny_spec(aux_layer_ids=(1, 11, 21), aux_ids_location="eagle_config")
-# A speculators config: top-level ids in vLLM numbering, norm_before_residual written.
-SPECULATORS_TOP = tiny_spec(
-    format="speculators",
-    aux_layer_ids=(2, 12, 22),
-    aux_ids_location="top-level",
-    norm_before_residual_key=False,
-)
 
 
 def depths(spec, n: int, runner: str, arch: str = "llama") -> list[int]:

@@ -4,7 +4,7 @@ start a new run with one, remove (after a confirmation)."""
 import streamlit as st
 
 from eagle3dash import store as db
-from eagle3dash.ui import matrix, newrun, widgets
+from eagle3dash.ui import inputs, matrix, newrun, reports, widgets
 from eagle3dash.ui.fmt import md_escape, when
 from eagle3dash.ui.home import get_store, read_only_notice
 from eagle3dash.uploads import register_path
@@ -29,7 +29,7 @@ if not read_only:
                 st.rerun()
 
     with st.expander("Upload a checkpoint"):
-        widgets.upload_checkpoint(key="checkpoints_upload")
+        inputs.upload_checkpoint(key="checkpoints_upload")
 
 show_removed = st.toggle("Show removed checkpoints", key="show_removed")
 checkpoints = db.list_checkpoints(store, include_removed=show_removed)
@@ -55,7 +55,7 @@ for c in checkpoints:
         st.caption(md_escape(c["path"]))
         newrun.checkpoint_runs(c)
         with st.expander("Inspect report"):
-            widgets.registered_checkpoint_report(db.get_checkpoint(store, c["id"]))
+            reports.registered_checkpoint_report(db.get_checkpoint(store, c["id"]))
         if not c["removed"]:
             matrix.matrix_section(c["path"], key=f"matrix_{c['id']}")
         if not c["removed"]:

@@ -4,7 +4,7 @@ columns) with their change, each side's layout and accuracy from each run's diag
 import streamlit as st
 
 from eagle3dash import store as db
-from eagle3dash.ui import charts, compare, live, tables, widgets
+from eagle3dash.ui import charts, compare, layouts, live, run_panels, tables, verdict, widgets
 from eagle3dash.ui.fmt import md_escape
 from eagle3dash.ui.home import get_store
 
@@ -41,7 +41,7 @@ runs = {key: run for key, run in found.items() if run is not None}
 live.compare_watch(store, {"A": a, "B": b})
 compare.what_differs(runs["A"], runs["B"])
 widgets.share_link("compare", a=a, b=b)
-widgets.compare_headline(runs["A"], runs["B"])
+run_panels.compare_headline(runs["A"], runs["B"])
 widgets.text_table(tables.compare_frame(runs["A"], runs["B"]))
 
 chart = charts.compare_acceptance_chart(
@@ -61,10 +61,10 @@ for column, (key, run) in zip(columns, runs.items(), strict=True):
             widgets.RUN_PAGE, label=f"Open run #{run['id']}", query_params={"run": str(run["id"])}
         )
         st.markdown("**Findings**")
-        widgets.findings_list(widgets.stored_findings(run["id"]), compact=True)
+        verdict.findings_list(verdict.stored_findings(run["id"]), compact=True)
         st.markdown("**Layer layout**")
         diagnosis = tables.stored_diagnosis(run)
         if diagnosis is not None:
-            widgets.slots_table(diagnosis, compact=True)
+            layouts.slots_table(diagnosis, compact=True)
         else:
             st.caption("No diagnosis is stored for this run.")

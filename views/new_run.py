@@ -6,7 +6,7 @@ from eagle3dash import store as db
 from eagle3dash.diagnosis.options import DiagnoseOptions
 from eagle3dash.errors import InputError
 from eagle3dash.submit import submit_diagnosis
-from eagle3dash.ui import newrun, tables, widgets
+from eagle3dash.ui import inputs, newrun, probe_panel, reports, tables, widgets
 from eagle3dash.ui.fmt import md_escape
 from eagle3dash.ui.home import get_store, read_only_notice
 from eagle3dash.ui.newrun import BUILTIN, PATH, PROMPT_FILE, REGISTERED
@@ -55,7 +55,7 @@ if source == REGISTERED:
             checkpoint_id, draft_path = picked, by_id[picked]["path"]
             st.caption("Path: " + md_escape(draft_path))
             with st.expander("Inspect report"):
-                widgets.registered_checkpoint_report(db.get_checkpoint(store, picked))
+                reports.registered_checkpoint_report(db.get_checkpoint(store, picked))
 elif source == PATH:
     typed = st.text_input(
         "Checkpoint folder on this machine (or its config.json / .safetensors)",
@@ -68,33 +68,33 @@ elif source == PATH:
             draft_path = report.path
             st.success(f"{md_escape(report.spec.format)} draft at {md_escape(report.path)}")
             with st.expander("Inspect report", expanded=bool(report.problems)):
-                widgets.checkpoint_report(report.to_json())
+                reports.checkpoint_report(report.to_json())
 else:
-    checkpoint_id = widgets.upload_checkpoint(key="ckpt_upload")
+    checkpoint_id = inputs.upload_checkpoint(key="ckpt_upload")
     if checkpoint_id is not None:
         row = db.get_checkpoint(store, checkpoint_id)
         draft_path = None if row is None else row["path"]
 
 # 2. The endpoint (probed on entry) and an optional baseline.
 st.header("2. Endpoint (SGLang or vLLM)")
-endpoint = widgets.option_input(st, "endpoint", key="endpoint")
-probe = widgets.probe_panel(endpoint, key="endpoint", findings_title=None)
+endpoint = inputs.option_input(st, "endpoint", key="endpoint")
+probe = probe_panel.probe_panel(endpoint, key="endpoint", findings_title=None)
 newrun.before_submit_warnings(probe, draft_path)
 newrun.follow_server_steps(probe)
 newrun.ask_what_the_server_does_not_say(probe)
 newrun.propose_target(probe)
 target = newrun.local_target_input()
-baseline = widgets.option_input(st, "baseline", key="baseline")
+baseline = inputs.option_input(st, "baseline", key="baseline")
 if baseline.strip():
     with st.expander("Baseline server", expanded=False):
-        widgets.probe_panel(baseline, key="baseline", findings_title="Baseline findings")
+        probe_panel.probe_panel(baseline, key="baseline", findings_title="Baseline findings")
 
 # 3. Prompts.
 st.header("3. Prompts")
 prompt_source = st.radio("Prompts", newrun.PROMPT_SOURCES, horizontal=True, key="prompt_source")
 prompts: str | None = None
 if prompt_source == BUILTIN:
-    prompts = widgets.option_input(st, "prompts", key="prompt_set")
+    prompts = inputs.option_input(st, "prompts", key="prompt_set")
 elif prompt_source == PROMPT_FILE:
     prompts = newrun.prompt_file_input()
 else:
@@ -119,11 +119,11 @@ values = {
     "target": target,
 }
 with st.expander("Options", expanded=False):
-    values |= widgets.option_row("num_prompts", "max_new_tokens", "steps", "concurrency")
-    values |= widgets.option_row("device", "dtype", "target_layers", "arch")
-    values |= widgets.option_row("training_layout", "trainer", "training_sglang_version")
-    values |= widgets.option_row("train_states", "draft_config")
-    values |= widgets.option_row("profile", "temperatures")
+    values |= inputs.option_row("num_prompts", "max_new_tokens", "steps", "concurrency")
+    values |= inputs.option_row("device", "dtype", "target_layers", "arch")
+    values |= inputs.option_row("training_layout", "trainer", "training_sglang_version")
+    values |= inputs.option_row("train_states", "draft_config")
+    values |= inputs.option_row("profile", "temperatures")
 
 # Submit.
 submit = st.button("Run the diagnosis", type="primary", key="submit")

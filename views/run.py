@@ -5,7 +5,18 @@ import streamlit as st
 
 from eagle3dash import jobs as jobq
 from eagle3dash import store as db
-from eagle3dash.ui import data, glossary, tables, timings, widgets, words
+from eagle3dash.ui import (
+    data,
+    glossary,
+    layouts,
+    reports,
+    run_panels,
+    tables,
+    timings,
+    verdict,
+    widgets,
+    words,
+)
 from eagle3dash.ui import profile as profile_ui
 from eagle3dash.ui.fmt import md_escape, status_label, when
 from eagle3dash.ui.home import get_store
@@ -50,40 +61,40 @@ st.markdown(
     + (f" · baseline **{md_escape(run['baseline_url'])}**" if run.get("baseline_url") else "")
     + f" · created {md_escape(when(run.get('created_at')))}"
 )
-widgets.demo_context(run)
-widgets.ran_on(jobs)
+run_panels.demo_context(run)
+run_panels.ran_on(jobs)
 if diagnosis is not None:
-    widgets.verdict_banner(diagnosis)
+    verdict.verdict_banner(diagnosis)
 widgets.share_link("run", run=run_id)
 
 if view.active:
     st.subheader("Progress")
-    widgets.progress_panel(run_id, view.poll_every, view.status)
+    run_panels.progress_panel(run_id, view.poll_every, view.status)
     st.caption("The verdict, findings, tables and charts appear here when the run finishes.")
 elif view.status in ("failed", "cancelled"):
-    widgets.stopped_notice(view.status, view.error)
+    verdict.stopped_notice(view.status, view.error)
 
 if diagnosis is not None:
     st.header("Findings")
-    widgets.findings_list(diagnosis.findings)
-    widgets.diagnosis_warnings(diagnosis)
+    verdict.findings_list(diagnosis.findings)
+    verdict.diagnosis_warnings(diagnosis)
 
     st.header("Training vs serving")
-    widgets.sides_table(diagnosis)
+    layouts.sides_table(diagnosis)
 
     st.header("Layer layout")
-    widgets.layout_diff(diagnosis)
+    layouts.layout_diff(diagnosis)
 elif not view.active:
-    widgets.without_diagnosis(widgets.stored_findings(run_id))
+    verdict.without_diagnosis(verdict.stored_findings(run_id))
 
 if detections:
     st.header("Layout detective")
-    widgets.layout_detectives(detections)
+    layouts.layout_detectives(detections)
 
 profile = None if diagnosis is None else diagnosis.profile  # None: --no-profile, or older
 if diagnosis is not None:
     st.header("Charts")
-    widgets.run_charts(diagnosis, per_position=profile is None)
+    run_panels.run_charts(diagnosis, per_position=profile is None)
 if diagnosis is not None and profile is not None:
     st.header("Acceptance profile")
     profile_ui.profile_section(run_id, diagnosis)
@@ -93,17 +104,17 @@ checkpoint_tab, server_tab, logs_tab, export_tab = st.tabs(
 )
 with checkpoint_tab:
     if diagnosis is not None and diagnosis.checkpoint:
-        widgets.checkpoint_report(diagnosis.checkpoint)
+        reports.checkpoint_report(diagnosis.checkpoint)
     elif run.get("checkpoint_id") is not None:
-        widgets.registered_checkpoint_report(db.get_checkpoint(store, run["checkpoint_id"]))
+        reports.registered_checkpoint_report(db.get_checkpoint(store, run["checkpoint_id"]))
     else:
         st.info("No checkpoint was registered for this run.")
 with server_tab:
-    widgets.server_settings(data.server_report_of(store, run, diagnosis))
+    reports.server_settings(data.server_report_of(store, run, diagnosis))
 with logs_tab:
     timings.time_spent(diagnosis)
-    widgets.job_logs(jobs)
+    run_panels.job_logs(jobs)
 with export_tab:
-    widgets.export_buttons(run, diagnosis)
+    run_panels.export_buttons(run, diagnosis)
 if diagnosis is not None:
     glossary.glossary_section()

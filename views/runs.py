@@ -6,7 +6,7 @@ import streamlit as st
 
 from eagle3dash import store as db
 from eagle3dash.jobs import STATUSES
-from eagle3dash.ui import live, tables, widgets, words
+from eagle3dash.ui import live, run_panels, tables, widgets, words
 from eagle3dash.ui.fmt import md_escape
 from eagle3dash.ui.home import get_store
 
@@ -50,7 +50,7 @@ def runs_page() -> None:
         return
 
     st.caption(f"Runs {offset + 1}–{offset + len(rows)} of {total:,} (page {page} of {pages})")
-    widgets.runs_table(rows)
+    run_panels.runs_table(rows)
     for note in words.runs_double_note(rows):
         st.caption("ℹ️ " + md_escape(note))
 

@@ -116,8 +116,9 @@ class Deployment:
         return self.fixtures / self.draft
 
     def double_config(self, **overrides):
-        """A `testing.sglang_double.DoubleConfig` for this deployment (chain drafting, 4 steps)."""
-        from ..testing.sglang_double import DoubleConfig
+        """A `testing.sglang_double_engine.DoubleConfig` for this deployment (chain drafting, 4
+        steps)."""
+        from ..testing.sglang_double_engine import DoubleConfig
 
         kwargs = {
             "target_path": self.target_path,

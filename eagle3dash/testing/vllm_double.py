@@ -9,12 +9,12 @@ wheel): `/version`, `/v1/models` (`entrypoints/serve/engine/protocol.py` `ModelC
 `metrics.speculative_decoding` with per-request metrics on (`entrypoints/generate/base/protocol.py`,
 `v1/metrics/stats.py` `RequestSpecDecodeMetrics.to_dict`).
 
-Speculation is real: the SGLang double's engine (`sglang_double.DoubleEngine`: the tiny target,
-the draft through `draft.Draft`, chain verification from `double_maths.py`) runs the rounds, fed
-the taps `vllm_rules.serving_layout` says this release and model runner capture, or the knob
-`capture_taps` (a world that disagrees with the rules). Every round counts once in the counters:
-drafts +1, draft tokens +k, accepted +j, and positions 0..j-1 +1 each, j being the drafts the
-round emitted (a round cut by max_tokens counts what it emitted).
+Speculation is real: the SGLang double's engine (`sglang_double_engine.DoubleEngine`: the tiny
+target, the draft through `draft.Draft`, chain verification from `double_maths.py`) runs the
+rounds, fed the taps `vllm_rules.serving_layout` says this release and model runner capture, or
+the knob `capture_taps` (a world that disagrees with the rules). Every round counts once in the
+counters: drafts +1, draft tokens +k, accepted +j, and positions 0..j-1 +1 each, j being the
+drafts the round emitted (a round cut by max_tokens counts what it emitted).
 
 A capture server (`method="extract_hidden_states"`, `v1/spec_decode/extract_hidden_states.py`)
 runs no draft: each completion writes `{shared_storage_path}/{request id}.safetensors` with
@@ -40,7 +40,7 @@ from safetensors.torch import save_file
 from .. import checkpoint, vllm_rules
 from ..errors import InputError
 from .double_maths import GREEDY, Sampling, parse_sampling
-from .sglang_double import DoubleConfig, DoubleEngine, DoubleStartError
+from .sglang_double_engine import DoubleConfig, DoubleEngine, DoubleStartError
 
 __all__ = ["RunningVLLMDouble", "VLLMDoubleConfig", "start_vllm_double"]
 

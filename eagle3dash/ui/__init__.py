@@ -11,7 +11,12 @@
 - `data`: the server report of a run (the diagnosis's, else the endpoint's last probe).
 - `progress`: what a run's page shows while its jobs run (`progress_view`: stage, elapsed time,
   an estimate), and `cancel_run`.
-- `widgets`: the Streamlit drawing of all of the above.
+- The Streamlit drawing of all of the above, by what it draws: `widgets` (what every page shares:
+  the pages' paths, share links, error boxes, `guard`, query ints, wrapping tables), `verdict`
+  (the verdict banner, findings, why a run stopped), `layouts` (training vs serving, the layout
+  diff, the detective), `run_panels` (the Runs table, charts, progress, logs, exports, Compare's
+  headline), `reports` (checkpoint and server reports), `inputs` (option widgets, the upload),
+  `probe_panel` (an endpoint's probe, recorded through `probe.probe_and_record`).
 
 `words`, `tables`, `charts`, `data` and `progress` import no Streamlit and are tested directly.
 """

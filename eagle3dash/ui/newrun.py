@@ -20,7 +20,7 @@ from eagle3dash.errors import InputError
 from eagle3dash.findings import Finding
 from eagle3dash.probe import Probe, before_submit
 from eagle3dash.roots import data_roots, within_roots
-from eagle3dash.ui import widgets, words
+from eagle3dash.ui import inputs, widgets, words
 from eagle3dash.ui.fmt import md_escape, size, status_label, when
 from eagle3dash.ui.home import get_store
 
@@ -274,7 +274,7 @@ def propose_target(found: Probe | None) -> None:
 def local_target_input() -> str:
     """The local target path, outside the collapsed options: it decides whether the training
     side and the served taps are measured or assumed."""
-    value = widgets.option_input(st, "target")
+    value = inputs.option_input(st, "target")
     st.caption(
         "Why it matters: with a local copy of the target (its Hugging Face folder on this "
         "machine), the run measures what the draft was trained on and which taps the server "

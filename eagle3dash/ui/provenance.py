@@ -1,6 +1,6 @@
 """The provenance card of a trainer's run folder, and the trainer's own acceptance numbers beside
 ours: words and rows for the Run and Checkpoints pages (from `provenance.Provenance.to_dict`),
-drawn by `widgets.provenance_card`."""
+drawn by `reports.provenance_card`."""
 
 from __future__ import annotations
 
