@@ -1,15 +1,17 @@
 """The serving-engine seam: what a diagnosis knows about a server, whichever engine serves it
 (SGLang, vLLM): the server's report, its speculative settings, one generation's answer with its
-speculative statistics, and `EngineAdapter`, the protocol each engine's adapter implements
-(`sglang.SGLangEngine`, `vllm.VLLMEngine`; `endpoints.open_engine` picks one by asking the URL).
+speculative statistics, a benchmark's requests as the server answered them, and `EngineAdapter`,
+the protocol each engine's adapter implements (`sglang_engine.SGLangEngine`,
+`vllm_engine.VLLMEngine`; `endpoints.open_engine` picks one by asking the URL).
 
 Nothing here speaks HTTP.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
@@ -17,6 +19,10 @@ from numpy.typing import NDArray
 from eagle3dash import engine_rules
 from eagle3dash.http_client import EndpointError
 from eagle3dash.sglang_rules import hidden_states_mode, try_parse_version
+
+if TYPE_CHECKING:
+    from eagle3dash.capture import Capture
+    from eagle3dash.layout import Layout
 
 SGLANG, VLLM = engine_rules.ENGINES
 
@@ -204,10 +210,36 @@ class GenerateResult:
         return d
 
 
+@dataclass(frozen=True)
+class ServerWideAcceptance:
+    """Acceptance a server counted over an interval across every request it answered (its
+    counters read before and after), not per request."""
+
+    accept_length: float | None
+    histogram: list[int] | None  # rounds by accepted drafts, as GenerateResult's histogram
+
+
+@dataclass
+class ServedRequests:
+    """A benchmark's measured requests as the server answered them: each answer, or the
+    EndpointError that request met, in the order sent, and the wall time they took together."""
+
+    answers: list[GenerateResult | EndpointError]
+    wall_s: float
+    # The server's counters over the measured requests, read when called (they raise an
+    # InputError when the server restarted in between); None where the engine keeps none that
+    # are read, or serves without a draft.
+    server_wide: Callable[[], ServerWideAcceptance] | None = None
+
+
+Progress = Callable[[int, int], None]  # (done, total)
+
+
 class EngineAdapter(Protocol):
     """What a diagnosis needs from a server, whichever engine serves it: its report (whose
-    `rules_engine` names the id-to-tap rules of that engine, release and model runner) and one
-    generation with its per-request speculative statistics."""
+    `rules_engine` names the id-to-tap rules of that engine, release and model runner), one
+    generation and a benchmark's requests with their per-request speculative statistics, and
+    the states the server feeds its draft (the serving capture)."""
 
     name: str  # one of ENGINES
     url: str
@@ -220,6 +252,37 @@ class EngineAdapter(Protocol):
         self, input_ids: list[int], max_new_tokens: int, temperature: float = 0.0
     ) -> GenerateResult:
         """One generation from a token-id prompt."""
+        ...
+
+    def serve_requests(
+        self,
+        prompts: Sequence[str | list[int]],
+        *,
+        concurrency: int,
+        max_new_tokens: int,
+        warmup: int,
+        temperature: float,
+        done: Callable[[], None] | None = None,
+    ) -> ServedRequests:
+        """`warmup` unmeasured requests (cycling the prompts; the first failure raises its
+        EndpointError), then each prompt once, text or token ids, at most `concurrency` at a
+        time, a fixed `max_new_tokens` each; `done` is called as each measured one ends."""
+        ...
+
+    def capture(
+        self,
+        tokens: list[list[int]],
+        layout: Layout,
+        *,
+        max_new_tokens: int,
+        report: ServerReport | None = None,
+        hidden_size: int | None = None,
+        progress: Progress | None = None,
+        warn: Callable[[str], None] | None = None,
+    ) -> Capture:
+        """The states the server feeds its draft at `layout`'s taps on each prompt's greedy
+        completion (CaptureError or EndpointError when it cannot); `report`: the server's, when
+        already probed; `hidden_size`: the target's, when known."""
         ...
 
     def close(self) -> None:
