@@ -18,11 +18,11 @@ from numpy.typing import NDArray
 
 from eagle3dash import engine_rules
 from eagle3dash.http_client import EndpointError
+from eagle3dash.layout import Layout
 from eagle3dash.sglang_rules import hidden_states_mode, try_parse_version
 
 if TYPE_CHECKING:
     from eagle3dash.capture import Capture
-    from eagle3dash.layout import Layout
 
 SGLANG, VLLM = engine_rules.ENGINES
 
@@ -147,13 +147,7 @@ class ServerReport:
     def require_hidden_states(self) -> None:
         """Raise an EndpointError when /generate cannot return hidden states on this server."""
         if self.engine == VLLM:
-            raise EndpointError(
-                f"{self.url} is a vLLM server, and vLLM returns no hidden states from generate: "
-                "start a capture server with --speculative-config "
-                '\'{"method": "extract_hidden_states", ...}\' and give its storage folder',
-                url=self.url,
-                kind=EndpointError.NO_HIDDEN_STATES,
-            )
+            raise no_hidden_states_on_vllm(self.url)
         if self.hidden_states == "last":
             raise EndpointError(
                 f"{self.url} was started with --return-hidden-states-mode last, so it returns "
@@ -169,6 +163,17 @@ class ServerReport:
                 url=self.url,
                 kind=EndpointError.NO_HIDDEN_STATES,
             )
+
+
+def no_hidden_states_on_vllm(url: str) -> EndpointError:
+    """The error of asking a vLLM server itself for hidden states, with the way round it."""
+    return EndpointError(
+        f"{url} is a vLLM server, and vLLM returns no hidden states from generate: start a "
+        'capture server with --speculative-config \'{"method": "extract_hidden_states", ...}\' '
+        "and give its URL",
+        url=url,
+        kind=EndpointError.NO_HIDDEN_STATES,
+    )
 
 
 @dataclass
@@ -219,6 +224,46 @@ class ServerWideAcceptance:
     histogram: list[int] | None  # rounds by accepted drafts, as GenerateResult's histogram
 
 
+Progress = Callable[[int, int], None]  # (done, total)
+
+
+@dataclass(frozen=True)
+class BenchRequests:
+    """A benchmark's requests: `warmup` unmeasured ones (cycling the prompts; the first failure
+    raises its EndpointError), then each prompt once, text or token ids, at most `concurrency`
+    at a time, `max_new_tokens` each (ignore_eos), at `temperature`; `done` is called as each
+    measured one ends."""
+
+    prompts: Sequence[str | list[int]]
+    concurrency: int
+    max_new_tokens: int
+    warmup: int
+    temperature: float
+    done: Callable[[], None] | None = None
+
+    def ended(self, answer: GenerateResult | EndpointError) -> GenerateResult | EndpointError:
+        """A measured request's answer (or the error it met), once `done` is told."""
+        if self.done is not None:
+            self.done()
+        return answer
+
+
+@dataclass(frozen=True)
+class CaptureRequest:
+    """A serving capture: the states the server feeds its draft at `layout`'s taps on each
+    prompt's greedy completion of `max_new_tokens` (plus a reference tail). `report`: the
+    server's, when already probed; `hidden_size`: the target's, when known; `warn` gets what
+    the capture says on the way."""
+
+    tokens: list[list[int]]
+    layout: Layout
+    max_new_tokens: int
+    report: ServerReport | None = None
+    hidden_size: int | None = None
+    progress: Progress | None = None
+    warn: Callable[[str], None] | None = None
+
+
 @dataclass
 class ServedRequests:
     """A benchmark's measured requests as the server answered them: each answer, or the
@@ -230,9 +275,6 @@ class ServedRequests:
     # InputError when the server restarted in between); None where the engine keeps none that
     # are read, or serves without a draft.
     server_wide: Callable[[], ServerWideAcceptance] | None = None
-
-
-Progress = Callable[[int, int], None]  # (done, total)
 
 
 class EngineAdapter(Protocol):
@@ -254,35 +296,13 @@ class EngineAdapter(Protocol):
         """One generation from a token-id prompt."""
         ...
 
-    def serve_requests(
-        self,
-        prompts: Sequence[str | list[int]],
-        *,
-        concurrency: int,
-        max_new_tokens: int,
-        warmup: int,
-        temperature: float,
-        done: Callable[[], None] | None = None,
-    ) -> ServedRequests:
-        """`warmup` unmeasured requests (cycling the prompts; the first failure raises its
-        EndpointError), then each prompt once, text or token ids, at most `concurrency` at a
-        time, a fixed `max_new_tokens` each; `done` is called as each measured one ends."""
+    def serve_requests(self, requests: BenchRequests) -> ServedRequests:
+        """A benchmark's requests, each answer with its per-request speculative statistics."""
         ...
 
-    def capture(
-        self,
-        tokens: list[list[int]],
-        layout: Layout,
-        *,
-        max_new_tokens: int,
-        report: ServerReport | None = None,
-        hidden_size: int | None = None,
-        progress: Progress | None = None,
-        warn: Callable[[str], None] | None = None,
-    ) -> Capture:
-        """The states the server feeds its draft at `layout`'s taps on each prompt's greedy
-        completion (CaptureError or EndpointError when it cannot); `report`: the server's, when
-        already probed; `hidden_size`: the target's, when known."""
+    def capture(self, request: CaptureRequest) -> Capture:
+        """The states the server feeds its draft (CaptureError or EndpointError when it
+        cannot)."""
         ...
 
     def close(self) -> None:

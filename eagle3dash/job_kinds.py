@@ -19,6 +19,7 @@ from eagle3dash.diagnosis.record import record_diagnosis
 from eagle3dash.diagnosis.result import Diagnosis
 from eagle3dash.diagnosis.stages import prompt_ids, run_diagnosis
 from eagle3dash.endpoints import open_engine
+from eagle3dash.engine import CaptureRequest
 from eagle3dash.jobs import JobFn
 from eagle3dash.layout import parse_layout
 from eagle3dash.probe import probe
@@ -89,13 +90,14 @@ def job_capture(params: dict, progress: Progress) -> dict:
     prompts = load_prompts(_option(params, "prompts"))[: _option(params, "num_prompts")]
     warnings: list[str] = []
     with closing(open_engine(params["url"])) as engine:
-        capture = engine.capture(
+        request = CaptureRequest(
             prompt_ids(prompts, params.get("target"), engine.probe().model_path),
             parse_layout(params["layout"]),
             max_new_tokens=_option(params, "max_new_tokens"),
             progress=lambda done, total: progress(done / total, "capturing"),
             warn=warnings.append,
         )
+        capture = engine.capture(request)
     path = save_capture(capture, params["out"])
     return {"path": str(path), "sequences": len(capture.sequences), "warnings": warnings}
 

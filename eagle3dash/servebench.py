@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from eagle3dash.engine import EngineAdapter, GenerateResult
+from eagle3dash.engine import BenchRequests, EngineAdapter, GenerateResult
 from eagle3dash.errors import InputError
 from eagle3dash.http_client import EndpointError
 
@@ -451,14 +451,10 @@ def run_bench(
         if progress is not None:
             progress(done, total)
 
-    served = engine.serve_requests(
-        [p.sent() for p in prompts],
-        concurrency=concurrency,
-        max_new_tokens=max_new_tokens,
-        warmup=warmup,
-        temperature=temperature,
-        done=one_done,
+    requests = BenchRequests(
+        [p.sent() for p in prompts], concurrency, max_new_tokens, warmup, temperature, one_done
     )
+    served = engine.serve_requests(requests)
     stats = [_stat(i, answer) for i, answer in enumerate(served.answers)]
     result = _summarize(
         engine.url, stats, concurrency, max_new_tokens, warmup, served.wall_s, temperature

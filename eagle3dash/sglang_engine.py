@@ -8,16 +8,22 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from eagle3dash.engine import SGLANG, GenerateResult, Progress, ServedRequests, ServerReport
+from eagle3dash.engine import (
+    SGLANG,
+    BenchRequests,
+    CaptureRequest,
+    GenerateResult,
+    ServedRequests,
+    ServerReport,
+)
 from eagle3dash.http_client import EndpointError
 from eagle3dash.sglang import SGLangClient
 
 if TYPE_CHECKING:
     from eagle3dash.capture import Capture
-    from eagle3dash.layout import Layout
 
 T = TypeVar("T")
 
@@ -55,34 +61,15 @@ class SGLangEngine:
             input_ids=input_ids, max_new_tokens=max_new_tokens, temperature=temperature
         )
 
-    def serve_requests(
-        self,
-        prompts: Sequence[str | list[int]],
-        *,
-        concurrency: int,
-        max_new_tokens: int,
-        warmup: int,
-        temperature: float,
-        done: Callable[[], None] | None = None,
-    ) -> ServedRequests:
+    def serve_requests(self, requests: BenchRequests) -> ServedRequests:
         """POST /generate for each prompt (text or input_ids, ignore_eos) on one async session
         of `concurrency` connections, the warm-up requests alongside one another first."""
-        return run_coroutine(
-            self._serve(prompts, concurrency, max_new_tokens, warmup, temperature, done)
-        )
+        return run_coroutine(self._serve(requests))
 
-    async def _serve(
-        self,
-        prompts: Sequence[str | list[int]],
-        concurrency: int,
-        max_new_tokens: int,
-        warmup: int,
-        temperature: float,
-        done: Callable[[], None] | None,
-    ) -> ServedRequests:
-        client = self.client
-        sem = asyncio.Semaphore(concurrency)
-        async with client.async_client(max_connections=concurrency) as session:
+    async def _serve(self, requests: BenchRequests) -> ServedRequests:
+        client, prompts = self.client, requests.prompts
+        sem = asyncio.Semaphore(requests.concurrency)
+        async with client.async_client(max_connections=requests.concurrency) as session:
 
             async def send(prompt: str | list[int]) -> GenerateResult:
                 text, ids = (prompt, None) if isinstance(prompt, str) else (None, prompt)
@@ -90,55 +77,42 @@ class SGLangEngine:
                     return await client.agenerate(
                         input_ids=ids,
                         text=text,
-                        max_new_tokens=max_new_tokens,
-                        temperature=temperature,
+                        max_new_tokens=requests.max_new_tokens,
+                        temperature=requests.temperature,
                         ignore_eos=True,
                         session=session,
                     )
 
             # Warm-up is not measured; a failure here (server down, not SGLang) ends the run
             # with its one clear message instead of N identical request errors.
-            if warmup:
-                await asyncio.gather(*(send(prompts[i % len(prompts)]) for i in range(warmup)))
+            if requests.warmup:
+                warm = (prompts[i % len(prompts)] for i in range(requests.warmup))
+                await asyncio.gather(*(send(prompt) for prompt in warm))
 
             async def measured(prompt: str | list[int]) -> GenerateResult | EndpointError:
-                answer: GenerateResult | EndpointError
                 try:
-                    answer = await send(prompt)
+                    return requests.ended(await send(prompt))
                 except EndpointError as exc:
-                    answer = exc
-                if done is not None:
-                    done()
-                return answer
+                    return requests.ended(exc)
 
             start = time.perf_counter()
             answers = await asyncio.gather(*(measured(p) for p in prompts))
             wall = time.perf_counter() - start
         return ServedRequests(list(answers), wall)
 
-    def capture(
-        self,
-        tokens: list[list[int]],
-        layout: Layout,
-        *,
-        max_new_tokens: int,
-        report: ServerReport | None = None,
-        hidden_size: int | None = None,
-        progress: Progress | None = None,
-        warn: Callable[[str], None] | None = None,
-    ) -> Capture:
+    def capture(self, request: CaptureRequest) -> Capture:
         """The aux states from /generate's hidden states (`capture_from_sglang`)."""
         from eagle3dash.capture import capture_from_sglang
 
         return capture_from_sglang(
             self.client,
-            tokens,
-            layout,
-            max_new_tokens=max_new_tokens,
-            hidden_size=hidden_size,
-            report=report,
-            progress=progress,
-            warn=warn,
+            request.tokens,
+            request.layout,
+            max_new_tokens=request.max_new_tokens,
+            hidden_size=request.hidden_size,
+            report=request.report,
+            progress=request.progress,
+            warn=request.warn,
         )
 
     def close(self) -> None:

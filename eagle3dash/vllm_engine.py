@@ -8,23 +8,23 @@ from __future__ import annotations
 
 import concurrent.futures
 import time
-from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from eagle3dash.engine import (
     VLLM,
+    BenchRequests,
+    CaptureRequest,
     GenerateResult,
-    Progress,
     ServedRequests,
     ServerReport,
     ServerWideAcceptance,
+    no_hidden_states_on_vllm,
 )
 from eagle3dash.http_client import EndpointError
 from eagle3dash.vllm import SpecCounters, VLLMClient, acceptance_between
 
 if TYPE_CHECKING:
     from eagle3dash.capture import Capture
-    from eagle3dash.layout import Layout
 
 
 class VLLMEngine:
@@ -63,47 +63,34 @@ class VLLMEngine:
             input_ids, self._model or "", max_new_tokens=max_new_tokens, temperature=temperature
         )
 
-    def serve_requests(
-        self,
-        prompts: Sequence[str | list[int]],
-        *,
-        concurrency: int,
-        max_new_tokens: int,
-        warmup: int,
-        temperature: float,
-        done: Callable[[], None] | None = None,
-    ) -> ServedRequests:
+    def serve_requests(self, requests: BenchRequests) -> ServedRequests:
         """POST /v1/completions for each prompt on `concurrency` threads (a client each), the
         warm-up requests one after another first; the server's /metrics counters are read
         before and after the measured requests, for answers without per-request statistics."""
         report = self.probe()
-        client = self.client
+        client, prompts = self.client, requests.prompts
 
         def send(prompt: str | list[int]) -> GenerateResult:
             with VLLMClient(self.url, timeout=client.timeout, retries=client.retries) as one:
                 return one.generate(
                     prompt,
                     self._model or "",
-                    max_new_tokens=max_new_tokens,
-                    temperature=temperature,
+                    max_new_tokens=requests.max_new_tokens,
+                    temperature=requests.temperature,
                 )
 
-        for i in range(warmup):
+        for i in range(requests.warmup):
             send(prompts[i % len(prompts)])
         before = client.metrics()
 
         def measured(prompt: str | list[int]) -> GenerateResult | EndpointError:
-            answer: GenerateResult | EndpointError
             try:
-                answer = send(prompt)
+                return requests.ended(send(prompt))
             except EndpointError as exc:
-                answer = exc
-            if done is not None:
-                done()
-            return answer
+                return requests.ended(exc)
 
         start = time.perf_counter()
-        with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
+        with concurrent.futures.ThreadPoolExecutor(requests.concurrency) as pool:
             answers = list(pool.map(measured, prompts))
         wall = time.perf_counter() - start
         after = client.metrics()
@@ -113,38 +100,23 @@ class VLLMEngine:
             answers, wall, lambda: _server_wide(before, after, report.served_model_name)
         )
 
-    def capture(
-        self,
-        tokens: list[list[int]],
-        layout: Layout,
-        *,
-        max_new_tokens: int,
-        report: ServerReport | None = None,
-        hidden_size: int | None = None,
-        progress: Progress | None = None,
-        warn: Callable[[str], None] | None = None,
-    ) -> Capture:
+    def capture(self, request: CaptureRequest) -> Capture:
         """The states the capture server captures on the served completions
-        (`capture_from_vllm`); `report`, `hidden_size` and `warn` are not needed here."""
+        (`capture_from_vllm`; the report, hidden size and warnings are not needed there)."""
         from eagle3dash.capture.from_vllm import capture_from_vllm
 
         if self.capture_server is None:
-            raise EndpointError(
-                f"{self.url} is a vLLM server, and vLLM returns no hidden states from generate: "
-                "give the URL of a capture server of the same target",
-                url=self.url,
-                kind=EndpointError.NO_HIDDEN_STATES,
-            )
+            raise no_hidden_states_on_vllm(self.url)
         with VLLMClient(
             self.capture_server, timeout=self.client.timeout, retries=self.client.retries
         ) as capturing:
             return capture_from_vllm(
                 self.client,
                 capturing,
-                tokens,
-                layout,
-                max_new_tokens=max_new_tokens,
-                progress=progress,
+                request.tokens,
+                request.layout,
+                max_new_tokens=request.max_new_tokens,
+                progress=request.progress,
             )
 
     def close(self) -> None:

@@ -38,7 +38,7 @@ from eagle3dash.diagnosis.result import (
     Side,
 )
 from eagle3dash.endpoints import detect_engine, engine_adapter, open_engine
-from eagle3dash.engine import VLLM, EngineAdapter, ServerReport
+from eagle3dash.engine import VLLM, CaptureRequest, EngineAdapter, ServerReport
 from eagle3dash.errors import InputError
 from eagle3dash.findings import Evidence, Finding, diagnose
 from eagle3dash.http_client import EndpointError
@@ -517,16 +517,17 @@ def _capture(run: _Run, tokens: list[list[int]], stage: str) -> Capture:
     )
     if cut and said not in run.warnings:
         run.warnings.append(said)
+    request = CaptureRequest(
+        tokens,
+        run.prediction.serving.layout,
+        max_new_tokens=run.options.max_new_tokens,
+        report=run.server,
+        hidden_size=run.report.spec.target_hidden_size,  # bounds the reply, checks the width
+        progress=run.stages.steps(stage, "capturing", "prompts"),
+        warn=run.warnings.append,
+    )
     with _served(run) as engine:
-        return engine.capture(
-            tokens,
-            run.prediction.serving.layout,
-            max_new_tokens=run.options.max_new_tokens,
-            hidden_size=run.report.spec.target_hidden_size,  # bounds the reply, checks the width
-            report=run.server,
-            progress=run.stages.steps(stage, "capturing", "prompts"),
-            warn=run.warnings.append,
-        )
+        return engine.capture(request)
 
 
 def load_standalone_draft(run: _Run) -> None:
