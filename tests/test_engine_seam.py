@@ -1,6 +1,7 @@
 """The job kinds reach a server through the serving-engine seam: the serve benchmark of an SGLang
 and of a vLLM double (real HTTP on 127.0.0.1) through the adapter `endpoints.open_engine` picks,
-and the vLLM adapter's capture refused, before any request, without a capture server."""
+the vLLM adapter's capture refused, before any request, without a capture server, and a vLLM
+profile's chat-template rows captured on the capture server."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from eagle3dash.demo.vllm import vllm_deployment
+from eagle3dash.diagnosis.options import DiagnoseOptions
+from eagle3dash.diagnosis.stages import run_diagnosis
 from eagle3dash.engine import CaptureRequest
 from eagle3dash.http_client import EndpointError
 from eagle3dash.job_kinds import job_serve_bench
@@ -79,3 +83,36 @@ def test_the_vllm_adapter_refuses_a_capture_without_a_capture_server() -> None:
     assert info.value.kind == EndpointError.NO_HIDDEN_STATES
     assert "vLLM returns no hidden states from generate" in str(info.value)
     assert str(info.value).endswith("and give its URL")
+
+
+def test_a_vllm_profile_captures_its_chat_template_rows_on_the_capture_server(tmp_path) -> None:
+    """The profile's chat-template capture once went to SGLang's capture whatever the engine,
+    and on vLLM always failed ('vLLM returns no hidden states'), capture server or not."""
+    served = vllm_deployment("vllm-dual-key", tmp_path)
+    capture = VLLMDoubleConfig(
+        target_path=served.target_path,
+        draft_path=None,
+        method="extract_hidden_states",
+        capture_layer_ids=[1, 2, 3],  # the taps the dual-key config feeds: vLLM ids = depths
+        shared_storage_path=tmp_path / "captures",
+        served_model_name=served.served_model_name,
+    )
+    with start_vllm_double(served) as server, start_vllm_double(capture) as capturing:
+        options = DiagnoseOptions(
+            draft=str(served.draft_path),
+            endpoint=server.url,
+            capture_server=capturing.url,
+            target=str(served.target_path),
+            num_prompts=4,
+            max_new_tokens=16,
+            concurrency=1,
+            temperatures=(0.0,),
+        )
+        diagnosis = run_diagnosis(options)
+    assert diagnosis.serving.source == "observed"
+    assert diagnosis.profile is not None
+    rows = {row.format: row for row in diagnosis.profile.prompt_format}
+    assert list(rows) == ["raw", "chat-template"]
+    assert rows["chat-template"].sim_accept_serving is not None
+    assert [n.check for n in diagnosis.not_checked] == ["speedup"]  # no baseline, nothing else
+    assert [w for w in diagnosis.warnings if w.startswith("profile:")] == []
