@@ -60,16 +60,18 @@ def pairing(options, repeats: int) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     from eagle3dash.diagnosis.stages import BENCH_WARMUP
-    from eagle3dash.servebench import load_prompts, run_bench
+    from eagle3dash.endpoints import open_engine
+    from eagle3dash.servebench import BENCH_TIMEOUT, load_prompts, run_bench
 
     prompts = load_prompts(options.prompts)[: options.num_prompts]
     how = {"concurrency": options.concurrency, "max_new_tokens": options.max_new_tokens}
 
     def endpoint():
-        return run_bench(options.endpoint, prompts, warmup=0, **how)
+        return run_bench(open_engine(options.endpoint, BENCH_TIMEOUT), prompts, warmup=0, **how)
 
     def baseline():
-        return run_bench(options.baseline, prompts, warmup=BENCH_WARMUP, **how)
+        engine = open_engine(options.baseline, BENCH_TIMEOUT)
+        return run_bench(engine, prompts, warmup=BENCH_WARMUP, **how)
 
     endpoint()  # warm, as the serving capture leaves it
     ways: dict[str, tuple[list[float], list[float]]] = {"one after the other": ([], [])}

@@ -26,6 +26,7 @@ from eagle3dash.demo import DELAY_S, DRAFT_STEP_S, deployments  # noqa: E402
 from eagle3dash.demo.serve import demo_options, serve_baseline  # noqa: E402
 from eagle3dash.diagnosis.stages import run_diagnosis  # noqa: E402
 from eagle3dash.servebench import load_prompts, run_bench  # noqa: E402
+from eagle3dash.sglang_engine import SGLangEngine  # noqa: E402
 from eagle3dash.testing.sglang_double import start_double  # noqa: E402
 
 TOLERANCE = 0.15
@@ -45,7 +46,7 @@ def measure(plan, steps: int, options, repeats: int) -> tuple[float, float]:
     with start_double(config) as server:
         runs = [
             run_bench(
-                server.url,
+                SGLangEngine(server.url),
                 prompts,
                 concurrency=options.concurrency,
                 max_new_tokens=options.max_new_tokens,

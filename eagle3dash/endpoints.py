@@ -1,4 +1,5 @@
-"""Which engine serves a URL (SGLang or vLLM), and its adapter behind the serving-engine seam.
+"""Which engine serves a URL (SGLang or vLLM), and its adapter behind the serving-engine seam:
+the one place that chooses between `sglang_engine` and `vllm_engine`.
 
 Asked in the order that tells them apart cheapest: `/v1/models` (both engines serve it; the model
 card's `owned_by` is "sglang" or "vllm": SGLang 0.5.23 `entrypoints/openai/protocol.py`, vLLM
@@ -12,8 +13,8 @@ from typing import Any
 
 from eagle3dash.engine import SGLANG, VLLM, EngineAdapter
 from eagle3dash.http_client import EndpointError, HttpEndpoint, _describe_body
-from eagle3dash.sglang import SGLangEngine
-from eagle3dash.vllm import VLLMEngine
+from eagle3dash.sglang_engine import SGLangEngine
+from eagle3dash.vllm_engine import VLLMEngine
 
 
 class _Asker(HttpEndpoint):
@@ -64,8 +65,24 @@ def detect_engine(url: str, timeout: float = 60.0, retries: int = 3) -> str:
         )
 
 
-def open_engine(url: str, timeout: float = 60.0, retries: int = 3) -> EngineAdapter:
+def engine_adapter(
+    engine: str,
+    url: str,
+    timeout: float = 60.0,
+    retries: int = 3,
+    *,
+    capture_server: str | None = None,
+) -> EngineAdapter:
+    """The adapter of `engine` ("sglang" or "vllm", known from an earlier probe) for url;
+    `capture_server`: a vLLM capture server's URL (SGLang captures through its own endpoint)."""
+    if engine == VLLM:
+        return VLLMEngine(url, timeout, retries, capture_server=capture_server)
+    return SGLangEngine(url, timeout, retries)
+
+
+def open_engine(
+    url: str, timeout: float = 60.0, retries: int = 3, *, capture_server: str | None = None
+) -> EngineAdapter:
     """The adapter of the engine that serves url (detected by asking it)."""
     engine = detect_engine(url, timeout, retries)
-    adapter = VLLMEngine if engine == VLLM else SGLangEngine
-    return adapter(url, timeout=timeout, retries=retries)
+    return engine_adapter(engine, url, timeout, retries, capture_server=capture_server)

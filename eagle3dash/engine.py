@@ -1,22 +1,28 @@
 """The serving-engine seam: what a diagnosis knows about a server, whichever engine serves it
 (SGLang, vLLM): the server's report, its speculative settings, one generation's answer with its
-speculative statistics, and `EngineAdapter`, the protocol each engine's adapter implements
-(`sglang.SGLangEngine`, `vllm.VLLMEngine`; `endpoints.open_engine` picks one by asking the URL).
+speculative statistics, a benchmark's requests as the server answered them, and `EngineAdapter`,
+the protocol each engine's adapter implements (`sglang_engine.SGLangEngine`,
+`vllm_engine.VLLMEngine`; `endpoints.open_engine` picks one by asking the URL).
 
 Nothing here speaks HTTP.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 
 from eagle3dash import engine_rules
 from eagle3dash.http_client import EndpointError
+from eagle3dash.layout import Layout
 from eagle3dash.sglang_rules import hidden_states_mode, try_parse_version
+
+if TYPE_CHECKING:
+    from eagle3dash.capture import Capture
 
 SGLANG, VLLM = engine_rules.ENGINES
 
@@ -141,13 +147,7 @@ class ServerReport:
     def require_hidden_states(self) -> None:
         """Raise an EndpointError when /generate cannot return hidden states on this server."""
         if self.engine == VLLM:
-            raise EndpointError(
-                f"{self.url} is a vLLM server, and vLLM returns no hidden states from generate: "
-                "start a capture server with --speculative-config "
-                '\'{"method": "extract_hidden_states", ...}\' and give its storage folder',
-                url=self.url,
-                kind=EndpointError.NO_HIDDEN_STATES,
-            )
+            raise no_hidden_states_on_vllm(self.url)
         if self.hidden_states == "last":
             raise EndpointError(
                 f"{self.url} was started with --return-hidden-states-mode last, so it returns "
@@ -163,6 +163,17 @@ class ServerReport:
                 url=self.url,
                 kind=EndpointError.NO_HIDDEN_STATES,
             )
+
+
+def no_hidden_states_on_vllm(url: str) -> EndpointError:
+    """The error of asking a vLLM server itself for hidden states, with the way round it."""
+    return EndpointError(
+        f"{url} is a vLLM server, and vLLM returns no hidden states from generate: start a "
+        'capture server with --speculative-config \'{"method": "extract_hidden_states", ...}\' '
+        "and give its URL",
+        url=url,
+        kind=EndpointError.NO_HIDDEN_STATES,
+    )
 
 
 @dataclass
@@ -204,10 +215,73 @@ class GenerateResult:
         return d
 
 
+@dataclass(frozen=True)
+class ServerWideAcceptance:
+    """Acceptance a server counted over an interval across every request it answered (its
+    counters read before and after), not per request."""
+
+    accept_length: float | None
+    histogram: list[int] | None  # rounds by accepted drafts, as GenerateResult's histogram
+
+
+Progress = Callable[[int, int], None]  # (done, total)
+
+
+@dataclass(frozen=True)
+class BenchRequests:
+    """A benchmark's requests: `warmup` unmeasured ones (cycling the prompts; the first failure
+    raises its EndpointError), then each prompt once, text or token ids, at most `concurrency`
+    at a time, `max_new_tokens` each (ignore_eos), at `temperature`; `done` is called as each
+    measured one ends."""
+
+    prompts: Sequence[str | list[int]]
+    concurrency: int
+    max_new_tokens: int
+    warmup: int
+    temperature: float
+    done: Callable[[], None] | None = None
+
+    def ended(self, answer: GenerateResult | EndpointError) -> GenerateResult | EndpointError:
+        """A measured request's answer (or the error it met), once `done` is told."""
+        if self.done is not None:
+            self.done()
+        return answer
+
+
+@dataclass(frozen=True)
+class CaptureRequest:
+    """A serving capture: the states the server feeds its draft at `layout`'s taps on each
+    prompt's greedy completion of `max_new_tokens` (plus a reference tail). `report`: the
+    server's, when already probed; `hidden_size`: the target's, when known; `warn` gets what
+    the capture says on the way."""
+
+    tokens: list[list[int]]
+    layout: Layout
+    max_new_tokens: int
+    report: ServerReport | None = None
+    hidden_size: int | None = None
+    progress: Progress | None = None
+    warn: Callable[[str], None] | None = None
+
+
+@dataclass
+class ServedRequests:
+    """A benchmark's measured requests as the server answered them: each answer, or the
+    EndpointError that request met, in the order sent, and the wall time they took together."""
+
+    answers: list[GenerateResult | EndpointError]
+    wall_s: float
+    # The server's counters over the measured requests, read when called (they raise an
+    # InputError when the server restarted in between); None where the engine keeps none that
+    # are read, or serves without a draft.
+    server_wide: Callable[[], ServerWideAcceptance] | None = None
+
+
 class EngineAdapter(Protocol):
     """What a diagnosis needs from a server, whichever engine serves it: its report (whose
-    `rules_engine` names the id-to-tap rules of that engine, release and model runner) and one
-    generation with its per-request speculative statistics."""
+    `rules_engine` names the id-to-tap rules of that engine, release and model runner), one
+    generation and a benchmark's requests with their per-request speculative statistics, and
+    the states the server feeds its draft (the serving capture)."""
 
     name: str  # one of ENGINES
     url: str
@@ -220,6 +294,15 @@ class EngineAdapter(Protocol):
         self, input_ids: list[int], max_new_tokens: int, temperature: float = 0.0
     ) -> GenerateResult:
         """One generation from a token-id prompt."""
+        ...
+
+    def serve_requests(self, requests: BenchRequests) -> ServedRequests:
+        """A benchmark's requests, each answer with its per-request speculative statistics."""
+        ...
+
+    def capture(self, request: CaptureRequest) -> Capture:
+        """The states the server feeds its draft (CaptureError or EndpointError when it
+        cannot)."""
         ...
 
     def close(self) -> None:

@@ -9,6 +9,7 @@ the worker that only reads the table stays light.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import closing
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,11 +18,12 @@ from eagle3dash.diagnosis.options import SCHEMA, DiagnoseOptions
 from eagle3dash.diagnosis.record import record_diagnosis
 from eagle3dash.diagnosis.result import Diagnosis
 from eagle3dash.diagnosis.stages import prompt_ids, run_diagnosis
+from eagle3dash.endpoints import open_engine
+from eagle3dash.engine import CaptureRequest
 from eagle3dash.jobs import JobFn
 from eagle3dash.layout import parse_layout
 from eagle3dash.probe import probe
-from eagle3dash.servebench import load_prompts, run_bench
-from eagle3dash.sglang import SGLangClient
+from eagle3dash.servebench import BENCH_TIMEOUT, load_prompts, run_bench
 from eagle3dash.sglang_rules import DEFAULT_SGLANG_VERSION, target_arch
 from eagle3dash.store import Store
 from eagle3dash.sweep import SWEEP_KIND, evaluate_checkpoint
@@ -68,33 +70,34 @@ def job_probe(params: dict, progress: Progress) -> dict:
 
 
 def job_serve_bench(params: dict, progress: Progress) -> dict:
-    """Job kind 'serve-bench': the serve benchmark of one endpoint."""
+    """Job kind 'serve-bench': the serve benchmark of one endpoint (SGLang or vLLM)."""
     prompts = load_prompts(_option(params, "prompts"))[: _option(params, "num_prompts")]
-    result = run_bench(
-        params["url"],
-        prompts,
-        concurrency=_option(params, "concurrency"),
-        max_new_tokens=_option(params, "max_new_tokens"),
-        progress=lambda done, total: progress(done / total, "benchmarking"),
-    )
+    with closing(open_engine(params["url"], timeout=BENCH_TIMEOUT)) as engine:
+        result = run_bench(
+            engine,
+            prompts,
+            concurrency=_option(params, "concurrency"),
+            max_new_tokens=_option(params, "max_new_tokens"),
+            progress=lambda done, total: progress(done / total, "benchmarking"),
+        )
     return result.to_dict()
 
 
 def job_capture(params: dict, progress: Progress) -> dict:
     """Job kind 'capture': the endpoint's aux states for the prompts, saved as a capture."""
-    from eagle3dash.capture import capture_from_sglang, save_capture
+    from eagle3dash.capture import save_capture
 
-    client = SGLangClient(params["url"])
     prompts = load_prompts(_option(params, "prompts"))[: _option(params, "num_prompts")]
     warnings: list[str] = []
-    capture = capture_from_sglang(
-        client,
-        prompt_ids(prompts, params.get("target"), client.probe().model_path),
-        parse_layout(params["layout"]),
-        max_new_tokens=_option(params, "max_new_tokens"),
-        progress=lambda done, total: progress(done / total, "capturing"),
-        warn=warnings.append,
-    )
+    with closing(open_engine(params["url"])) as engine:
+        request = CaptureRequest(
+            prompt_ids(prompts, params.get("target"), engine.probe().model_path),
+            parse_layout(params["layout"]),
+            max_new_tokens=_option(params, "max_new_tokens"),
+            progress=lambda done, total: progress(done / total, "capturing"),
+            warn=warnings.append,
+        )
+        capture = engine.capture(request)
     path = save_capture(capture, params["out"])
     return {"path": str(path), "sequences": len(capture.sequences), "warnings": warnings}
 

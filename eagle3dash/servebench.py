@@ -1,4 +1,5 @@
-"""Serve benchmark: send prompts to an SGLang endpoint and measure tok/s, accept length and latency.
+"""Serve benchmark: send prompts to an endpoint through its engine adapter (`engine.EngineAdapter`:
+SGLang or vLLM) and measure tok/s, accept length and latency.
 
 Accept length is Σ completion_tokens / Σ spec_verify_ct over the measured requests, from each
 answer's meta_info, as SGLang's MT-Bench script `benchmark/mtbench/bench_sglang_eagle.py` does.
@@ -15,7 +16,7 @@ field (or a request without it) leaves both None, never zeros. With adaptive spe
 (speculative_adaptive) rounds draft different numbers of steps, and a round that drafted fewer
 than k never counts as accepting k.
 
-Prompts are sent to /generate as text (as token ids for `{"input_ids": [...]}` lines), at
+On SGLang, prompts are sent to /generate as text (as token ids for `{"input_ids": [...]}` lines), at
 run_bench's `temperature` (0, greedy, unless given; top_p and top_k the server's defaults), with
 a fixed number of new tokens (`ignore_eos`), so runs against a speculative and a baseline server
 generate the same lengths. Chat prompts (`{"messages": [...]}`) are rendered as plain "role:
@@ -26,21 +27,16 @@ such prompts can differ a little from real chat traffic.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import dataclasses
 import json
 import math
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from eagle3dash.engine import GenerateResult
+from eagle3dash.engine import BenchRequests, EngineAdapter, GenerateResult
 from eagle3dash.errors import InputError
 from eagle3dash.http_client import EndpointError
-from eagle3dash.sglang import SGLangClient
-from eagle3dash.vllm import VLLMClient, acceptance_between
 
 __all__ = [
     "BUILTIN_PROMPT_SETS",
@@ -55,7 +51,6 @@ __all__ = [
     "percentile",
     "run_bench",
     "shares_at_least",
-    "run_vllm_bench",
     "sum_histograms",
 ]
 
@@ -76,6 +71,9 @@ LONG_CONTEXT = "long-context"
 BUILTIN_PROMPT_SETS = (*PROMPT_CATEGORIES, "all")
 PROMPTS_DIR = Path(__file__).parent / "prompts"
 _MAX_ERROR_MESSAGES = 5
+# A benchmark request's deadline in seconds (an engine adapter's timeout): a long generation at
+# full concurrency takes minutes on a large target.
+BENCH_TIMEOUT = 300.0
 
 Progress = Callable[[int, int], None]
 
@@ -94,11 +92,9 @@ class Prompt:
     input_ids: tuple[int, ...] | None = None  # sent instead of the text when given
     category: str | None = None
 
-    def request(self) -> dict:
-        """The prompt part of a /generate request: {"input_ids": ...} or {"text": ...}."""
-        if self.input_ids is not None:
-            return {"input_ids": list(self.input_ids)}
-        return {"text": self.text}
+    def sent(self) -> str | list[int]:
+        """What a request sends: the token ids when given, else the text."""
+        return self.text if self.input_ids is None else list(self.input_ids)
 
 
 def render_messages(messages: Sequence[tuple[str, str]]) -> str:
@@ -410,81 +406,34 @@ def _summarize(
     )
 
 
-def _stat(index: int, r: GenerateResult) -> RequestStat:
+def _stat(index: int, answer: GenerateResult | EndpointError) -> RequestStat:
+    if isinstance(answer, EndpointError):
+        return RequestStat(index=index, error=str(answer))
     return RequestStat(
         index=index,
-        completion_tokens=r.completion_tokens,
-        prompt_tokens=r.prompt_tokens,
-        spec_verify_ct=r.spec_verify_ct,
-        correct_drafts_histogram=r.spec_correct_drafts_histogram,
-        latency_s=r.client_latency_s,
-        server_e2e_latency=r.e2e_latency,
-    )
-
-
-async def _bench(
-    client: SGLangClient,
-    prompts: Sequence[Prompt],
-    concurrency: int,
-    max_new_tokens: int,
-    warmup: int,
-    progress: Progress | None,
-    temperature: float = 0.0,
-) -> BenchResult:
-    sem = asyncio.Semaphore(concurrency)
-    async with client.async_client(max_connections=concurrency) as session:
-
-        async def send(prompt: Prompt) -> GenerateResult:
-            async with sem:
-                return await client.agenerate(
-                    **prompt.request(),
-                    max_new_tokens=max_new_tokens,
-                    temperature=temperature,
-                    ignore_eos=True,
-                    session=session,
-                )
-
-        # Warm-up is not measured; a failure here (server down, not SGLang) ends the run with
-        # its one clear message instead of N identical request errors.
-        if warmup:
-            await asyncio.gather(*(send(prompts[i % len(prompts)]) for i in range(warmup)))
-
-        total = len(prompts)
-        done = 0
-
-        async def measured(i: int, prompt: Prompt) -> RequestStat:
-            nonlocal done
-            try:
-                stat = _stat(i, await send(prompt))
-            except EndpointError as exc:
-                stat = RequestStat(index=i, error=str(exc))
-            done += 1
-            if progress is not None:
-                progress(done, total)
-            return stat
-
-        start = time.perf_counter()
-        stats = await asyncio.gather(*(measured(i, p) for i, p in enumerate(prompts)))
-        wall = time.perf_counter() - start
-    return _summarize(
-        client.url, list(stats), concurrency, max_new_tokens, warmup, wall, temperature
+        completion_tokens=answer.completion_tokens,
+        prompt_tokens=answer.prompt_tokens,
+        spec_verify_ct=answer.spec_verify_ct,
+        correct_drafts_histogram=answer.spec_correct_drafts_histogram,
+        latency_s=answer.client_latency_s,
+        server_e2e_latency=answer.e2e_latency,
     )
 
 
 def run_bench(
-    url: str,
+    engine: EngineAdapter,
     prompts: Sequence[Prompt],
     concurrency: int = 4,
     max_new_tokens: int = 128,
     warmup: int = 2,
     progress: Progress | None = None,
-    timeout: float = 300.0,
     *,
-    retries: int = 3,
     temperature: float = 0.0,
 ) -> BenchResult:
-    """Send every prompt once at the given concurrency (after `warmup` unmeasured requests), at
-    `temperature` (0: greedy).
+    """Send every prompt once to the engine's server at the given concurrency (after `warmup`
+    unmeasured requests), at `temperature` (0: greedy). Accept length comes from each answer's
+    statistics; where none carries them and the engine reads its server's counters (vLLM's
+    /metrics), from those (acceptance_source "metrics-delta": server-wide).
 
     Raises EndpointError when a warm-up request fails or every measured request fails.
     """
@@ -494,91 +443,33 @@ def run_bench(
         raise ValueError("concurrency and max_new_tokens must be >= 1, warmup >= 0")
     if not math.isfinite(temperature) or temperature < 0:
         raise ValueError(f"temperature must be a finite number >= 0, got {temperature}")
-    client = SGLangClient(url, timeout=timeout, retries=retries)
-    coro = _bench(client, list(prompts), concurrency, max_new_tokens, warmup, progress, temperature)
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        result = asyncio.run(coro)
-    else:
-        # Called from inside an event loop (a notebook): run on a private loop in a thread.
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            result = pool.submit(asyncio.run, coro).result()
+    total, done = len(prompts), 0
+
+    def one_done() -> None:
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(done, total)
+
+    requests = BenchRequests(
+        [p.sent() for p in prompts], concurrency, max_new_tokens, warmup, temperature, one_done
+    )
+    served = engine.serve_requests(requests)
+    stats = [_stat(i, answer) for i, answer in enumerate(served.answers)]
+    result = _summarize(
+        engine.url, stats, concurrency, max_new_tokens, warmup, served.wall_s, temperature
+    )
     if result.errors == result.num_requests:
         raise EndpointError(
             f"all {result.num_requests} benchmark requests failed; first error: "
             f"{result.error_messages[0]}",
-            url=client.url,
+            url=engine.url,
             kind=EndpointError.SERVER_ERROR,
         )
-    return result
-
-
-def run_vllm_bench(
-    url: str,
-    prompts: Sequence[Prompt],
-    concurrency: int = 4,
-    max_new_tokens: int = 128,
-    warmup: int = 2,
-    progress: Progress | None = None,
-    timeout: float = 300.0,
-    *,
-    retries: int = 3,
-    temperature: float = 0.0,
-) -> BenchResult:
-    """`run_bench` on a vLLM server (POST /v1/completions). Acceptance comes from each answer's
-    metrics.speculative_decoding when the server sends it, else from its /metrics counters read
-    before and after the measured requests (acceptance_source "metrics-delta": server-wide)."""
-    if not prompts:
-        raise ValueError("run_vllm_bench needs at least one prompt")
-    with VLLMClient(url, timeout=timeout, retries=retries) as probe_client:
-        report = probe_client.probe()
-        model = report.served_model_name or ""
-
-        def send(prompt: Prompt) -> GenerateResult:
-            with VLLMClient(url, timeout=timeout, retries=retries) as client:
-                text_or_ids = prompt.text or "" if prompt.input_ids is None else prompt.input_ids
-                return client.generate(
-                    text_or_ids if isinstance(text_or_ids, str) else list(text_or_ids),
-                    model,
-                    max_new_tokens=max_new_tokens,
-                    temperature=temperature,
-                )
-
-        for i in range(warmup):
-            send(prompts[i % len(prompts)])
-        before = probe_client.metrics()
-        done = 0
-
-        def measured(item: tuple[int, Prompt]) -> RequestStat:
-            nonlocal done
-            i, prompt = item
-            try:
-                stat = _stat(i, send(prompt))
-            except EndpointError as exc:
-                stat = RequestStat(index=i, error=str(exc))
-            done += 1
-            if progress is not None:
-                progress(done, len(prompts))
-            return stat
-
-        start = time.perf_counter()
-        with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
-            stats = list(pool.map(measured, enumerate(prompts)))
-        wall = time.perf_counter() - start
-        after = probe_client.metrics()
-    result = _summarize(url, stats, concurrency, max_new_tokens, warmup, wall, temperature)
-    if result.errors == result.num_requests:
-        raise EndpointError(
-            f"all {result.num_requests} benchmark requests failed; first error: "
-            f"{result.error_messages[0]}",
-            url=url,
-            kind=EndpointError.SERVER_ERROR,
-        )
-    if result.accept_length is None and report.speculative is not None:
-        delta = acceptance_between(before, after, report.served_model_name)
-        result.accept_length = delta.mean_acceptance_length
-        result.correct_drafts_histogram = delta.histogram
+    if result.accept_length is None and served.server_wide is not None:
+        counted = served.server_wide()
+        result.accept_length = counted.accept_length
+        result.correct_drafts_histogram = counted.histogram
         result.acceptance_source = "metrics-delta"
     return result
 

@@ -18,7 +18,6 @@ import orjson
 from numpy.typing import NDArray
 
 from eagle3dash.engine import (
-    SGLANG,
     GenerateResult,
     ServerReport,
     SpeculativeSettings,
@@ -38,7 +37,6 @@ __all__ = [
     "EndpointError",
     "GenerateResult",
     "SGLangClient",
-    "SGLangEngine",
     "ServerReport",
     "SpeculativeSettings",
     "normalize_url",
@@ -510,30 +508,3 @@ class SGLangClient(HttpEndpoint):
                 400,
             )
         self._check(resp, "POST", "/flush_cache")
-
-
-class SGLangEngine:
-    """The serving-engine seam's SGLang adapter (`engine.EngineAdapter`): the client, and
-    SGLang's id-to-tap rules for the server's release (`sglang_rules`)."""
-
-    name = SGLANG
-
-    def __init__(self, url: str, timeout: float = 60.0, retries: int = 3) -> None:
-        self.client = SGLangClient(url, timeout=timeout, retries=retries)
-        self.url = self.client.url
-
-    def probe(self) -> ServerReport:
-        """The server's report."""
-        return self.client.probe()
-
-    def generate_ids(
-        self, input_ids: list[int], max_new_tokens: int, temperature: float = 0.0
-    ) -> GenerateResult:
-        """POST /generate from a token-id prompt."""
-        return self.client.generate(
-            input_ids=input_ids, max_new_tokens=max_new_tokens, temperature=temperature
-        )
-
-    def close(self) -> None:
-        """Close the client's connections."""
-        self.client.close()

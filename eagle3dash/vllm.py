@@ -43,7 +43,6 @@ __all__ = [
     "RequestSpecStats",
     "SpecCounters",
     "VLLMClient",
-    "VLLMEngine",
     "acceptance_between",
     "parse_completion",
     "parse_metrics",
@@ -576,35 +575,3 @@ def capture_path(result: GenerateResult) -> str | None:
     params = result.meta_info.get("kv_transfer_params")
     path = params.get("hidden_states_path") if isinstance(params, dict) else None
     return path if isinstance(path, str) else None
-
-
-class VLLMEngine:
-    """The serving-engine seam's vLLM adapter (`engine.EngineAdapter`): the client, and vLLM's
-    id-to-tap rules for the server's release and model runner (`vllm_rules`)."""
-
-    name = VLLM
-
-    def __init__(self, url: str, timeout: float = 60.0, retries: int = 3) -> None:
-        self.client = VLLMClient(url, timeout=timeout, retries=retries)
-        self.url = self.client.url
-        self._model: str | None = None
-
-    def probe(self) -> ServerReport:
-        """The server's report (its served model name kept for the completions)."""
-        report = self.client.probe()
-        self._model = report.served_model_name
-        return report
-
-    def generate_ids(
-        self, input_ids: list[int], max_new_tokens: int, temperature: float = 0.0
-    ) -> GenerateResult:
-        """POST /v1/completions from a token-id prompt (probing first for the model name)."""
-        if self._model is None:
-            self.probe()
-        return self.client.generate(
-            input_ids, self._model or "", max_new_tokens=max_new_tokens, temperature=temperature
-        )
-
-    def close(self) -> None:
-        """Close the client's connections."""
-        self.client.close()

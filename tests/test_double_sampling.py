@@ -16,6 +16,7 @@ from transformers import LlamaForCausalLM
 
 from eagle3dash.demo import FIXTURES, deployments
 from eagle3dash.servebench import load_prompts, run_bench
+from eagle3dash.sglang_engine import SGLangEngine
 from eagle3dash.testing.double_maths import (
     TOP_K_ALL,
     Sampling,
@@ -151,7 +152,12 @@ def test_accept_length_falls_with_temperature_and_the_histograms_still_add_up():
     with start_double(correct(random_seed=1)) as d:
         for t in (0.0, 0.7, 1.0):
             r = run_bench(
-                d.url, bench_prompts, concurrency=1, max_new_tokens=24, warmup=0, temperature=t
+                SGLangEngine(d.url),
+                bench_prompts,
+                concurrency=1,
+                max_new_tokens=24,
+                warmup=0,
+                temperature=t,
             )
             assert r.errors == 0 and r.temperature == t
             accept[t] = r.accept_length

@@ -25,6 +25,7 @@ from eagle3dash.servebench import (
     sum_histograms,
 )
 from eagle3dash.sglang import EndpointError
+from eagle3dash.sglang_engine import SGLangEngine
 from tests.httpserver import Reply, Request, closed_port_url, serve
 
 WARMUP_VERIFY_CT = 1  # what the fake reports for warm-up requests: would skew Σ/Σ if counted
@@ -123,7 +124,7 @@ def test_bench_accept_length_concurrency_progress_warmup() -> None:
     calls: list[tuple[int, int]] = []
     with serve(fake) as s:
         result = run_bench(
-            s.url,
+            SGLangEngine(s.url),
             PROMPTS,
             concurrency=3,
             max_new_tokens=16,
@@ -162,7 +163,12 @@ def test_bench_sends_its_temperature_and_records_it() -> None:
     fake = FakeGenerate(warmup=1, temperature=0.7)  # asserts 0.7 in every request it gets
     with serve(fake) as s:
         result = run_bench(
-            s.url, PROMPTS[:3], concurrency=2, max_new_tokens=16, warmup=1, temperature=0.7
+            SGLangEngine(s.url),
+            PROMPTS[:3],
+            concurrency=2,
+            max_new_tokens=16,
+            warmup=1,
+            temperature=0.7,
         )
     assert fake.seen == 4 and result.errors == 0  # warm-up included: the same temperature
     assert result.temperature == 0.7
@@ -171,7 +177,9 @@ def test_bench_sends_its_temperature_and_records_it() -> None:
 
 def test_bench_without_speculation_has_no_accept_length() -> None:
     with serve(FakeGenerate(warmup=0, spec=False)) as s:
-        result = run_bench(s.url, PROMPTS[:4], concurrency=2, max_new_tokens=16, warmup=0)
+        result = run_bench(
+            SGLangEngine(s.url), PROMPTS[:4], concurrency=2, max_new_tokens=16, warmup=0
+        )
     assert result.accept_length is None
     assert result.accept_length_per_request == [None] * 4
     assert result.correct_drafts_histogram is None and result.per_position is None
@@ -180,7 +188,9 @@ def test_bench_without_speculation_has_no_accept_length() -> None:
 
 def test_bench_sums_the_histograms_into_acceptance_per_position() -> None:
     with serve(FakeGenerate(warmup=1, histograms=True)) as s:
-        result = run_bench(s.url, PROMPTS[:2], concurrency=2, max_new_tokens=16, warmup=1)
+        result = run_bench(
+            SGLangEngine(s.url), PROMPTS[:2], concurrency=2, max_new_tokens=16, warmup=1
+        )
     assert [r.correct_drafts_histogram for r in result.requests] == [[3, 3, 2], [0, 0, 1, 3]]
     # [3, 3, 2] + [0, 0, 1, 3], the warm-up's [1] left out; 12 rounds: >= 1 draft accepted in
     # 9, >= 2 in 6, >= 3 in 3
@@ -195,7 +205,9 @@ def test_bench_sums_the_histograms_into_acceptance_per_position() -> None:
 def test_a_server_without_the_histogram_has_no_per_position() -> None:
     """A server that predates spec_correct_drafts_histogram: None, not zeros."""
     with serve(FakeGenerate(warmup=0)) as s:
-        result = run_bench(s.url, PROMPTS[:2], concurrency=2, max_new_tokens=16, warmup=0)
+        result = run_bench(
+            SGLangEngine(s.url), PROMPTS[:2], concurrency=2, max_new_tokens=16, warmup=0
+        )
     assert result.accept_length == 32 / 12  # speculation is measured...
     assert result.correct_drafts_histogram is None  # ...per position it is not
     assert result.per_position is None and result.to_dict()["per_position"] is None
@@ -225,7 +237,7 @@ def test_summed_histograms_by_hand() -> None:
 
 def test_bench_counts_failed_requests() -> None:
     with serve(FakeGenerate(warmup=1, fail="p4")) as s:
-        result = run_bench(s.url, PROMPTS, concurrency=4, max_new_tokens=16, warmup=1)
+        result = run_bench(SGLangEngine(s.url), PROMPTS, concurrency=4, max_new_tokens=16, warmup=1)
     assert result.num_requests == 8 and result.errors == 1
     assert "HTTP 500" in result.error_messages[0] and "boom" not in result.error_messages[0]
     assert result.completion_tokens == 110 - 8
@@ -234,25 +246,25 @@ def test_bench_counts_failed_requests() -> None:
 
 def test_bench_all_failed_is_one_error() -> None:
     with serve(FakeGenerate(warmup=0, fail="p0")) as s, pytest.raises(EndpointError) as info:
-        run_bench(s.url, PROMPTS[:1], warmup=0)
+        run_bench(SGLangEngine(s.url), PROMPTS[:1], warmup=0)
     assert "all 1 benchmark requests failed" in str(info.value)
 
 
 def test_bench_server_down_fails_fast() -> None:
     url = closed_port_url()
     with pytest.raises(EndpointError) as info:
-        run_bench(url, PROMPTS, warmup=2, retries=1)
+        run_bench(SGLangEngine(url, retries=1), PROMPTS, warmup=2)
     assert info.value.kind == EndpointError.DOWN
     assert "is the server running?" in str(info.value)
 
 
 def test_bench_rejects_bad_settings() -> None:
     with pytest.raises(ValueError):
-        run_bench("http://127.0.0.1:1", [], warmup=0)
+        run_bench(SGLangEngine("http://127.0.0.1:1"), [], warmup=0)
     with pytest.raises(ValueError):
-        run_bench("http://127.0.0.1:1", PROMPTS, concurrency=0)
+        run_bench(SGLangEngine("http://127.0.0.1:1"), PROMPTS, concurrency=0)
     with pytest.raises(ValueError, match="temperature must be a finite number >= 0, got -0.5"):
-        run_bench("http://127.0.0.1:1", PROMPTS, temperature=-0.5)
+        run_bench(SGLangEngine("http://127.0.0.1:1"), PROMPTS, temperature=-0.5)
 
 
 def test_summarize_aggregates_by_hand() -> None:
@@ -298,7 +310,9 @@ def test_percentile_interpolates_like_numpy() -> None:
 
 def test_compare_to_baseline() -> None:
     with serve(FakeGenerate(warmup=0)) as s:
-        spec = run_bench(s.url, PROMPTS[:2], concurrency=2, max_new_tokens=16, warmup=0)
+        spec = run_bench(
+            SGLangEngine(s.url), PROMPTS[:2], concurrency=2, max_new_tokens=16, warmup=0
+        )
     spec = dataclasses.replace(spec, output_tok_s_aggregate=300.0, latency_p50=1.0)
     base = dataclasses.replace(
         spec, output_tok_s_aggregate=120.0, latency_p50=2.5, accept_length=None
@@ -340,8 +354,8 @@ def test_jsonl_every_form(tmp_path: Path) -> None:
     path.write_text("\n".join(lines) + "\n")
     first, second, third = load_prompts(path)
     assert first == Prompt("Tell me a joke.")
-    assert first.request() == {"text": "Tell me a joke."}
-    assert third.request() == {"input_ids": [1, 17, 42]}
+    assert first.sent() == "Tell me a joke."
+    assert third.sent() == [1, 17, 42]
     assert second.text == "system: Be brief.\nuser: Hi!\nassistant:"
     assert second.messages == (("system", "Be brief."), ("user", "Hi!"))
 
@@ -445,7 +459,7 @@ def test_a_prompt_file_carries_categories(tmp_path: Path) -> None:
     prompts = load_prompts(path)
     assert [p.category for p in prompts] == ["copy-heavy", "chat", "novel", None]
     assert prompts[1].text == "user: Hi!\nassistant:" and prompts[2].input_ids == (5, 6)
-    assert prompts[0].request() == {"text": "Copy this: abc abc"}  # the category is not sent
+    assert prompts[0].sent() == "Copy this: abc abc"  # the category is not sent
 
 
 @pytest.mark.parametrize(

@@ -22,6 +22,7 @@ from eagle3dash import checkpoint
 from eagle3dash.layout import Tap
 from eagle3dash.servebench import Prompt, run_bench
 from eagle3dash.sglang import SGLangClient
+from eagle3dash.sglang_engine import SGLangEngine
 from eagle3dash.sglang_rules import serving_layout
 from eagle3dash.spec import DraftSpec
 from eagle3dash.testing.sglang_double import main, start_double
@@ -683,7 +684,7 @@ def test_the_bench_measures_acceptance_per_position_on_the_double(models):
     cfg = DoubleConfig(models["target"], constant_draft(models, token), "EAGLE3")
     prompts = [Prompt("", input_ids=tuple(p)) for p in PROMPTS[:2]]
     with start_double(cfg) as d:
-        result = run_bench(d.url, prompts, concurrency=1, max_new_tokens=n, warmup=0)
+        result = run_bench(SGLangEngine(d.url), prompts, concurrency=1, max_new_tokens=n, warmup=0)
     assert [r.correct_drafts_histogram for r in result.requests] == expected
     assert result.correct_drafts_histogram == summed and sum(summed[1:]) > 0
     rounds = sum(summed)

@@ -260,7 +260,7 @@ def evaluate_format(out: str | Path, max_new_tokens: int = 64) -> dict:
     demo prompt is sent as input_ids, raw and with CHAT_PREFIX_IDS in front. Returns
     {draft: {format: {"accept_length": mean over prompts, "per_category": {category: mean}}}}.
     """
-    from ..sglang import SGLangClient
+    from ..sglang_engine import SGLangEngine
     from ..testing.sglang_double import start_double
     from . import deployments
 
@@ -270,11 +270,14 @@ def evaluate_format(out: str | Path, max_new_tokens: int = 64) -> dict:
     result: dict = {"max_new_tokens": max_new_tokens, "prompts": len(rows), "drafts": {}}
     for plan in (plans["correct"], plans["format"]):
         per_format = {}
-        with start_double(plan.double_config()) as server, SGLangClient(server.url) as client:
+        with (
+            start_double(plan.double_config()) as server,
+            contextlib.closing(SGLangEngine(server.url)) as sglang,
+        ):
             for fmt, head in (("raw", []), ("chat-template", list(CHAT_PREFIX_IDS))):
                 by_cat: dict[str, list[float]] = {}
                 for cat, ids in rows:
-                    r = client.generate(input_ids=head + ids, max_new_tokens=max_new_tokens)
+                    r = sglang.generate_ids(head + ids, max_new_tokens=max_new_tokens)
                     by_cat.setdefault(cat, []).append(float(r.spec_accept_length or 0.0))
                 every = [a for v in by_cat.values() for a in v]
                 per_format[fmt] = {

@@ -17,6 +17,7 @@ import math
 import threading
 import time
 from collections.abc import Callable
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,8 +37,8 @@ from eagle3dash.diagnosis.result import (
     NotChecked,
     Side,
 )
-from eagle3dash.endpoints import detect_engine, open_engine
-from eagle3dash.engine import VLLM, ServerReport
+from eagle3dash.endpoints import detect_engine, engine_adapter, open_engine
+from eagle3dash.engine import VLLM, CaptureRequest, EngineAdapter, ServerReport
 from eagle3dash.errors import InputError
 from eagle3dash.findings import Evidence, Finding, diagnose
 from eagle3dash.http_client import EndpointError
@@ -57,8 +58,7 @@ from eagle3dash.profile import (
     steps_advice,
 )
 from eagle3dash.provenance import json_digests
-from eagle3dash.servebench import BenchResult, Prompt, load_prompts, run_bench, run_vllm_bench
-from eagle3dash.sglang import SGLangClient
+from eagle3dash.servebench import BENCH_TIMEOUT, BenchResult, Prompt, load_prompts, run_bench
 from eagle3dash.sglang_rules import (
     DEFAULT_SGLANG_VERSION,
     target_arch,
@@ -454,11 +454,7 @@ def capture_serving(run: _Run, prompts: list[Prompt]) -> None:
         return
     run.stages.report(CAPTURE_SERVING)
     try:
-        capture = (
-            _capture_vllm(run, run.tokens)
-            if server.engine == VLLM
-            else _capture(run, run.tokens, CAPTURE_SERVING)
-        )
+        capture = _capture(run, run.tokens, CAPTURE_SERVING)
     except (CaptureError, EndpointError) as e:
         run.capture_error = str(e)
         run.not_checked.append(
@@ -475,24 +471,18 @@ def capture_serving(run: _Run, prompts: list[Prompt]) -> None:
     run.tokens = [seq.input_ids.tolist() for seq in capture.sequences]
 
 
-def _capture_vllm(run: _Run, tokens: list[list[int]]) -> Capture:
-    """The served sequences' aux states from the vLLM capture server's files."""
-    from eagle3dash.capture.from_vllm import capture_from_vllm
-    from eagle3dash.vllm import VLLMClient
-
+def _served(run: _Run, timeout: float | None = None) -> closing[EngineAdapter]:
+    """The adapter of the endpoint's engine (known from the probe), closed on leaving `with`;
+    a vLLM one with the capture server, when given."""
     options = run.options
-    with (
-        VLLMClient(options.endpoint, timeout=options.timeout) as serving,
-        VLLMClient(str(options.capture_server), timeout=options.timeout) as capturing,
-    ):
-        return capture_from_vllm(
-            serving,
-            capturing,
-            tokens,
-            run.prediction.serving.layout,
-            max_new_tokens=options.max_new_tokens,
-            progress=run.stages.steps(CAPTURE_SERVING, "capturing", "prompts"),
-        )
+    capture_server = str(options.capture_server) if options.capture_server else None
+    engine = engine_adapter(
+        run.server.engine,
+        options.endpoint,
+        options.timeout if timeout is None else timeout,
+        capture_server=capture_server,
+    )
+    return closing(engine)
 
 
 def _capture_remedy(run: _Run) -> str:
@@ -514,7 +504,6 @@ def _capture_remedy(run: _Run) -> str:
 def _capture(run: _Run, tokens: list[list[int]], stage: str) -> Capture:
     """The aux states the server feeds its draft on these prompts' greedy completions, each
     prompt cut to fit one prefill chunk with its completion."""
-    from eagle3dash.capture import capture_from_sglang
     from eagle3dash.capture.from_sglang import REFERENCE_TAIL
 
     chunk = run.server.chunked_prefill_size
@@ -528,16 +517,17 @@ def _capture(run: _Run, tokens: list[list[int]], stage: str) -> Capture:
     )
     if cut and said not in run.warnings:
         run.warnings.append(said)
-    return capture_from_sglang(
-        SGLangClient(run.options.endpoint, timeout=run.options.timeout),
+    request = CaptureRequest(
         tokens,
         run.prediction.serving.layout,
         max_new_tokens=run.options.max_new_tokens,
-        hidden_size=run.report.spec.target_hidden_size,  # bounds the reply, checks the width
         report=run.server,
+        hidden_size=run.report.spec.target_hidden_size,  # bounds the reply, checks the width
         progress=run.stages.steps(stage, "capturing", "prompts"),
         warn=run.warnings.append,
     )
+    with _served(run) as engine:
+        return engine.capture(request)
 
 
 def load_standalone_draft(run: _Run) -> None:
@@ -745,14 +735,15 @@ def benchmark(run: _Run, prompts: list[Prompt]) -> tuple[BenchResult, BenchResul
     BENCH_WARMUP."""
     options = run.options
     run.stages.report(BENCHMARK, 0.0, f"benchmarking {options.endpoint}")
-    measured = (run_vllm_bench if run.server.engine == VLLM else run_bench)(
-        options.endpoint,
-        prompts,
-        concurrency=options.concurrency,
-        max_new_tokens=options.max_new_tokens,
-        warmup=0 if run.serving_capture is not None else BENCH_WARMUP,
-        progress=run.stages.steps(BENCHMARK, "benchmarking", "requests"),
-    )
+    with _served(run, BENCH_TIMEOUT) as engine:
+        measured = run_bench(
+            engine,
+            prompts,
+            concurrency=options.concurrency,
+            max_new_tokens=options.max_new_tokens,
+            warmup=0 if run.serving_capture is not None else BENCH_WARMUP,
+            progress=run.stages.steps(BENCHMARK, "benchmarking", "requests"),
+        )
     if measured.acceptance_source == "metrics-delta":
         run.warnings.append(
             "accept length measured from the vLLM server's /metrics counters around the "
@@ -764,15 +755,16 @@ def benchmark(run: _Run, prompts: list[Prompt]) -> tuple[BenchResult, BenchResul
     if options.baseline:
         run.stages.report(BASELINE, 0.0, f"{BASELINE} {options.baseline}")
         # The baseline may be served by the other engine: each is benchmarked through its own API.
-        on_vllm = detect_engine(options.baseline, timeout=options.timeout) == VLLM
-        baseline = (run_vllm_bench if on_vllm else run_bench)(
-            options.baseline,
-            prompts,
-            concurrency=options.concurrency,
-            max_new_tokens=options.max_new_tokens,
-            warmup=BENCH_WARMUP,
-            progress=run.stages.steps(BASELINE, "benchmarking", "requests"),
-        )
+        engine_name = detect_engine(options.baseline, timeout=options.timeout)
+        with closing(engine_adapter(engine_name, options.baseline, BENCH_TIMEOUT)) as other:
+            baseline = run_bench(
+                other,
+                prompts,
+                concurrency=options.concurrency,
+                max_new_tokens=options.max_new_tokens,
+                warmup=BENCH_WARMUP,
+                progress=run.stages.steps(BASELINE, "benchmarking", "requests"),
+            )
     else:
         run.not_checked.append(
             NotChecked(
@@ -794,9 +786,9 @@ def _bench(run: _Run, prompts: list[Prompt], **how: Any) -> BenchResult | None:
         "max_new_tokens": options.max_new_tokens,
         "warmup": 0,
     } | how
-    bench = run_vllm_bench if run.server.engine == VLLM else run_bench
     try:
-        return bench(options.endpoint, prompts, timeout=options.timeout, **how)
+        with _served(run) as engine:
+            return run_bench(engine, prompts, **how)
     except EndpointError as e:
         run.warnings.append(f"profile: a benchmark of {options.endpoint} failed: {e}")
         failed = NotChecked(
