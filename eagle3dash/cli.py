@@ -298,7 +298,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     spec = server.speculative
     hidden = {"full": "on, every token", "last": "last token only: no capture", None: "off"}
     rows: list[tuple[str, object]] = [
-        ("engine", words.engine_words(server.to_dict())),
+        ("engine", words.engine_words(server)),
         ("model", f"{server.model_path} ({', '.join(server.architectures or []) or '?'})"),
         ("tp / dtype / quantization", f"{server.tp_size} / {server.dtype} / {server.quantization}"),
         ("attention backend", server.attention_backend),
@@ -311,7 +311,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
         ),
         ("chunked prefill size", server.chunked_prefill_size or "off"),
     ]
-    unsaid = words.unsaid_by_server(server.to_dict())
+    unsaid = words.unsaid_by_server(server)
     if unsaid:
         rows.append(("not said", unsaid))
     if spec:

@@ -9,9 +9,9 @@ Nothing here speaks HTTP.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -25,6 +25,24 @@ if TYPE_CHECKING:
     from eagle3dash.capture import Capture
 
 SGLANG, VLLM = engine_rules.ENGINES
+_T = TypeVar("_T")
+
+
+def _from_stored(cls: type[_T], d: Mapping[str, Any], **typed: Any) -> _T:
+    """A settings dataclass from its stored dict (asdict), `typed` already read: a field an
+    older release did not store takes its default, else its off value (False for a flag, None
+    for the rest); a TypeError names the part that is not a JSON object."""
+    if not isinstance(d, Mapping):
+        raise TypeError(f"{cls.__name__} is {type(d).__name__}, not an object")
+    values: dict[str, Any] = {}
+    for f in fields(cls):  # type: ignore[arg-type]
+        if f.name in typed:
+            values[f.name] = typed[f.name]
+        elif f.name in d:
+            values[f.name] = d[f.name]
+        elif f.default is MISSING and f.default_factory is MISSING:
+            values[f.name] = False if f.type == "bool" else None
+    return cls(**values)
 
 
 @dataclass
@@ -44,6 +62,11 @@ class SpeculativeSettings:
     adaptive: bool  # --speculative-adaptive: the draft steps change at runtime, down to 0
     # "key=value" of each claimed setting outside CLAIM_BOUNDS: the value is not used (None)
     implausible: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> SpeculativeSettings:
+        """As asdict stored it, of any release (`adaptive` and `implausible` came later)."""
+        return _from_stored(cls, d)
 
     @property
     def max_accept_length(self) -> int | None:
@@ -69,6 +92,11 @@ class VLLMSettings:
     # (vLLM numbering) and the connector's folder; None otherwise or when not said.
     capture_layer_ids: list[int] | None
     capture_storage_path: str | None
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> VLLMSettings:
+        """As asdict stored it."""
+        return _from_stored(cls, d)
 
 
 @dataclass
@@ -108,6 +136,25 @@ class ServerReport:
     def to_dict(self) -> dict:
         """A JSON-ready dict of every field, raw server_info included."""
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ServerReport:
+        """A report as to_dict() stored it (in a diagnosis or an endpoint's last probe), of any
+        release: fields added since (the hidden-states mode, the chunked prefill, the engine,
+        vLLM's settings) take their off values, and a report without an engine is SGLang's. A
+        TypeError or KeyError for one that is not a report."""
+        if not isinstance(d, Mapping):
+            raise TypeError(f"the server report is {type(d).__name__}, not an object")
+        spec, vllm = d.get("speculative"), d.get("vllm")
+        return _from_stored(
+            cls,
+            d,
+            url=str(d["url"]),
+            speculative=None if spec is None else SpeculativeSettings.from_dict(spec),
+            vllm=None if vllm is None else VLLMSettings.from_dict(vllm),
+            server_info=dict(d.get("server_info") or {}),
+            model_info=dict(d.get("model_info") or {}),
+        )
 
     def require_speculative(self) -> SpeculativeSettings:
         """The speculative settings, or an EndpointError when the server runs without a draft."""

@@ -25,6 +25,7 @@ from eagle3dash import store as db
 from eagle3dash.diagnosis.options import DiagnoseOptions
 from eagle3dash.diagnosis.stages import plan_stages, target_depth
 from eagle3dash.diagnosis.stored import StoredDiagnosis, load_diagnosis
+from eagle3dash.engine import ServerReport
 from eagle3dash.errors import InputError
 from eagle3dash.findings import Finding
 from eagle3dash.layout import Tap
@@ -487,11 +488,13 @@ def test_a_real_server_gets_no_double_note(world, home) -> None:
     at = app("run", run=str(copy_run(home, real)))
     no_exception(at)
     assert "SGLang API double" not in texts(at)
-    zero = {"server_info": {"eagle3dash_double": True, "eagle3dash_double_delay_s": 0.0}}
+    url = diagnosis["server"]["url"]
+    zero = {"eagle3dash_double": True, "eagle3dash_double_delay_s": 0.0}
     assert "come from the double's tiny models computing on this machine (no modelled cost " in (
-        words.double_note(zero)
+        words.double_note(ServerReport.from_dict({"url": url, "server_info": zero}))
     )
-    assert words.double_note({"server_info": {"eagle3dash_double": True}}) == (
+    unsaid_cost = {"url": url, "server_info": {"eagle3dash_double": True}}
+    assert words.double_note(ServerReport.from_dict(unsaid_cost)) == (
         "This endpoint is eagle3dash's SGLang API double, a test and demo stand-in, not a serving "
         "engine: its tok/s and the speedup come from the double's modelled cost (each target "
         "forward takes at least a set delay and each draft step a tenth of it), not from measured "

@@ -17,6 +17,7 @@ def diagnosis(ids, digest="a" * 64, steps=4, num_prompts=8, delay=0.01) -> Store
             "checkpoint": {"aux_layer_ids": ids, "path": f"/d/{digest[:4]}", "format": "specforge"},
             "draft_identity": {"checkpoint_digest": digest},
             "server": {
+                "url": "http://127.0.0.1:30000",
                 "version": "0.5.23",
                 "speculative": {"algorithm": "EAGLE3", "num_steps": steps},
                 "server_info": {"eagle3dash_double": True, "eagle3dash_double_delay_s": delay},

@@ -8,10 +8,13 @@ import json
 from pathlib import Path
 
 from eagle3dash import store as db
+from eagle3dash.engine import ServerReport
 from eagle3dash.ui import tables, words
 
 STORED = Path(__file__).parent / "fixtures" / "stored"
+URL = "http://127.0.0.1:8690"
 VLLM_V2_ASSUMED = {
+    "url": URL,
     "engine": "vllm",
     "version": "0.33.0",
     "vllm": {"runner": "v2", "runner_said": False},
@@ -19,25 +22,31 @@ VLLM_V2_ASSUMED = {
 }
 
 
+def report(d: dict) -> ServerReport:
+    """A stored report, partial as hand-written, through the typed reader."""
+    return ServerReport.from_dict(d)
+
+
 def test_engine_words() -> None:
-    assert words.engine_words(VLLM_V2_ASSUMED) == "vLLM 0.33.0 (V2 runner, assumed)"
+    assert words.engine_words(report(VLLM_V2_ASSUMED)) == "vLLM 0.33.0 (V2 runner, assumed)"
     said = {**VLLM_V2_ASSUMED, "vllm": {"runner": "v1", "runner_said": True}}
-    assert words.engine_words(said) == "vLLM 0.33.0 (V1 runner)"
+    assert words.engine_words(report(said)) == "vLLM 0.33.0 (V1 runner)"
     # a report stored before engines were told apart is SGLang's
-    assert words.engine_words({"version": "0.5.23"}) == "SGLang 0.5.23"
+    assert words.engine_words(report({"url": URL, "version": "0.5.23"})) == "SGLang 0.5.23"
 
 
 def test_the_form_asks_only_what_the_server_does_not_say() -> None:
-    assert words.unsaid_by_server(VLLM_V2_ASSUMED) == (
+    assert words.unsaid_by_server(report(VLLM_V2_ASSUMED)) == (
         "This vLLM server does not say which draft it serves (check that your checkpoint is "
         "that draft): start it with VLLM_SERVER_DEV_MODE=1 to let /server_info tell."
     )
     older = {**VLLM_V2_ASSUMED, "speculative": {"draft_model_path": None, "num_steps": None}}
-    text = words.unsaid_by_server(older)
+    text = words.unsaid_by_server(report(older))
     assert text is not None and " or its draft steps (give num_speculative_tokens" in text
     told = {**VLLM_V2_ASSUMED, "speculative": {"draft_model_path": "/d", "num_steps": 3}}
-    assert words.unsaid_by_server(told) is None
-    assert words.unsaid_by_server({"engine": "sglang", "speculative": {}}) is None
+    assert words.unsaid_by_server(report(told)) is None
+    sglang = {"url": URL, "engine": "sglang", "speculative": {"algorithm": "EAGLE3"}}
+    assert words.unsaid_by_server(report(sglang)) is None
 
 
 def test_runs_column_compare_and_search(tmp_path) -> None:
@@ -58,7 +67,8 @@ def test_runs_column_compare_and_search(tmp_path) -> None:
     assert db.count_runs(store, search="VLLM") == 1
     stored = json.loads((STORED / "schema2.json").read_text())  # a whole run, hand-written
     a = {"status": "succeeded", "diagnosis": {**stored, "server": VLLM_V2_ASSUMED}}
-    b = {"status": "succeeded", "diagnosis": {**stored, "server": {"version": "0.5.23"}}}
+    older_report = {"url": URL, "version": "0.5.23"}
+    b = {"status": "succeeded", "diagnosis": {**stored, "server": older_report}}
     rows = tables.compare_frame(a, b)
     engine_row = rows[rows.iloc[:, 0] == "engine"].iloc[0].tolist()
     assert engine_row[1:3] == ["vLLM 0.33.0 (V2 runner, assumed)", "SGLang 0.5.23"]

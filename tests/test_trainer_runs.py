@@ -22,6 +22,7 @@ from eagle3dash.capture.dumps import read_speculators_dump
 from eagle3dash.capture.format import CaptureError
 from eagle3dash.checkpoint import CheckpointError, inspect, save
 from eagle3dash.checkpoint_problems import ProblemCode
+from eagle3dash.diagnosis.stored import load_checkpoint_report
 from eagle3dash.findings import Evidence, diagnose
 from eagle3dash.layout import Tap
 from eagle3dash.prediction import predict_layouts
@@ -162,7 +163,7 @@ def test_a_specforge_run_folder_gives_its_best_step_and_provenance(tmp_path) -> 
     assert m.accept_length == pytest.approx(2.2)  # 1 (bonus) + 1.2, SpecForge's 1.2 without it
     assert m.trainer_value == pytest.approx(1.2)
     assert m.sampled_per_position == pytest.approx([0.9, 0.45])  # 0.9, then 0.9 * 0.5
-    note = trainer_note({"provenance": card.to_dict()})
+    note = trainer_note(load_checkpoint_report({"provenance": card.to_dict()}))
     assert note is not None and "temperature 1): accept length 2.35" in note
 
 
@@ -436,10 +437,11 @@ def test_the_trainers_eval_joins_the_per_position_chart_converted(tmp_path) -> N
     spec = charts.per_position_chart(metrics).to_dict()
     values = {v["side"]: v for v in spec["datasets"][next(iter(spec["datasets"]))]}
     assert "trainer's own eval (converted)" in values
-    note = trainer_note(report)
+    assert diagnosis.checkpoint is not None and diagnosis.checkpoint.provenance is not None
+    note = trainer_note(diagnosis.checkpoint)
     assert note is not None and "accept length 2.10 with the bonus token" in note
     assert "full_acc_k" in note
-    rows = dict(card_frame(report["provenance"]).values.tolist())
+    rows = dict(card_frame(diagnosis.checkpoint.provenance).values.tolist())
     assert rows["Target"] == "meta-llama/Llama-3.1-8B-Instruct"
     assert rows["Capture layers"] == "2, 16, 29" and rows["Step / epoch"] == "— / 1"
 

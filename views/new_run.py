@@ -4,6 +4,7 @@ import streamlit as st
 
 from eagle3dash import store as db
 from eagle3dash.diagnosis.options import DiagnoseOptions
+from eagle3dash.diagnosis.stored import load_checkpoint_report
 from eagle3dash.errors import InputError
 from eagle3dash.submit import submit_diagnosis
 from eagle3dash.ui import inputs, newrun, probe_panel, reports, tables, widgets
@@ -68,7 +69,7 @@ elif source == PATH:
             draft_path = report.path
             st.success(f"{md_escape(report.spec.format)} draft at {md_escape(report.path)}")
             with st.expander("Inspect report", expanded=bool(report.problems)):
-                reports.checkpoint_report(report.to_json())
+                reports.checkpoint_report(load_checkpoint_report(report.to_json()))
 else:
     checkpoint_id = inputs.upload_checkpoint(key="ckpt_upload")
     if checkpoint_id is not None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -34,13 +35,16 @@ from eagle3dash.diagnosis.result import (
     NotChecked,
     verdict_status,
 )
+from eagle3dash.engine import ServerReport
 from eagle3dash.errors import InputError
 from eagle3dash.evidence_levels import checked, source_level, weaker
 from eagle3dash.findings import Finding
 from eagle3dash.identity import DraftIdentity
 from eagle3dash.layout import Layout, LayoutResult, Tap, layout_from_json, parse_layout
 from eagle3dash.profile import Profile
+from eagle3dash.provenance import Provenance, TrainingMetrics
 from eagle3dash.servebench import BenchResult, RequestStat
+from eagle3dash.spec import DraftSpec
 
 Json = Mapping[str, Any]  # one stored JSON object, as json.loads returns it
 _T = TypeVar("_T")
@@ -459,6 +463,70 @@ class Speedup:
     warnings: list[str] = field(default_factory=list)
 
 
+def _ids(value: Any, name: str) -> tuple[int, ...] | None:
+    """Stored layer ids (a JSON list of ints) as a tuple; a TypeError naming `name` else."""
+    if value is None:
+        return None
+    if not isinstance(value, list | tuple) or not all(isinstance(i, int) for i in value):
+        raise TypeError(f"{name} is {json.dumps(value)}, not a list of layer ids")
+    return tuple(value)
+
+
+def _provenance(d: Json | None) -> Provenance | None:
+    """A run folder's provenance card (Provenance.to_dict())."""
+    if not d:
+        return None
+    metrics = d.get("metrics")
+    card = _build(Provenance, d)
+    card.metrics = None if not metrics else _build(TrainingMetrics, metrics)
+    card.capture_layers = _ids(d.get("capture_layers"), "capture_layers") or None
+    card.notes = list(d.get("notes") or [])
+    return card
+
+
+@dataclass(frozen=True)
+class StoredCheckpoint:
+    """A checkpoint's inspect report as stored (checkpoint.InspectReport.to_json(), in a
+    diagnosis or a registered checkpoint's row), typed; `document` is the report as stored
+    (shown whole, and compared key by key)."""
+
+    spec: DraftSpec
+    path: str | None
+    files: list[str]
+    param_count: int | None
+    problems: list[str]  # CheckpointProblem.text of each
+    provenance: Provenance | None
+    document: dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def from_dict(cls, d: Json) -> StoredCheckpoint:
+        """From InspectReport.to_json() of any release: a spec field it did not store takes
+        DraftSpec's default (None where it has none)."""
+        if not isinstance(d, Mapping):
+            raise TypeError(f"the checkpoint report is {type(d).__name__}, not an object")
+        other = d.get("other_id_keys") or []
+        spec = _build(
+            DraftSpec,
+            {
+                **d,
+                "aux_layer_ids": _ids(d.get("aux_layer_ids"), "aux_layer_ids"),
+                "dual_top_level_ids": _ids(d.get("dual_top_level_ids"), "dual_top_level_ids"),
+                "other_id_keys": tuple((str(k), _ids(ids, str(k)) or ()) for k, ids in other),
+                "architectures": tuple(d.get("architectures") or ()),
+            },
+        )
+        count = d.get("param_count")
+        return cls(
+            spec=spec,
+            path=d.get("path"),
+            files=list(d.get("files") or []),
+            param_count=None if count is None else int(count),
+            problems=[str(p) for p in d.get("problems") or []],
+            provenance=_provenance(d.get("provenance")),
+            document=dict(d),
+        )
+
+
 @dataclass(frozen=True)
 class StoredDiagnosis:
     """A stored diagnosis, typed; `document` is the upgraded JSON (what the export writes)."""
@@ -483,8 +551,8 @@ class StoredDiagnosis:
     speedup: Speedup | None
     predicted_training: LayoutResult | None  # what the config predicts
     predicted_serving: LayoutResult | None  # what SGLang's rules predict
-    checkpoint: Json  # checkpoint.InspectReport.to_json(), shown as stored
-    server: Json  # sglang.ServerReport.to_dict(), shown as stored
+    checkpoint: StoredCheckpoint | None  # the draft's inspect report, None if not stored
+    server: ServerReport | None  # the probe's report (engine.ServerReport), None if not stored
     options: DiagnoseOptions  # what the run was started with
     document: dict[str, Any] = field(repr=False, compare=False)
 
@@ -493,8 +561,26 @@ class StoredDiagnosis:
         return {"training": self.training, "serving": self.serving}[name]
 
 
-class StoredDiagnosisError(InputError):
+class StoredRecordError(InputError):
+    """A stored document (a run's diagnosis, an endpoint's last probe) that cannot be read: cut
+    short, or not written by eagle3dash. The message is one line."""
+
+
+class StoredDiagnosisError(StoredRecordError):
     """A stored diagnosis that cannot be read: cut short, or not written by eagle3dash."""
+
+
+def unreadable(what: str, again: str, e: Exception) -> str:
+    """The one-line message for a stored document a reader could not read: what, why, what to
+    do."""
+    problem = f"no {e}" if isinstance(e, KeyError) else str(e)
+    return (
+        f"{what} cannot be read ({problem}): it was cut short or written by another program; "
+        f"{again}"
+    )
+
+
+READ_ERRORS = (KeyError, TypeError, ValueError, AttributeError)  # what a malformed one raises
 
 
 def load_diagnosis(raw: Json) -> StoredDiagnosis:
@@ -502,12 +588,29 @@ def load_diagnosis(raw: Json) -> StoredDiagnosis:
     (one line) for a document it cannot read."""
     try:
         return _load(raw)
-    except (KeyError, TypeError, ValueError, AttributeError) as e:
-        problem = f"no {e}" if isinstance(e, KeyError) else str(e)
-        raise StoredDiagnosisError(
-            f"this run's stored diagnosis cannot be read ({problem}): it was cut short or "
-            "written by another program; run the diagnosis again"
-        ) from e
+    except READ_ERRORS as e:
+        message = unreadable("this run's stored diagnosis", "run the diagnosis again", e)
+        raise StoredDiagnosisError(message) from e
+
+
+def load_checkpoint_report(raw: Json) -> StoredCheckpoint:
+    """A registered checkpoint's stored inspect report (store.register_checkpoint), typed;
+    StoredRecordError (one line) for one it cannot read."""
+    try:
+        return StoredCheckpoint.from_dict(raw)
+    except READ_ERRORS as e:
+        message = unreadable("the checkpoint's stored report", "register it again", e)
+        raise StoredRecordError(message) from e
+
+
+def load_server_report(raw: Json) -> ServerReport:
+    """An endpoint's last probe as the store keeps it (store.record_probe: ServerReport.to_dict()
+    of any release), typed; StoredRecordError (one line) for one it cannot read."""
+    try:
+        return ServerReport.from_dict(raw)
+    except READ_ERRORS as e:
+        message = unreadable("the endpoint's stored probe", "probe the endpoint again", e)
+        raise StoredRecordError(message) from e
 
 
 def _load(raw: Json) -> StoredDiagnosis:
@@ -536,8 +639,8 @@ def _load(raw: Json) -> StoredDiagnosis:
         speedup=None if not d.get("speedup") else _build(Speedup, d["speedup"]),
         predicted_training=_layout_result(prediction.get("training")),
         predicted_serving=_layout_result(prediction.get("serving")),
-        checkpoint=d.get("checkpoint") or {},
-        server=d.get("server") or {},
+        checkpoint=None if not d.get("checkpoint") else StoredCheckpoint.from_dict(d["checkpoint"]),
+        server=None if not d.get("server") else ServerReport.from_dict(d["server"]),
         options=DiagnoseOptions.from_json(d["options"]),
         document=d,
     )

@@ -60,6 +60,11 @@ def _rows(what: str, a: Mapping[str, Any], b: Mapping[str, Any], keys) -> list[d
     ]
 
 
+def _settings(settings: object | None, names: tuple[str, ...]) -> dict[str, Any]:
+    """The named fields of a typed report (None where it has none) for `_rows`."""
+    return {name: getattr(settings, name, None) for name in names}
+
+
 def _digest(diagnosis: StoredDiagnosis) -> str | None:
     return None if diagnosis.identity is None else diagnosis.identity.checkpoint_digest
 
@@ -69,7 +74,7 @@ def differences(a: StoredDiagnosis, b: StoredDiagnosis) -> list[dict]:
     config, draft weights, server, prompts and options), the setting, run A's value and run
     B's (the checkpoint report, server report and options compared key by key, as stored)."""
     rows = []
-    config_a, config_b = a.checkpoint, b.checkpoint
+    config_a, config_b = (d.checkpoint.document if d.checkpoint else {} for d in (a, b))
     config_keys = sorted((config_a.keys() | config_b.keys()) - set(CONFIG_SKIPPED))
     rows += _rows("draft config", config_a, config_b, config_keys)
     digest_a, digest_b = _digest(a), _digest(b)
@@ -83,17 +88,23 @@ def differences(a: StoredDiagnosis, b: StoredDiagnosis) -> list[dict]:
             }
         )
     server_a, server_b = a.server, b.server
-    rows += _rows("server", server_a, server_b, SERVER_KEYS)
+    rows += _rows(
+        "server",
+        _settings(server_a, SERVER_KEYS),
+        _settings(server_b, SERVER_KEYS),
+        SERVER_KEYS,
+    )
+    spec_a, spec_b = (None if s is None else s.speculative for s in (server_a, server_b))
     rows += _rows(
         "server (speculative)",
-        server_a.get("speculative") or {},
-        server_b.get("speculative") or {},
+        _settings(spec_a, SPECULATIVE_KEYS),
+        _settings(spec_b, SPECULATIVE_KEYS),
         SPECULATIVE_KEYS,
     )
     rows += _rows(
         "server (modelled cost)",
-        server_a.get("server_info") or {},
-        server_b.get("server_info") or {},
+        {} if server_a is None else server_a.server_info,
+        {} if server_b is None else server_b.server_info,
         MODELLED_COST_KEYS,
     )
     options_a, options_b = a.options.to_json(), b.options.to_json()  # as a user typed them
@@ -103,7 +114,7 @@ def differences(a: StoredDiagnosis, b: StoredDiagnosis) -> list[dict]:
 
 def ids_change(a: StoredDiagnosis, b: StoredDiagnosis) -> str | None:
     """'[0, 1, 2] → [-1, 0, 1]' when the drafts' aux layer ids differ, else None."""
-    ids_a, ids_b = a.checkpoint.get("aux_layer_ids"), b.checkpoint.get("aux_layer_ids")
+    ids_a, ids_b = (d.checkpoint.spec.aux_layer_ids if d.checkpoint else None for d in (a, b))
     if ids_a == ids_b:
         return None
     return f"{_shown(ids_a)} → {_shown(ids_b)}"

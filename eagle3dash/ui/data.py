@@ -9,17 +9,19 @@ from collections.abc import Mapping
 from typing import Any
 
 from eagle3dash import store as db
-from eagle3dash.diagnosis.stored import StoredDiagnosis
+from eagle3dash.diagnosis.stored import StoredDiagnosis, load_server_report
+from eagle3dash.engine import ServerReport
 
 
 def server_report_of(
     store: db.Store, run: Mapping[str, Any], diagnosis: StoredDiagnosis | None
-) -> dict | None:
+) -> ServerReport | None:
     """The run's server settings: the diagnosis's, else the endpoint's last probe."""
-    if diagnosis is not None and diagnosis.server:
-        return dict(diagnosis.server)
+    if diagnosis is not None and diagnosis.server is not None:
+        return diagnosis.server
     url = run.get("endpoint_url")
     if not url:
         return None
     row = db.get_endpoint(store, url)
-    return None if row is None else row.get("last_probe")
+    probe = None if row is None else row.get("last_probe")
+    return None if not probe else load_server_report(probe)

@@ -18,7 +18,7 @@ from pathlib import Path
 import streamlit as st
 
 from eagle3dash import store as db
-from eagle3dash.diagnosis.stored import StoredDiagnosisError
+from eagle3dash.diagnosis.stored import StoredRecordError
 from eagle3dash.errors import InputError
 from eagle3dash.store_faults import classify
 from eagle3dash.ui.fmt import md_escape
@@ -81,7 +81,7 @@ def store_faults_shown() -> Iterator[None]:
     error box naming the file and what to do, instead of an exception."""
     try:
         yield
-    except StoredDiagnosisError as e:  # a run's stored document, not the database, is broken
+    except StoredRecordError as e:  # a stored document, not the database, is broken
         st.error(md_escape(str(e)), icon="🚫")
     except (sqlite3.Error, OSError) as e:
         fault = classify(e, home_dir() / db.DB_NAME)

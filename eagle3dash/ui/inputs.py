@@ -10,6 +10,7 @@ from typing import Any
 import streamlit as st
 
 from eagle3dash.diagnosis.options import SCHEMA, Kind
+from eagle3dash.diagnosis.stored import load_checkpoint_report
 from eagle3dash.errors import InputError
 from eagle3dash.ui.fmt import md_escape
 from eagle3dash.ui.home import get_store
@@ -105,5 +106,6 @@ def upload_checkpoint(key: str = "upload") -> int | None:
             f"Registered {name}, stored as {md_escape((row['sha256'] or '')[:12])}", icon="📦"
         )
     with st.expander("Inspect report", expanded=True):
-        checkpoint_report(row.get("report"))
+        report = row.get("report")
+        checkpoint_report(None if not report else load_checkpoint_report(report))
     return int(row["id"])

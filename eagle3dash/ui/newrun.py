@@ -244,7 +244,7 @@ def follow_server_steps(found: Probe | None) -> None:
 
 def ask_what_the_server_does_not_say(found: Probe | None) -> None:
     """On a vLLM server with dev endpoints off: the draft and steps the form must ask for."""
-    text = words.unsaid_by_server(found.server.to_dict()) if found is not None else None
+    text = words.unsaid_by_server(found.server) if found is not None else None
     if text is not None:
         st.info(md_escape(text), icon="💬")
 

@@ -55,5 +55,5 @@ def probe_panel(
         st.markdown(f"**{md_escape(findings_title)}**")
         findings_list(value.findings)
     with st.expander("Server settings"):
-        server_settings(server.to_dict())
+        server_settings(server)
     return value

@@ -7,37 +7,38 @@ from typing import Any
 
 import streamlit as st
 
+from eagle3dash.diagnosis.stored import StoredCheckpoint, load_checkpoint_report
+from eagle3dash.engine import ServerReport
 from eagle3dash.errors import InputError
 from eagle3dash.ui import provenance, tables
 from eagle3dash.ui.fmt import md_escape, rows_height
 from eagle3dash.ui.widgets import show_error
 
 
-def checkpoint_report(report: Mapping[str, Any] | None) -> None:
+def checkpoint_report(report: StoredCheckpoint | None) -> None:
     """An inspect report: main fields, problems, and the whole report as JSON."""
-    if not report:
+    if report is None:
         st.info("No checkpoint report.")
         return
     summary = tables.checkpoint_summary(report)
     st.dataframe(summary, hide_index=True, width="stretch", height=rows_height(len(summary)))
     provenance_card(report)
-    problems = report.get("problems") or []
-    for p in problems:
+    for p in report.problems:
         st.warning(md_escape(p), icon="⚠️")
-    if not problems:
+    if not report.problems:
         st.caption("No problems found in the checkpoint.")
     with st.expander("Full report (JSON)"):
-        st.json(dict(report), expanded=False)
+        st.json(report.document, expanded=False)
 
 
-def provenance_card(report: Mapping[str, Any] | None) -> None:
+def provenance_card(report: StoredCheckpoint | None) -> None:
     """The run folder's provenance card, when the checkpoint came from one."""
     card = provenance.card_of(report)
-    if not card:
+    if card is None:
         return
     st.subheader("Provenance (the trainer's run folder)")
     st.dataframe(provenance.card_frame(card), hide_index=True, width="stretch")
-    for line in [provenance.trainer_note(report), *(card.get("notes") or [])]:
+    for line in [provenance.trainer_note(report), *card.notes]:
         if line:
             st.caption("ℹ️ " + md_escape(line))
 
@@ -47,24 +48,24 @@ def registered_checkpoint_report(row: Mapping[str, Any] | None) -> None:
     if row is None:
         st.info("No such checkpoint.")
         return
-    report = row.get("report")
-    if report is None and not row.get("removed"):
+    raw = row.get("report")
+    if raw is None and not row.get("removed"):
         from eagle3dash.checkpoint import inspect
 
         try:
-            report = inspect(row["path"]).to_json()
+            raw = inspect(row["path"]).to_json()
         except InputError as e:
             show_error(e)
             return
-    checkpoint_report(report)
+    checkpoint_report(None if not raw else load_checkpoint_report(raw))
 
 
-def server_settings(server: Mapping[str, Any] | None) -> None:
+def server_settings(server: ServerReport | None) -> None:
     """A probe's server settings, and the raw server_info."""
-    if not server:
+    if server is None:
         st.info("No server report.")
         return
     summary = tables.server_summary(server)
     st.dataframe(summary, hide_index=True, width="stretch", height=rows_height(len(summary)))
     with st.expander("Raw server_info (JSON)"):
-        st.json(server.get("server_info") or {}, expanded=False)
+        st.json(server.server_info, expanded=False)

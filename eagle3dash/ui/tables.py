@@ -16,11 +16,13 @@ from typing import Any
 import pandas as pd
 
 from eagle3dash.diagnosis.stored import (
+    StoredCheckpoint,
     StoredDetection,
     StoredDiagnosis,
     StoredSide,
     load_diagnosis,
 )
+from eagle3dash.engine import ServerReport
 from eagle3dash.layout import Tap, bracketed, describe_tap, format_layout
 from eagle3dash.ui.fmt import (
     DASH,
@@ -323,75 +325,68 @@ def _pair(a: Any, b: Any) -> str:
     return f"{DASH if a is None else a} / {DASH if b is None else b}"
 
 
-def checkpoint_summary(report: Mapping[str, Any] | None) -> pd.DataFrame:
+def checkpoint_summary(report: StoredCheckpoint | None) -> pd.DataFrame:
     """The inspect report's main fields as (field, value) text rows."""
-    if not report:
+    if report is None:
         return pd.DataFrame(columns=["field", "value"])
-    r = report
-    ids = r.get("aux_layer_ids")
+    r, count = report.spec, report.param_count
+    ids = r.aux_layer_ids
     rows = [
-        ("format", r.get("format")),
-        ("path", r.get("path")),
-        ("weight files", ", ".join(r.get("files") or []) or DASH),
-        ("hidden (draft / target)", _pair(r.get("hidden_size"), r.get("target_hidden_size"))),
-        ("layers", r.get("num_layers")),
-        (
-            "heads / kv heads / head dim",
-            f"{r.get('num_heads')} / {r.get('num_kv_heads')} / {r.get('head_dim')}",
-        ),
-        ("intermediate", r.get("intermediate_size")),
-        ("vocab (target / draft)", _pair(r.get("vocab_size"), r.get("draft_vocab_size"))),
-        ("aux slots (fc input)", r.get("num_aux")),
-        (
-            "aux layer ids",
-            f"{list(ids) if ids is not None else 'none'} ({r.get('aux_ids_location')})",
-        ),
-        ("norm_before_residual", r.get("norm_before_residual")),
-        ("norm_before_fc / fc_norm", _pair(r.get("norm_before_fc"), r.get("fc_norm"))),
-        ("d2t / t2d", _pair(r.get("has_d2t"), r.get("has_t2d"))),
-        ("embed_tokens / lm_head", _pair(r.get("has_embed"), r.get("has_lm_head"))),
-        ("dtype", r.get("dtype")),
-        ("parameters", f"{int(r['param_count']):,}" if r.get("param_count") is not None else DASH),
+        ("format", r.format),
+        ("path", report.path),
+        ("weight files", ", ".join(report.files) or DASH),
+        ("hidden (draft / target)", _pair(r.hidden_size, r.target_hidden_size)),
+        ("layers", r.num_layers),
+        ("heads / kv heads / head dim", f"{r.num_heads} / {r.num_kv_heads} / {r.head_dim}"),
+        ("intermediate", r.intermediate_size),
+        ("vocab (target / draft)", _pair(r.vocab_size, r.draft_vocab_size)),
+        ("aux slots (fc input)", r.num_aux),
+        ("aux layer ids", f"{list(ids) if ids is not None else 'none'} ({r.aux_ids_location})"),
+        ("norm_before_residual", r.norm_before_residual),
+        ("norm_before_fc / fc_norm", _pair(r.norm_before_fc, r.fc_norm)),
+        ("d2t / t2d", _pair(r.has_d2t, r.has_t2d)),
+        ("embed_tokens / lm_head", _pair(r.has_embed, r.has_lm_head)),
+        ("dtype", r.dtype),
+        ("parameters", f"{count:,}" if count is not None else DASH),
     ]
     return pd.DataFrame(
         [(k, DASH if v is None else str(v)) for k, v in rows], columns=["field", "value"]
     )
 
 
-def server_summary(server: Mapping[str, Any] | None) -> pd.DataFrame:
-    """A probe's ServerReport dict as (setting, value) text rows, speculative settings included."""
-    if not server:
+def server_summary(server: ServerReport | None) -> pd.DataFrame:
+    """A probe's ServerReport as (setting, value) text rows, speculative settings included."""
+    if server is None:
         return pd.DataFrame(columns=["setting", "value"])
-    s = server
-    spec = s.get("speculative") or {}
+    s, spec = server, server.speculative
     rows: list[tuple[str, Any]] = [
-        ("url", s.get("url")),
-        ("SGLang version", s.get("version")),
-        ("model", s.get("model_path")),
-        ("served model name", s.get("served_model_name")),
-        ("architectures", ", ".join(s.get("architectures") or []) or None),
-        ("tp size", s.get("tp_size")),
-        ("dtype", s.get("dtype")),
-        ("quantization", s.get("quantization")),
-        ("attention backend", s.get("attention_backend")),
-        ("device", s.get("device")),
-        ("speculative algorithm", spec.get("algorithm") if spec else "none"),
+        ("url", s.url),
+        ("SGLang version", s.version),
+        ("model", s.model_path),
+        ("served model name", s.served_model_name),
+        ("architectures", ", ".join(s.architectures or []) or None),
+        ("tp size", s.tp_size),
+        ("dtype", s.dtype),
+        ("quantization", s.quantization),
+        ("attention backend", s.attention_backend),
+        ("device", s.device),
+        ("speculative algorithm", spec.algorithm if spec else "none"),
     ]
     if spec:
         rows += [
-            ("draft model path", spec.get("draft_model_path")),
-            ("draft steps (num_steps)", spec.get("num_steps")),
-            ("eagle_topk", spec.get("eagle_topk")),
-            ("num_draft_tokens", spec.get("num_draft_tokens")),
-            ("draft quantization", spec.get("draft_quantization")),
+            ("draft model path", spec.draft_model_path),
+            ("draft steps (num_steps)", spec.num_steps),
+            ("eagle_topk", spec.eagle_topk),
+            ("num_draft_tokens", spec.num_draft_tokens),
+            ("draft quantization", spec.draft_quantization),
         ]
     rows += [
-        ("--enable-return-hidden-states", s.get("enable_return_hidden_states")),
-        ("aux hidden state layer ids", s.get("return_aux_hidden_state_layer_ids")),
-        ("CUDA graph disabled", s.get("disable_cuda_graph")),
-        ("radix cache disabled", s.get("disable_radix_cache")),
-        ("server's avg accept length (since start)", s.get("avg_spec_accept_length")),
-        ("healthy", s.get("healthy")),
+        ("--enable-return-hidden-states", s.enable_return_hidden_states),
+        ("aux hidden state layer ids", s.return_aux_hidden_state_layer_ids),
+        ("CUDA graph disabled", s.disable_cuda_graph),
+        ("radix cache disabled", s.disable_radix_cache),
+        ("server's avg accept length (since start)", s.avg_spec_accept_length),
+        ("healthy", s.healthy),
     ]
     return pd.DataFrame(
         [(k, DASH if v is None else str(v)) for k, v in rows], columns=["setting", "value"]

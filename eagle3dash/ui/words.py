@@ -15,6 +15,7 @@ from typing import Any
 from eagle3dash.diagnosis.options import SCHEMA
 from eagle3dash.diagnosis.result import NotChecked
 from eagle3dash.diagnosis.stored import StoredDiagnosis, StoredVerdict, load_verdict
+from eagle3dash.engine import VLLM, ServerReport
 from eagle3dash.findings import Finding
 from eagle3dash.identity import DraftIdentity
 from eagle3dash.layout import Layout, describe_layout
@@ -257,10 +258,14 @@ SLOT_MATCH_CAPTION = (
 )
 
 
-def double_note(server: Mapping[str, Any] | None) -> str | None:
+def double_note(server: ServerReport | None) -> str | None:
     """Where the tok/s and speedup come from when the endpoint is eagle3dash's SGLang API double
     (its server_info says so); None for any other server."""
-    info = (server or {}).get("server_info") or {}
+    return None if server is None else _double_note_of(server.server_info)
+
+
+def _double_note_of(info: Mapping[str, Any]) -> str | None:
+    """double_note from the server's raw server_info (the double's own keys)."""
     if not info.get("eagle3dash_double"):
         return None
     delay = info.get("eagle3dash_double_delay_s")
@@ -294,7 +299,7 @@ def runs_double_note(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     states it)."""
     by_note: dict[str, list[int]] = {}
     for row in rows:
-        note = double_note({"server_info": row.get("server_info")})
+        note = _double_note_of(row.get("server_info") or {})
         if note is not None:
             by_note.setdefault(note, []).append(int(row["id"]))
     return [
@@ -365,30 +370,30 @@ def _steps(n: int) -> str:
     return f"{n} draft step" + ("" if n == 1 else "s")
 
 
-def engine_words(server: Mapping[str, Any] | None) -> str:
-    """The serving engine of a stored server report: 'SGLang 0.5.23', 'vLLM 0.33.0 (V2
-    runner)'; reports stored before engines were told apart are SGLang's."""
-    if not server:
+def engine_words(server: ServerReport | None) -> str:
+    """The serving engine of a server report: 'SGLang 0.5.23', 'vLLM 0.33.0 (V2 runner)';
+    reports stored before engines were told apart are SGLang's (ServerReport.from_dict)."""
+    if server is None:
         return "unknown engine"
-    version = server.get("version") or "(version unknown)"
-    if server.get("engine") == "vllm":
-        settings = server.get("vllm") or {}
-        runner = str(settings.get("runner") or "v2").upper()
-        said = "" if settings.get("runner_said") else ", assumed"
+    version = server.version or "(version unknown)"
+    if server.engine == VLLM:
+        settings = server.vllm
+        runner = ((settings.runner if settings else None) or "v2").upper()
+        said = "" if settings is not None and settings.runner_said else ", assumed"
         return f"vLLM {version} ({runner} runner{said})"
     return f"SGLang {version}"
 
 
-def unsaid_by_server(server: Mapping[str, Any] | None) -> str | None:
+def unsaid_by_server(server: ServerReport | None) -> str | None:
     """What the New-run form must ask because a vLLM server does not say it (dev endpoints
     off: no /server_info), else None."""
-    if not server or server.get("engine") != "vllm" or not server.get("speculative"):
+    if server is None or server.engine != VLLM or server.speculative is None:
         return None
-    speculative = server["speculative"]
+    speculative = server.speculative
     missing = []
-    if not speculative.get("draft_model_path"):
+    if not speculative.draft_model_path:
         missing.append("which draft it serves (check that your checkpoint is that draft)")
-    if not speculative.get("num_steps"):
+    if not speculative.num_steps:
         missing.append(
             "its draft steps (give num_speculative_tokens of its --speculative-config as "
             "'Draft steps evaluated')"
