@@ -663,6 +663,7 @@ def _serving_capture(
     the worker: its serving capture is the sweep's one capture; the folder."""
     from eagle3dash import jobs
     from eagle3dash import store as db
+    from eagle3dash.diagnosis.stored_run import read_run
     from eagle3dash.submit import submit_diagnosis
 
     if not args.endpoint:
@@ -677,10 +678,11 @@ def _serving_capture(
         jobs.wait_for_job(store, job["id"], timeout=args.timeout)
     capture = db.capture_dir(store.home, run_id)
     if not capture.is_dir():
-        run = db.get_run(store, run_id) or {}
+        run = read_run(store, run_id)
+        status, error = (None, None) if run is None else (run.status, run.error)
         raise InputError(
-            f"run #{run_id} saved no serving capture ({run.get('status')}: "
-            f"{one_line(str(run.get('error') or 'the server fed no states'))}); see its page"
+            f"run #{run_id} saved no serving capture ({status}: "
+            f"{one_line(error or 'the server fed no states')}); see its page"
         )
     return str(capture)
 

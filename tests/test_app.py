@@ -24,6 +24,7 @@ from eagle3dash import jobs as jobq
 from eagle3dash import store as db
 from eagle3dash.checkpoint import save
 from eagle3dash.diagnosis.stored import load_diagnosis
+from eagle3dash.diagnosis.stored_run import StoredRun, run_from_row
 from eagle3dash.layout import Layout, Tap
 from eagle3dash.submit import submit_diagnosis
 from eagle3dash.testing.tensors import random_tensors
@@ -433,7 +434,7 @@ def test_the_run_tables_charts_and_exports_as_plain_functions(world) -> None:
     ]
     assert spec["layer"][1]["encoding"]["x"]["scale"] == {"domain": [0, 4]}
     # Exports: the stored diagnosis with the run row; the CSV of its numbers.
-    exported = json.loads(tables.run_export(run, diagnosis))
+    exported = json.loads(tables.run_export(run_from_row(run), diagnosis))
     assert exported["run"]["id"] == run_id and "diagnosis_json" not in exported["run"]
     assert exported["run"]["worst_severity"] == "critical"
     assert exported["diagnosis"] == json.loads(json.dumps(run["diagnosis"]))  # current schema
@@ -613,24 +614,29 @@ def test_a_queued_run_waits_for_a_worker_and_cancels_at_once(home) -> None:
     assert not at.error  # a cancel is not an error
 
 
+def run_row(**row) -> StoredRun:
+    """A run as the store lists it, with only `row`'s columns set (the rest as a fresh run)."""
+    return run_from_row({"id": 1, **row})
+
+
 def test_progress_view_logic() -> None:
-    run = {"status": "running", "error": None}
+    run = run_row(status="running")
     job = {"id": 1, "status": "running", "progress": 0.25, "message": "capturing"}
     view = progress_view(run, [job])
     assert view.active and view.poll_every == 2.0 and view.percent == 25
     assert view.message == "capturing" and not view.waiting_for_worker
-    queued = progress_view({"status": "queued"}, [{**job, "status": "queued", "progress": 0}])
+    queued = progress_view(run_row(status="queued"), [{**job, "status": "queued", "progress": 0}])
     assert queued.active and queued.waiting_for_worker and queued.status == "queued"
     # A job that died while the run row still says running: the job wins, polling stops.
     dead = {**job, "status": "failed", "error": "abandoned: no heartbeat"}
     view = progress_view(run, [dead])
     assert not view.active and view.poll_every is None
     assert view.status == "failed" and "heartbeat" in view.error
-    done = progress_view({"status": "succeeded", "error": None}, [{**job, "status": "succeeded"}])
+    done = progress_view(run_row(status="succeeded"), [{**job, "status": "succeeded"}])
     assert done.status == "succeeded" and done.percent == 100 and done.error is None
     cancelling = progress_view(run, [{**job, "cancel_requested": True}])
     assert cancelling.cancelling and cancelling.active
-    none = progress_view({"status": "queued"}, [])
+    none = progress_view(run_row(status="queued"), [])
     assert none.status == "queued" and not none.active and none.job_id is None
 
 

@@ -25,6 +25,7 @@ from eagle3dash import store as db
 from eagle3dash.diagnosis.options import DiagnoseOptions
 from eagle3dash.diagnosis.stages import plan_stages, target_depth
 from eagle3dash.diagnosis.stored import StoredDiagnosis, load_diagnosis
+from eagle3dash.diagnosis.stored_run import StoredRun, run_from_row
 from eagle3dash.engine import ServerReport
 from eagle3dash.errors import InputError
 from eagle3dash.findings import Finding
@@ -195,11 +196,16 @@ def test_the_header_says_what_the_job_does_not_the_stale_run_row(home) -> None:
     assert "queued" not in texts(at, "markdown")
 
 
+def run_row(row: dict) -> StoredRun:
+    """A run as the store lists it, with only `row`'s columns set (the rest as a fresh run)."""
+    return run_from_row({"id": 1, **row})
+
+
 def test_the_progress_panel_reloads_the_page_when_the_status_changes() -> None:
-    run = {"status": "queued"}
+    run = run_row({"status": "queued"})
     queued = progress_view(run, [{"id": 1, "status": "queued", "progress": 0.0}])
     running = progress_view(run, [{"id": 1, "status": "running", "progress": 0.1}])
-    done = progress_view({"status": "succeeded"}, [{"id": 1, "status": "succeeded"}])
+    done = progress_view(run_row({"status": "succeeded"}), [{"id": 1, "status": "succeeded"}])
     assert not queued.outdated("queued")  # nothing changed: keep polling the panel only
     assert running.outdated("queued")  # queued -> running: the header is redrawn
     assert not running.outdated("running")
@@ -248,7 +254,9 @@ def test_the_estimate_waits_for_progress_and_time() -> None:
 
     def view(fraction: float, seconds: float):
         later = start + timedelta(seconds=seconds)
-        return progress_view({"status": "running"}, [{**job, "progress": fraction}], now=later)
+        return progress_view(
+            run_row({"status": "running"}), [{**job, "progress": fraction}], now=later
+        )
 
     assert view(0.25, 60).remaining_s == pytest.approx(180.0)
     assert view(0.25, 60).timing == (
@@ -256,7 +264,9 @@ def test_the_estimate_waits_for_progress_and_time() -> None:
     )
     assert view(0.01, 60).timing == "1 min 00 s elapsed"  # too little progress to extrapolate
     assert view(0.5, 2).remaining_s is None  # too early
-    queued = progress_view({"status": "queued"}, [{**job, "status": "queued", "progress": 0}])
+    queued = progress_view(
+        run_row({"status": "queued"}), [{**job, "status": "queued", "progress": 0}]
+    )
     assert queued.elapsed_s is None and queued.timing is None
     assert [duration(s) for s in (0.4, 42, 185, 3725)] == [
         "0 s",
@@ -335,27 +345,30 @@ def test_a_runs_verdict_in_words() -> None:
     cause = {"root_cause": {**shifted, "evidence": "", "fix": ""}, "problems_found": True}
     warned = {"root_cause": None, "problems_found": True, "not_checked": []}
     clean = {"root_cause": None, "problems_found": False, "not_checked": ["speedup"]}
-    assert words.run_verdict({"verdict": cause}) == "🛑 It is shifted."
+    assert words.run_verdict(run_row({"verdict": cause})) == "🛑 It is shifted."
     odd = {"worst_finding_title": "Odd.", "worst_severity": "warning"}
-    assert words.run_verdict({"verdict": warned, **odd}) == "⚠️ Odd."
+    assert words.run_verdict(run_row({"verdict": warned, **odd})) == "⚠️ Odd."
     # Stored before statuses (schema 1), whose problems_found counted info notes too: a run
     # whose worst finding is an info note reads healthy, as its Run page says.
     note = {"worst_finding_title": "Weak novel.", "worst_severity": "info"}
-    assert words.run_verdict({"verdict": warned, **note}) == (
+    assert words.run_verdict(run_row({"verdict": warned, **note})) == (
         "✅ healthy: every check ran and found nothing at warning or worse"
     )
     # Nothing found but something not checked: incomplete, never a green light.
-    assert words.run_verdict({"verdict": clean}) == (
+    assert words.run_verdict(run_row({"verdict": clean})) == (
         "➖ no critical problem in what was checked (not checked: speedup)"
     )
     # An info note is never the verdict: a healthy run reads healthy.
     healthy = {"root_cause": None, "problems_found": False, "not_checked": [], "status": "healthy"}
-    assert words.run_verdict({"verdict": healthy, "worst_finding_title": "Weak novel."}) == (
-        "✅ healthy: every check ran and found nothing at warning or worse"
+    assert words.run_verdict(
+        run_row({"verdict": healthy, "worst_finding_title": "Weak novel."})
+    ) == ("✅ healthy: every check ran and found nothing at warning or worse")
+    assert (
+        words.run_verdict(run_row({"status": "failed", "error": "boom\ntraceback"}))
+        == "failed: boom"
     )
-    assert words.run_verdict({"status": "failed", "error": "boom\ntraceback"}) == "failed: boom"
-    assert words.run_verdict({"status": "cancelled"}) == "cancelled"
-    assert words.run_verdict({"status": "running"}) == "—"
+    assert words.run_verdict(run_row({"status": "cancelled"})) == "cancelled"
+    assert words.run_verdict(run_row({"status": "running"})) == "—"
 
 
 def test_compare_shows_the_speedup_above_the_table_and_keeps_the_match_column(world_home) -> None:

@@ -4,6 +4,7 @@ ids before -> after, the baseline that measured differently, the modelled-cost c
 from __future__ import annotations
 
 from eagle3dash.diagnosis.stored import StoredDiagnosis, load_diagnosis
+from eagle3dash.diagnosis.stored_run import StoredRun, run_from_row
 from eagle3dash.ui.compare import baseline_note, cost_notes, differences, ids_change
 
 
@@ -70,12 +71,17 @@ def test_server_settings_prompts_and_the_modelled_cost_are_listed() -> None:
     assert len(cost_notes(a, a)) == 1
 
 
+def run(**row) -> StoredRun:
+    """A run as the store lists it, with only `row`'s columns set."""
+    return run_from_row({"id": 1, **row})
+
+
 def test_the_same_baseline_measured_differently_gets_a_note() -> None:
-    a = {"baseline_url": "http://b:30001", "baseline_tok_s": 57.1}
-    b = {"baseline_url": "http://b:30001", "baseline_tok_s": 49.2}
+    a = run(baseline_url="http://b:30001", baseline_tok_s=57.1)
+    b = run(baseline_url="http://b:30001", baseline_tok_s=49.2)
     note = baseline_note(a, b)
     assert note is not None and "measured 57.1 tok/s in run A and 49.2 tok/s in run B" in note
     # 57.1 vs 55.0 is 3.7% of their mean: within the drift, no note; other URLs: no note.
-    assert baseline_note(a, {**b, "baseline_tok_s": 55.0}) is None
-    assert baseline_note(a, {**b, "baseline_url": "http://c:30001"}) is None
-    assert baseline_note(a, {"baseline_url": "http://b:30001", "baseline_tok_s": None}) is None
+    assert baseline_note(a, run(baseline_url="http://b:30001", baseline_tok_s=55.0)) is None
+    assert baseline_note(a, run(baseline_url="http://c:30001", baseline_tok_s=49.2)) is None
+    assert baseline_note(a, run(baseline_url="http://b:30001", baseline_tok_s=None)) is None

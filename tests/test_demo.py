@@ -33,6 +33,7 @@ from eagle3dash.demo.language import (
     sequences,
 )
 from eagle3dash.demo.train import step_tokens, ttt_forward
+from eagle3dash.diagnosis.stored_run import read_runs
 from eagle3dash.draft import build_draft, evaluate_capture
 from eagle3dash.layout import Tap
 from eagle3dash.sglang_rules import config_ids_for, serving_layout
@@ -413,7 +414,7 @@ def test_seeded_demo_meets_the_gaps(seeded_demo):
         assert len({row["endpoint_url"] for row in rows.values()}) == 3
         assert all(e["stopped_at"] for e in db.list_endpoints(store))  # the baseline too
         # The Runs page's verdict column: healthy reads healthy, not the category note.
-        listed = {r["id"]: r for r in db.list_runs(store)}
+        listed = {r.id: r for r in read_runs(store)}
         for name in ("correct", "fixed"):
             assert run_verdict(listed[ids[name]]) == (
                 "✅ healthy: every check ran and found nothing at warning or worse"

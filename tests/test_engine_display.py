@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from eagle3dash import store as db
+from eagle3dash.diagnosis.stored_run import read_runs, run_from_row
 from eagle3dash.engine import ServerReport
 from eagle3dash.ui import tables, words
 
@@ -57,7 +58,7 @@ def test_runs_column_compare_and_search(tmp_path) -> None:
     db.update_run(store, on_vllm, engine="vllm", status="succeeded")
     db.update_run(store, on_sglang, engine="sglang", status="succeeded")
     db.update_run(store, older, status="succeeded")  # stored before the engine column
-    frame = tables.runs_frame(db.list_runs(store))
+    frame = tables.runs_frame(read_runs(store))
     assert dict(zip(frame["run"], frame["engine"], strict=True)) == {
         on_vllm: "vLLM",
         on_sglang: "SGLang",
@@ -66,9 +67,13 @@ def test_runs_column_compare_and_search(tmp_path) -> None:
     assert [r["id"] for r in db.list_runs(store, search="vllm")] == [on_vllm]
     assert db.count_runs(store, search="VLLM") == 1
     stored = json.loads((STORED / "schema2.json").read_text())  # a whole run, hand-written
-    a = {"status": "succeeded", "diagnosis": {**stored, "server": VLLM_V2_ASSUMED}}
+    a = run_from_row(
+        {"id": 1, "status": "succeeded", "diagnosis": {**stored, "server": VLLM_V2_ASSUMED}}
+    )
     older_report = {"url": URL, "version": "0.5.23"}
-    b = {"status": "succeeded", "diagnosis": {**stored, "server": older_report}}
+    b = run_from_row(
+        {"id": 2, "status": "succeeded", "diagnosis": {**stored, "server": older_report}}
+    )
     rows = tables.compare_frame(a, b)
     engine_row = rows[rows.iloc[:, 0] == "engine"].iloc[0].tolist()
     assert engine_row[1:3] == ["vLLM 0.33.0 (V2 runner, assumed)", "SGLang 0.5.23"]

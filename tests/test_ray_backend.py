@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from eagle3dash.diagnosis.stored_run import read_runs
 from eagle3dash.jobs import job_status, list_jobs, submit_job, wait_for_job
 from eagle3dash.jobs.backend import ServeSettings, serve
 from eagle3dash.jobs.lifecycle import Status, claim_job, record_placement, settle_job
-from eagle3dash.store import Store, create_run, get_run, list_runs, open_store
+from eagle3dash.store import Store, create_run, get_run, open_store
 from eagle3dash.ui import tables
 from tests.appkit import app, frames, no_exception, texts
 from tests.job_kinds_for_tests import ALL_KINDS
@@ -84,7 +85,7 @@ def test_a_run_records_the_node_host_and_pid_it_ran_on(ray_cluster, store, drive
     assert where["node"] in nodes and where["host"] == socket.gethostname()
     assert (where["gpu"], where["pid"]) == ([], job["result"]["pid"])  # the task's own process
     assert job["child_pid"] == job["result"]["pid"]
-    shown = tables.runs_frame(list_runs(store))["ran on"].tolist()
+    shown = tables.runs_frame(read_runs(store))["ran on"].tolist()
     assert shown == [f"{socket.gethostname()} · node {where['node'][:8]} · CPU"]
 
 

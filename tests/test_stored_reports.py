@@ -1,8 +1,8 @@
 """The typed readers of what a run's pages show besides the diagnosis itself: the server report
-(a diagnosis's `server`, an endpoint's last probe) and the checkpoint's inspect report (a
-diagnosis's `checkpoint`, a registered checkpoint's row). Reports written by hand in older
-shapes load typed; a malformed one is one clear message, on the Run page too (a real SQLite
-store, AppTest).
+(a diagnosis's `server`, an endpoint's last probe), the checkpoint's inspect report (a
+diagnosis's `checkpoint`, a registered checkpoint's row) and a run's row (StoredRun). Those
+written by hand in older shapes load typed; a malformed one is one clear message, on the Run and
+Runs pages too (a real SQLite store, AppTest).
 
 Expected values are literals read off the hand-written documents."""
 
@@ -20,8 +20,9 @@ from eagle3dash.diagnosis.stored import (
     load_diagnosis,
     load_server_report,
 )
+from eagle3dash.diagnosis.stored_run import read_run, read_runs, run_from_row
 from eagle3dash.engine import ServerReport
-from eagle3dash.ui import provenance, tables
+from eagle3dash.ui import provenance, tables, words
 from tests.appkit import app, frames, no_exception, texts
 
 STORED = Path(__file__).parent / "fixtures" / "stored"
@@ -92,23 +93,6 @@ def test_a_schema1_diagnosis_carries_its_server_typed() -> None:
     assert summary["draft steps (num_steps)"] == "3"
     assert summary["--enable-return-hidden-states"] == "True"
     assert summary["radix cache disabled"] == "—"
-
-
-@pytest.mark.parametrize(
-    ("broken", "problem"),
-    [
-        ({**FIRST_PROBE, "speculative": "EAGLE3"}, "SpeculativeSettings is str, not an object"),
-        ({k: v for k, v in FIRST_PROBE.items() if k != "url"}, "no 'url'"),
-        (["not", "a", "report"], "the server report is list, not an object"),
-    ],
-)
-def test_a_malformed_probe_is_one_line_naming_the_problem(broken, problem) -> None:
-    with pytest.raises(StoredRecordError) as e:
-        load_server_report(broken)
-    assert str(e.value) == (
-        f"the endpoint's stored probe cannot be read ({problem}): it was cut short or written "
-        "by another program; probe the endpoint again"
-    )
 
 
 @pytest.fixture
@@ -227,20 +211,127 @@ def test_the_schema1_diagnosis_carries_its_checkpoint_typed() -> None:
     assert checkpoint.spec.num_aux == 3 and checkpoint.problems == []
 
 
+PROBE_AGAIN = "it was cut short or written by another program; probe the endpoint again"
+REGISTER_AGAIN = "it was cut short or written by another program; register it again"
+
+
 @pytest.mark.parametrize(
-    ("broken", "problem"),
+    ("read", "broken", "message"),
     [
         (
-            {**EARLY_REPORT, "aux_layer_ids": "1,15,28"},
-            'aux_layer_ids is "1,15,28", not a list of layer ids',
+            load_server_report,
+            {**FIRST_PROBE, "speculative": "EAGLE3"},
+            "the endpoint's stored probe cannot be read (SpeculativeSettings is str, not an "
+            f"object): {PROBE_AGAIN}",
         ),
-        ("a checkpoint", "the checkpoint report is str, not an object"),
+        (
+            load_server_report,
+            {k: v for k, v in FIRST_PROBE.items() if k != "url"},
+            f"the endpoint's stored probe cannot be read (no 'url'): {PROBE_AGAIN}",
+        ),
+        (
+            load_server_report,
+            ["not", "a", "report"],
+            "the endpoint's stored probe cannot be read (the server report is list, not an "
+            f"object): {PROBE_AGAIN}",
+        ),
+        (
+            load_checkpoint_report,
+            {**EARLY_REPORT, "aux_layer_ids": "1,15,28"},
+            'the checkpoint\'s stored report cannot be read (aux_layer_ids is "1,15,28", not a '
+            f"list of layer ids): {REGISTER_AGAIN}",
+        ),
+        (
+            load_checkpoint_report,
+            "a checkpoint",
+            "the checkpoint's stored report cannot be read (the checkpoint report is str, not an "
+            f"object): {REGISTER_AGAIN}",
+        ),
     ],
 )
-def test_a_malformed_checkpoint_report_is_one_line(broken, problem) -> None:
+def test_a_malformed_report_is_one_line_naming_the_problem(read, broken, message) -> None:
     with pytest.raises(StoredRecordError) as e:
-        load_checkpoint_report(broken)
-    assert str(e.value) == (
-        f"the checkpoint's stored report cannot be read ({problem}): it was cut short or "
-        "written by another program; register it again"
+        read(broken)
+    assert str(e.value) == message
+
+
+# A run's row as an early store listed it: no engine, no endpoint stop, no placement; options as
+# the form stored them then, with a demo label beside them.
+EARLY_ROW = {
+    "id": 7,
+    "created_at": "2026-11-29T10:00:00.000000Z",
+    "status": "succeeded",
+    "checkpoint_id": 3,
+    "checkpoint_name": None,
+    "checkpoint_path": "/data/drafts/early",
+    "checkpoint_removed": True,
+    "endpoint_url": URL,
+    "baseline_url": None,
+    "options": {"draft": "/data/drafts/early", "endpoint": URL, "steps": 3, "demo": "mismatched"},
+    "measured_accept_length": 1.52,
+    "speedup": None,
+    "worst_severity": "critical",
+    "worst_finding_title": "Shifted.",
+    "verdict": {"root_cause": None, "problems_found": True, "not_checked": []},
+}
+
+
+def test_an_early_run_row_loads_typed() -> None:
+    run = run_from_row(EARLY_ROW)
+    assert (run.id, run.status, run.engine, run.endpoint_stopped_at) == (7, "succeeded", None, None)
+    assert (
+        run.options is not None
+        and run.options.steps == 3
+        and run.options.draft == "/data/drafts/early"
     )
+    assert (run.demo, run.demo_fixed_run) == ("mismatched", None)
+    assert run.diagnosis() is None and run.server_info == {} and run.placement is None
+    # schema 1 verdicts had no status: a critical worst finding makes it a problem
+    assert run.verdict is not None and run.verdict.status == "problem"
+    assert words.run_verdict(run) == "⚠️ Shifted."
+    assert tables.checkpoint_label(run) == "/data/drafts/early (removed)"
+    assert tables.engine_label(run) == "SGLang"  # finished before engines were told apart
+    assert tables.run_label(run) == f"#7 /data/drafts/early (removed) @ {URL} (succeeded)"
+    # a run created without the form's options (the CLI's) has none
+    assert run_from_row({"id": 8, "options": {}}).options is None
+
+
+@pytest.mark.parametrize(
+    ("row", "problem"),
+    [
+        (
+            {**EARLY_ROW, "options": "steps=3"},
+            "run #7's stored row cannot be read (its options are str, not an object)",
+        ),
+        (
+            {**EARLY_ROW, "tok_s": "fast"},
+            "run #7's stored row cannot be read (could not convert string to float: 'fast')",
+        ),
+        ({"status": "queued"}, "a run's stored row cannot be read (no 'id')"),
+    ],
+)
+def test_a_malformed_run_row_is_one_line(row, problem) -> None:
+    with pytest.raises(StoredRecordError) as e:
+        run_from_row(row)
+    assert str(e.value) == (
+        f"{problem}: it was cut short or written by another program; run it again from New run"
+    )
+
+
+def test_runs_read_from_a_real_store_and_a_broken_one_is_named_on_the_runs_page(home) -> None:
+    store = db.open_store(home)
+    try:
+        good = db.create_run(store, None, URL)
+        db.update_run(store, good, status="failed", error="boom\ntraceback")
+        broken = db.create_run(store, None, URL)
+        store.db.execute("UPDATE runs SET options_json = '\"steps=3\"' WHERE id = ?", (broken,))
+        run = read_run(store, good)
+        assert run is not None and run.error == "boom\ntraceback" and run.options is None
+        assert words.run_verdict(run) == "failed: boom"
+        with pytest.raises(StoredRecordError):
+            read_runs(store)
+    finally:
+        store.close()
+    at = app("runs")
+    no_exception(at)
+    assert texts(at, "error").count(f"run #{broken}'s stored row cannot be read") == 1

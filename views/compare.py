@@ -3,7 +3,7 @@ columns) with their change, each side's layout and accuracy from each run's diag
 
 import streamlit as st
 
-from eagle3dash import store as db
+from eagle3dash.diagnosis.stored_run import read_run
 from eagle3dash.ui import charts, compare, layouts, live, run_panels, tables, verdict, widgets
 from eagle3dash.ui.fmt import md_escape
 from eagle3dash.ui.home import get_store
@@ -31,7 +31,7 @@ if a is None or b is None:
     st.page_link(widgets.RUNS_PAGE, label="All runs", icon="📋")
     st.stop()
 
-found = {"A": db.get_run(store, a), "B": db.get_run(store, b)}
+found = {"A": read_run(store, a), "B": read_run(store, b)}
 unknown = [f"#{i}" for i, r in ((a, found["A"]), (b, found["B"])) if r is None]
 if unknown:
     st.error(f"No run {' or '.join(unknown)} in this home folder ({md_escape(store.home)}).")
@@ -45,10 +45,7 @@ run_panels.compare_headline(runs["A"], runs["B"])
 widgets.text_table(tables.compare_frame(runs["A"], runs["B"]))
 
 chart = charts.compare_acceptance_chart(
-    {
-        f"{k} #{r['id']}": tables.diagnosis_metrics(tables.stored_diagnosis(r))
-        for k, r in runs.items()
-    }
+    {f"{k} #{r.id}": tables.diagnosis_metrics(r.diagnosis()) for k, r in runs.items()}
 )
 if chart is not None:
     st.altair_chart(chart, width="stretch")
@@ -56,14 +53,14 @@ if chart is not None:
 columns = st.columns(2)
 for column, (key, run) in zip(columns, runs.items(), strict=True):
     with column:
-        st.subheader(f"Run {key}: #{run['id']}")
+        st.subheader(f"Run {key}: #{run.id}")
         st.page_link(
-            widgets.RUN_PAGE, label=f"Open run #{run['id']}", query_params={"run": str(run["id"])}
+            widgets.RUN_PAGE, label=f"Open run #{run.id}", query_params={"run": str(run.id)}
         )
         st.markdown("**Findings**")
-        verdict.findings_list(verdict.stored_findings(run["id"]), compact=True)
+        verdict.findings_list(verdict.stored_findings(run.id), compact=True)
         st.markdown("**Layer layout**")
-        diagnosis = tables.stored_diagnosis(run)
+        diagnosis = run.diagnosis()
         if diagnosis is not None:
             layouts.slots_table(diagnosis, compact=True)
         else:

@@ -5,6 +5,7 @@ import streamlit as st
 from eagle3dash import store as db
 from eagle3dash.diagnosis.options import DiagnoseOptions
 from eagle3dash.diagnosis.stored import load_checkpoint_report
+from eagle3dash.diagnosis.stored_run import read_runs
 from eagle3dash.errors import InputError
 from eagle3dash.submit import submit_diagnosis
 from eagle3dash.ui import inputs, newrun, probe_panel, reports, tables, widgets
@@ -149,6 +150,6 @@ if submit:
     else:
         st.switch_page(widgets.RUN_PAGE, query_params={"run": str(run_id)})
 
-recent = db.list_runs(store, limit=3)
+recent = read_runs(store, limit=3)
 if recent:
     st.caption("Latest runs: " + md_escape(", ".join(tables.run_label(r) for r in recent)))

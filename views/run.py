@@ -5,6 +5,7 @@ import streamlit as st
 
 from eagle3dash import jobs as jobq
 from eagle3dash import store as db
+from eagle3dash.diagnosis.stored_run import read_run
 from eagle3dash.ui import (
     data,
     glossary,
@@ -39,7 +40,7 @@ if run_id is None:
     st.page_link(widgets.RUNS_PAGE, label="All runs", icon="📋")
     st.stop()
 
-run = db.get_run(store, run_id)
+run = read_run(store, run_id)
 if run is None:
     st.title(f"Run #{run_id}")
     st.error(f"There is no run #{run_id} in this home folder ({md_escape(store.home)}).")
@@ -49,17 +50,17 @@ if run is None:
 jobs = jobq.list_jobs(store, run_id)
 view = progress_view(run, jobs)
 # stored once when the run succeeded; read through the one loader (any schema), typed
-diagnosis = tables.stored_diagnosis(run)
+diagnosis = run.diagnosis()
 detections = tables.detections(diagnosis, jobs)
 
 st.title(f"Run #{run_id}")
 st.markdown(
     f"{md_escape(status_label(view.status))} · checkpoint "
     f"**{md_escape(tables.checkpoint_label(run))}** · endpoint "
-    f"**{md_escape(run.get('endpoint_url') or '—')}**"
+    f"**{md_escape(run.endpoint_url or '—')}**"
     + (f" ({md_escape(words.engine_words(diagnosis.server))})" if diagnosis else "")
-    + (f" · baseline **{md_escape(run['baseline_url'])}**" if run.get("baseline_url") else "")
-    + f" · created {md_escape(when(run.get('created_at')))}"
+    + (f" · baseline **{md_escape(run.baseline_url)}**" if run.baseline_url else "")
+    + f" · created {md_escape(when(run.created_at))}"
 )
 run_panels.demo_context(run)
 run_panels.ran_on(jobs)
@@ -105,8 +106,8 @@ checkpoint_tab, server_tab, logs_tab, export_tab = st.tabs(
 with checkpoint_tab:
     if diagnosis is not None and diagnosis.checkpoint:
         reports.checkpoint_report(diagnosis.checkpoint)
-    elif run.get("checkpoint_id") is not None:
-        reports.registered_checkpoint_report(db.get_checkpoint(store, run["checkpoint_id"]))
+    elif run.checkpoint_id is not None:
+        reports.registered_checkpoint_report(db.get_checkpoint(store, run.checkpoint_id))
     else:
         st.info("No checkpoint was registered for this run.")
 with server_tab:

@@ -5,6 +5,7 @@ import math
 import streamlit as st
 
 from eagle3dash import store as db
+from eagle3dash.diagnosis.stored_run import read_runs
 from eagle3dash.jobs import STATUSES
 from eagle3dash.ui import live, run_panels, tables, widgets, words
 from eagle3dash.ui.fmt import md_escape
@@ -43,7 +44,7 @@ def runs_page() -> None:
         st.session_state["runs_page"] = pages
     page = st.number_input("Page", min_value=1, max_value=pages, step=1, key="runs_page")
     offset = (int(page) - 1) * PAGE_SIZE
-    rows = db.list_runs(store, limit=PAGE_SIZE, offset=offset, status=status_filter, search=search)
+    rows = read_runs(store, limit=PAGE_SIZE, offset=offset, status=status_filter, search=search)
 
     if not rows:
         st.info("No runs match these filters.")
@@ -54,7 +55,7 @@ def runs_page() -> None:
     for note in words.runs_double_note(rows):
         st.caption("ℹ️ " + md_escape(note))
 
-    labels = {int(r["id"]): tables.run_label(r) for r in rows}
+    labels = {r.id: tables.run_label(r) for r in rows}
     picked = st.multiselect(
         "Compare two runs",
         list(labels),

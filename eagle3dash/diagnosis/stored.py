@@ -22,7 +22,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -570,47 +570,46 @@ class StoredDiagnosisError(StoredRecordError):
     """A stored diagnosis that cannot be read: cut short, or not written by eagle3dash."""
 
 
-def unreadable(what: str, again: str, e: Exception) -> str:
-    """The one-line message for a stored document a reader could not read: what, why, what to
-    do."""
-    problem = f"no {e}" if isinstance(e, KeyError) else str(e)
-    return (
-        f"{what} cannot be read ({problem}): it was cut short or written by another program; "
-        f"{again}"
-    )
+_READ_ERRORS = (KeyError, TypeError, ValueError, AttributeError)  # what a malformed one raises
 
 
-READ_ERRORS = (KeyError, TypeError, ValueError, AttributeError)  # what a malformed one raises
+def read_stored(
+    read: Callable[[Any], _T],
+    raw: Any,
+    what: str,
+    again: str,
+    error: type[StoredRecordError] = StoredRecordError,
+) -> _T:
+    """`read(raw)`, or `error` in one line: `what` cannot be read, why, and `again` (what to do)."""
+    try:
+        return read(raw)
+    except _READ_ERRORS as e:
+        problem = f"no {e}" if isinstance(e, KeyError) else str(e)
+        raise error(
+            f"{what} cannot be read ({problem}): it was cut short or written by another "
+            f"program; {again}"
+        ) from e
 
 
 def load_diagnosis(raw: Json) -> StoredDiagnosis:
     """The one loader: a stored diagnosis of any schema, upgraded and typed; StoredDiagnosisError
     (one line) for a document it cannot read."""
-    try:
-        return _load(raw)
-    except READ_ERRORS as e:
-        message = unreadable("this run's stored diagnosis", "run the diagnosis again", e)
-        raise StoredDiagnosisError(message) from e
+    what = "this run's stored diagnosis"
+    return read_stored(_load, raw, what, "run the diagnosis again", StoredDiagnosisError)
 
 
 def load_checkpoint_report(raw: Json) -> StoredCheckpoint:
     """A registered checkpoint's stored inspect report (store.register_checkpoint), typed;
     StoredRecordError (one line) for one it cannot read."""
-    try:
-        return StoredCheckpoint.from_dict(raw)
-    except READ_ERRORS as e:
-        message = unreadable("the checkpoint's stored report", "register it again", e)
-        raise StoredRecordError(message) from e
+    what = "the checkpoint's stored report"
+    return read_stored(StoredCheckpoint.from_dict, raw, what, "register it again")
 
 
 def load_server_report(raw: Json) -> ServerReport:
     """An endpoint's last probe as the store keeps it (store.record_probe: ServerReport.to_dict()
     of any release), typed; StoredRecordError (one line) for one it cannot read."""
-    try:
-        return ServerReport.from_dict(raw)
-    except READ_ERRORS as e:
-        message = unreadable("the endpoint's stored probe", "probe the endpoint again", e)
-        raise StoredRecordError(message) from e
+    what = "the endpoint's stored probe"
+    return read_stored(ServerReport.from_dict, raw, what, "probe the endpoint again")
 
 
 def _load(raw: Json) -> StoredDiagnosis:

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from eagle3dash.diagnosis.stored import StoredDiagnosis
+from eagle3dash.diagnosis.stored_run import StoredRun
 from eagle3dash.ui import words
 from eagle3dash.ui.fmt import rows_height
 
@@ -120,12 +121,12 @@ def ids_change(a: StoredDiagnosis, b: StoredDiagnosis) -> str | None:
     return f"{_shown(ids_a)} → {_shown(ids_b)}"
 
 
-def baseline_note(run_a: Mapping[str, Any], run_b: Mapping[str, Any]) -> str | None:
+def baseline_note(run_a: StoredRun, run_b: StoredRun) -> str | None:
     """A note when both runs benchmarked the same baseline URL and measured it BASELINE_DRIFT or
     more apart: the server, its load or the machine changed between the runs."""
-    url = run_a.get("baseline_url")
-    tok_a, tok_b = run_a.get("baseline_tok_s"), run_b.get("baseline_tok_s")
-    if not url or url != run_b.get("baseline_url") or not tok_a or not tok_b:
+    url = run_a.baseline_url
+    tok_a, tok_b = run_a.baseline_tok_s, run_b.baseline_tok_s
+    if not url or url != run_b.baseline_url or not tok_a or not tok_b:
         return None
     if abs(tok_a - tok_b) / ((tok_a + tok_b) / 2) < BASELINE_DRIFT:
         return None
@@ -145,14 +146,13 @@ def cost_notes(a: StoredDiagnosis, b: StoredDiagnosis) -> list[str]:
     return [f"Run {key}: {note}" for key, note in zip("AB", notes, strict=True) if note]
 
 
-def what_differs(run_a: Mapping[str, Any], run_b: Mapping[str, Any]) -> None:
+def what_differs(run_a: StoredRun, run_b: StoredRun) -> None:
     """Compare's first block: the ids change, every other difference, the cost captions."""
     import streamlit as st
 
     from eagle3dash.ui.fmt import md_escape
-    from eagle3dash.ui.tables import stored_diagnosis
 
-    a, b = stored_diagnosis(run_a), stored_diagnosis(run_b)
+    a, b = run_a.diagnosis(), run_b.diagnosis()
     st.subheader("What differs")
     if a is None or b is None:
         st.caption("A run without a stored diagnosis: only the summary numbers compare.")

@@ -8,11 +8,11 @@ so the polling follows."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
 
 import streamlit as st
 
 from eagle3dash import store as db
+from eagle3dash.diagnosis.stored_run import StoredRun, read_run
 from eagle3dash.ui.fmt import md_escape, status_label
 from eagle3dash.ui.home import store_faults_shown
 from eagle3dash.ui.progress import ACTIVE, POLL_S, load_progress
@@ -55,9 +55,9 @@ def live_section(
     section()
 
 
-def runs_unfinished(runs: Mapping[str, Mapping[str, Any]]) -> list[str]:
+def runs_unfinished(runs: Mapping[str, StoredRun | None]) -> list[str]:
     """The keys of the runs (Compare's "A", "B") still queued or running."""
-    return [key for key, run in runs.items() if run.get("status") in ACTIVE]
+    return [key for key, run in runs.items() if run is not None and run.status in ACTIVE]
 
 
 def compare_watch(store: db.Store, run_ids: Mapping[str, int]) -> None:
@@ -65,7 +65,7 @@ def compare_watch(store: db.Store, run_ids: Mapping[str, int]) -> None:
     the page reruns when a run finishes, so its results appear without a reload."""
 
     def waiting(store: db.Store) -> bool:
-        runs = {key: db.get_run(store, run_id) or {} for key, run_id in run_ids.items()}
+        runs = {key: read_run(store, run_id) for key, run_id in run_ids.items()}
         return bool(runs_unfinished(runs))
 
     def draw() -> None:

@@ -16,6 +16,7 @@ from eagle3dash import store as db
 from eagle3dash.checkpoint import InspectReport, inspect
 from eagle3dash.demo import DELAY_S, DRAFT_STEP_S, FIXTURES, SGLANG_VERSION
 from eagle3dash.diagnosis.options import SCHEMA, DiagnoseOptions, Kind
+from eagle3dash.diagnosis.stored_run import StoredRun, read_checkpoint_runs
 from eagle3dash.errors import InputError
 from eagle3dash.findings import Finding
 from eagle3dash.probe import Probe, before_submit
@@ -318,15 +319,14 @@ def before_submit_warnings(found: Probe | None, draft_path: str | None) -> list[
 # --- checkpoints -------------------------------------------------------------------------------
 
 
-def run_link_label(run: Mapping[str, Any]) -> str:
+def run_link_label(run: StoredRun) -> str:
     """'Run #1 · ✅ succeeded · <when> · demo: mismatched, fixed by run #3 · endpoint stopped'."""
-    options = run.get("options") or {}
-    label = f"Run #{run['id']} · {status_label(run['status'])} · {when(run['created_at'])}"
-    if options.get("demo"):
-        label += f" · demo: {options['demo']}"
-        if options.get("demo_fixed_run"):
-            label += f", fixed by run #{options['demo_fixed_run']}"
-    if run.get("endpoint_stopped_at"):
+    label = f"Run #{run.id} · {status_label(run.status)} · {when(run.created_at)}"
+    if run.demo:
+        label += f" · demo: {run.demo}"
+        if run.demo_fixed_run:
+            label += f", fixed by run #{run.demo_fixed_run}"
+    if run.endpoint_stopped_at:
         label += " · endpoint stopped"
     return label
 
@@ -341,11 +341,11 @@ def checkpoint_runs(checkpoint: Mapping[str, Any], limit: int = 10) -> None:
             f"Used by {total} run{'s' if total != 1 else ''}"
             + (f" (the latest {limit}):" if total > limit else ":")
         )
-        for run in db.checkpoint_runs(store, checkpoint_id, limit):
+        for run in read_checkpoint_runs(store, checkpoint_id, limit):
             st.page_link(
                 widgets.RUN_PAGE,
                 label=run_link_label(run),
-                query_params={"run": str(run["id"])},
+                query_params={"run": str(run.id)},
             )
     else:
         st.caption("No run has used it yet.")

@@ -14,6 +14,7 @@ from typing import Any
 
 from eagle3dash import jobs as jobq
 from eagle3dash import store as db
+from eagle3dash.diagnosis.stored_run import StoredRun, read_run
 from eagle3dash.ui.fmt import duration
 
 POLL_S = 2.0
@@ -74,14 +75,14 @@ class ProgressView:
 
 
 def progress_view(
-    run: Mapping[str, Any], jobs: Sequence[Mapping[str, Any]], now: datetime | None = None
+    run: StoredRun, jobs: Sequence[Mapping[str, Any]], now: datetime | None = None
 ) -> ProgressView:
     """The panel for a run and its jobs (jobs.list_jobs, oldest first), at `now` (default: now)."""
     running = [j for j in jobs if j.get("status") == "running"]
     queued = [j for j in jobs if j.get("status") == "queued"]
     active_jobs = running or queued
     shown = active_jobs[0] if active_jobs else (jobs[-1] if jobs else None)
-    run_status = str(run.get("status") or "queued")
+    run_status = run.status
     if running:
         status = "running"
     elif queued:
@@ -91,7 +92,7 @@ def progress_view(
     else:
         status = run_status
     active = bool(running or queued)
-    error = run.get("error") or (shown or {}).get("error")
+    error = run.error or (shown or {}).get("error")
     if status == "succeeded":
         error = None
     fraction = float((shown or {}).get("progress") or 0.0)
@@ -121,7 +122,7 @@ def progress_view(
 
 def load_progress(store: db.Store, run_id: int) -> ProgressView | None:
     """The panel of a run read from the store (None when the run does not exist)."""
-    run = db.get_run(store, run_id)
+    run = read_run(store, run_id)
     if run is None:
         return None
     return progress_view(run, jobq.list_jobs(store, run_id))

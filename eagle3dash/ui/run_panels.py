@@ -10,6 +10,7 @@ import streamlit as st
 
 from eagle3dash import jobs as jobq
 from eagle3dash.diagnosis.stored import StoredDiagnosis
+from eagle3dash.diagnosis.stored_run import StoredRun
 from eagle3dash.ui import charts, tables, words
 from eagle3dash.ui.fmt import DASH, delta, md_escape, num, ratio, status_label
 from eagle3dash.ui.home import get_store
@@ -32,7 +33,7 @@ RUNS_KEY_WIDTHS = {
 }
 
 
-def runs_table(rows: Sequence[Mapping[str, Any]]) -> None:
+def runs_table(rows: Sequence[StoredRun]) -> None:
     """The Runs table: the key columns first and narrow (link, status, checkpoint, verdict,
     accept lengths, speedup, tok/s) so they fit 1400 px; long verdicts wrap; no value shows a
     dash."""
@@ -108,17 +109,16 @@ def ran_on(jobs: Sequence[Mapping[str, Any]]) -> None:
         st.caption(f"Ran on {tables.placement_label(placed[-1])} (Ray)")
 
 
-def demo_context(run: Mapping[str, Any]) -> None:
+def demo_context(run: StoredRun) -> None:
     """A demo run's deployment, its fixed run (proof that the fix works) and a stopped endpoint."""
-    options = run.get("options") or {}
     parts = []
-    if options.get("demo"):
-        parts.append(f"demo deployment **{md_escape(options['demo'])}**")
-    if run.get("endpoint_stopped_at"):
+    if run.demo:
+        parts.append(f"demo deployment **{md_escape(run.demo)}**")
+    if run.endpoint_stopped_at:
         parts.append("its endpoint has stopped since (the URL no longer answers)")
     if parts:
         st.caption(" · ".join(parts))
-    fixed = options.get("demo_fixed_run")
+    fixed = run.demo_fixed_run
     if fixed:
         st.page_link(
             RUN_PAGE,
@@ -129,23 +129,24 @@ def demo_context(run: Mapping[str, Any]) -> None:
         st.page_link(
             COMPARE_PAGE,
             label=f"Compare this run with run #{int(fixed)}: what changed, what it did",
-            query_params={"a": str(run["id"]), "b": str(int(fixed))},
+            query_params={"a": str(run.id), "b": str(int(fixed))},
             icon="⚖️",
         )
 
 
-def compare_headline(a: Mapping[str, Any], b: Mapping[str, Any]) -> None:
+def compare_headline(a: StoredRun, b: StoredRun) -> None:
     """The speedup and the measured accept length of both runs (their summary columns), B's
     with its change from A, above the comparison table."""
     columns = st.columns(4)
     for i, (label, key, show) in enumerate(
         (("Speedup", "speedup", ratio), ("Measured accept length", "measured_accept_length", num))
     ):
-        columns[2 * i].metric(f"{label}, run A #{a['id']}", show(a.get(key)))
-        change = delta(a.get(key), b.get(key))
+        value_a, value_b = getattr(a, key), getattr(b, key)
+        columns[2 * i].metric(f"{label}, run A #{a.id}", show(value_a))
+        change = delta(value_a, value_b)
         columns[2 * i + 1].metric(
-            f"{label}, run B #{b['id']}",
-            show(b.get(key)),
+            f"{label}, run B #{b.id}",
+            show(value_b),
             delta=None if change == DASH else change,
         )
 
@@ -225,12 +226,12 @@ def job_logs(jobs: Sequence[Mapping[str, Any]]) -> None:
             st.code(text or "(the log is empty)", language=None)
 
 
-def export_buttons(run: Mapping[str, Any], diagnosis: StoredDiagnosis | None) -> None:
+def export_buttons(run: StoredRun, diagnosis: StoredDiagnosis | None) -> None:
     """Downloads: the stored diagnosis (with the run row) as JSON, its numbers as CSV."""
     if diagnosis is None:
         st.caption("No diagnosis is stored for this run: nothing to export.")
         return
-    run_id = run["id"]
+    run_id = run.id
     left, right = st.columns(2)
     left.download_button(
         "Download the diagnosis (JSON)",

@@ -20,8 +20,8 @@ from eagle3dash.diagnosis.stored import (
     StoredDetection,
     StoredDiagnosis,
     StoredSide,
-    load_diagnosis,
 )
+from eagle3dash.diagnosis.stored_run import StoredRun
 from eagle3dash.engine import ServerReport
 from eagle3dash.layout import Tap, bracketed, describe_tap, format_layout
 from eagle3dash.ui.fmt import (
@@ -70,21 +70,21 @@ RUNS_COLUMNS = (
 # --- runs --------------------------------------------------------------------------------------
 
 
-def checkpoint_label(run: Mapping[str, Any]) -> str:
+def checkpoint_label(run: StoredRun) -> str:
     """A run's checkpoint name (or path), marked when it was removed since."""
-    name = run.get("checkpoint_name") or run.get("checkpoint_path")
+    name = run.checkpoint_name or run.checkpoint_path
     if not name:
-        return DASH if run.get("checkpoint_id") is None else f"#{run['checkpoint_id']}"
-    return f"{name} (removed)" if run.get("checkpoint_removed") else str(name)
+        return DASH if run.checkpoint_id is None else f"#{run.checkpoint_id}"
+    return f"{name} (removed)" if run.checkpoint_removed else name
 
 
-def engine_label(run: Mapping[str, Any]) -> str:
+def engine_label(run: StoredRun) -> str:
     """The engine a run diagnosed: 'SGLang' or 'vLLM'; a finished run stored before engines were
     told apart was SGLang's; a dash while it has no diagnosis."""
-    engine = run.get("engine")
+    engine = run.engine
     if engine == "vllm":
         return "vLLM"
-    if engine == "sglang" or run.get("status") == "succeeded":
+    if engine == "sglang" or run.status == "succeeded":
         return "SGLang"
     return DASH
 
@@ -99,36 +99,34 @@ def placement_label(placement: Mapping[str, Any] | None) -> str:
     )
 
 
-def run_label(run: Mapping[str, Any]) -> str:
+def run_label(run: StoredRun) -> str:
     """'#12 draft @ http://gpu:30000 (succeeded)' for pickers."""
-    return (
-        f"#{run['id']} {checkpoint_label(run)} @ {run.get('endpoint_url') or DASH} "
-        f"({run.get('status')})"
-    )
+    return f"#{run.id} {checkpoint_label(run)} @ {run.endpoint_url or DASH} ({run.status})"
 
 
-def runs_frame(runs: Iterable[Mapping[str, Any]], base_url: str = "") -> pd.DataFrame:
-    """One row per run (store.list_runs): its link (`run?run=<id>`), status, checkpoint, verdict,
-    headline numbers (NaN when not measured), the rule ids of its findings, endpoint, time."""
+def runs_frame(runs: Iterable[StoredRun], base_url: str = "") -> pd.DataFrame:
+    """One row per run (stored_run.read_runs): its link (`run?run=<id>`), status, checkpoint,
+    verdict, headline numbers (NaN when not measured), the rule ids of its findings, endpoint,
+    time."""
     rows = []
     for r in runs:
         rows.append(
             {
-                "open": page_url(base_url, "run", run=r["id"]),
-                "run": int(r["id"]),
-                "status": status_label(r.get("status")),
+                "open": page_url(base_url, "run", run=r.id),
+                "run": r.id,
+                "status": status_label(r.status),
                 "checkpoint": checkpoint_label(r),
                 "verdict": run_verdict(r),
-                "measured": _float(r.get("measured_accept_length")),
-                "sim training": _float(r.get("sim_accept_training")),
-                "sim serving": _float(r.get("sim_accept_serving")),
-                "speedup": _float(r.get("speedup")),
-                "tok/s": _float(r.get("tok_s")),
-                "findings": r.get("finding_ids") or DASH,
-                "endpoint": r.get("endpoint_url") or DASH,
+                "measured": _float(r.measured_accept_length),
+                "sim training": _float(r.sim_accept_training),
+                "sim serving": _float(r.sim_accept_serving),
+                "speedup": _float(r.speedup),
+                "tok/s": _float(r.tok_s),
+                "findings": r.finding_ids or DASH,
+                "endpoint": r.endpoint_url or DASH,
                 "engine": engine_label(r),
-                "created": when(r.get("created_at")),
-                "ran on": placement_label(r.get("placement")),
+                "created": when(r.created_at),
+                "ran on": placement_label(r.placement),
             }
         )
     return pd.DataFrame(rows, columns=list(RUNS_COLUMNS))
@@ -393,12 +391,6 @@ def server_summary(server: ServerReport | None) -> pd.DataFrame:
     )
 
 
-def stored_diagnosis(run: Mapping[str, Any]) -> StoredDiagnosis | None:
-    """A run's stored diagnosis through the one loader (any schema), None before it finished."""
-    raw = run.get("diagnosis")
-    return None if not raw else load_diagnosis(raw)
-
-
 # --- compare -----------------------------------------------------------------------------------
 
 # (label, summary column, decimals); the speedup reads as a ratio ('0.73x').
@@ -420,16 +412,16 @@ def _engine_of(diagnosis: StoredDiagnosis | None) -> str:
     return engine_words(diagnosis.server) if diagnosis else DASH
 
 
-def compare_frame(a: Mapping[str, Any], b: Mapping[str, Any]) -> pd.DataFrame:
+def compare_frame(a: StoredRun, b: StoredRun) -> pd.DataFrame:
     """Two runs side by side: each side's taps in words with where they come from (from each
     run's diagnosis), the headline numbers (the run's summary columns) with the change (B - A)."""
-    da, db_ = stored_diagnosis(a), stored_diagnosis(b)
+    da, db_ = a.diagnosis(), b.diagnosis()
     rows = [
-        ("status", str(a.get("status")), str(b.get("status")), ""),
+        ("status", a.status, b.status, ""),
         ("checkpoint", checkpoint_label(a), checkpoint_label(b), ""),
-        ("endpoint", a.get("endpoint_url") or DASH, b.get("endpoint_url") or DASH, ""),
+        ("endpoint", a.endpoint_url or DASH, b.endpoint_url or DASH, ""),
         ("engine", _engine_of(da), _engine_of(db_), ""),
-        ("created", when(a.get("created_at")), when(b.get("created_at")), ""),
+        ("created", when(a.created_at), when(b.created_at), ""),
     ]
     for side in SIDES:
         rows.append((f"{side} taps", _taps_of(da, side), _taps_of(db_, side), ""))
@@ -445,9 +437,9 @@ def compare_frame(a: Mapping[str, Any], b: Mapping[str, Any]) -> pd.DataFrame:
         rows.append(
             (
                 label,
-                _headline(key, a.get(key), digits),
-                _headline(key, b.get(key), digits),
-                delta(a.get(key), b.get(key), digits),
+                _headline(key, getattr(a, key), digits),
+                _headline(key, getattr(b, key), digits),
+                delta(getattr(a, key), getattr(b, key), digits),
             )
         )
     rows.append(
@@ -467,21 +459,21 @@ def _source_of(diagnosis: StoredDiagnosis | None, side: str) -> str:
     return source_words(source) if source else DASH
 
 
-def _worst(run: Mapping[str, Any]) -> str:
-    if not run.get("worst_severity"):
+def _worst(run: StoredRun) -> str:
+    if not run.worst_severity:
         return DASH
-    if run["worst_severity"] == "info":  # an info note is never a run's headline
+    if run.worst_severity == "info":  # an info note is never a run's headline
         return "none at warning or worse"
-    return f"{run['worst_severity']}: {run.get('worst_finding_title') or ''}"
+    return f"{run.worst_severity}: {run.worst_finding_title or ''}"
 
 
 # --- export ------------------------------------------------------------------------------------
 
 
-def run_export(run: Mapping[str, Any], diagnosis: StoredDiagnosis | None) -> str:
-    """The JSON download of a run: its row (summary columns) and its diagnosis in the current
-    schema (an older stored one upgraded)."""
-    row = {k: v for k, v in run.items() if not k.endswith("_json") and k != "diagnosis"}
+def run_export(run: StoredRun, diagnosis: StoredDiagnosis | None) -> str:
+    """The JSON download of a run: its row (summary columns, as stored) and its diagnosis in the
+    current schema (an older stored one upgraded)."""
+    row = {k: v for k, v in run.row.items() if not k.endswith("_json") and k != "diagnosis"}
     document = None if diagnosis is None else diagnosis.document
     return json.dumps({"run": row, "diagnosis": document}, indent=2, default=str, allow_nan=True)
 

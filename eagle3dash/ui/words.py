@@ -14,7 +14,8 @@ from typing import Any
 
 from eagle3dash.diagnosis.options import SCHEMA
 from eagle3dash.diagnosis.result import NotChecked
-from eagle3dash.diagnosis.stored import StoredDiagnosis, StoredVerdict, load_verdict
+from eagle3dash.diagnosis.stored import StoredDiagnosis
+from eagle3dash.diagnosis.stored_run import StoredRun
 from eagle3dash.engine import VLLM, ServerReport
 from eagle3dash.findings import Finding
 from eagle3dash.identity import DraftIdentity
@@ -199,18 +200,17 @@ def stopped_text(status: str, reason: str | None) -> str:
     return f"The run failed: {reason or 'no reason recorded'}"
 
 
-def run_verdict(run: Mapping[str, Any]) -> str:
+def run_verdict(run: StoredRun) -> str:
     """A run's verdict in the Runs table, by its status: the root cause or the worst warning
     (never an info note), what was not checked, or healthy; for a run without a diagnosis, how
     it ended."""
-    status = run.get("status")
-    if run.get("verdict"):
-        verdict: StoredVerdict = load_verdict(run["verdict"], run.get("worst_severity"))
+    status, verdict = run.status, run.verdict
+    if verdict is not None:
         if verdict.root_cause is not None:
             return f"🛑 {verdict.root_cause.title}"
         missing = verdict.not_checked
         # problems_found counts warnings and worse only, so the worst finding is one of them.
-        worst = run.get("worst_finding_title") if verdict.problems_found else None
+        worst = run.worst_finding_title if verdict.problems_found else None
         state = verdict.status
         if state == "healthy":
             return "✅ healthy: every check ran and found nothing at warning or worse"
@@ -219,7 +219,7 @@ def run_verdict(run: Mapping[str, Any]) -> str:
         head = f"⚠️ {worst}" if worst else "➖ no critical problem in what was checked"
         return head + (f" (not checked: {', '.join(missing)})" if missing else "")
     if status == "failed":
-        return f"failed: {str(run.get('error') or 'no reason recorded').splitlines()[0]}"
+        return f"failed: {(run.error or 'no reason recorded').splitlines()[0]}"
     if status == "cancelled":
         return "cancelled"
     return DASH
@@ -293,15 +293,15 @@ def _double_note_of(info: Mapping[str, Any]) -> str | None:
     )
 
 
-def runs_double_note(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+def runs_double_note(rows: Sequence[StoredRun]) -> list[str]:
     """The Runs table's captions: for the listed runs whose endpoint was eagle3dash's SGLang API
     double, which columns its modelled cost shaped, once per cost (as the double's server info
     states it)."""
     by_note: dict[str, list[int]] = {}
     for row in rows:
-        note = _double_note_of(row.get("server_info") or {})
+        note = _double_note_of(row.server_info)
         if note is not None:
-            by_note.setdefault(note, []).append(int(row["id"]))
+            by_note.setdefault(note, []).append(row.id)
     return [
         f"Runs {', '.join(f'#{i}' for i in sorted(ids))}: their tok/s and speedup are shaped by "
         f"the demo double (the accept lengths count tokens: its cost does not touch them). {note}"
