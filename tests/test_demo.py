@@ -414,7 +414,7 @@ def test_seeded_demo_meets_the_gaps(seeded_demo):
         assert len({row["endpoint_url"] for row in rows.values()}) == 3
         assert all(e["stopped_at"] for e in db.list_endpoints(store))  # the baseline too
         # The Runs page's verdict column: healthy reads healthy, not the category note.
-        listed = {r.id: r for r in read_runs(store)}
+        listed = {r.id: r for r in read_runs(store).runs}
         for name in ("correct", "fixed"):
             assert run_verdict(listed[ids[name]]) == (
                 "✅ healthy: every check ran and found nothing at warning or worse"

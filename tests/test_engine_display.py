@@ -58,7 +58,7 @@ def test_runs_column_compare_and_search(tmp_path) -> None:
     db.update_run(store, on_vllm, engine="vllm", status="succeeded")
     db.update_run(store, on_sglang, engine="sglang", status="succeeded")
     db.update_run(store, older, status="succeeded")  # stored before the engine column
-    frame = tables.runs_frame(read_runs(store))
+    frame = tables.runs_frame(read_runs(store).runs)
     assert dict(zip(frame["run"], frame["engine"], strict=True)) == {
         on_vllm: "vLLM",
         on_sglang: "SGLang",

@@ -85,7 +85,7 @@ def test_a_run_records_the_node_host_and_pid_it_ran_on(ray_cluster, store, drive
     assert where["node"] in nodes and where["host"] == socket.gethostname()
     assert (where["gpu"], where["pid"]) == ([], job["result"]["pid"])  # the task's own process
     assert job["child_pid"] == job["result"]["pid"]
-    shown = tables.runs_frame(read_runs(store))["ran on"].tolist()
+    shown = tables.runs_frame(read_runs(store).runs)["ran on"].tolist()
     assert shown == [f"{socket.gethostname()} · node {where['node'][:8]} · CPU"]
 
 

@@ -150,6 +150,6 @@ if submit:
     else:
         st.switch_page(widgets.RUN_PAGE, query_params={"run": str(run_id)})
 
-recent = read_runs(store, limit=3)
+recent = read_runs(store, limit=3).runs
 if recent:
     st.caption("Latest runs: " + md_escape(", ".join(tables.run_label(r) for r in recent)))

@@ -44,13 +44,17 @@ def runs_page() -> None:
         st.session_state["runs_page"] = pages
     page = st.number_input("Page", min_value=1, max_value=pages, step=1, key="runs_page")
     offset = (int(page) - 1) * PAGE_SIZE
-    rows = read_runs(store, limit=PAGE_SIZE, offset=offset, status=status_filter, search=search)
-
+    read = read_runs(store, limit=PAGE_SIZE, offset=offset, status=status_filter, search=search)
+    for problem in read.unreadable:
+        st.error(md_escape(str(problem)), icon="🚫")
+    rows = read.runs
     if not rows:
-        st.info("No runs match these filters.")
+        if not read.unreadable:
+            st.info("No runs match these filters.")
         return
 
-    st.caption(f"Runs {offset + 1}–{offset + len(rows)} of {total:,} (page {page} of {pages})")
+    shown = len(rows) + len(read.unreadable)
+    st.caption(f"Runs {offset + 1}–{offset + shown} of {total:,} (page {page} of {pages})")
     run_panels.runs_table(rows)
     for note in words.runs_double_note(rows):
         st.caption("ℹ️ " + md_escape(note))

@@ -19,6 +19,7 @@ from eagle3dash.diagnosis.options import DiagnoseOptions
 from eagle3dash.diagnosis.stored import (
     Json,
     StoredDiagnosis,
+    StoredRecordError,
     StoredVerdict,
     load_diagnosis,
     load_verdict,
@@ -130,17 +131,37 @@ def read_run(store: db.Store, run_id: int) -> StoredRun | None:
     return None if row is None else run_from_row(row)
 
 
+@dataclass(frozen=True)
+class RunsRead:
+    """A page of runs: the rows read, and one line for each row that could not be (a broken row
+    hides itself, never the rest of the list)."""
+
+    runs: list[StoredRun]
+    unreadable: list[StoredRecordError]
+
+
+def _read_each(rows: list[dict]) -> RunsRead:
+    runs: list[StoredRun] = []
+    unreadable: list[StoredRecordError] = []
+    for row in rows:
+        try:
+            runs.append(run_from_row(row))
+        except StoredRecordError as e:
+            unreadable.append(e)
+    return RunsRead(runs, unreadable)
+
+
 def read_runs(
     store: db.Store,
     limit: int = 50,
     offset: int = 0,
     status: str | None = None,
     search: str | None = None,
-) -> list[StoredRun]:
+) -> RunsRead:
     """One page of the Runs list (store.list_runs), typed."""
-    return [run_from_row(r) for r in db.list_runs(store, limit, offset, status, search)]
+    return _read_each(db.list_runs(store, limit, offset, status, search))
 
 
-def read_checkpoint_runs(store: db.Store, checkpoint_id: int, limit: int = 20) -> list[StoredRun]:
+def read_checkpoint_runs(store: db.Store, checkpoint_id: int, limit: int = 20) -> RunsRead:
     """The runs that used a checkpoint, newest first (store.checkpoint_runs), typed."""
-    return [run_from_row(r) for r in db.checkpoint_runs(store, checkpoint_id, limit)]
+    return _read_each(db.checkpoint_runs(store, checkpoint_id, limit))

@@ -341,7 +341,10 @@ def checkpoint_runs(checkpoint: Mapping[str, Any], limit: int = 10) -> None:
             f"Used by {total} run{'s' if total != 1 else ''}"
             + (f" (the latest {limit}):" if total > limit else ":")
         )
-        for run in read_checkpoint_runs(store, checkpoint_id, limit):
+        read = read_checkpoint_runs(store, checkpoint_id, limit)
+        for problem in read.unreadable:
+            st.caption("🚫 " + md_escape(str(problem)))
+        for run in read.runs:
             st.page_link(
                 widgets.RUN_PAGE,
                 label=run_link_label(run),
