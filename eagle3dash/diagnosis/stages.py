@@ -546,19 +546,50 @@ def load_standalone_draft(run: _Run) -> None:
     run.report.problems = [*known, *(p for p in loaded.problems if p not in known)]
 
 
+def _served_completions(run: _Run) -> list[int] | None:
+    """Without a serving capture (vLLM without a capture server, SGLang without hidden states),
+    each prompt followed by the endpoint's own greedy completion, REFERENCE_TAIL tokens past the
+    budget as a capture holds: the target's capture then scores the rows serving drafts from, not
+    the prompts' own text, which a draft trained on the target's outputs predicts far worse. The
+    prompt lengths; None, with a warning, when the endpoint gives no completion."""
+    from eagle3dash.capture.from_sglang import REFERENCE_TAIL
+
+    lengths = [len(ids) for ids in run.tokens]
+    budget = run.options.max_new_tokens + REFERENCE_TAIL
+    try:
+        with _served(run) as engine:
+            served = [engine.generate_ids(ids, budget).output_ids for ids in run.tokens]
+    except EndpointError as e:
+        run.warnings.append(
+            "The training side was evaluated on the prompts' own text, not on the endpoint's "
+            f"completions: {e}"
+        )
+        return None
+    run.tokens = [ids + [int(t) for t in out] for ids, out in zip(run.tokens, served, strict=True)]
+    return lengths
+
+
 def capture_target(run: _Run) -> None:
-    """Every tap of the local target on the served tokens (or the prompts), in one forward."""
+    """Every tap of the local target on the served tokens, in one forward."""
     if not run.options.target:
         return
+    run.stages.report(CAPTURE_TARGET, 0.0, f"{CAPTURE_TARGET} {run.options.target}")
+    prompt_lengths = _served_completions(run) if run.serving_capture is None else None
     run.imports_ready()
+    import torch
+
     from eagle3dash.detective import capture_all_taps
 
-    run.stages.report(CAPTURE_TARGET, 0.0, f"{CAPTURE_TARGET} {run.options.target}")
     capture = capture_all_taps(run.options.target, run.tokens, device=run.options.device)
     if run.serving_capture is not None:
         for mine, theirs in zip(capture.sequences, run.serving_capture.sequences, strict=True):
             mine.loss_mask = theirs.loss_mask  # score the same rows on both sides
         capture.meta["served_tokens"] = run.serving_capture.meta.get("served_tokens")
+    elif prompt_lengths is not None:
+        # the rows a serving capture scores (capture/from_sglang.py): from the prompt's end on
+        for seq, length in zip(capture.sequences, prompt_lengths, strict=True):
+            seq.loss_mask = (torch.arange(len(seq.input_ids)) >= length + 1).to(torch.int64)
+        capture.meta["served_tokens"] = run.options.max_new_tokens
     run.target_capture = capture
 
 
