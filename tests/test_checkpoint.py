@@ -7,7 +7,6 @@ import math
 import struct
 import subprocess
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -479,12 +478,11 @@ def test_inspect_reads_only_headers(tmp_path):
         io = dict(line.split(": ") for line in Path("/proc/self/io").read_text().splitlines())
         return int(io["rchar"])
 
-    before, start = bytes_read(), time.perf_counter()
+    before = bytes_read()
     report = inspect(ckpt)
-    elapsed, read = time.perf_counter() - start, bytes_read() - before
+    read = bytes_read() - before
     assert report.problems == [] and report.param_count > 5e8
-    assert read < 100_000, read
-    assert elapsed < 1.0
+    assert read < 100_000, read  # the header alone, not the 3 GB behind it
     code = (
         "import sys; from eagle3dash.checkpoint import inspect; "
         f"inspect({str(ckpt)!r}); print('torch' in sys.modules)"
