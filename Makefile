@@ -36,8 +36,12 @@ lint: install
 typecheck: install
 	$(PY) -m mypy
 
+# Two pytest-xdist workers: much of the suite's time is waiting (the doubles' modelled costs, the
+# app, the browser), so two overlap on two cores; a worker runs whole modules, and the modules of
+# one heavy world together (tests/conftest.py). TEST_WORKERS=0 runs it in this one process.
+TEST_WORKERS ?= 2
 test: lint typecheck browser
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS)
 
 # The app serves on :8501 (.streamlit/config.toml) at once, beside one worker that runs the
 # queued diagnoses; on first start `demo seed` queues the demo's three runs in the background and

@@ -46,6 +46,9 @@ WIDTH, HEIGHT = 1400, 900  # the first screen the verdict must fit on
 START_S = 60  # app health
 RUN_S = 120  # a diagnosis, queued to finished
 UI_MS = 30_000  # one UI step (rerun, upload, probe)
+# expect() waits 5 s unless told: too short for a rerun while the other test worker (make test
+# runs two) keeps both cores busy; a wait still ends as soon as the page is ready.
+expect.set_options(timeout=UI_MS)
 
 
 def skip_without_chromium() -> None:

@@ -226,3 +226,47 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
         kit = sys.modules.get("tests.browserkit")
         if kit is not None:
             kit.close_shared_browser()
+
+
+# The session worlds too heavy to build twice, and the modules that use each: under `make test`
+# (two pytest-xdist workers) a worker runs a whole module (its module fixtures built once), and
+# the modules of one world run on the same worker. A module that starts using one joins its list
+# (collection says so).
+WORLD_MODULES = {
+    "seeded_demo": ("tests/test_browser_verdict.py", "tests/test_demo.py"),
+    "ray_cluster": (
+        "tests/test_backend_conformance.py",
+        "tests/test_ray_backend.py",
+        "tests/test_sweep.py",
+    ),
+}
+
+
+def _scope_of(nodeid: str) -> str:
+    module = nodeid.split("::", 1)[0]
+    return next((w for w, mods in WORLD_MODULES.items() if module in mods), module)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """xdist's scheduler by scope, the scope of a test being its module or its module's world.
+    (Not `--dist loadgroup`: with pytest 9 xdist 3.8 no longer reads the groups it marks.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByModuleAndWorld(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _scope_of(nodeid)
+
+    return ByModuleAndWorld(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Refuse a run where a module uses a heavy world without being listed in WORLD_MODULES."""
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        for world, modules in WORLD_MODULES.items():
+            if world in item.fixturenames and module not in modules:
+                raise pytest.UsageError(
+                    f"{module} uses the {world} fixture: add it to WORLD_MODULES in "
+                    "tests/conftest.py, so that make test's workers build that world once"
+                )
