@@ -648,27 +648,54 @@ def checkpoints_with_digest(store: Store, content_digest: str) -> list[dict]:
     return [decode_row(r) for r in rows]
 
 
-def get_checkpoint(store: Store, checkpoint_id: int) -> dict | None:
-    """One checkpoint row (`report` parsed, `removed` bool), removed ones included."""
-    row = _one(store, "SELECT * FROM checkpoints WHERE id = ?", (checkpoint_id,))
-    if row is not None:
-        row["removed"] = row["removed_at"] is not None
-    return row
+@dataclasses.dataclass(frozen=True)
+class CheckpointRow:
+    """A registered checkpoint as stored. `report` is its stored inspect report
+    (InspectReport.to_json(), typed by diagnosis/stored.py `load_checkpoint_report`), read by
+    `get_checkpoint` only; None when none was stored."""
+
+    id: int
+    path: str
+    name: str
+    format: str | None
+    sha256: str | None
+    created_at: str
+    uploaded: bool
+    removed: bool
+    content_digest: str | None
+    report: Any = None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> CheckpointRow:
+        """From a `checkpoints` row (SELECT * or the listing's columns)."""
+        return cls(
+            id=int(row["id"]),
+            path=str(row["path"]),
+            name=str(row["name"] or Path(str(row["path"])).name),
+            format=row["format"],
+            sha256=row["sha256"],
+            created_at=str(row["created_at"]),
+            uploaded=bool(row["uploaded"]),
+            removed=row["removed_at"] is not None,
+            content_digest=row["content_digest"],
+            report=_from_json(row["report_json"]) if "report_json" in row else None,
+        )
 
 
-def list_checkpoints(store: Store, include_removed: bool = False) -> list[dict]:
+def get_checkpoint(store: Store, checkpoint_id: int) -> CheckpointRow | None:
+    """One checkpoint, its stored report included; removed ones too."""
+    rows = list(store.db.query("SELECT * FROM checkpoints WHERE id = ?", (checkpoint_id,)))
+    return CheckpointRow.from_row(rows[0]) if rows else None
+
+
+def list_checkpoints(store: Store, include_removed: bool = False) -> list[CheckpointRow]:
     """Checkpoints, newest first (without the report)."""
     where = "" if include_removed else "WHERE removed_at IS NULL"
     rows = store.db.query(
         "SELECT id, path, sha256, name, format, created_at, uploaded, removed_at, "
         f"content_digest FROM checkpoints {where} ORDER BY id DESC"
     )
-    out = []
-    for r in rows:
-        row = decode_row(r)
-        row["removed"] = row["removed_at"] is not None
-        out.append(row)
-    return out
+    return [CheckpointRow.from_row(r) for r in rows]
 
 
 def remove_checkpoint(store: Store, checkpoint_id: int) -> bool:

@@ -589,7 +589,7 @@ def _register(
     )
     row = db.get_checkpoint(store, checkpoint_id)
     assert row is not None  # just registered
-    return Registered(checkpoint_id, path, str(row["name"]), known is not None)
+    return Registered(checkpoint_id, path, row.name, known is not None)
 
 
 def register_path(

@@ -667,8 +667,8 @@ def test_uploading_checkpoint_files_registers_them(home, tmp_path) -> None:
     assert "Registered checkpoint #1" in texts(at, "success")
     assert frame_with(at, "field").set_index("field").loc["format", "value"] == "specforge"
     (row,) = db.list_checkpoints(home)
-    assert row["uploaded"] and Path(row["path"]).parent == home.path("checkpoints")
-    assert Path(row["path"]).name == row["sha256"]
+    assert row.uploaded and Path(row.path).parent == home.path("checkpoints")
+    assert Path(row.path).name == row.sha256
     at.run()  # a rerun does not store it again
     assert len(db.list_checkpoints(home)) == 1 and _no_staging_left(home)
 
@@ -681,8 +681,8 @@ def test_uploading_a_zip_of_a_folder_registers_it(home, tmp_path) -> None:
     at = _upload(app("new_run"), [("my-draft.zip", buf.getvalue(), "application/zip")])
     no_exception(at)
     (row,) = db.list_checkpoints(home)
-    assert row["name"] == "my-draft" and row["format"] == "specforge"
-    assert sorted(p.name for p in Path(row["path"]).iterdir()) == [
+    assert row.name == "my-draft" and row.format == "specforge"
+    assert sorted(p.name for p in Path(row.path).iterdir()) == [
         "config.json",
         "model.safetensors",
     ]
@@ -819,7 +819,7 @@ def test_the_checkpoints_page_registers_a_path(home, tmp_path) -> None:
     at.button(key="register_go").click().run()
     no_exception(at)
     (row,) = db.list_checkpoints(home)
-    assert row["path"] == str(path) and not row["uploaded"]
+    assert row.path == str(path) and not row.uploaded
     at.text_input(key="register_path").set_value(str(tmp_path / "nope")).run()
     at.button(key="register_go").click().run()
     assert "does not exist" in texts(at, "error")
@@ -873,10 +873,10 @@ def test_new_run_with_a_path_registers_the_checkpoint_on_submit(world, home) -> 
     at.button(key="submit").click().run()
     no_exception(at)
     (row,) = db.list_checkpoints(home)
-    assert row["path"] == str(world["draft"]) and row["format"] == "specforge"
-    assert db.get_checkpoint(home, row["id"])["report"]["aux_layer_ids"] == [0, 1, 2]
+    assert row.path == str(world["draft"]) and row.format == "specforge"
+    assert db.get_checkpoint(home, row.id).report["aux_layer_ids"] == [0, 1, 2]
     (run,) = db.list_runs(home)
-    assert run["checkpoint_id"] == row["id"]
+    assert run["checkpoint_id"] == row.id
     assert at.query_params["run"] == str(run["id"])
 
 

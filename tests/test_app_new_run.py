@@ -223,7 +223,7 @@ def test_a_re_upload_keeps_the_checkpoints_name(world, home) -> None:
         "Already registered as checkpoint #1 my-draft (specforge): the same config and weights; "
         "using it." in texts(at, "success")
     )
-    assert [c["name"] for c in db.list_checkpoints(home)] == ["my-draft"]
+    assert [c.name for c in db.list_checkpoints(home)] == ["my-draft"]
 
 
 def test_a_path_and_an_upload_of_one_draft_are_one_checkpoint(world, home) -> None:

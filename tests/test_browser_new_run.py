@@ -231,7 +231,7 @@ def test_a_re_upload_keeps_its_name(world, browser, logs_on_failure, tmp_path) -
         expect(page.get_by_text(says)).to_be_visible()
         no_exception_shown(page)
         page.context.close()
-    names = [c["name"] for c in db.list_checkpoints(world["store"])]
+    names = [c.name for c in db.list_checkpoints(world["store"])]
     assert names.count("my-draft") == 1 and "epoch 7" in names
 
 

@@ -79,9 +79,9 @@ def test_checkpoint_files_are_streamed_stored_by_content_and_registered(store, c
     assert db.content_address(result.path) == result.sha256
     assert sorted(p.name for p in result.path.iterdir()) == sorted(ckpt)
     row = db.get_checkpoint(store, result.checkpoint_id)
-    assert row["uploaded"] and row["sha256"] == result.sha256 and row["format"] == "specforge"
-    assert row["report"]["aux_layer_ids"] == [1, 2, 3]
-    assert row["report"]["path"] == str(result.path)
+    assert row.uploaded and row.sha256 == result.sha256 and row.format == "specforge"
+    assert row.report["aux_layer_ids"] == [1, 2, 3]
+    assert row.report["path"] == str(result.path)
     # Copied in chunks: never one read of the whole stream.
     assert all(u.reads and set(u.reads) == {CHUNK} for u in uploads)
 
@@ -251,7 +251,7 @@ def test_register_path_inspects_first(store, tmp_path) -> None:
     path = save(SPEC, random_tensors(SPEC, seed=1), tmp_path / "mine", "specforge")
     checkpoint_id, report = register_path(store, path / "config.json")
     row = db.get_checkpoint(store, checkpoint_id)
-    assert row["path"] == str(path) and not row["uploaded"] and report["format"] == "specforge"
+    assert row.path == str(path) and not row.uploaded and report["format"] == "specforge"
     with pytest.raises(InputError, match="does not exist"):
         register_path(store, tmp_path / "nope")
     assert len(db.list_checkpoints(store)) == 1
@@ -284,7 +284,7 @@ def test_a_re_upload_keeps_the_checkpoints_name(store, ckpt) -> None:
         "kimi-eagle3",
         True,
     )
-    assert db.get_checkpoint(store, first.checkpoint_id)["name"] == "kimi-eagle3"
+    assert db.get_checkpoint(store, first.checkpoint_id).name == "kimi-eagle3"
 
 
 def test_a_path_and_an_upload_of_the_same_content_are_one_checkpoint(store, ckpt, tmp_path):
@@ -297,7 +297,7 @@ def test_a_path_and_an_upload_of_the_same_content_are_one_checkpoint(store, ckpt
     assert (uploaded.checkpoint_id, uploaded.path, uploaded.name) == (checkpoint_id, mine, "mine")
     assert uploaded.already_registered
     assert list(store.path("checkpoints").iterdir()) == []  # the copy was not kept
-    assert [c["id"] for c in db.list_checkpoints(store)] == [checkpoint_id]
+    assert [c.id for c in db.list_checkpoints(store)] == [checkpoint_id]
 
 
 def test_an_upload_then_the_same_content_by_path_is_one_checkpoint(store, ckpt, tmp_path):
@@ -307,7 +307,7 @@ def test_an_upload_then_the_same_content_by_path_is_one_checkpoint(store, ckpt, 
     for name, blob in ckpt.items():
         (mine / name).write_bytes(blob)
     assert register_path(store, mine)[0] == uploaded.checkpoint_id
-    assert [c["name"] for c in db.list_checkpoints(store)] == ["epoch 7"]
+    assert [c.name for c in db.list_checkpoints(store)] == ["epoch 7"]
 
 
 def test_the_same_weights_under_another_config_are_another_checkpoint(store, ckpt) -> None:

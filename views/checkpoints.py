@@ -46,19 +46,19 @@ st.caption(
 )
 for c in checkpoints:
     with st.container(border=True):
-        kind = "uploaded" if c["uploaded"] else "path on this machine"
-        removed = " · removed" if c["removed"] else ""
+        kind = "uploaded" if c.uploaded else "path on this machine"
+        removed = " · removed" if c.removed else ""
         st.markdown(
-            f"**#{c['id']} {md_escape(c['name'])}** · {md_escape(c['format'] or '?')} · "
-            f"{kind}{removed} · added {md_escape(when(c['created_at']))}"
+            f"**#{c.id} {md_escape(c.name)}** · {md_escape(c.format or '?')} · "
+            f"{kind}{removed} · added {md_escape(when(c.created_at))}"
         )
-        st.caption(md_escape(c["path"]))
+        st.caption(md_escape(c.path))
         newrun.checkpoint_runs(c)
         with st.expander("Inspect report"):
-            reports.registered_checkpoint_report(db.get_checkpoint(store, c["id"]))
-        if not c["removed"]:
-            matrix.matrix_section(c["path"], key=f"matrix_{c['id']}")
-        if not c["removed"]:
+            reports.registered_checkpoint_report(db.get_checkpoint(store, c.id))
+        if not c.removed:
+            matrix.matrix_section(c.path, key=f"matrix_{c.id}")
+        if not c.removed:
             removed_notice = None if read_only else newrun.remove_with_confirmation(c)
             if removed_notice:
                 st.session_state["checkpoints_notice"] = removed_notice

@@ -29,7 +29,7 @@ newrun.try_the_demo()
 # 1. The draft checkpoint.
 st.header("1. Draft checkpoint")
 checkpoints = db.list_checkpoints(store)
-newrun.preselect_checkpoint([int(c["id"]) for c in checkpoints])
+newrun.preselect_checkpoint([c.id for c in checkpoints])
 if not checkpoints:
     st.info(
         "No checkpoints are registered yet: give the path of one on this machine or upload it "
@@ -46,15 +46,15 @@ checkpoint_id: int | None = None
 draft_path: str | None = None
 if source == REGISTERED:
     if checkpoints:
-        by_id = {int(c["id"]): c for c in checkpoints}
+        by_id = {c.id: c for c in checkpoints}
         picked = st.selectbox(
             "Registered checkpoint",
             list(by_id),
-            format_func=lambda i: f"#{i} {by_id[i]['name']} ({by_id[i]['format'] or '?'})",
+            format_func=lambda i: f"#{i} {by_id[i].name} ({by_id[i].format or '?'})",
             key="ckpt_pick",
         )
         if picked is not None:
-            checkpoint_id, draft_path = picked, by_id[picked]["path"]
+            checkpoint_id, draft_path = picked, by_id[picked].path
             st.caption("Path: " + md_escape(draft_path))
             with st.expander("Inspect report"):
                 reports.registered_checkpoint_report(db.get_checkpoint(store, picked))
@@ -75,7 +75,7 @@ else:
     checkpoint_id = inputs.upload_checkpoint(key="ckpt_upload")
     if checkpoint_id is not None:
         row = db.get_checkpoint(store, checkpoint_id)
-        draft_path = None if row is None else row["path"]
+        draft_path = None if row is None else row.path
 
 # 2. The endpoint (probed on entry) and an optional baseline.
 st.header("2. Endpoint (SGLang or vLLM)")

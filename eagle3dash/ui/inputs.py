@@ -80,7 +80,7 @@ def upload_checkpoint(key: str = "upload") -> int | None:
     outcome: tuple[str, Any, bool] | None = outcomes.get(signature)
     if outcome is not None and outcome[0] == "ok":
         row = db.get_checkpoint(store, outcome[1])
-        if row is None or row["removed"]:
+        if row is None or row.removed:
             outcome = None  # removed since: store it again
     if outcome is None:
         with st.spinner("Storing and checking the upload..."):
@@ -96,16 +96,13 @@ def upload_checkpoint(key: str = "upload") -> int | None:
         return None
     row = db.get_checkpoint(store, int(outcome[1]))
     assert row is not None  # registered just now, or found live above
-    name = f"checkpoint #{row['id']} {md_escape(row['name'])} ({md_escape(row['format'] or '?')})"
+    name = f"checkpoint #{row.id} {md_escape(row.name)} ({md_escape(row.format or '?')})"
     if outcome[2]:
         st.success(
             f"Already registered as {name}: the same config and weights; using it.", icon="📦"
         )
     else:
-        st.success(
-            f"Registered {name}, stored as {md_escape((row['sha256'] or '')[:12])}", icon="📦"
-        )
+        st.success(f"Registered {name}, stored as {md_escape((row.sha256 or '')[:12])}", icon="📦")
     with st.expander("Inspect report", expanded=True):
-        report = row.get("report")
-        checkpoint_report(None if not report else load_checkpoint_report(report))
-    return int(row["id"])
+        checkpoint_report(None if not row.report else load_checkpoint_report(row.report))
+    return row.id

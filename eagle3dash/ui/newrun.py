@@ -21,6 +21,7 @@ from eagle3dash.errors import InputError
 from eagle3dash.findings import Finding
 from eagle3dash.probe import Probe, before_submit
 from eagle3dash.roots import data_roots, within_roots
+from eagle3dash.store import CheckpointRow
 from eagle3dash.ui import inputs, widgets, words
 from eagle3dash.ui.fmt import md_escape, size, status_label, when
 from eagle3dash.ui.home import get_store
@@ -331,10 +332,10 @@ def run_link_label(run: StoredRun) -> str:
     return label
 
 
-def checkpoint_runs(checkpoint: Mapping[str, Any], limit: int = 10) -> None:
+def checkpoint_runs(checkpoint: CheckpointRow, limit: int = 10) -> None:
     """The runs that used a checkpoint (links to their pages), and a new run with it."""
     store = get_store()
-    checkpoint_id = int(checkpoint["id"])
+    checkpoint_id = checkpoint.id
     total = db.count_checkpoint_runs(store, checkpoint_id)
     if total:
         st.caption(
@@ -352,7 +353,7 @@ def checkpoint_runs(checkpoint: Mapping[str, Any], limit: int = 10) -> None:
             )
     else:
         st.caption("No run has used it yet.")
-    if not checkpoint.get("removed"):
+    if not checkpoint.removed:
         st.page_link(
             widgets.NEW_RUN_PAGE,
             label="New run with this checkpoint",
@@ -361,9 +362,9 @@ def checkpoint_runs(checkpoint: Mapping[str, Any], limit: int = 10) -> None:
         )
 
 
-def remove_with_confirmation(checkpoint: Mapping[str, Any]) -> str | None:
+def remove_with_confirmation(checkpoint: CheckpointRow) -> str | None:
     """Remove asks first; returns the notice once removed (else None)."""
-    checkpoint_id = int(checkpoint["id"])
+    checkpoint_id = checkpoint.id
     asking = f"_confirm_remove_{checkpoint_id}"
     if not st.session_state.get(asking):
         if st.button("Remove", key=f"remove-{checkpoint_id}"):
@@ -372,11 +373,11 @@ def remove_with_confirmation(checkpoint: Mapping[str, Any]) -> str | None:
         return None
     what = (
         "Its uploaded files are deleted from the home folder."
-        if checkpoint.get("uploaded")
+        if checkpoint.uploaded
         else "Your files stay where they are; it is only unregistered."
     )
     st.warning(
-        f"Remove checkpoint #{checkpoint_id} {md_escape(checkpoint['name'])}? {what} Runs that "
+        f"Remove checkpoint #{checkpoint_id} {md_escape(checkpoint.name)}? {what} Runs that "
         "used it keep their results.",
         icon="⚠️",
     )

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 import streamlit as st
 
 from eagle3dash.diagnosis.stored import StoredCheckpoint, load_checkpoint_report
 from eagle3dash.engine import ServerReport
 from eagle3dash.errors import InputError
+from eagle3dash.store import CheckpointRow
 from eagle3dash.ui import provenance, tables
 from eagle3dash.ui.fmt import md_escape, rows_height
 from eagle3dash.ui.widgets import show_error
@@ -43,17 +41,17 @@ def provenance_card(report: StoredCheckpoint | None) -> None:
             st.caption("ℹ️ " + md_escape(line))
 
 
-def registered_checkpoint_report(row: Mapping[str, Any] | None) -> None:
+def registered_checkpoint_report(row: CheckpointRow | None) -> None:
     """A registered checkpoint's stored report; inspected now when none was stored."""
     if row is None:
         st.info("No such checkpoint.")
         return
-    raw = row.get("report")
-    if raw is None and not row.get("removed"):
+    raw = row.report
+    if raw is None and not row.removed:
         from eagle3dash.checkpoint import inspect
 
         try:
-            raw = inspect(row["path"]).to_json()
+            raw = inspect(row.path).to_json()
         except InputError as e:
             show_error(e)
             return
