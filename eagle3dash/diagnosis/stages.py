@@ -1032,11 +1032,16 @@ def find(run: _Run, diagnosis: Diagnosis) -> list[Finding]:
 
 
 def _import_torch_stack() -> None:
-    """Import what the local stages need (torch, transformers: seconds of imports)."""
-    import torch  # noqa: F401
-    from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401
+    """Import what the local stages need (torch, transformers: seconds of imports), ahead of
+    them. Only a head start: transformers' lazy module can refuse a name to one thread while
+    another imports it (ImportError), and then the stage that needs it imports it itself."""
+    try:
+        import torch  # noqa: F401
+        from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401
 
-    from eagle3dash import capture, detective, draft  # noqa: F401
+        from eagle3dash import capture, detective, draft  # noqa: F401
+    except ImportError:
+        pass
 
 
 def run_diagnosis(
