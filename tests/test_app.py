@@ -25,6 +25,7 @@ from eagle3dash import store as db
 from eagle3dash.checkpoint import save
 from eagle3dash.diagnosis.stored import load_diagnosis
 from eagle3dash.diagnosis.stored_run import StoredRun, run_from_row
+from eagle3dash.jobs import JobRow
 from eagle3dash.layout import Layout, Tap
 from eagle3dash.submit import submit_diagnosis
 from eagle3dash.testing.tensors import random_tensors
@@ -461,7 +462,7 @@ def test_a_separate_detect_job_shows_beside_the_diagnosis_detective(world, home)
         "UPDATE jobs SET status = 'succeeded', result_json = ? WHERE id = ?",
         (json.dumps(detection), job_id),
     )
-    found = tables.detections(load_diagnosis(stored), jobq.list_jobs(home, run_id))
+    found = tables.detections(load_diagnosis(stored), jobq.read_jobs(home, run_id))
     assert [label for label, _ in found] == ["from this diagnosis", f"from detect job {job_id}"]
     at = app("run", run=str(run_id))
     no_exception(at)
@@ -622,19 +623,23 @@ def run_row(**row) -> StoredRun:
 def test_progress_view_logic() -> None:
     run = run_row(status="running")
     job = {"id": 1, "status": "running", "progress": 0.25, "message": "capturing"}
-    view = progress_view(run, [job])
+    view = progress_view(run, [JobRow.from_row(job)])
     assert view.active and view.poll_every == 2.0 and view.percent == 25
     assert view.message == "capturing" and not view.waiting_for_worker
-    queued = progress_view(run_row(status="queued"), [{**job, "status": "queued", "progress": 0}])
+    queued = progress_view(
+        run_row(status="queued"), [JobRow.from_row({**job, "status": "queued", "progress": 0})]
+    )
     assert queued.active and queued.waiting_for_worker and queued.status == "queued"
     # A job that died while the run row still says running: the job wins, polling stops.
     dead = {**job, "status": "failed", "error": "abandoned: no heartbeat"}
-    view = progress_view(run, [dead])
+    view = progress_view(run, [JobRow.from_row(dead)])
     assert not view.active and view.poll_every is None
     assert view.status == "failed" and "heartbeat" in view.error
-    done = progress_view(run_row(status="succeeded"), [{**job, "status": "succeeded"}])
+    done = progress_view(
+        run_row(status="succeeded"), [JobRow.from_row({**job, "status": "succeeded"})]
+    )
     assert done.status == "succeeded" and done.percent == 100 and done.error is None
-    cancelling = progress_view(run, [{**job, "cancel_requested": True}])
+    cancelling = progress_view(run, [JobRow.from_row({**job, "cancel_requested": True})])
     assert cancelling.cancelling and cancelling.active
     none = progress_view(run_row(status="queued"), [])
     assert none.status == "queued" and not none.active and none.job_id is None

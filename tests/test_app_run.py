@@ -29,6 +29,7 @@ from eagle3dash.diagnosis.stored_run import StoredRun, run_from_row
 from eagle3dash.engine import ServerReport
 from eagle3dash.errors import InputError
 from eagle3dash.findings import Finding
+from eagle3dash.jobs import JobRow
 from eagle3dash.layout import Tap
 from eagle3dash.submit import submit_diagnosis
 from eagle3dash.testing.sglang_double import start_double
@@ -203,9 +204,11 @@ def run_row(row: dict) -> StoredRun:
 
 def test_the_progress_panel_reloads_the_page_when_the_status_changes() -> None:
     run = run_row({"status": "queued"})
-    queued = progress_view(run, [{"id": 1, "status": "queued", "progress": 0.0}])
-    running = progress_view(run, [{"id": 1, "status": "running", "progress": 0.1}])
-    done = progress_view(run_row({"status": "succeeded"}), [{"id": 1, "status": "succeeded"}])
+    queued = progress_view(run, [JobRow.from_row({"id": 1, "status": "queued", "progress": 0.0})])
+    running = progress_view(run, [JobRow.from_row({"id": 1, "status": "running", "progress": 0.1})])
+    done = progress_view(
+        run_row({"status": "succeeded"}), [JobRow.from_row({"id": 1, "status": "succeeded"})]
+    )
     assert not queued.outdated("queued")  # nothing changed: keep polling the panel only
     assert running.outdated("queued")  # queued -> running: the header is redrawn
     assert not running.outdated("running")
@@ -255,7 +258,9 @@ def test_the_estimate_waits_for_progress_and_time() -> None:
     def view(fraction: float, seconds: float):
         later = start + timedelta(seconds=seconds)
         return progress_view(
-            run_row({"status": "running"}), [{**job, "progress": fraction}], now=later
+            run_row({"status": "running"}),
+            [JobRow.from_row({**job, "progress": fraction})],
+            now=later,
         )
 
     assert view(0.25, 60).remaining_s == pytest.approx(180.0)
@@ -265,7 +270,7 @@ def test_the_estimate_waits_for_progress_and_time() -> None:
     assert view(0.01, 60).timing == "1 min 00 s elapsed"  # too little progress to extrapolate
     assert view(0.5, 2).remaining_s is None  # too early
     queued = progress_view(
-        run_row({"status": "queued"}), [{**job, "status": "queued", "progress": 0}]
+        run_row({"status": "queued"}), [JobRow.from_row({**job, "status": "queued", "progress": 0})]
     )
     assert queued.elapsed_s is None and queued.timing is None
     assert [duration(s) for s in (0.4, 42, 185, 3725)] == [

@@ -47,7 +47,7 @@ if run is None:
     st.page_link(widgets.RUNS_PAGE, label="All runs", icon="📋")
     st.stop()
 
-jobs = jobq.list_jobs(store, run_id)
+jobs = jobq.read_jobs(store, run_id)
 view = progress_view(run, jobs)
 # stored once when the run succeeded; read through the one loader (any schema), typed
 diagnosis = run.diagnosis()

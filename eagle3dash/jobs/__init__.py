@@ -18,11 +18,13 @@ from eagle3dash.jobs.lifecycle import (
 from eagle3dash.jobs.queue import (
     JobCancelled,
     JobFn,
+    JobRow,
     ProgressFn,
     job_log,
     job_result,
     job_status,
     list_jobs,
+    read_jobs,
     submit_job,
     wait_for_job,
 )
@@ -35,6 +37,7 @@ __all__ = [
     "CancelOutcome",
     "JobCancelled",
     "JobFn",
+    "JobRow",
     "ProgressFn",
     "Status",
     "cancel_job",
@@ -43,6 +46,7 @@ __all__ = [
     "job_result",
     "job_status",
     "list_jobs",
+    "read_jobs",
     "submit_job",
     "wait_for_job",
 ]

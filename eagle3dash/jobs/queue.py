@@ -13,6 +13,7 @@ import contextlib
 import os
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +83,43 @@ def list_jobs(store: Store, run_id: int | None = None, status: str | None = None
         params.append(status)
     where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
     return [decode_row(r) for r in store.db.query(f"SELECT * FROM jobs{where} ORDER BY id", params)]
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """A job as the pages read it (`read_jobs`), typed from its stored row."""
+
+    id: int
+    kind: str
+    status: str
+    progress: float  # 0..1
+    message: str | None
+    error: str | None
+    started_at: str | None
+    cancel_requested: bool
+    result: Any  # the kind's result JSON (a detect job's: diagnosis/stored.py StoredDetection)
+    placement: Mapping[str, Any] | None  # the Ray node that ran it (jobs/ray_backend.py)
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> JobRow:
+        """From a decoded jobs row (store.decode_row); a column it lacks takes a new job's value."""
+        return cls(
+            id=int(row["id"]),
+            kind=str(row.get("kind") or ""),
+            status=str(row.get("status") or Status.QUEUED),
+            progress=float(row.get("progress") or 0.0),
+            message=row.get("message"),
+            error=row.get("error"),
+            started_at=row.get("started_at"),
+            cancel_requested=bool(row.get("cancel_requested")),
+            result=row.get("result"),
+            placement=row.get("placement") or None,
+        )
+
+
+def read_jobs(store: Store, run_id: int) -> list[JobRow]:
+    """A run's jobs, oldest first, typed for the pages."""
+    return [JobRow.from_row(row) for row in list_jobs(store, run_id)]
 
 
 def job_log(store: Store, job_id: int, tail_bytes: int = LOG_TAIL_BYTES) -> str:

@@ -7,10 +7,9 @@ the logic lives here and is tested directly. The run row and its jobs can disagr
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from eagle3dash import jobs as jobq
 from eagle3dash import store as db
@@ -75,11 +74,11 @@ class ProgressView:
 
 
 def progress_view(
-    run: StoredRun, jobs: Sequence[Mapping[str, Any]], now: datetime | None = None
+    run: StoredRun, jobs: Sequence[jobq.JobRow], now: datetime | None = None
 ) -> ProgressView:
-    """The panel for a run and its jobs (jobs.list_jobs, oldest first), at `now` (default: now)."""
-    running = [j for j in jobs if j.get("status") == "running"]
-    queued = [j for j in jobs if j.get("status") == "queued"]
+    """The panel for a run and its jobs (jobs.read_jobs, oldest first), at `now` (default: now)."""
+    running = [j for j in jobs if j.status == "running"]
+    queued = [j for j in jobs if j.status == "queued"]
     active_jobs = running or queued
     shown = active_jobs[0] if active_jobs else (jobs[-1] if jobs else None)
     run_status = run.status
@@ -88,21 +87,21 @@ def progress_view(
     elif queued:
         status = "queued"
     elif run_status in ACTIVE and shown is not None:
-        status = str(shown.get("status"))  # the job ended but the run row was not updated
+        status = shown.status  # the job ended but the run row was not updated
     else:
         status = run_status
     active = bool(running or queued)
-    error = run.error or (shown or {}).get("error")
+    error = run.error or (shown.error if shown is not None else None)
     if status == "succeeded":
         error = None
-    fraction = float((shown or {}).get("progress") or 0.0)
+    fraction = shown.progress if shown is not None else 0.0
     if status == "succeeded":
         fraction = 1.0
     if shown is None:
         message = "waiting for its job" if status in ACTIVE else status
     else:
-        message = str(shown.get("message") or shown.get("status") or "")
-    started = db.parse_time((shown or {}).get("started_at")) if running else None
+        message = shown.message or shown.status
+    started = db.parse_time(shown.started_at) if running and shown is not None else None
     elapsed = None
     if started is not None:
         elapsed = max(0.0, ((now or datetime.now(UTC)) - started).total_seconds())
@@ -111,9 +110,9 @@ def progress_view(
         active=active,
         fraction=fraction,
         message=message,
-        job_id=None if shown is None else int(shown["id"]),
-        job_status=None if shown is None else str(shown.get("status")),
-        cancelling=bool(running and any(j.get("cancel_requested") for j in running)),
+        job_id=None if shown is None else shown.id,
+        job_status=None if shown is None else shown.status,
+        cancelling=any(j.cancel_requested for j in running),
         waiting_for_worker=bool(queued and not running),
         error=None if not error else str(error),
         elapsed_s=elapsed,
@@ -125,7 +124,7 @@ def load_progress(store: db.Store, run_id: int) -> ProgressView | None:
     run = read_run(store, run_id)
     if run is None:
         return None
-    return progress_view(run, jobq.list_jobs(store, run_id))
+    return progress_view(run, jobq.read_jobs(store, run_id))
 
 
 def cancel_run(store: db.Store, run_id: int) -> str:

@@ -3,7 +3,7 @@ headline, the run's charts, the live progress panel, its jobs' logs, its exports
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import streamlit as st
@@ -102,9 +102,9 @@ def runs_table(rows: Sequence[StoredRun]) -> None:
     )
 
 
-def ran_on(jobs: Sequence[Mapping[str, Any]]) -> None:
+def ran_on(jobs: Sequence[jobq.JobRow]) -> None:
     """A caption naming where a run's job ran, when a Ray cluster ran it."""
-    placed = [j["placement"] for j in jobs if j.get("placement")]
+    placed = [j.placement for j in jobs if j.placement]
     if placed:
         st.caption(f"Ran on {tables.placement_label(placed[-1])} (Ray)")
 
@@ -211,18 +211,18 @@ def progress_panel(run_id: int, poll_every: float | None, shown_status: str) -> 
     panel()
 
 
-def job_logs(jobs: Sequence[Mapping[str, Any]]) -> None:
+def job_logs(jobs: Sequence[jobq.JobRow]) -> None:
     """Each job's status and the tail of its log."""
     if not jobs:
         st.caption("No jobs.")
         return
     store = get_store()
     for job in jobs:
-        label = f"job {job['id']} ({job['kind']}): {job['status']}"
+        label = f"job {job.id} ({job.kind}): {job.status}"
         with st.expander(label):
-            if job.get("error"):
-                st.code(str(job["error"]), language=None, wrap_lines=True)
-            text = jobq.job_log(store, int(job["id"]))
+            if job.error:
+                st.code(job.error, language=None, wrap_lines=True)
+            text = jobq.job_log(store, job.id)
             st.code(text or "(the log is empty)", language=None)
 
 

@@ -23,6 +23,7 @@ from eagle3dash.diagnosis.stored import (
 )
 from eagle3dash.diagnosis.stored_run import StoredRun
 from eagle3dash.engine import ServerReport
+from eagle3dash.jobs import JobRow
 from eagle3dash.layout import Tap, bracketed, describe_tap, format_layout
 from eagle3dash.ui.fmt import (
     DASH,
@@ -489,7 +490,7 @@ DETECT_KIND = "detect"
 
 
 def detections(
-    diagnosis: StoredDiagnosis | None, jobs: Iterable[Mapping[str, Any]]
+    diagnosis: StoredDiagnosis | None, jobs: Iterable[JobRow]
 ) -> list[tuple[str, StoredDetection]]:
     """The run's detective cases, each with where it comes from: the diagnosis's (made with the
     target at hand), then the latest succeeded detect job's."""
@@ -497,12 +498,8 @@ def detections(
     if diagnosis is not None and diagnosis.detective is not None:
         found.append(("from this diagnosis", diagnosis.detective))
     for job in reversed(list(jobs)):
-        if (
-            job.get("kind") == DETECT_KIND
-            and job.get("status") == "succeeded"
-            and job.get("result")
-        ):
-            found.append((f"from detect job {job['id']}", StoredDetection.from_dict(job["result"])))
+        if job.kind == DETECT_KIND and job.status == "succeeded" and job.result:
+            found.append((f"from detect job {job.id}", StoredDetection.from_dict(job.result)))
             break
     return found
 
