@@ -257,6 +257,12 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
         def _split_scope(self, nodeid: str) -> str:
             return _scope_of(nodeid)
 
+        def _assign_work_unit(self, node: object) -> None:
+            # the heavy worlds first: the longest work, which last would leave a worker idle
+            for scope in [scope for scope in self.workqueue if scope in WORLD_MODULES]:
+                self.workqueue.move_to_end(scope, last=False)
+            super()._assign_work_unit(node)
+
     return ByModuleAndWorld(config, log)
 
 
