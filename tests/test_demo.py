@@ -482,6 +482,9 @@ def test_the_detective_catches_a_config_that_lies(tmp_path):
     ids = [f.id for f in diagnosis.findings]
     # The config's lie is named, and the measured gap cites the layout as its explanation.
     assert "detected-layout" in ids
+    detected = next(f for f in diagnosis.findings if f.id == "detected-layout")
+    assert detected.data["best"] == [{"depth": d, "post_norm": False} for d in (0, 1, 2)]
+    assert detected.data["claimed"] == [{"depth": d, "post_norm": False} for d in (1, 2, 3)]
     gap = next(f for f in diagnosis.findings if f.id == "training-serving-gap")
     assert gap.data["explained_by"][0] == "layout-mismatch"
     assert diagnosis.training.top1 - diagnosis.serving.top1 >= 0.15

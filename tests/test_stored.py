@@ -12,6 +12,7 @@ from eagle3dash.diagnosis.stored import (
     SCHEMA,
     StoredDetection,
     StoredDiagnosisError,
+    finding_from_row,
     load_diagnosis,
     schema_of,
     upgrade,
@@ -32,7 +33,7 @@ def test_the_schema_of_each_stored_shape_is_recognised():
 
 def test_schema1_loads_typed_with_the_evidence_it_lacked_derived_from_its_sources():
     d = load_diagnosis(fixture("schema1"))
-    assert d.schema == SCHEMA == 3
+    assert d.schema == SCHEMA == 4
     assert d.training.layout == (Tap(2), Tap(16), Tap(29))
     assert d.serving.layout == (Tap(3), Tap(17), Tap(30))
     # config -> assumed, observed -> observed; the comparison is as strong as the weaker side
@@ -90,8 +91,8 @@ def test_upgrade_keeps_the_stored_document_unchanged():
 
 
 def test_a_newer_schema_is_refused_with_what_to_do():
-    with pytest.raises(StoredDiagnosisError, match="schema 4.*upgrade eagle3dash"):
-        load_diagnosis({"schema": 4, "training": {}, "serving": {}})
+    with pytest.raises(StoredDiagnosisError, match="schema 5.*upgrade eagle3dash"):
+        load_diagnosis({"schema": 5, "training": {}, "serving": {}})
 
 
 def test_a_document_cut_short_is_one_line_naming_what_is_missing():
@@ -105,3 +106,39 @@ def test_a_post_norm_tap_survives_text_and_dict_forms():
     assert det.best == (Tap(0), Tap(3), Tap(31, post_norm=True))
     assert Tap.from_dict({"depth": 31, "post_norm": True}) == Tap(31, True)
     assert Tap.from_dict({"depth": 4}) == Tap(4)
+
+
+DETECTED_TEXT = {"best": "0,1,2", "claimed": "1,2,3n", "fix_ids": [-1, 0, 1]}
+DETECTED_TAPS = {
+    "best": [
+        {"depth": 0, "post_norm": False},
+        {"depth": 1, "post_norm": False},
+        {"depth": 2, "post_norm": False},
+    ],
+    "claimed": [
+        {"depth": 1, "post_norm": False},
+        {"depth": 2, "post_norm": False},
+        {"depth": 3, "post_norm": True},
+    ],
+    "fix_ids": [-1, 0, 1],
+}
+
+
+def test_schema3_detected_layout_data_becomes_taps_and_other_data_stays():
+    finding = {"severity": "warning", "title": "t", "evidence": "e", "fix": "f"}
+    d = load_diagnosis(
+        {
+            "schema": 3,
+            "options": {"draft": "/d", "endpoint": "http://gpubox:30000"},
+            "training": {},
+            "serving": {},
+            "findings": [
+                {**finding, "id": "detected-layout", "data": DETECTED_TEXT},
+                {**finding, "id": "slower-than-baseline", "data": {"best": "0,1,2"}},
+            ],
+        }
+    )
+    assert [f.data for f in d.findings] == [DETECTED_TAPS, {"best": "0,1,2"}]
+    # the findings table's row of a run stored before schema 4 reads the same
+    row = {**finding, "rule_id": "detected-layout", "data": DETECTED_TEXT}
+    assert finding_from_row(row).data == DETECTED_TAPS

@@ -71,7 +71,7 @@ HEALTHY = "healthy"  # every check ran and nothing at warning or worse was found
 INCOMPLETE = "incomplete"  # no critical finding, but something was not checked
 # The stored document's schema (Diagnosis.to_dict); eagle3dash/diagnosis/stored.py reads every
 # earlier one.
-SCHEMA = 3
+SCHEMA = 4
 # The checks that would turn an unchecked side of the layout comparison into an observed one.
 LAYOUT_CHECKS = ("serving-states", "serving-taps", "training-side")
 

@@ -14,7 +14,9 @@ The stored shapes, oldest first (the commits that wrote them):
 - schema 2 (76e9373 .. this change, no `schema` key): evidence levels on the sides, the layout
   diff and the identity, the verdict's `status`; `timings` from d153028 on; a profile's
   `recommended` without `changes` in its earlier commits (its flags were always offered).
-- schema 3: the `schema` key; every tap in the document as Tap.to_dict ({"depth", "post_norm"}).
+- schema 3: the `schema` key; every tap in the document as Tap.to_dict ({"depth", "post_norm"}),
+  but for a `detected-layout` finding's `best` and `claimed`, still text ('0,1,2').
+- schema 4: those two as lists of Tap.to_dict too.
 """
 
 from __future__ import annotations
@@ -144,6 +146,21 @@ def _to_schema_3(d: dict) -> None:
         recommended.setdefault("changes", True)
 
 
+def _detected_layout_data(rule_id: object, data: object) -> object:
+    """A finding's data with a `detected-layout` finding's layouts as taps (text before schema
+    4); any other finding's data as stored."""
+    if rule_id != "detected-layout" or not isinstance(data, dict):
+        return data
+    return {**data, **{k: _layout_json(data[k]) for k in ("best", "claimed") if data.get(k)}}
+
+
+def _to_schema_4(d: dict) -> None:
+    """Schema 3 -> 4: a detected-layout finding's `best` and `claimed` as taps (they were text)."""
+    for finding in d.get("findings") or []:
+        if isinstance(finding, dict):
+            finding["data"] = _detected_layout_data(finding.get("id"), finding.get("data"))
+
+
 def schema_of(d: Json) -> int:
     """The schema a stored diagnosis was written in (module docstring)."""
     if "schema" in d:
@@ -164,13 +181,18 @@ def upgrade(raw: Json) -> dict:
         _to_schema_2(d)
     if schema < 3:
         _to_schema_3(d)
+    if schema < 4:
+        _to_schema_4(d)
     d["schema"] = SCHEMA
     return d
 
 
 def finding_from_row(row: Json) -> Finding:
-    """A finding as the store's `findings` table keeps it (store.get_findings: `rule_id`)."""
-    return _build(Finding, {**row, "id": row.get("rule_id") or row.get("id") or ""})
+    """A finding as the store's `findings` table keeps it (store.get_findings: `rule_id`), its
+    data in the current shape."""
+    rule_id = row.get("rule_id") or row.get("id") or ""
+    data = _detected_layout_data(rule_id, row.get("data"))
+    return _build(Finding, {**row, "id": rule_id, "data": data})
 
 
 # --- the typed read model ----------------------------------------------------------------------

@@ -28,6 +28,7 @@ from eagle3dash.layout import (
     describe_tap,
     format_layout,
     join_words,
+    layout_to_json,
     taps_phrase,
 )
 from eagle3dash.noise import MATERIAL_ACCEPT_LENGTH
@@ -396,7 +397,7 @@ def rule_detected_layout(e: Evidence) -> list[Finding]:
             f"{top.top1:.1%}, simulated accept length {_fmt(top.sim_accept_length)}{gap}. "
             + " ".join(det.verdict[1:3]),
             fix,
-            {"best": format_layout(best), "claimed": format_layout(claimed), "fix_ids": fix_ids},
+            {"best": layout_to_json(best), "claimed": layout_to_json(claimed), "fix_ids": fix_ids},
             LEVEL_DETECTIVE,
         )
     ]
