@@ -17,11 +17,13 @@ from tests.appkit import app, frames, no_exception, texts
 STORED = Path(__file__).parent / "fixtures" / "stored"
 ONE_ROOT = "Serving feeds every slot one block later than training (fixture one)."
 TWO_WARNING = "Fixture two measures a lower accept length than its simulation."
+THREE_WARNING = "Fixture three measures a lower accept length than its simulation."
+THREE_DETECTED = "Fixture three's draft performs best with the layout its config implies."
 
 
 @pytest.fixture(scope="module")
 def stored(tmp_path_factory) -> dict:
-    """A home whose runs #1 and #2 hold the schema-1 and schema-2 fixtures as stored then, with
+    """A home whose runs #1, #2 and #3 hold the schema-1, -2 and -3 fixtures as stored then, with
     the summary columns and findings rows an older eagle3dash wrote beside them."""
     home = tmp_path_factory.mktemp("stored") / "home"
     store = db.open_store(home)
@@ -30,6 +32,7 @@ def stored(tmp_path_factory) -> dict:
         for name, columns in (
             ("schema1", {"measured_accept_length": 1.52, "tok_s": 412.5, "speedup": 1.0801}),
             ("schema2", {"measured_accept_length": 2.06, "tok_s": 233.4}),
+            ("schema3", {"measured_accept_length": 2.06, "tok_s": 233.4}),
         ):
             text = (STORED / f"{name}.json").read_text()
             raw = json.loads(text)
@@ -57,6 +60,9 @@ def test_the_runs_page_lists_both_old_runs_with_their_verdicts(pages) -> None:
     verdicts = dict(zip(table["run"], table["verdict"], strict=True))
     assert verdicts[pages["schema1"]] == f"🛑 {ONE_ROOT}"
     assert verdicts[pages["schema2"]] == (f"⚠️ {TWO_WARNING} (not checked: serving-states, speedup)")
+    assert verdicts[pages["schema3"]] == (
+        f"⚠️ {THREE_WARNING} (not checked: serving-states, speedup)"
+    )
 
 
 def test_a_schema1_run_renders_its_verdict_layouts_and_detective(pages) -> None:
@@ -101,6 +107,13 @@ def test_a_schema2_run_renders_its_incomplete_verdict_and_profile(pages) -> None
     temperature = next(f for f in frames(at) if "temperature" in f.columns)
     assert temperature.values.tolist() == [["0.7", "1.74", "201.6"]]
     assert "11.9 s from the first stage to the findings" in texts(at, "caption")
+
+
+def test_a_schema3_run_renders_its_detected_layout_finding(pages) -> None:
+    at = app("run", run=str(pages["schema3"]))
+    no_exception(at)
+    assert f"warning: {THREE_WARNING.rstrip('.')}" in texts(at, "info")
+    assert THREE_DETECTED in texts(at, "markdown")
 
 
 def test_compare_reads_both_old_runs(pages) -> None:
