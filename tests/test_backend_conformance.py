@@ -14,9 +14,11 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -109,6 +111,28 @@ def started(store: Store, job_id: int) -> dict:
         START_TIMEOUT_S,
         what="the job to start",
     )
+
+
+def freeze(proc: subprocess.Popen, store: Store) -> None:
+    """Stop `proc` (SIGSTOP) at a moment it holds no write lock on the store.
+
+    A process stopped inside a write (a heartbeat's UPDATE takes about a millisecond) would
+    hold SQLite's lock for as long as it stays stopped, and every other backend would wait on
+    that lock instead of finding the heartbeat stale: a different test. So: stop it, take the
+    lock once from here to show it is free, else let it finish its write and try again."""
+    for _ in range(100):
+        os.kill(proc.pid, signal.SIGSTOP)
+        probe = sqlite3.connect(store.db_path, timeout=2.0, isolation_level=None)
+        try:
+            probe.execute("BEGIN IMMEDIATE")
+            probe.execute("ROLLBACK")
+            return
+        except sqlite3.OperationalError:  # it holds the lock: let it finish
+            os.kill(proc.pid, signal.SIGCONT)
+            time.sleep(0.01)
+        finally:
+            probe.close()
+    raise AssertionError("the backend kept the store's write lock through 100 tries")
 
 
 def pid_gone(pid: int) -> bool:
@@ -246,7 +270,7 @@ def test_a_lost_heartbeat_fails_the_job_once(backend, store) -> None:
     job_id = submit_job(store, "test-sleepy", LONG, run_id=run_id)
     with instance_process(backend, store) as frozen:
         job = started(store, job_id)
-        os.kill(frozen.pid, signal.SIGSTOP)  # alive, but it heartbeats no more
+        freeze(frozen, store)  # alive, but it heartbeats no more
         with instance(backend, store, stale_after=1.5):
             failed = wait_for_job(store, job_id, timeout=30)
         os.kill(frozen.pid, signal.SIGCONT)  # it wakes up to a job that is over
