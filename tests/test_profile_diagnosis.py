@@ -136,30 +136,31 @@ def test_profile_out_without_the_profile_is_refused_before_the_run(tmp_path, cap
     assert not (tmp_path / "p.json").exists()
 
 
-def test_identical_settings_give_the_same_steps_advice(diagnosed) -> None:
-    # The same deployment diagnosed again with the same settings. Its prompts alternate
-    # copy-heavy and novel, whose tok/s differ by far more than any steps setting gains: the
-    # advice keeps the served 4 steps both times and shows the gain's interval.
+def test_identical_settings_give_the_same_steps_advice() -> None:
+    # The correct deployment (draft B) diagnosed twice with the same settings. Its served 4 steps
+    # are the fastest setting at the double's modelled costs (a verify forward 10 ms, a draft step
+    # 2 ms; two runs on a quiet machine priced them at 10.2 and 2.0 ms), so the advice keeps them
+    # both times, and the gain's interval holds 0. (The format deployment's raw prompts are no such case: there 1
+    # step is predicted about 26% faster with a lower bound near -5%, a coin toss at the noise
+    # boundary, and once under the suite's load a run advised 1 step.)
     from eagle3dash.diagnosis.options import DiagnoseOptions
     from eagle3dash.diagnosis.stages import run_diagnosis
 
-    d, _, _ = diagnosed
-    plan = deployments()["format"]
+    plan = deployments()["correct"]
     with serve_deployment(plan) as server, serve_baseline(plan) as baseline:
-        again = run_diagnosis(
-            DiagnoseOptions(
-                draft=str(plan.draft_path),
-                endpoint=server.url,
-                baseline=baseline.url,
-                target=str(FIXTURES / "target"),
-                prompts=str(PROMPTS),
-                num_prompts=4,
-                max_new_tokens=32,
-                concurrency=1,
-            )
-        ).to_dict()
-    first, second = d["profile"]["recommended"], again["profile"]["recommended"]
-    for advice in (first, second):
+        options = DiagnoseOptions(
+            draft=str(plan.draft_path),
+            endpoint=server.url,
+            baseline=baseline.url,
+            target=str(FIXTURES / "target"),
+            prompts=str(PROMPTS),
+            num_prompts=4,
+            max_new_tokens=32,
+            concurrency=1,
+        )
+        runs = [run_diagnosis(options).to_dict() for _ in range(2)]
+    for run in runs:
+        advice = run["profile"]["recommended"]
         assert (advice["num_steps"], advice["changes"]) == (4, False), advice
-        assert advice["gain_low"] is not None and advice["gain_low"] <= 0 < advice["gain_high"]
-    assert "num-steps-advice" not in [f["id"] for f in d["findings"] + again["findings"]]
+        assert advice["gain_low"] is not None and advice["gain_low"] <= 0 <= advice["gain_high"]
+        assert "num-steps-advice" not in [f["id"] for f in run["findings"]]
