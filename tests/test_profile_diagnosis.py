@@ -140,9 +140,9 @@ def test_identical_settings_give_the_same_steps_advice() -> None:
     # The correct deployment (draft B) diagnosed twice with the same settings. Its served 4 steps
     # are the fastest setting at the double's modelled costs (a verify forward 10 ms, a draft step
     # 2 ms; two runs on a quiet machine priced them at 10.2 and 2.0 ms), so the advice keeps them
-    # both times, and the gain's interval holds 0. (The format deployment's raw prompts are no such case: there 1
-    # step is predicted about 26% faster with a lower bound near -5%, a coin toss at the noise
-    # boundary, and once under the suite's load a run advised 1 step.)
+    # both times, and the gain's interval holds 0. (The format deployment's raw prompts are no
+    # such case: there 1 step is predicted about 26% faster with a lower bound near -5%, a coin
+    # toss at the noise boundary, and once under the suite's load a run advised 1 step.)
     from eagle3dash.diagnosis.options import DiagnoseOptions
     from eagle3dash.diagnosis.stages import run_diagnosis
 
