@@ -32,7 +32,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 TAPS, HIDDEN = 3, 7168  # Kimi-K2.5: 3 aux taps of 7168
-REFERENCE_TAIL = 8  # capture.from_sglang.REFERENCE_TAIL: the completion is 1 + 8 tokens
+REFERENCE_TAIL = 8  # engine.REFERENCE_TAIL: the completion is 1 + 8 tokens
 
 
 def write_reply(path: Path, rows: int, width: int) -> int:

@@ -295,12 +295,19 @@ class BenchRequests:
         return answer
 
 
+# Tokens generated past a serving capture's budget, so that the last rounds replayed within the
+# budget have references for chains of up to REFERENCE_TAIL - 1 draft steps.
+REFERENCE_TAIL = 8
+
+
 @dataclass(frozen=True)
 class CaptureRequest:
     """A serving capture: the states the server feeds its draft at `layout`'s taps on each
     prompt's greedy completion of `max_new_tokens` (plus a reference tail). `report`: the
     server's, when already probed; `hidden_size`: the target's, when known; `warn` gets what
-    the capture says on the way."""
+    the capture says on the way; `served`: each prompt's answer from a greedy benchmark of these
+    ids on this server (None where it failed), whose completions an engine that captures on the
+    endpoint itself keeps instead of generating them again."""
 
     tokens: list[list[int]]
     layout: Layout
@@ -309,6 +316,20 @@ class CaptureRequest:
     hidden_size: int | None = None
     progress: Progress | None = None
     warn: Callable[[str], None] | None = None
+    served: list[GenerateResult | None] | None = None
+
+
+def kept_completion(
+    served: list[GenerateResult | None] | None, i: int, max_new_tokens: int
+) -> GenerateResult | None:
+    """Prompt i's answer from a greedy benchmark (`CaptureRequest.served`) when it holds a whole
+    completion of `max_new_tokens` for a capture to keep; None when it must be generated."""
+    if served is None or i >= len(served):
+        return None
+    answer = served[i]
+    if answer is None or len(answer.output_ids) < max_new_tokens:
+        return None
+    return answer
 
 
 @dataclass

@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -101,7 +100,7 @@ def format_prompts(
 ) -> tuple[list[FormattedPrompts], str | None]:
     """The prompts in every format that applies to this tokenizer (raw always), and why the
     chat-template rows are missing (None when they are there)."""
-    rows = [FormattedPrompts(RAW, tuple(_with_ids(p, _raw(p, tokenizer)) for p in prompts))]
+    rows = [FormattedPrompts(RAW, tuple(p.with_ids(_raw(p, tokenizer)) for p in prompts))]
     if _template_source(tokenizer) is None:
         return rows, "the tokenizer has no chat template"
     variants: dict[str, bool | None] = {"chat-template": None}
@@ -109,14 +108,10 @@ def format_prompts(
         variants.update(_THINKING)
     try:
         for name, thinking in variants.items():
-            formatted = tuple(_with_ids(p, _templated(p, tokenizer, thinking)) for p in prompts)
+            formatted = tuple(p.with_ids(_templated(p, tokenizer, thinking)) for p in prompts)
             rows.append(FormattedPrompts(name, formatted))
     except _TemplateError as exc:
         return rows[:1], str(exc)
     except (TemplateError, TypeError, ValueError) as exc:  # raise_exception, a Jinja error
         return rows[:1], f"the chat template does not render these prompts ({exc})"
     return rows, None
-
-
-def _with_ids(prompt: Prompt, ids: tuple[int, ...]) -> Prompt:
-    return dataclasses.replace(prompt, input_ids=tuple(ids))

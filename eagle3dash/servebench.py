@@ -96,6 +96,10 @@ class Prompt:
         """What a request sends: the token ids when given, else the text."""
         return self.text if self.input_ids is None else list(self.input_ids)
 
+    def with_ids(self, ids: Sequence[int]) -> Prompt:
+        """This prompt sent as these token ids (its text, messages and category kept)."""
+        return dataclasses.replace(self, input_ids=tuple(ids))
+
 
 def render_messages(messages: Sequence[tuple[str, str]]) -> str:
     """Chat messages as plain "role: content" lines, ending with "assistant:" for the reply."""
@@ -437,6 +441,23 @@ def run_bench(
 
     Raises EndpointError when a warm-up request fails or every measured request fails.
     """
+    return bench_with_answers(
+        engine, prompts, concurrency, max_new_tokens, warmup, progress, temperature=temperature
+    )[0]
+
+
+def bench_with_answers(
+    engine: EngineAdapter,
+    prompts: Sequence[Prompt],
+    concurrency: int = 4,
+    max_new_tokens: int = 128,
+    warmup: int = 2,
+    progress: Progress | None = None,
+    *,
+    temperature: float = 0.0,
+) -> tuple[BenchResult, list[GenerateResult | EndpointError]]:
+    """`run_bench`, and each measured request's answer (or its error) in the order sent: a
+    greedy benchmark's completions are what a serving capture would generate again."""
     if not prompts:
         raise ValueError("run_bench needs at least one prompt")
     if concurrency < 1 or max_new_tokens < 1 or warmup < 0:
@@ -471,7 +492,7 @@ def run_bench(
         result.accept_length = counted.accept_length
         result.correct_drafts_histogram = counted.histogram
         result.acceptance_source = "metrics-delta"
-    return result
+    return result, served.answers
 
 
 def compare_to_baseline(spec_result: BenchResult, baseline_result: BenchResult) -> dict:

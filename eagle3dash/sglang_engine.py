@@ -113,6 +113,7 @@ class SGLangEngine:
             report=request.report,
             progress=request.progress,
             warn=request.warn,
+            served=request.served,
         )
 
     def close(self) -> None:

@@ -117,6 +117,7 @@ class VLLMEngine:
                 request.layout,
                 max_new_tokens=request.max_new_tokens,
                 progress=request.progress,
+                served=request.served,
             )
 
     def close(self) -> None:

@@ -30,6 +30,7 @@ from eagle3dash.capture import (
     save_capture,
 )
 from eagle3dash.draft import counted_rows
+from eagle3dash.engine import GenerateResult
 from eagle3dash.layout import Tap
 from eagle3dash.sglang import EndpointError, SGLangClient
 from tests.httpserver import Reply, Request, serve
@@ -388,6 +389,52 @@ def test_capture_from_sglang_splits_taps_and_keeps_tokens(tmp_path):
     for a, b in zip(cap.sequences, back.sequences, strict=True):
         assert torch.equal(a.loss_mask, b.loss_mask) and torch.equal(a.target_ids, b.target_ids)
         assert all(torch.equal(a.states[t], b.states[t]) for t in cap.taps)
+
+
+def _answered(output_ids: list[int], verify_ct: int) -> GenerateResult:
+    """A benchmark's answer to one greedy request."""
+    return GenerateResult(
+        output_ids=output_ids,
+        text="",
+        prompt_tokens=None,
+        completion_tokens=len(output_ids),
+        spec_verify_ct=verify_ct,
+        spec_accept_length=None,
+        e2e_latency=None,
+        finish_reason="length",
+        spec_num_correct_drafts=None,
+        spec_num_proposed_drafts=None,
+        spec_accept_rate=None,
+        spec_correct_drafts_histogram=None,
+        meta_info={},
+    )
+
+
+def test_capture_from_sglang_keeps_the_benchmarks_completions():
+    # The first prompt's benchmark answer is a completion this fake never generates (its greedy
+    # rule gives others), so only a capture that keeps it holds these tokens; the second
+    # prompt's request failed (None), so its completion is generated as without a benchmark.
+    fake = FakeSGLang()
+    prompts = [[3, 9, 27, 17], [5, 1]]
+    kept = [11, 12, 13, 14, 15, 16]
+    served = [_answered(kept, verify_ct=2), None]
+    with running(fake) as client:
+        cap = capture_from_sglang(client, prompts, (Tap(1), Tap(2), Tap(3)), 6, served=served)
+    gen = [e for e in fake.log if e.startswith("POST")]
+    assert gen == ["POST /generate", "POST /flush_cache", "POST /generate +hs"] * 2
+    first = prompts[0] + kept
+    assert cap.sequences[0].input_ids.tolist() == first + completion(first, REFERENCE_TAIL)
+    second = prompts[1] + completion(prompts[1], 6 + REFERENCE_TAIL)
+    assert cap.sequences[1].input_ids.tolist() == second
+    # measured on the completions the rows come from: 6 tokens in the 2 rounds the benchmark
+    # reported, 14 in the fake's (14 + 1) // 2 = 7: 20 / 9 (the tail's rounds are not counted)
+    assert cap.meta["measured_accept_length"] == pytest.approx(20 / 9)
+    assert cap.meta["completion_lengths"] == [6 + REFERENCE_TAIL] * 2
+    # a benchmark answer shorter than the budget is not a whole completion: generated again
+    with running(FakeSGLang()) as client:
+        short = [_answered(kept[:5], verify_ct=2), None]
+        again = capture_from_sglang(client, prompts, (Tap(1), Tap(2), Tap(3)), 6, served=short)
+    assert again.sequences[0].input_ids.tolist() == prompts[0] + completion(prompts[0], 14)
 
 
 def test_capture_from_sglang_takes_token_ids_and_says_so_for_text():

@@ -190,3 +190,36 @@ def test_a_capture_server_that_departs_from_the_rules_is_seen(world, tmp_path) -
     assert diagnosis.serving.layout == (Tap(2), Tap(3), Tap(5))
     assert diagnosis.serving.prediction == TAPS_1_3_5
     assert "server-feeds-other-taps" in [f.id for f in diagnosis.findings]
+
+
+def test_the_capture_keeps_a_benchmarks_completions(world, tmp_path) -> None:
+    # Greedy: a capture that keeps the benchmark's completions and generates only the reference
+    # tail after them holds the very tokens of one that generates each completion whole; a tail
+    # dropped or glued in the wrong place shows as other tokens or other lengths.
+    from eagle3dash.capture.from_vllm import capture_from_vllm
+    from eagle3dash.endpoints import engine_adapter
+    from eagle3dash.engine import REFERENCE_TAIL
+    from eagle3dash.servebench import Prompt, bench_with_answers
+    from eagle3dash.vllm import VLLMClient
+
+    prompts = [[1, 2, 3, 4, 5], [7, 8, 9]]
+    with (
+        serve(world, "speculators") as server,
+        capture_server(world, tmp_path / "captures") as capturing,
+        VLLMClient(server.url) as serving,
+        VLLMClient(capturing.url) as capture,
+    ):
+        sent = [Prompt(text="", input_ids=tuple(ids)) for ids in prompts]
+        adapter = engine_adapter("vllm", server.url)
+        try:
+            _, answers = bench_with_answers(adapter, sent, 1, 12, warmup=0)
+        finally:
+            adapter.close()
+        served = [a if not isinstance(a, Exception) else None for a in answers]
+        kept = capture_from_vllm(serving, capture, prompts, TAPS_1_3_5, 12, served=served)
+        whole = capture_from_vllm(serving, capture, prompts, TAPS_1_3_5, 12)
+    tokens = [seq.input_ids.tolist() for seq in kept.sequences]
+    assert tokens == [seq.input_ids.tolist() for seq in whole.sequences]
+    assert [len(t) for t in tokens] == [5 + 12 + REFERENCE_TAIL, 3 + 12 + REFERENCE_TAIL]
+    for ids, answer, seq in zip(prompts, served, tokens, strict=True):
+        assert answer is not None and seq[len(ids) : len(ids) + 12] == answer.output_ids

@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from eagle3dash.capture.format import Capture, CaptureError, Progress, Sequence, _as_id_list
+from eagle3dash.engine import REFERENCE_TAIL, kept_completion
 from eagle3dash.layout import Layout, Tap, format_layout
 from eagle3dash.sglang_rules import (
     DEFAULT_SGLANG_VERSION,
@@ -26,10 +27,6 @@ from eagle3dash.states_json import states_width
 
 if TYPE_CHECKING:
     from eagle3dash.sglang import GenerateResult, ServerReport, SGLangClient
-
-# Tokens generated past a serving capture's budget, so that the last rounds replayed within the
-# budget have references for chains of up to REFERENCE_TAIL - 1 draft steps.
-REFERENCE_TAIL = 8
 
 
 Warn = Callable[[str], None] | list[str] | None
@@ -195,11 +192,16 @@ def capture_from_sglang(
     *,
     hidden_size: int | None = None,
     report: ServerReport | None = None,
+    served: list[GenerateResult | None] | None = None,
 ) -> Capture:
     """The aux states an SGLang server really feeds its EAGLE-3 draft, for greedy completions.
 
     Per prompt (token ids, so the rows line up with known tokens):
-    (a) a greedy completion of `max_new_tokens` (ignore_eos) -> tokens = prompt + completion;
+    (a) a greedy completion of `max_new_tokens` -> tokens = prompt + completion; where `served`
+        holds the prompt's answer from a greedy benchmark of these very ids (at least
+        `max_new_tokens` tokens), that completion is kept and only the reference tail is
+        generated after it (greedy: the same tokens one request would give), so the capture does
+        not repeat the benchmark's requests;
     (b) /flush_cache (a radix-cache hit would drop or shift rows), then /generate on `tokens`
         with max_new_tokens=1 and return_hidden_states; meta_info.hidden_states[0], the prefill
         block [len(tokens), K*Ht], is split into the K taps of `serving_layout` in ascending
@@ -258,14 +260,27 @@ def capture_from_sglang(
     ht_seen: int | None = None
     for i, ids in enumerate(ids_list):
         # REFERENCE_TAIL tokens past the budget give the last served rounds their references.
-        first = client.generate(
-            input_ids=ids, max_new_tokens=max_new_tokens + REFERENCE_TAIL, temperature=0.0
-        )
+        first = kept_completion(served, i, max_new_tokens)
+        if first is None:
+            first = client.generate(
+                input_ids=ids, max_new_tokens=max_new_tokens + REFERENCE_TAIL, temperature=0.0
+            )
+            tail: list[int] = []
+        else:
+            tail = [
+                int(t)
+                for t in client.generate(
+                    input_ids=ids + [int(t) for t in first.output_ids],
+                    max_new_tokens=REFERENCE_TAIL,
+                    temperature=0.0,
+                ).output_ids
+            ]
         completion = [int(t) for t in first.output_ids]
         if not completion:
             raise CaptureError(f"{url}: prompt {i}: the server generated no tokens")
         completion_tokens += first.completion_tokens or len(completion)
         verify_ct += first.spec_verify_ct or 0
+        completion += tail
         tokens = ids + completion
         _flush(client)
         second = client.generate(

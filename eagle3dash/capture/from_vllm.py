@@ -18,7 +18,7 @@ import torch
 from safetensors.torch import load_file
 
 from eagle3dash.capture.format import Capture, CaptureError, Progress, Sequence
-from eagle3dash.capture.from_sglang import REFERENCE_TAIL
+from eagle3dash.engine import REFERENCE_TAIL, GenerateResult, kept_completion
 from eagle3dash.layout import Layout, format_layout
 from eagle3dash.vllm import VLLMClient, capture_path
 
@@ -48,9 +48,11 @@ def capture_from_vllm(
     serving_layout: Layout,
     max_new_tokens: int = 64,
     progress: Progress | None = None,
+    served: list[GenerateResult | None] | None = None,
 ) -> Capture:
     """The states the serving prediction names, observed per sequence: the serving server's
-    greedy completion (REFERENCE_TAIL tokens past the budget, as the SGLang capture), then the
+    greedy completion (REFERENCE_TAIL tokens past the budget, as the SGLang capture; a greedy
+    benchmark's completion in `served` is kept and only the tail generated after it), then the
     capture server on prompt + completion (one token), its file read here. References as
     `capture_from_sglang`: target_ids[j] = tokens[j + 1], loss_mask on from len(prompt) + 1."""
     taps = tuple(serving_layout)
@@ -63,8 +65,14 @@ def capture_from_vllm(
     sequences: list[Sequence] = []
     hidden_size = 0
     for i, ids in enumerate(prompts):
-        first = serving.generate(ids, serving_model, max_new_tokens + REFERENCE_TAIL)
-        tokens = list(ids) + [int(t) for t in first.output_ids]
+        kept = kept_completion(served, i, max_new_tokens)
+        if kept is None:
+            first = serving.generate(ids, serving_model, max_new_tokens + REFERENCE_TAIL)
+            tokens = list(ids) + [int(t) for t in first.output_ids]
+        else:
+            tokens = list(ids) + [int(t) for t in kept.output_ids]
+            tail = serving.generate(tokens, serving_model, REFERENCE_TAIL)
+            tokens += [int(t) for t in tail.output_ids]
         second = capturing.generate(tokens, capture_model, max_new_tokens=1)
         tensors = _capture_file(capture_path(second), capturing.url, i)
         states = tensors["hidden_states"].float()
