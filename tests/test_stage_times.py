@@ -28,23 +28,25 @@ def demo_like(**kw) -> DiagnoseOptions:
 
 
 def test_expected_seconds_follow_the_requests_each_stage_sends() -> None:
-    # 8 prompts x 64 tokens = 512 tokens at 0.011 s a token; the baseline adds one warmup
-    # request (64 tokens); the profile: one more benchmark for 0.7, a benchmark and a capture
-    # through the chat template. A bug pricing the profile as one stage, or the warmups
-    # everywhere, changes these.
+    # 8 prompts x 64 tokens = 512 tokens at 0.011 s a token; each benchmark (the endpoint's, the
+    # baseline's) adds one warmup request (64 tokens); the capture keeps the benchmark's
+    # completions: per prompt 8 tokens of reference tail and one token with the hidden states
+    # (8 x 9 = 72); the profile: one more benchmark for 0.7, and through the chat template a
+    # benchmark (512) and a capture that keeps its completions (72). A bug pricing the profile as
+    # one stage, or the capture as generating its completions again, changes these.
     expected = expected_seconds(demo_like())
     assert expected == pytest.approx(
         {
             "inspect": 0.1,
             "probe": 0.3,
-            "capture_serving": 5.632,
+            "capture_serving": 0.792,
             "capture_target": 3.0,
             "detective": 1.0,
             "evaluate": 0.5,
-            "benchmark": 5.632,
+            "benchmark": 6.336,
             "baseline": 6.336,
             "profile_temperatures": 5.632,
-            "profile_formats": 11.264,
+            "profile_formats": 6.424,
             "profile_steps": 0.3,
         }
     )
@@ -78,13 +80,14 @@ def test_timings_add_each_stages_wall_time(monkeypatch) -> None:
 
 
 def test_earlier_runs_teach_the_cost_of_a_unit() -> None:
-    # Two earlier runs benchmarked 16 prompts x 64 tokens (the defaults) and 8 x 64: 20.48 s
-    # and 5.12 s are 0.02 and 0.01 s a token, median 0.015. The first's "demo" option is not a
+    # Two earlier runs benchmarked 16 prompts x 64 tokens (the defaults) and 8 x 64, each after
+    # one warmup request of 64 tokens: 21.76 s over 1088 tokens and 5.76 s over 576 are 0.02 and
+    # 0.01 s a token, median 0.015. The first's "demo" option is not a
     # diagnosis option and must not drop it; a row without a draft is another version's and
     # is left out; a stage never timed keeps its default.
     rows = [
-        ({"benchmark": 20.48}, {"draft": "d", "endpoint": "e", "demo": "mismatched"}),
-        ({"benchmark": 5.12}, {"draft": "d", "endpoint": "e", "num_prompts": 8}),
+        ({"benchmark": 21.76}, {"draft": "d", "endpoint": "e", "demo": "mismatched"}),
+        ({"benchmark": 5.76}, {"draft": "d", "endpoint": "e", "num_prompts": 8}),
         ({"benchmark": 99.0}, {"endpoint": "e"}),
     ]
     earlier = earlier_timings(rows)
@@ -92,11 +95,12 @@ def test_earlier_runs_teach_the_cost_of_a_unit() -> None:
     costs = unit_costs(earlier)
     assert costs["benchmark"] == pytest.approx(0.015)
     assert costs["capture_target"] == 3.0
-    assert expected_seconds(demo_like(), costs)["benchmark"] == pytest.approx(512 * 0.015)
+    assert expected_seconds(demo_like(), costs)["benchmark"] == pytest.approx(576 * 0.015)
 
 
 def test_where_the_time_went_in_words() -> None:
-    timings = {"total": 20.0, "probe": 1.0, "benchmark": 5.0, "capture_serving": 4.0}
+    # Rows in the order the run's stages ran: an older run captured, then benchmarked.
+    timings = {"total": 20.0, "probe": 1.0, "capture_serving": 4.0, "benchmark": 5.0}
     assert timing_rows(timings) == [
         {"stage": "probe the endpoint", "seconds": 1.0, "share": "5%"},
         {"stage": "capture what the server feeds the draft", "seconds": 4.0, "share": "20%"},
@@ -105,4 +109,10 @@ def test_where_the_time_went_in_words() -> None:
     lines = timing_lines(timings)
     assert lines[0] == "where the time went (20.0 s):"
     assert lines[3].split() == ["benchmark", "the", "endpoint", "5.0", "s", "25%"]
+    now = {"probe": 1.0, "benchmark": 5.0, "capture_serving": 4.0, "total": 20.0}
+    assert [r["stage"] for r in timing_rows(now)] == [
+        "probe the endpoint",
+        "benchmark the endpoint",
+        "capture what the server feeds the draft",
+    ]
     assert timing_lines({}) == []

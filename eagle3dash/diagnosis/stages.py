@@ -1,10 +1,11 @@
 """The diagnosis, stage by stage: each stage a short function, `run_diagnosis` the list of them.
 
 inspect the checkpoint -> probe the endpoint -> predict both layouts from the config and SGLang's
-rules -> capture what the server feeds the draft -> capture every tap of a local target on the same
-tokens (target at hand) -> read a training dump (given) -> the layout detective -> the training
-side and the serving side, each from its strongest evidence -> which draft the server runs ->
-benchmark the endpoint (and the baseline) -> findings.
+rules -> benchmark the endpoint (and the baseline right after it) -> capture what the server feeds
+the draft on the benchmark's own greedy completions -> capture every tap of a local target on the
+same tokens (target at hand) -> read a training dump (given) -> the layout detective -> the
+training side and the serving side, each from its strongest evidence -> which draft the server
+runs -> the profile (asked) -> findings.
 
 A stage that cannot run (no hidden states, no target, a server that refuses) records why and
 what enables it (`NotChecked`) and the run goes on: a misconfigured server is diagnosed, not
@@ -38,7 +39,14 @@ from eagle3dash.diagnosis.result import (
     Side,
 )
 from eagle3dash.endpoints import detect_engine, engine_adapter, open_engine
-from eagle3dash.engine import VLLM, CaptureRequest, EngineAdapter, ServerReport
+from eagle3dash.engine import (
+    REFERENCE_TAIL,
+    VLLM,
+    CaptureRequest,
+    EngineAdapter,
+    GenerateResult,
+    ServerReport,
+)
 from eagle3dash.errors import InputError
 from eagle3dash.findings import Evidence, Finding, diagnose
 from eagle3dash.http_client import EndpointError
@@ -58,7 +66,14 @@ from eagle3dash.profile import (
     steps_advice,
 )
 from eagle3dash.provenance import json_digests
-from eagle3dash.servebench import BENCH_TIMEOUT, BenchResult, Prompt, load_prompts, run_bench
+from eagle3dash.servebench import (
+    BENCH_TIMEOUT,
+    BenchResult,
+    Prompt,
+    bench_with_answers,
+    load_prompts,
+    run_bench,
+)
 from eagle3dash.sglang_rules import (
     DEFAULT_SGLANG_VERSION,
     target_arch,
@@ -128,13 +143,13 @@ def plan_stages(options: DiagnoseOptions) -> tuple[str, ...]:
     return (
         INSPECT,
         PROBE,
+        BENCHMARK,
+        *((BASELINE,) if options.baseline else ()),
         CAPTURE_SERVING,
         *((CAPTURE_TARGET,) if options.target else ()),
         *((READ_DUMP,) if options.train_states else ()),
         *((DETECT,) if options.target else ()),
         EVALUATE,
-        BENCHMARK,
-        *((BASELINE,) if options.baseline else ()),
         *((PROFILE_TEMPERATURES, PROFILE_FORMATS, PROFILE_STEPS) if options.profile else ()),
     )
 
@@ -145,13 +160,18 @@ def stage_units(options: DiagnoseOptions) -> dict[str, float]:
     tokens = options.num_prompts * options.max_new_tokens
     extra_temperatures = [t for t in options.temperatures if t != 0]
     units = {TIMING_KEYS[stage]: 1.0 for stage in plan_stages(options)}
-    units["capture_serving"] = float(tokens)
-    units["benchmark"] = float(tokens)  # warm from the capture: no warmup
+    warm = BENCH_WARMUP * options.max_new_tokens
+    # the capture keeps the benchmark's completions: per prompt, the reference tail and a
+    # one-token request with the hidden states
+    capture = float(options.num_prompts * (REFERENCE_TAIL + 1))
+    units["capture_serving"] = capture
+    units["benchmark"] = float(tokens + warm)
     if options.baseline:
-        units["baseline"] = float(tokens + BENCH_WARMUP * options.max_new_tokens)
+        units["baseline"] = float(tokens + warm)
     if options.profile:
         units["profile_temperatures"] = float(tokens * len(extra_temperatures)) or 1.0
-        units["profile_formats"] = float(2 * tokens)  # the chat template: a benchmark, a capture
+        # the chat template: a benchmark, and a capture that keeps its completions
+        units["profile_formats"] = float(tokens) + capture
         units["profile_steps"] = 3.0  # three one-token requests
     return units
 
@@ -405,10 +425,10 @@ def within_prefill_chunk(
     return cut, sum(len(a) != len(b) for a, b in zip(tokens, cut, strict=True))
 
 
-def capture_serving(run: _Run, prompts: list[Prompt]) -> None:
-    """The aux states the server feeds its draft, on its own greedy completions."""
-    from eagle3dash.capture import CaptureError, save_capture
-
+def serving_tokens(run: _Run, prompts: list[Prompt]) -> None:
+    """The prompts' token ids (`run.tokens`), as the benchmark and the serving capture send them:
+    cut to fit one prefill chunk with their completion when the capture can run; else why it
+    cannot (`run.capture_error`, and what would check it)."""
     server, predicted = run.server, run.prediction.serving
     if any(p.input_ids is None for p in prompts):  # text: the tokenizer needs transformers
         run.imports_ready()
@@ -450,11 +470,20 @@ def capture_serving(run: _Run, prompts: list[Prompt]) -> None:
         )
     elif predicted.error:
         run.capture_error = f"SGLang {run.version} would not capture these taps: {predicted.error}"
+    if not run.capture_error:
+        run.tokens = _fit_chunk(run, run.tokens)
+
+
+def capture_serving(run: _Run, served: list[GenerateResult | None] | None) -> None:
+    """The aux states the server feeds its draft, on its greedy completions: the benchmark's
+    (`served`, in the order of `run.tokens`), generated again only where a request failed."""
+    from eagle3dash.capture import CaptureError, save_capture
+
     if run.capture_error:
         return
     run.stages.report(CAPTURE_SERVING)
     try:
-        capture = _capture(run, run.tokens, CAPTURE_SERVING)
+        capture = _capture(run, run.tokens, CAPTURE_SERVING, served)
     except (CaptureError, EndpointError) as e:
         run.capture_error = str(e)
         run.not_checked.append(
@@ -488,8 +517,6 @@ def _served(run: _Run, timeout: float | None = None) -> closing[EngineAdapter]:
 def _capture_remedy(run: _Run) -> str:
     """The one thing that lets a refused serving capture run: a larger prefill chunk when the
     capture sequences do not fit the server's, else the server's log."""
-    from eagle3dash.capture.from_sglang import REFERENCE_TAIL
-
     chunk = run.server.chunked_prefill_size
     generated = run.options.max_new_tokens + REFERENCE_TAIL
     longest = max((len(ids) for ids in run.tokens), default=0) + generated
@@ -501,11 +528,8 @@ def _capture_remedy(run: _Run) -> str:
     return "read the capture error below, fix the server or the prompts, and run again"
 
 
-def _capture(run: _Run, tokens: list[list[int]], stage: str) -> Capture:
-    """The aux states the server feeds its draft on these prompts' greedy completions, each
-    prompt cut to fit one prefill chunk with its completion."""
-    from eagle3dash.capture.from_sglang import REFERENCE_TAIL
-
+def _fit_chunk(run: _Run, tokens: list[list[int]]) -> list[list[int]]:
+    """Each prompt cut to fit one prefill chunk with its completion (said once in the warnings)."""
     chunk = run.server.chunked_prefill_size
     generated = run.options.max_new_tokens + REFERENCE_TAIL
     tokens, cut = within_prefill_chunk(tokens, chunk, generated)
@@ -517,6 +541,15 @@ def _capture(run: _Run, tokens: list[list[int]], stage: str) -> Capture:
     )
     if cut and said not in run.warnings:
         run.warnings.append(said)
+    return tokens
+
+
+def _capture(
+    run: _Run, tokens: list[list[int]], stage: str, served: list[GenerateResult | None] | None
+) -> Capture:
+    """The aux states the server feeds its draft on these prompts' greedy completions (each
+    prompt fits one prefill chunk, `_fit_chunk`); `served`: a greedy benchmark's answers on
+    these very ids, whose completions the capture keeps."""
     request = CaptureRequest(
         tokens,
         run.prediction.serving.layout,
@@ -525,6 +558,7 @@ def _capture(run: _Run, tokens: list[list[int]], stage: str) -> Capture:
         hidden_size=run.report.spec.target_hidden_size,  # bounds the reply, checks the width
         progress=run.stages.steps(stage, "capturing", "prompts"),
         warn=run.warnings.append,
+        served=served,
     )
     with _served(run) as engine:
         return engine.capture(request)
@@ -552,8 +586,6 @@ def _served_completions(run: _Run) -> list[int] | None:
     budget as a capture holds: the target's capture then scores the rows serving drafts from, not
     the prompts' own text, which a draft trained on the target's outputs predicts far worse. The
     prompt lengths; None, with a warning, when the endpoint gives no completion."""
-    from eagle3dash.capture.from_sglang import REFERENCE_TAIL
-
     lengths = [len(ids) for ids in run.tokens]
     budget = run.options.max_new_tokens + REFERENCE_TAIL
     try:
@@ -760,19 +792,27 @@ def draft_identity(run: _Run) -> DraftIdentity | None:
     return identity
 
 
-def benchmark(run: _Run, prompts: list[Prompt]) -> tuple[BenchResult, BenchResult | None]:
-    """The endpoint's tok/s and accept length (and the baseline's, when given). The endpoint has
-    just served the capture's requests, so it is warm: no warmup requests; the baseline gets
-    BENCH_WARMUP."""
+def _as_ids(prompts: list[Prompt], tokens: list[list[int]]) -> list[Prompt]:
+    """The prompts sent as these token ids (their categories kept)."""
+    return [p.with_ids(ids) for p, ids in zip(prompts, tokens, strict=True)]
+
+
+def benchmark(
+    run: _Run, prompts: list[Prompt]
+) -> tuple[BenchResult, BenchResult | None, list[GenerateResult | None] | None]:
+    """The endpoint's tok/s and accept length, then the baseline's right after it (when given),
+    each after BENCH_WARMUP requests; and the endpoint's answers for the serving capture to keep
+    (None when it cannot run). When it can, both send the prompts as the capture's token ids."""
     options = run.options
+    sent = prompts if run.capture_error else _as_ids(prompts, run.tokens)
     run.stages.report(BENCHMARK, 0.0, f"benchmarking {options.endpoint}")
     with _served(run, BENCH_TIMEOUT) as engine:
-        measured = run_bench(
+        measured, answers = bench_with_answers(
             engine,
-            prompts,
+            sent,
             concurrency=options.concurrency,
             max_new_tokens=options.max_new_tokens,
-            warmup=0 if run.serving_capture is not None else BENCH_WARMUP,
+            warmup=BENCH_WARMUP,
             progress=run.stages.steps(BENCHMARK, "benchmarking", "requests"),
         )
     if measured.acceptance_source == "metrics-delta":
@@ -790,7 +830,7 @@ def benchmark(run: _Run, prompts: list[Prompt]) -> tuple[BenchResult, BenchResul
         with closing(engine_adapter(engine_name, options.baseline, BENCH_TIMEOUT)) as other:
             baseline = run_bench(
                 other,
-                prompts,
+                sent,
                 concurrency=options.concurrency,
                 max_new_tokens=options.max_new_tokens,
                 warmup=BENCH_WARMUP,
@@ -805,12 +845,26 @@ def benchmark(run: _Run, prompts: list[Prompt]) -> tuple[BenchResult, BenchResul
                 action="serve the same target without speculation and give its URL",
             )
         )
-    return measured, baseline
+    served = None if run.capture_error else [_answer(a) for a in answers]
+    return measured, baseline, served
+
+
+def _answer(answer: GenerateResult | EndpointError) -> GenerateResult | None:
+    """A request's answer, None when it failed."""
+    return None if isinstance(answer, EndpointError) else answer
 
 
 def _bench(run: _Run, prompts: list[Prompt], **how: Any) -> BenchResult | None:
     """One more benchmark of the endpoint for the profile (warm from the diagnosis's own
     requests: no warmup); None when every request fails."""
+    return _bench_answers(run, prompts, **how)[0]
+
+
+def _bench_answers(
+    run: _Run, prompts: list[Prompt], **how: Any
+) -> tuple[BenchResult | None, list[GenerateResult | None] | None]:
+    """`_bench`, and each request's answer (None where it failed; None for all when every one
+    failed)."""
     options = run.options
     how = {
         "concurrency": options.concurrency,
@@ -819,7 +873,8 @@ def _bench(run: _Run, prompts: list[Prompt], **how: Any) -> BenchResult | None:
     } | how
     try:
         with _served(run) as engine:
-            return run_bench(engine, prompts, **how)
+            bench, answers = bench_with_answers(engine, prompts, **how)
+            return bench, [_answer(a) for a in answers]
     except EndpointError as e:
         run.warnings.append(f"profile: a benchmark of {options.endpoint} failed: {e}")
         failed = NotChecked(
@@ -829,7 +884,7 @@ def _bench(run: _Run, prompts: list[Prompt], **how: Any) -> BenchResult | None:
         )
         if failed not in run.not_checked:
             run.not_checked.append(failed)
-        return None
+        return None, None
 
 
 def profile_temperatures(run: _Run, prompts: list[Prompt], measured: BenchResult) -> list:
@@ -882,11 +937,15 @@ def profile_formats(
             )
             continue
         run.stages.report(PROFILE_FORMATS, 0.0, f"profiling: prompt format {variant.format}")
-        bench = _bench(run, list(variant.prompts))
+        capturing = run.serving_capture is not None and run.draft is not None
+        # When a capture follows, the benchmark sends its token ids, and it keeps the completions.
+        ids = _fit_chunk(run, variant.ids) if capturing else None
+        sent = list(variant.prompts) if ids is None else _as_ids(list(variant.prompts), ids)
+        bench, answers = _bench_answers(run, sent)
         sim = None
-        if run.serving_capture is not None and run.draft is not None:
+        if ids is not None:
             try:
-                capture = _capture(run, variant.ids, PROFILE_FORMATS)
+                capture = _capture(run, ids, PROFILE_FORMATS, answers)
             except (CaptureError, EndpointError) as e:
                 run.warnings.append(f"profile: the {variant.format} capture failed: {e}")
                 run.not_checked.append(
@@ -1061,7 +1120,9 @@ def run_diagnosis(
     run = _start(options, stages)
     run.importing = importing
     prompts = load_prompts(options.prompts)[: options.num_prompts]
-    capture_serving(run, prompts)
+    serving_tokens(run, prompts)
+    measured, baseline, served = benchmark(run, prompts)
+    capture_serving(run, served)
     if run.serving_capture is not None or options.target or options.train_states:
         load_standalone_draft(run)
     capture_target(run)
@@ -1071,7 +1132,6 @@ def run_diagnosis(
     training = training_side(run)
     serving = serving_side(run, training)
     identity = draft_identity(run)
-    measured, baseline = benchmark(run, prompts)
     profile = (
         profile_stage(run, prompts, training, serving, measured, baseline)
         if options.profile

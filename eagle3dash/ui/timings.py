@@ -11,17 +11,18 @@ from eagle3dash.ui.fmt import rows_height
 if TYPE_CHECKING:
     from eagle3dash.diagnosis.stored import StoredDiagnosis
 
-# The stages in the order they run (diagnosis/stages.py TIMING_KEYS), in words.
+# The stages in words (diagnosis/stages.py TIMING_KEYS), in the order they run now; a run's
+# stored timings keep the order its own stages ran in (an older run captured before it benchmarked).
 STAGE_WORDS = {
     "inspect": "inspect the checkpoint",
     "probe": "probe the endpoint",
+    "benchmark": "benchmark the endpoint",
+    "baseline": "benchmark the baseline",
     "capture_serving": "capture what the server feeds the draft",
     "capture_target": "capture every tap of the local target",
     "read_dump": "read the training dump",
     "detective": "layout detective",
     "evaluate": "standalone draft on each side",
-    "benchmark": "benchmark the endpoint",
-    "baseline": "benchmark the baseline",
     "profile_temperatures": "profile: per position, category, temperature",
     "profile_formats": "profile: prompt formats",
     "profile_steps": "profile: the cost of a step",
@@ -30,19 +31,22 @@ STAGE_WORDS = {
 
 
 def timing_rows(timings: Mapping[str, float]) -> list[dict]:
-    """One row per timed stage, in running order: stage, seconds, share of the total."""
+    """One row per timed stage, in the order the run's stages ran (its timings' order): stage,
+    seconds, share of the total."""
     total = timings.get("total") or sum(v for k, v in timings.items() if k != "total")
     rows = []
-    for key, words in STAGE_WORDS.items():
-        if key in timings:
-            seconds = float(timings[key])
-            rows.append(
-                {
-                    "stage": words,
-                    "seconds": round(seconds, 1),
-                    "share": f"{seconds / total:.0%}" if total else "—",
-                }
-            )
+    for key, value in timings.items():
+        words = STAGE_WORDS.get(key)
+        if words is None:  # "total"
+            continue
+        seconds = float(value)
+        rows.append(
+            {
+                "stage": words,
+                "seconds": round(seconds, 1),
+                "share": f"{seconds / total:.0%}" if total else "—",
+            }
+        )
     return rows
 
 
