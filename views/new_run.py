@@ -24,7 +24,7 @@ st.caption(
 )
 if read_only_notice(store):
     st.stop()
-newrun.try_the_demo()
+demo_slot = newrun.try_the_demo()
 
 # 1. The draft checkpoint.
 st.header("1. Draft checkpoint")
@@ -129,6 +129,7 @@ with st.expander("Options", expanded=False):
 
 # Submit.
 submit = st.button("Run the diagnosis", type="primary", key="submit")
+newrun.demo_banner(demo_slot)
 if submit:
     try:
         if endpoint.strip() and probe is None:

@@ -126,10 +126,10 @@ def fill_form(options: DiagnoseOptions) -> None:
     )
 
 
-def try_the_demo() -> None:
+def try_the_demo() -> Any:
     """ "Try it on the demo": one click starts a demo deployment and a baseline on this machine
     (each in a process of its own) and fills in the form; then Run the diagnosis reproduces that
-    deployment's demo run."""
+    deployment's demo run. The slot where `demo_banner` says so, once the form is drawn."""
     from eagle3dash.demo.serve import DEMO_NAMES, demo_description
 
     with st.container(border=True):
@@ -161,18 +161,26 @@ def try_the_demo() -> None:
             else:
                 fill_form(demo.options())
                 st.session_state[DEMO_ON] = (demo.endpoint.url, demo.baseline.url, name)
-        shown = st.session_state.get(DEMO_ON)
-        if shown:
-            endpoint, baseline, served = shown
-            double, cost = _served_by(served)
-            st.info(
-                f"The demo runs on this machine: endpoint {md_escape(endpoint)} "
-                f"({md_escape(DEMO_LABELS[served])}) and baseline {md_escape(baseline)} (no "
-                f"speculation), both served by {md_escape(double)}. "
-                f"{md_escape(cost)} The form below is filled in: press **Run the "
-                "diagnosis**.",
-                icon="🧪",
-            )
+        return st.empty()
+
+
+def demo_banner(slot: Any) -> None:
+    """Say in `slot` which demo deployment serves the filled-in form. Called once the whole form
+    and its Run button are drawn: a banner shown earlier invited a click on widgets the browser
+    had not redrawn yet, which sent their old, empty values with it (seen in Chromium: a demo run
+    without its baseline and target)."""
+    shown = st.session_state.get(DEMO_ON)
+    if not shown:
+        return
+    endpoint, baseline, served = shown
+    double, cost = _served_by(served)
+    slot.info(
+        f"The demo runs on this machine: endpoint {md_escape(endpoint)} "
+        f"({md_escape(DEMO_LABELS[served])}) and baseline {md_escape(baseline)} (no "
+        f"speculation), both served by {md_escape(double)}. "
+        f"{md_escape(cost)} The form below is filled in: press **Run the diagnosis**.",
+        icon="🧪",
+    )
 
 
 # --- the form's sources ------------------------------------------------------------------------
