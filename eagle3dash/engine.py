@@ -306,8 +306,8 @@ class CaptureRequest:
     prompt's greedy completion of `max_new_tokens` (plus a reference tail). `report`: the
     server's, when already probed; `hidden_size`: the target's, when known; `warn` gets what
     the capture says on the way; `served`: each prompt's answer from a greedy benchmark of these
-    ids on this server (None where it failed), whose completions an engine that captures on the
-    endpoint itself keeps instead of generating them again."""
+    ids on this endpoint (None where it failed), whose completions the capture keeps instead of
+    generating them again."""
 
     tokens: list[list[int]]
     layout: Layout
