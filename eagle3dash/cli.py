@@ -601,8 +601,11 @@ def cmd_worker(args: argparse.Namespace) -> int:
         done = serve(backend, args.home, JOB_KINDS, settings, once=args.once)
     else:
         from eagle3dash.jobs.worker import run_worker
+        from eagle3dash.preloaded import HEAVY
 
-        done = run_worker(args.home, JOB_KINDS, once=args.once, slots=args.slots or 1)
+        done = run_worker(
+            args.home, JOB_KINDS, once=args.once, slots=args.slots or 1, preload=HEAVY
+        )
     print(f"worker stopped after {done} job(s)", file=sys.stderr)
     return 0
 

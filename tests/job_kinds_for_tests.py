@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from eagle3dash.jobs import JobFn, ProgressFn
+from eagle3dash.jobs.backend import JobBackend
 
 log = logging.getLogger("tests.job_kinds")
 
@@ -147,3 +148,12 @@ ALL_KINDS: dict[str, JobFn] = {
     "test-fill": fill,
     "test-opens-store": opens_store,
 }
+
+
+def warm_local_backend() -> JobBackend:
+    """The local worker as `python -m eagle3dash worker` runs it: children forked from a server
+    that imported its preload list once (here one light module: the fork path is what is tested,
+    not torch's import time)."""
+    from eagle3dash.jobs.worker import LocalProcessBackend
+
+    return LocalProcessBackend(preload=("json",))

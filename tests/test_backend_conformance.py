@@ -33,6 +33,7 @@ from tests.jobkit import ROOT, wait_until
 
 BACKENDS = [
     "eagle3dash.jobs.worker:LocalProcessBackend",
+    "tests.job_kinds_for_tests:warm_local_backend",  # children forked warm, as the CLI's worker
     "eagle3dash.jobs.ray_backend:RayBackend",  # on the `ray_cluster` fixture's local cluster
 ]
 FAST = {"poll_interval": 0.02, "heartbeat_interval": 0.2, "cancel_grace": 1.0}

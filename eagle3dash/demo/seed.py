@@ -160,8 +160,9 @@ def _serve_until_run(
         if worker:
             from eagle3dash.job_kinds import JOB_KINDS
             from eagle3dash.jobs.worker import run_worker
+            from eagle3dash.preloaded import HEAVY
 
-            run_worker(store.home, JOB_KINDS, poll_interval=0.1, once=True)
+            run_worker(store.home, JOB_KINDS, poll_interval=0.1, once=True, preload=HEAVY)
         else:
             _wait(store, run_ids, progress)
     finally:

@@ -4,11 +4,12 @@
 serves the store with `LocalProcessBackend` through `backend.serve`, which claims, heartbeats,
 cancels, settles and recovers (the contract every backend keeps). This module adds where a job
 runs:
-- `python -m eagle3dash.jobs.worker JOB --fn MODULE:FUNCTION` in a new session, with stdout and
-  stderr appended to `logs/<job>.log` and EAGLE3DASH_HOME set to the store's home; the child
-  imports that one function and nothing else, runs it with a `progress(fraction, message)`
-  callback that writes to the job row, and settles the job itself (result, traceback, cancel,
-  or one line for a store fault);
+- `python -m eagle3dash.jobs.worker JOB --fn MODULE:FUNCTION` (`preloaded.start_module`: with
+  `preload`, a fork of a server that imported torch and transformers once) in a new session,
+  named `e3d-job-JOB`, with stdout and stderr appended to `logs/<job>.log` and EAGLE3DASH_HOME
+  set to the store's home; the child imports that one function and nothing else, runs it with a
+  `progress(fraction, message)` callback that writes to the job row, and settles the job itself
+  (result, traceback, cancel, or one line for a store fault);
 - a cancel is SIGTERM to the child's process group, then SIGKILL; a child that dies without
   settling is failed with how it died (a signal, an OOM kill, a nonzero exit);
 - a job left running by a dead worker on this host is recognised by its worker pid, without
@@ -24,12 +25,11 @@ import os
 import signal
 import socket
 import sqlite3
-import subprocess
 import sys
 import threading
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -48,6 +48,14 @@ from eagle3dash.jobs.backend import (
 )
 from eagle3dash.jobs.lifecycle import CANCELLED_WHILE_RUNNING, Status
 from eagle3dash.jobs.queue import JobCancelled, JobFn, job_status, log_rel, tail
+from eagle3dash.preloaded import (
+    NAME_LIMIT,
+    Child,
+    name_process,
+    process_name,
+    start_module,
+    warm_up,
+)
 from eagle3dash.store import Store, now_iso, open_store
 from eagle3dash.store_faults import classify
 
@@ -67,7 +75,7 @@ STORE_FAULT_EXIT = 75
 @dataclass
 class _Child:
     job: dict
-    proc: subprocess.Popen
+    proc: Child
     log: IO[bytes]
     log_path: Path
 
@@ -87,13 +95,14 @@ def pid_alive(pid: int) -> bool:
         return True
 
 
+def _name(job_id: int) -> str:
+    """The name a job's child gives itself (a forked child's command line is the server's)."""
+    return f"e3d-job-{job_id}"[:NAME_LIMIT]
+
+
 def _is_our_child(pid: int, job_id: int) -> bool:
-    """Whether `pid` is still `python -m eagle3dash.jobs.worker JOB ...` (not a reused pid)."""
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    return argv[1:4] == [b"-m", _CHILD_MODULE.encode(), str(job_id).encode()]
+    """Whether `pid` is still the child of job `job_id` (not a reused pid)."""
+    return process_name(pid) == _name(job_id)
 
 
 def _exit_reason(rc: int, log_path: Path) -> str:
@@ -111,15 +120,24 @@ def _exit_reason(rc: int, log_path: Path) -> str:
     return f"the job process exited with code {rc} without a result"
 
 
-def _signal_group(proc: subprocess.Popen, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
+def _signal_group(proc: Child, sig: int) -> None:
+    try:
         os.killpg(proc.pid, sig)
+    except ProcessLookupError:  # a child just forked, before its setsid: the process alone
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(proc.pid, sig)
+    except PermissionError:
+        pass
 
 
 class LocalProcessBackend(JobBackend):
-    """Each job in a child process of this worker, on this machine."""
+    """Each job in a child process of this worker, on this machine; started warm (forked from a
+    server that imported `preload` once, `preloaded.py`) when `preload` names modules."""
 
     name = "local"
+
+    def __init__(self, preload: Sequence[str] = ()) -> None:
+        self.preload = tuple(preload)
 
     def launch(self, store: Store, job: dict, fn_ref: str) -> _Child:
         """Start the child process of a claimed job, its output appended to the job's log."""
@@ -138,30 +156,15 @@ class LocalProcessBackend(JobBackend):
         env["PYTHONUNBUFFERED"] = "1"
         env["EAGLE3DASH_HOME"] = str(store.home)
         env["EAGLE3DASH_JOB_ID"] = str(job_id)
-        cmd = [
-            sys.executable,
-            "-m",
-            _CHILD_MODULE,
-            str(job_id),
-            "--fn",
-            fn_ref,
-            "--home",
-            str(store.home),
-            "--parent-pid",
-            str(os.getpid()),
-        ]
+        args = [str(job_id), "--fn", fn_ref, "--home", str(store.home)]
+        args += ["--parent-pid", str(os.getpid())]
         try:
             logf.write(head.encode())
             logf.flush()
-            proc = subprocess.Popen(
-                cmd,
-                stdin=subprocess.DEVNULL,
-                stdout=logf,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
+            proc = start_module(
+                _CHILD_MODULE, args, env=env, cwd=os.getcwd(), output=path, preload=self.preload
             )
-        except OSError as e:
+        except (OSError, EOFError, ConnectionError) as e:
             with contextlib.suppress(OSError):
                 logf.write(f"[worker] could not start the job process: {e}\n".encode())
                 logf.close()
@@ -177,13 +180,7 @@ class LocalProcessBackend(JobBackend):
 
     def wait(self, handle: _Child, timeout: float | None) -> str | None:
         """None while the child runs; else how it ended."""
-        if timeout == 0:
-            rc = handle.proc.poll()
-        else:
-            try:
-                rc = handle.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                rc = None
+        rc = handle.proc.wait(timeout)
         return None if rc is None else _exit_reason(rc, handle.log_path)
 
     def interrupt(self, handle: _Child, force: bool) -> None:
@@ -194,8 +191,9 @@ class LocalProcessBackend(JobBackend):
         """End the job's log with its status and the child's exit code, and close it."""
         end = f"[worker {os.getpid()}] {now_iso()} job {handle.job['id']} {status}"
         with contextlib.suppress(OSError, ValueError):
-            handle.log.write(f"{end} ({handle.proc.returncode})\n".encode())
+            handle.log.write(f"{end} ({handle.proc.wait(0)})\n".encode())
             handle.log.close()
+        handle.proc.close()
 
     def lost(self, job: dict) -> str | None:
         """A job of a worker on this host whose pid no longer lives."""
@@ -228,12 +226,17 @@ def run_worker(
     stale_after: float = STALE_AFTER_S,
     heartbeat_interval: float = HEARTBEAT_S,
     cancel_grace: float = CANCEL_GRACE_S,
+    preload: Sequence[str] = (),
 ) -> int:
     """Run queued jobs, `slots` at a time, each in a child process; return how many finished.
 
     See `backend.serve`: `once` drains the queue; otherwise until `stop_event`, SIGTERM or
     KeyboardInterrupt. Running children of a stopping worker are terminated and their jobs failed.
+    With `preload` (`preloaded.HEAVY` for `job_kinds`), children are forked from a server that
+    imported those modules once, started now.
     """
+    if preload:
+        warm_up(preload)
     settings = ServeSettings(
         poll_interval=poll_interval,
         slots=slots,
@@ -241,7 +244,7 @@ def run_worker(
         heartbeat_interval=heartbeat_interval,
         cancel_grace=cancel_grace,
     )
-    return serve(LocalProcessBackend(), store_home, kinds, settings, once, stop_event)
+    return serve(LocalProcessBackend(preload), store_home, kinds, settings, once, stop_event)
 
 
 # --- the child process -------------------------------------------------------------------------
@@ -287,7 +290,7 @@ def _watch_parent(store: Store, job_id: int, parent_pid: int) -> None:
     """Thread of a child: if the worker dies, fail the job and kill this process group."""
     while True:
         time.sleep(0.5)
-        if os.getppid() != parent_pid:
+        if not pid_alive(parent_pid):
             reason = f"abandoned: the worker (pid {parent_pid}) exited while the job ran"
             with contextlib.suppress(Exception):
                 lifecycle.settle_job(store, job_id, Status.FAILED, error=reason)
@@ -393,6 +396,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--home", default=None)
     parser.add_argument("--parent-pid", type=int, default=None)
     args = parser.parse_args(argv)
+    name_process(_name(args.job_id))  # how a later worker tells this child from a reused pid
     return run_one(args.home, args.job_id, args.fn, args.parent_pid)
 
 

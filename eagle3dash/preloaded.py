@@ -1,0 +1,155 @@
+"""Child processes that can start warm: `python -m MODULE ARGS`, either a fresh interpreter or a
+fork of a server process that imported the heavy modules (torch, transformers) once.
+
+A diagnosis job's child needs torch and transformers' model code, about 5 s of imports (7 s of CPU
+on a 2-core box) before its first line of work; a fork of a process that already holds them
+starts in milliseconds. The server is multiprocessing's forkserver (Python 3.11
+`multiprocessing/forkserver.py`): one per process that starts children, started on the first
+warm start (or by `warm_up`), single-threaded (torch makes no threads until it computes, and it
+computes nothing there), and gone when that process goes. Its preload list is fixed by its first
+start. A light child (nothing to preload) starts as a fresh interpreter: a server's imports would
+cost it more than they save.
+
+Either way the child is what `python -m MODULE ARGS` would be: its own session (a process group
+to signal), the given environment, working directory and `sys.path` entries, stdout and stderr
+appended to one file. A forked child's command line is the server's, so a child that must be
+recognised later names itself (`name_process`, read back by `process_name`). A forked child
+imports the starting process's `__main__` as multiprocessing does (a script by path needs its
+`if __name__ == "__main__"` guard), and the preloaded modules were imported with the server's
+environment, so a variable torch or transformers read at import (OMP_NUM_THREADS, HF_HOME) is the
+one of the first warm start.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import multiprocessing
+import os
+import runpy
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from multiprocessing.process import BaseProcess
+from pathlib import Path
+
+# What a diagnosis job's child spends its start on: torch, and transformers' model loading and
+# Llama code (the demo's and the tests' targets; other architectures add their own module).
+HEAVY = (
+    "torch",
+    "transformers.modeling_utils",
+    "transformers.models.llama.modeling_llama",
+    "safetensors.torch",
+    "httpx",
+    "orjson",
+)
+_PR_SET_NAME = 15  # prctl(2)
+NAME_LIMIT = 15  # /proc/PID/comm holds 15 bytes
+
+
+class Child:
+    """A started child process: its pid, and how it ended."""
+
+    def __init__(self, process: subprocess.Popen | BaseProcess):
+        self._process = process
+        assert process.pid is not None  # started
+        self.pid: int = process.pid
+
+    def wait(self, timeout: float | None) -> int | None:
+        """Its exit code once it ended (negative: killed by that signal), None while it runs
+        after `timeout` seconds (0: no wait, None: until it ends)."""
+        process = self._process
+        if isinstance(process, BaseProcess):
+            process.join(timeout)
+            return process.exitcode
+        if timeout == 0:
+            return process.poll()
+        try:
+            return process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def close(self) -> None:
+        """Release the handle of a child that ended (no-op while it runs)."""
+        if isinstance(self._process, BaseProcess) and self._process.exitcode is not None:
+            self._process.close()
+
+
+def _forkserver(preload: Sequence[str]) -> multiprocessing.context.BaseContext:
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(list(preload))
+    return context
+
+
+def warm_up(preload: Sequence[str] = HEAVY) -> None:
+    """Start this process's forkserver now (its imports run beside whatever comes next)."""
+    from multiprocessing import forkserver
+
+    _forkserver(preload)
+    forkserver.ensure_running()
+
+
+def start_module(
+    module: str,
+    args: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    cwd: str | os.PathLike[str],
+    output: str | os.PathLike[str],
+    preload: Sequence[str] = (),
+) -> Child:
+    """Start `python -m module *args` (see the module's docstring): a fork of the forkserver
+    that imported `preload`, or a fresh interpreter when there is nothing to preload."""
+    if not preload:
+        with open(output, "ab") as log:
+            process: subprocess.Popen | BaseProcess = subprocess.Popen(
+                [sys.executable, "-m", module, *args],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=dict(env),
+                cwd=cwd,
+                start_new_session=True,
+            )
+        return Child(process)
+    forked: BaseProcess = _forkserver(preload).Process(  # type: ignore[attr-defined]
+        target=_run_module,
+        args=(module, list(args), dict(env), str(cwd), str(output)),
+        daemon=False,
+    )
+    forked.start()
+    return Child(forked)
+
+
+def name_process(name: str) -> None:
+    """Name this process (`/proc/PID/comm`, at most NAME_LIMIT bytes)."""
+    if len(name.encode()) > NAME_LIMIT:
+        raise ValueError(f"a process name holds {NAME_LIMIT} bytes: {name!r}")
+    ctypes.CDLL(None).prctl(_PR_SET_NAME, name.encode(), 0, 0, 0)
+
+
+def process_name(pid: int) -> str | None:
+    """The name a process goes by (`/proc/PID/comm`), None when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return None
+
+
+def _run_module(module: str, args: list[str], env: dict[str, str], cwd: str, output: str) -> None:
+    """The forked child: become `python -m module *args` with its own session, env, cwd and
+    output."""
+    os.setsid()
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(env)
+    fd = os.open(output, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 - the process's own
+    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+    # as `python -m` would: the working directory first, then PYTHONPATH, then the rest
+    extra = [cwd, *(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p)]
+    sys.path[:0] = [p for p in extra if p not in sys.path]
+    sys.argv = [module, *args]
+    runpy.run_module(module, run_name="__main__", alter_sys=True)

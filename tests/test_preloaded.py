@@ -1,0 +1,60 @@
+"""preloaded.start_module: a forked child (warm) is what `python -m` (cold) would be."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from eagle3dash.preloaded import name_process, process_name, start_module
+from tests.jobkit import ROOT, wait_until
+
+
+@pytest.mark.parametrize("preload", [(), ("json",)], ids=["cold", "warm"])
+def test_a_child_sees_its_env_cwd_args_session_and_output(tmp_path: Path, preload) -> None:
+    out = tmp_path / "out.log"
+    out.write_text("before\n")  # appended to, not replaced
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PROBE_ENV": "from-the-parent"}
+    child = start_module(
+        "tests.preload_probe", ["3"], env=env, cwd=tmp_path, output=out, preload=preload
+    )
+    assert child.wait(60) == 3
+    child.close()
+    first, facts, err = out.read_text().splitlines()
+    assert (first, err) == ("before", "to stderr")
+    assert json.loads(facts) == {
+        "argv": ["3"],
+        "cwd": str(tmp_path),
+        "probe_env": "from-the-parent",
+        "own_session": True,
+        "stdin_empty": True,
+        "torch_loaded": False,  # neither path imports what it was not asked to
+    }
+
+
+@pytest.mark.parametrize("preload", [(), ("json",)], ids=["cold", "warm"])
+def test_a_signal_to_the_childs_group_is_its_negative_exit_code(tmp_path: Path, preload) -> None:
+    out = tmp_path / "out.log"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    child = start_module(
+        "tests.preload_probe", ["wait"], env=env, cwd=tmp_path, output=out, preload=preload
+    )
+    wait_until(lambda: out.exists() and "to stderr" in out.read_text(), what="the child to start")
+    assert child.wait(0) is None  # still running
+    os.killpg(child.pid, signal.SIGTERM)
+    assert child.wait(30) == -signal.SIGTERM
+
+
+def test_a_process_names_itself() -> None:
+    before = process_name(os.getpid())
+    try:
+        name_process("e3d-job-12345")
+        assert process_name(os.getpid()) == "e3d-job-12345"
+        with pytest.raises(ValueError, match="15 bytes"):
+            name_process("e3d-job-1234567890")
+    finally:
+        name_process(before or "python")
+    assert process_name(2**22 + 1) is None  # no such process
