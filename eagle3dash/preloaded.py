@@ -22,6 +22,7 @@ one of the first warm start.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import multiprocessing
 import os
@@ -67,6 +68,17 @@ class Child:
             return process.wait(timeout)
         except subprocess.TimeoutExpired:
             return None
+
+    def signal_group(self, sig: int) -> None:
+        """Send `sig` to the child's process group (to the child alone in the moment after a
+        fork, before it made its session); nothing when it is gone."""
+        try:
+            os.killpg(self.pid, sig)
+        except ProcessLookupError:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(self.pid, sig)
+        except PermissionError:
+            pass
 
     def close(self) -> None:
         """Release the handle of a child that ended (no-op while it runs)."""
@@ -125,6 +137,22 @@ def name_process(name: str) -> None:
     if len(name.encode()) > NAME_LIMIT:
         raise ValueError(f"a process name holds {NAME_LIMIT} bytes: {name!r}")
     ctypes.CDLL(None).prctl(_PR_SET_NAME, name.encode(), 0, 0, 0)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process lives (a zombie does not): how a forked child, whose parent is the
+    server, watches the process that started it."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie has exited; only its parent has not reaped it
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
 
 
 def process_name(pid: int) -> str | None:

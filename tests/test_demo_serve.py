@@ -10,6 +10,10 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
+
+from eagle3dash.demo.serve import serve_doubles
+from eagle3dash.errors import InputError
 
 ROOT = Path(__file__).resolve().parent.parent
 PARENT = """
@@ -61,3 +65,14 @@ def test_a_demo_double_serves_from_its_own_process_and_ends_with_its_parent() ->
         assert _ended(int(double_pid)), "the double outlived the process that started it"
     finally:
         parent.kill()
+
+
+def test_a_double_that_cannot_start_says_why_in_one_line(tmp_path: Path) -> None:
+    # Its child prints "error: ..." and exits 2 (eagle3dash/demo/serve.py main); the parent,
+    # which waits for a URL line, must end the wait and pass that last line on.
+    with pytest.raises(InputError) as caught:
+        serve_doubles(("mismatched", tmp_path / "no-such-draft", False))
+    said = str(caught.value)
+    assert said.startswith("a demo double did not start (exit status 2): error: ")
+    assert "no-such-draft" in said
+    assert "\n" not in said

@@ -1,8 +1,9 @@
 """The demo's deployments served on this machine by the SGLang API double (a test and demo double
 that answers like SGLang, not a serving engine), and the diagnosis options that fit them.
 
-Each double runs in a process of its own (`python -m eagle3dash.demo.serve NAME`), never on a
-thread of the app, the worker or the seed: the double's modelled cost is a floor per forward, and
+Each double runs in a process of its own (`python -m eagle3dash.demo.serve NAME`, forked from a
+server that imported torch and transformers once, `preloaded.py`), never on a thread of the app,
+the worker or the seed: the double's modelled cost is a floor per forward, and
 a process of its own keeps a page rerun or a diagnosis's compute (and the GIL) out of its clock.
 A double stops with its parent (it watches the parent's pid), so a killed app leaves none behind.
 
@@ -18,7 +19,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -38,6 +38,7 @@ from eagle3dash.demo import (
 )
 from eagle3dash.diagnosis.options import DiagnoseOptions
 from eagle3dash.errors import InputError
+from eagle3dash.preloaded import HEAVY, Child, pid_alive, start_module
 
 PROMPTS = FIXTURES / "prompts.jsonl"
 # New run's choice, in this order; the vllm- ones on the vLLM double (demo/vllm.py)
@@ -68,26 +69,23 @@ def fixed_draft(home: Path, ids: tuple[int, ...], fixtures: Path = FIXTURES) -> 
 class ServedDouble:
     """A demo double serving in a child process: its URL, and stop() to end it."""
 
-    process: subprocess.Popen
+    process: Child
     url: str
-    stderr_path: Path = field(repr=False)
+    output_path: Path = field(repr=False)
 
     def alive(self) -> bool:
         """Whether the process still serves."""
-        return self.process.poll() is None
+        return self.process.wait(0) is None
 
     def stop(self) -> None:
         """End the process (SIGTERM, then SIGKILL) and release its port (idempotent)."""
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        if self.process.stdout is not None:
-            self.process.stdout.close()
-        self.stderr_path.unlink(missing_ok=True)
+        if self.process.wait(0) is None:
+            self.process.signal_group(signal.SIGTERM)
+            if self.process.wait(STOP_TIMEOUT_S) is None:
+                self.process.signal_group(signal.SIGKILL)
+                self.process.wait(None)
+        self.process.close()
+        self.output_path.unlink(missing_ok=True)
 
     def __enter__(self) -> ServedDouble:
         return self
@@ -96,33 +94,46 @@ class ServedDouble:
         self.stop()
 
 
-def _spawn(name: str, draft_path: Path | None, baseline: bool) -> tuple[subprocess.Popen, Path]:
-    """Start `python -m eagle3dash.demo.serve` for one double; its stderr goes to a temp file."""
-    argv = [sys.executable, "-m", "eagle3dash.demo.serve", name, "--parent", str(os.getpid())]
+def _spawn(name: str, draft_path: Path | None, baseline: bool) -> tuple[Child, Path]:
+    """Start `python -m eagle3dash.demo.serve` for one double, forked warm (torch and
+    transformers imported once, `preloaded.py`); its output goes to a temp file."""
+    args = [name, "--parent", str(os.getpid())]
     if draft_path is not None:
-        argv += ["--draft", str(draft_path)]
+        args += ["--draft", str(draft_path)]
     if baseline:
-        argv.append("--baseline")
-    fd, stderr_name = tempfile.mkstemp(prefix="eagle3dash-double-", suffix=".log")
-    with os.fdopen(fd, "w") as stderr:
-        process = subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.DEVNULL, text=True
-        )
-    return process, Path(stderr_name)
+        args.append("--baseline")
+    fd, output_name = tempfile.mkstemp(prefix="eagle3dash-double-", suffix=".log")
+    os.close(fd)
+    process = start_module(
+        "eagle3dash.demo.serve",
+        args,
+        env=os.environ,
+        cwd=os.getcwd(),
+        output=output_name,
+        preload=HEAVY,
+    )
+    return process, Path(output_name)
 
 
-def _wait_started(process: subprocess.Popen, stderr_path: Path) -> ServedDouble:
-    """The child's URL once it serves; InputError with its last words if it exits first."""
-    assert process.stdout is not None
-    line = process.stdout.readline()  # the child prints its URL once it is bound, or exits
-    if line.startswith(URL_PREFIX):
-        return ServedDouble(process, line[len(URL_PREFIX) :].strip(), stderr_path)
-    process.wait(STOP_TIMEOUT_S)
-    said = stderr_path.read_text(errors="replace").strip().splitlines()
-    stderr_path.unlink(missing_ok=True)
+def _wait_started(process: Child, output_path: Path) -> ServedDouble:
+    """The child's URL once it serves; InputError with its last words if it exits first or
+    takes longer than START_TIMEOUT_S."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        said = output_path.read_text(errors="replace").splitlines()
+        url = next((line for line in said if line.startswith(URL_PREFIX)), None)
+        if url is not None:  # printed once it is bound
+            return ServedDouble(process, url[len(URL_PREFIX) :].strip(), output_path)
+        if process.wait(0.05) is not None:
+            break
+    else:
+        ServedDouble(process, "", output_path).stop()
+        raise InputError(f"a demo double did not start within {START_TIMEOUT_S:.0f} s")
+    said = output_path.read_text(errors="replace").strip().splitlines()
+    output_path.unlink(missing_ok=True)
     raise InputError(
         "a demo double did not start (exit status "
-        f"{process.returncode}): {said[-1] if said else 'no message'}"
+        f"{process.wait(0)}): {said[-1] if said else 'no message'}"
     )
 
 
@@ -132,13 +143,13 @@ def serve_doubles(*wanted: tuple[str, Path | None, bool]) -> list[ServedDouble]:
     spawned = [_spawn(name, draft, baseline) for name, draft, baseline in wanted]
     started: list[ServedDouble] = []
     try:
-        for process, stderr_path in spawned:
-            started.append(_wait_started(process, stderr_path))
+        for process, output_path in spawned:
+            started.append(_wait_started(process, output_path))
     except BaseException:
         for served in started:
             served.stop()
-        for process, stderr_path in spawned[len(started) :]:
-            ServedDouble(process, "", stderr_path).stop()
+        for process, output_path in spawned[len(started) :]:
+            ServedDouble(process, "", output_path).stop()
         raise
     return started
 
@@ -282,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"{URL_PREFIX}{running.url}", flush=True)
     try:
-        while running.thread.is_alive() and (args.parent is None or os.getppid() == args.parent):
+        while running.thread.is_alive() and (args.parent is None or pid_alive(args.parent)):
             time.sleep(1.0)
     except KeyboardInterrupt:
         pass

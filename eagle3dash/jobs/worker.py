@@ -52,6 +52,7 @@ from eagle3dash.preloaded import (
     NAME_LIMIT,
     Child,
     name_process,
+    pid_alive,
     process_name,
     start_module,
     warm_up,
@@ -80,21 +81,6 @@ class _Child:
     log_path: Path
 
 
-def pid_alive(pid: int) -> bool:
-    """Whether a process lives (a zombie does not)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie has exited; only its parent has not reaped it
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
-
-
 def _name(job_id: int) -> str:
     """The name a job's child gives itself (a forked child's command line is the server's)."""
     return f"e3d-job-{job_id}"[:NAME_LIMIT]
@@ -118,16 +104,6 @@ def _exit_reason(rc: int, log_path: Path) -> str:
         hint = " (out of memory? the kernel's OOM killer sends SIGKILL)" if -rc == 9 else ""
         return f"the job process was killed by {name}{hint}"
     return f"the job process exited with code {rc} without a result"
-
-
-def _signal_group(proc: Child, sig: int) -> None:
-    try:
-        os.killpg(proc.pid, sig)
-    except ProcessLookupError:  # a child just forked, before its setsid: the process alone
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(proc.pid, sig)
-    except PermissionError:
-        pass
 
 
 class LocalProcessBackend(JobBackend):
@@ -185,7 +161,7 @@ class LocalProcessBackend(JobBackend):
 
     def interrupt(self, handle: _Child, force: bool) -> None:
         """SIGTERM (the child raises JobCancelled), or SIGKILL, to the child's process group."""
-        _signal_group(handle.proc, signal.SIGKILL if force else signal.SIGTERM)
+        handle.proc.signal_group(signal.SIGKILL if force else signal.SIGTERM)
 
     def release(self, handle: _Child, status: Status) -> None:
         """End the job's log with its status and the child's exit code, and close it."""
