@@ -121,8 +121,9 @@ def run_queued(store: db.Store, run_ids: list[int], slots: int = 2) -> None:
     from eagle3dash import jobs as jobq
     from eagle3dash.job_kinds import JOB_KINDS
     from eagle3dash.jobs.worker import run_worker
+    from eagle3dash.preloaded import HEAVY
 
-    run_worker(store.home, JOB_KINDS, poll_interval=0.05, once=True, slots=slots)
+    run_worker(store.home, JOB_KINDS, poll_interval=0.05, once=True, slots=slots, preload=HEAVY)
     for run_id in run_ids:
         job = jobq.list_jobs(store, run_id)[0]
         assert job["status"] == "succeeded", jobq.job_log(store, job["id"])

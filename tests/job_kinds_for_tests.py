@@ -152,8 +152,8 @@ ALL_KINDS: dict[str, JobFn] = {
 
 def warm_local_backend() -> JobBackend:
     """The local worker as `python -m eagle3dash worker` runs it: children forked from a server
-    that imported its preload list once (here one light module: the fork path is what is tested,
-    not torch's import time)."""
+    that imported torch and transformers once."""
     from eagle3dash.jobs.worker import LocalProcessBackend
+    from eagle3dash.preloaded import HEAVY
 
-    return LocalProcessBackend(preload=("json",))
+    return LocalProcessBackend(preload=HEAVY)

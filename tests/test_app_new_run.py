@@ -23,6 +23,7 @@ from eagle3dash import store as db
 from eagle3dash.demo import FIXTURES
 from eagle3dash.job_kinds import JOB_KINDS
 from eagle3dash.jobs.worker import run_worker
+from eagle3dash.preloaded import HEAVY
 from eagle3dash.ui import newrun
 from tests.appkit import app, no_exception, plain, texts
 
@@ -99,7 +100,7 @@ def test_try_it_on_the_demo_fills_the_form_and_reaches_the_mismatch(home, demo_s
     (run,) = db.list_runs(home)
     assert run["checkpoint_name"] == "draft-a" and run["baseline_url"] == demo.baseline.url
     assert at.query_params["run"] == str(run["id"])
-    run_worker(home.home, JOB_KINDS, poll_interval=0.1, once=True)
+    run_worker(home.home, JOB_KINDS, poll_interval=0.1, once=True, preload=HEAVY)
     diagnosis = db.get_run(home, run["id"])["diagnosis"]
     assert diagnosis["findings"][0]["id"] == "layout-mismatch"
     assert "[-1, 0, 1]" in diagnosis["findings"][0]["fix"]

@@ -42,6 +42,7 @@ def _without_target(home) -> int:
     from eagle3dash.demo.serve import demo_options, serve_baseline, serve_deployment
     from eagle3dash.job_kinds import JOB_KINDS
     from eagle3dash.jobs.worker import run_worker
+    from eagle3dash.preloaded import HEAVY
     from eagle3dash.submit import submit_diagnosis
 
     plan = deployments()["correct"]
@@ -49,7 +50,7 @@ def _without_target(home) -> int:
     with serve_baseline(plan) as baseline, serve_deployment(plan) as server:
         options = demo_options(plan.draft_path, server.url, baseline.url, 2, 32)
         run_id = submit_diagnosis(store, None, dataclasses.replace(options, target=None))
-        assert run_worker(home, JOB_KINDS, poll_interval=0.05, once=True) == 1
+        assert run_worker(home, JOB_KINDS, poll_interval=0.05, once=True, preload=HEAVY) == 1
     status = db.get_run(store, run_id)["status"]
     store.close()
     assert status == "succeeded"

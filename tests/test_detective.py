@@ -274,6 +274,7 @@ def test_the_run_page_shows_the_detective_when_a_detect_job_succeeded(
     from eagle3dash.capture import save_capture
     from eagle3dash.job_kinds import JOB_KINDS
     from eagle3dash.jobs.worker import run_worker
+    from eagle3dash.preloaded import HEAVY
 
     save_capture(capture, tmp_path / "all")
     save_capture(_serving_capture(capture), tmp_path / "serving")
@@ -288,7 +289,7 @@ def test_the_run_page_shows_the_detective_when_a_detect_job_succeeded(
             "sides": [f"serving={tmp_path / 'serving'}"],
         }
         jobq.submit_job(store, "detect", params, run_id=run_id)
-        run_worker(store.home, JOB_KINDS, poll_interval=0.05, once=True)
+        run_worker(store.home, JOB_KINDS, poll_interval=0.05, once=True, preload=HEAVY)
         job = jobq.list_jobs(store, run_id)[0]
         assert job["status"] == "succeeded", jobq.job_log(store, job["id"])
         db.update_run(store, run_id, status="succeeded")

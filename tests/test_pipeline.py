@@ -147,6 +147,7 @@ def test_a_diagnose_job_stores_the_run_for_its_page(models, tmp_path) -> None:
     from eagle3dash import jobs, store
     from eagle3dash.job_kinds import JOB_KINDS
     from eagle3dash.jobs.worker import run_worker
+    from eagle3dash.preloaded import HEAVY
     from eagle3dash.submit import submit_diagnosis
 
     home = store.open_store(tmp_path / "home")
@@ -155,7 +156,7 @@ def test_a_diagnose_job_stores_the_run_for_its_page(models, tmp_path) -> None:
         opts = options(models, server.url, training_layout=(Tap(0), Tap(1), Tap(2)))
         run_id = submit_diagnosis(home, checkpoint_id, opts)
         assert store.get_run(home, run_id)["status"] == "queued"
-        assert run_worker(home.home, JOB_KINDS, poll_interval=0.05, once=True) == 1
+        assert run_worker(home.home, JOB_KINDS, poll_interval=0.05, once=True, preload=HEAVY) == 1
     run = store.get_run(home, run_id)
     job = jobs.list_jobs(home, run_id)[0]
     assert job["status"] == "succeeded", jobs.job_log(home, job["id"])
@@ -177,12 +178,13 @@ def test_a_failing_diagnose_job_fails_its_run(models, tmp_path) -> None:
     from eagle3dash import store
     from eagle3dash.job_kinds import JOB_KINDS
     from eagle3dash.jobs.worker import run_worker
+    from eagle3dash.preloaded import HEAVY
     from eagle3dash.submit import submit_diagnosis
 
     home = store.open_store(tmp_path / "home")
     opts = options(models, "http://127.0.0.1:9")
     run_id = submit_diagnosis(home, None, opts)
-    run_worker(home.home, JOB_KINDS, poll_interval=0.05, once=True)
+    run_worker(home.home, JOB_KINDS, poll_interval=0.05, once=True, preload=HEAVY)
     run = store.get_run(home, run_id)
     assert run["status"] == "failed" and "cannot connect" in run["error"]
 

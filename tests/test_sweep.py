@@ -15,6 +15,7 @@ from eagle3dash import checkpoint
 from eagle3dash.cli import main as cli_main
 from eagle3dash.jobs.backend import ServeSettings, serve
 from eagle3dash.jobs.worker import run_worker
+from eagle3dash.preloaded import HEAVY
 from eagle3dash.store import open_store
 from eagle3dash.sweep import SweepCheckpoint, submit_sweep, sweep_checkpoints, sweep_results
 
@@ -61,7 +62,9 @@ def test_the_local_worker_ranks_the_checkpoints_by_their_noise(world, tmp_path, 
     home = tmp_path / "home"
     args = ["sweep", *world["paths"].values(), "--capture", world["capture"], "--home", str(home)]
     assert cli_main(args) == 0
-    assert run_worker(home, _kinds(), once=True) == 8  # one job per checkpoint, one at a time
+    assert (
+        run_worker(home, _kinds(), once=True, preload=HEAVY) == 8
+    )  # one job per checkpoint, one at a time
     store = open_store(home)
     sweep_id = capsys.readouterr().out.split()[1].rstrip(":")
     entries = sweep_results(store, sweep_id)
