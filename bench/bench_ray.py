@@ -127,12 +127,14 @@ def sweep_times(nodes: int, capture: str, paths: list[str], repeats: int) -> tup
 
 
 def diagnosis_times(repeats: int, num_prompts: int, max_new_tokens: int) -> tuple[list, list]:
-    """Wall times of the demo's "correct" diagnosis: by the local worker, by the Ray backend."""
+    """Wall times of the demo's "correct" diagnosis: by the local worker (its jobs forked warm,
+    as `python -m eagle3dash worker` runs them), by the Ray backend."""
     from eagle3dash.demo import deployments
     from eagle3dash.demo.serve import demo_options, serve_baseline, serve_deployment
     from eagle3dash.jobs import list_jobs
     from eagle3dash.jobs.ray_backend import RayBackend
     from eagle3dash.jobs.worker import LocalProcessBackend
+    from eagle3dash.preloaded import HEAVY
     from eagle3dash.store import open_store
     from eagle3dash.submit import submit_diagnosis
 
@@ -142,7 +144,8 @@ def diagnosis_times(repeats: int, num_prompts: int, max_new_tokens: int) -> tupl
     local, on_ray = [], []
     try:
         for _ in range(repeats):
-            for backend, times in ((LocalProcessBackend(), local), (RayBackend(), on_ray)):
+            warm = LocalProcessBackend(preload=HEAVY)
+            for backend, times in ((warm, local), (RayBackend(), on_ray)):
                 home = Path(tempfile.mkdtemp(prefix="diag-home-"))
                 store = open_store(home)
                 options = demo_options(

@@ -54,20 +54,22 @@ class Child:
         self._process = process
         assert process.pid is not None  # started
         self.pid: int = process.pid
+        self._exit_code: int | None = None
 
     def wait(self, timeout: float | None) -> int | None:
         """Its exit code once it ended (negative: killed by that signal), None while it runs
         after `timeout` seconds (0: no wait, None: until it ends)."""
-        process = self._process
-        if isinstance(process, BaseProcess):
-            process.join(timeout)
-            return process.exitcode
-        if timeout == 0:
-            return process.poll()
-        try:
-            return process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            return None
+        if self._exit_code is None:
+            process = self._process
+            if isinstance(process, BaseProcess):
+                process.join(timeout)
+                self._exit_code = process.exitcode
+            elif timeout == 0:
+                self._exit_code = process.poll()
+            else:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self._exit_code = process.wait(timeout)
+        return self._exit_code
 
     def signal_group(self, sig: int) -> None:
         """Send `sig` to the child's process group (to the child alone in the moment after a
@@ -81,8 +83,9 @@ class Child:
             pass
 
     def close(self) -> None:
-        """Release the handle of a child that ended (no-op while it runs)."""
-        if isinstance(self._process, BaseProcess) and self._process.exitcode is not None:
+        """Release the handle of a child that ended (no-op while it runs); `wait` still says
+        how it ended."""
+        if isinstance(self._process, BaseProcess) and self.wait(0) is not None:
             self._process.close()
 
 

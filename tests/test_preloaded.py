@@ -60,3 +60,18 @@ def test_a_process_names_itself() -> None:
     finally:
         name_process(before or "python")
     assert process_name(2**22 + 1) is None  # no such process
+
+
+@pytest.mark.parametrize("preload", [(), HEAVY], ids=["cold", "warm"])
+def test_a_closed_child_still_says_how_it_ended(tmp_path: Path, preload) -> None:
+    # A stopped demo double is asked whether it is alive after its handle was closed.
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = tmp_path / "out.log"
+    child = start_module(
+        "tests.preload_probe", ["5"], env=env, cwd=tmp_path, output=out, preload=preload
+    )
+    child.close()  # still running, or not: either way a no-op until it ended
+    assert child.wait(60) == 5
+    child.close()
+    child.close()
+    assert child.wait(0) == 5
