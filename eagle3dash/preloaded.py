@@ -1,14 +1,14 @@
 """Child processes that can start warm: `python -m MODULE ARGS`, either a fresh interpreter or a
 fork of a server process that imported the heavy modules (torch, transformers) once.
 
-A diagnosis job's child needs torch and transformers' model code, about 5 s of imports (7 s of CPU
-on a 2-core box) before its first line of work; a fork of a process that already holds them
-starts in milliseconds. The server is multiprocessing's forkserver (Python 3.11
-`multiprocessing/forkserver.py`): one per process that starts children, started on the first
-warm start (or by `warm_up`), single-threaded (torch makes no threads until it computes, and it
-computes nothing there), and gone when that process goes. Its preload list is fixed by its first
-start. A light child (nothing to preload) starts as a fresh interpreter: a server's imports would
-cost it more than they save.
+A diagnosis job's child needs torch and transformers' model code before its first line of work: a
+fresh child that loads the demo target and runs one forward takes 6.05 s on a quiet 2-core box, a
+fork of a process that already holds those imports 0.21 s (`bench/bench_job_start.py`). The server
+is multiprocessing's forkserver (Python 3.11 `multiprocessing/forkserver.py`): one per process that
+starts children, started on the first warm start (or by `warm_up`), single-threaded (torch makes no
+threads until it computes, and it computes nothing there), and gone when that process goes. Its
+preload list is fixed by its first start. A light child (nothing to preload) starts as a fresh
+interpreter: a server's imports would cost it more than they save.
 
 Either way the child is what `python -m MODULE ARGS` would be: its own session (a process group
 to signal), the given environment, working directory and `sys.path` entries, stdout and stderr
