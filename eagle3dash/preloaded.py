@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import io
 import multiprocessing
 import os
 import runpy
@@ -166,6 +167,14 @@ def process_name(pid: int) -> str | None:
         return None
 
 
+def _text_stream(fd: int, unbuffered: bool) -> io.TextIOWrapper:
+    """A text stream on `fd` as Python makes its stdio: line-buffered, or (as `python -u`,
+    PYTHONUNBUFFERED) written through with no buffer below, so a partial line reaches the file."""
+    if unbuffered:
+        return io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), write_through=True)
+    return open(fd, "w", buffering=1, closefd=False)  # noqa: SIM115 - the process's own
+
+
 def _run_module(module: str, args: list[str], env: dict[str, str], cwd: str, output: str) -> None:
     """The forked child: become `python -m module *args` with its own session, env, cwd and
     output."""
@@ -177,8 +186,8 @@ def _run_module(module: str, args: list[str], env: dict[str, str], cwd: str, out
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
-    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 - the process's own
-    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+    unbuffered = bool(env.get("PYTHONUNBUFFERED"))
+    sys.stdout, sys.stderr = _text_stream(1, unbuffered), _text_stream(2, unbuffered)
     # as `python -m` would: the working directory first, then PYTHONPATH, then the rest
     extra = [cwd, *(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p)]
     sys.path[:0] = [p for p in extra if p not in sys.path]

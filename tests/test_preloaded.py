@@ -75,3 +75,23 @@ def test_a_closed_child_still_says_how_it_ended(tmp_path: Path, preload) -> None
     child.close()
     child.close()
     assert child.wait(0) == 5
+
+
+@pytest.mark.parametrize("preload", [(), HEAVY], ids=["cold", "warm"])
+def test_an_unbuffered_childs_partial_line_reaches_its_output(tmp_path: Path, preload) -> None:
+    # The worker starts its children with PYTHONUNBUFFERED=1, so that the job's log shows what
+    # a child wrote while it runs; a forked child must honour it as `python -u` does.
+    out = tmp_path / "out.log"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+    child = start_module(
+        "tests.preload_probe", ["partial"], env=env, cwd=tmp_path, output=out, preload=preload
+    )
+    try:
+        wait_until(
+            lambda: out.exists() and out.read_text().endswith("a partial line"),
+            what="the partial line in the output file",
+        )
+        assert child.wait(0) is None  # written while the child still runs
+    finally:
+        child.signal_group(signal.SIGKILL)
+        child.wait(30)
