@@ -113,7 +113,7 @@ with checkpoint_tab:
 with server_tab:
     reports.server_settings(data.server_report_of(store, run, diagnosis))
 with logs_tab:
-    timings.time_spent(diagnosis)
+    timings.time_spent(diagnosis, unfinished=view.active)
     run_panels.job_logs(jobs)
 with export_tab:
     run_panels.export_buttons(run, diagnosis)

@@ -62,12 +62,19 @@ def timing_lines(timings: Mapping[str, float]) -> list[str]:
     ]
 
 
-def time_spent(diagnosis: StoredDiagnosis | None) -> None:
-    """The Run page's "where the time went": each stage's wall time, or why there is none."""
+def time_spent(diagnosis: StoredDiagnosis | None, unfinished: bool = False) -> None:
+    """The Run page's "where the time went": each stage's wall time, or why there is none
+    (`unfinished`: the run is queued or running)."""
     import streamlit as st
 
     timings = {} if diagnosis is None else diagnosis.timings
     st.markdown("**Where the time went**")
+    if unfinished:
+        st.caption("Each stage's wall time appears here when the run finishes.")
+        return
+    if diagnosis is None:
+        st.caption("This run stored no diagnosis, so no stage timings.")
+        return
     if not timings:
         st.caption("This run recorded no stage timings (it finished before they were kept).")
         return
