@@ -858,7 +858,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--slots",
         type=int,
         default=None,
-        help="jobs run at the same time (default 1; with Ray, the cluster's CPUs)",
+        help="jobs run at the same time (default 1; with Ray, the cluster's CPUs); two jobs "
+        "never measure one server at once",
     )
     p.add_argument(
         "--jobs",

@@ -234,6 +234,13 @@ _V6 = (
     "ALTER TABLE runs ADD COLUMN engine TEXT",
 )
 
+_V7 = (
+    # The servers a job measures (its endpoint and baseline URLs, as a JSON list): a queued job
+    # waits while a running one measures any of them (jobs/lifecycle.py claim_job), so that two
+    # jobs never benchmark one server at the same time.
+    "ALTER TABLE jobs ADD COLUMN servers_json TEXT",
+)
+
 # (version, name, statements) in order.
 MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
     (1, "initial schema", _V1),
@@ -242,6 +249,7 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
     (4, "checkpoint content digests, stopped endpoints", _V4),
     (5, "where a job ran", _V5),
     (6, "the serving engine of a run", _V6),
+    (7, "the servers a job measures", _V7),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

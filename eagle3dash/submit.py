@@ -33,5 +33,6 @@ def submit_diagnosis(
         {"options": params, "run_id": run_id, "costs": costs},
         run_id=run_id,
         needs_gpu=options.device.startswith("cuda"),
+        servers=[url for url in (options.endpoint, options.baseline) if url],
     )
     return run_id

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import threading
 import zipfile
@@ -26,6 +27,7 @@ from eagle3dash.checkpoint import save
 from eagle3dash.diagnosis.stored import load_diagnosis
 from eagle3dash.diagnosis.stored_run import StoredRun, run_from_row
 from eagle3dash.jobs import JobRow
+from eagle3dash.jobs.lifecycle import claim_job
 from eagle3dash.layout import Layout, Tap
 from eagle3dash.submit import submit_diagnosis
 from eagle3dash.testing.tensors import random_tensors
@@ -613,6 +615,26 @@ def test_a_queued_run_waits_for_a_worker_and_cancels_at_once(home) -> None:
     assert db.get_run(home, run_id)["status"] == "cancelled"
     assert "This run was cancelled before it started" in texts(at, "info")
     assert not at.error  # a cancel is not an error
+
+
+def test_a_queued_run_says_which_run_measures_its_server_now(home) -> None:
+    endpoint, baseline = "http://gpubox:30000", "http://gpubox:30001"
+    ahead = db.create_run(home, None, endpoint)
+    jobq.submit_job(home, "diagnose", {}, run_id=ahead, servers=[endpoint, baseline])
+    claim_job(home, os.getpid())
+    waiting = db.create_run(home, None, endpoint)
+    jobq.submit_job(home, "diagnose", {}, run_id=waiting, servers=[baseline])
+    at = app("run", run=str(waiting))
+    no_exception(at)
+    assert (
+        f"Queued behind run #{ahead}, which is measuring http://gpubox:30001 now. A server "
+        "is measured by one run at a time, so that neither run's numbers include the other's "
+        "requests; this run starts when that one ends."
+    ) in texts(at)
+    assert "python -m eagle3dash worker" not in texts(at)  # a worker is there: it runs the first
+    # no timings yet, and the page does not say the run finished
+    assert "Each stage's wall time appears here when the run finishes." in texts(at)
+    assert "finished before" not in texts(at)
 
 
 def run_row(**row) -> StoredRun:

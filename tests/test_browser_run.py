@@ -211,12 +211,12 @@ def test_a_live_header_status(world, slow, browser, logs_on_failure) -> None:
     store = world["store"]
     ahead = slow()
     _job_status(store, ahead, "running")
-    waiting = slow()  # one worker slot: it waits behind the first
+    waiting = slow()  # the same server: it waits behind the first, whatever the slots
     page = new_page(browser)
     page.goto(f"{world['url']}/run?run={waiting}")
     expect(page.get_by_role("heading", name=f"Run #{waiting}")).to_be_visible()
     expect(_header(page)).to_contain_text("queued")
-    expect(page.get_by_text("Queued: a worker runs it.")).to_be_visible()
+    expect(page.get_by_text(f"Queued behind run #{ahead}, which is measuring http")).to_be_visible()
     cancel_run(store, ahead)  # the worker stops the first run and takes this one
     # No reload: the progress panel notices the new status and redraws the page, header included.
     expect(_header(page)).to_contain_text("running", timeout=LIVE_MS)

@@ -16,7 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from eagle3dash.diagnosis.options import DiagnoseOptions
 from eagle3dash.jobs import (
+    BusyServer,
+    busy_servers,
     cancel_job,
     job_log,
     job_result,
@@ -28,6 +31,7 @@ from eagle3dash.jobs import (
 from eagle3dash.jobs.lifecycle import claim_job
 from eagle3dash.jobs.worker import pid_alive, recover_stale_jobs, run_worker
 from eagle3dash.store import Store, create_run, get_run, list_runs, now_iso, open_store, update_run
+from eagle3dash.submit import submit_diagnosis
 from tests.job_kinds_for_tests import JOB_KINDS
 from tests.jobkit import POLL, start_worker, wait_until
 
@@ -339,6 +343,45 @@ def test_two_gpu_jobs_never_overlap_with_two_slots(store: Store) -> None:
     g1, g2, c = (job_status(store, i)["result"] for i in (*gpu, cpu))
     assert g1["end"] <= g2["start"]  # the second GPU job started after the first ended
     assert c["start"] < g1["end"] and g1["start"] < c["end"]  # the CPU job ran alongside
+
+
+def test_no_server_is_measured_by_two_jobs_at_once(store: Store) -> None:
+    endpoint, baseline, other = (f"http://127.0.0.1:{port}" for port in (30000, 30001, 30002))
+    first = submit_job(store, "test-interval", {}, servers=[endpoint, baseline])
+    shares_baseline = submit_job(store, "test-interval", {}, servers=[baseline])
+    elsewhere = submit_job(store, "test-interval", {}, servers=[other])
+    no_server = submit_job(store, "test-interval", {})
+    assert job_status(store, first)["servers"] == [endpoint, baseline]
+    assert claim_job(store, os.getpid())["id"] == first
+    assert busy_servers(store, shares_baseline) == [BusyServer(baseline, first, None)]
+    assert busy_servers(store, elsewhere) == []
+    # the second waits for the baseline; jobs on other servers, or none, go past it
+    assert claim_job(store, os.getpid())["id"] == elsewhere
+    assert claim_job(store, os.getpid())["id"] == no_server
+    assert claim_job(store, os.getpid()) is None
+    store.db.execute("UPDATE jobs SET status = 'failed' WHERE id = ?", (first,))
+    assert claim_job(store, os.getpid())["id"] == shares_baseline
+
+
+def test_two_jobs_on_one_server_never_overlap_with_two_slots(store: Store) -> None:
+    server = "http://127.0.0.1:30000"
+    params = {"seconds": 0.6}
+    one, two = (submit_job(store, "test-interval", params, servers=[server]) for _ in range(2))
+    apart = submit_job(store, "test-interval", params, servers=["http://127.0.0.1:30009"])
+    assert run_worker(store.home, JOB_KINDS, poll_interval=POLL, once=True, slots=2) == 3
+    a, b, c = (job_status(store, i)["result"] for i in (one, two, apart))
+    assert a["end"] <= b["start"]  # the second started after the first ended
+    assert c["start"] < a["end"] and a["start"] < c["end"]  # the other server's ran alongside
+
+
+def test_a_diagnosis_names_its_endpoint_and_baseline_as_the_servers_it_measures(
+    store: Store, tmp_path: Path
+) -> None:
+    endpoint, baseline = "http://127.0.0.1:30000", "http://127.0.0.1:30001"
+    with_baseline = DiagnoseOptions(draft=str(tmp_path), endpoint=endpoint, baseline=baseline)
+    without = DiagnoseOptions(draft=str(tmp_path), endpoint=endpoint)
+    runs = [submit_diagnosis(store, None, o) for o in (with_baseline, without)]
+    assert [list_jobs(store, r)[0]["servers"] for r in runs] == [[endpoint, baseline], [endpoint]]
 
 
 def test_submit_and_status_need_no_worker(store: Store) -> None:

@@ -16,10 +16,12 @@ from eagle3dash.jobs.lifecycle import (
     cancel_run,
 )
 from eagle3dash.jobs.queue import (
+    BusyServer,
     JobCancelled,
     JobFn,
     JobRow,
     ProgressFn,
+    busy_servers,
     job_log,
     job_result,
     job_status,
@@ -30,6 +32,7 @@ from eagle3dash.jobs.queue import (
 )
 
 __all__ = [
+    "BusyServer",
     "CANCELLED_BEFORE_START",
     "CANCELLED_WHILE_RUNNING",
     "FINISHED",
@@ -40,6 +43,7 @@ __all__ = [
     "JobRow",
     "ProgressFn",
     "Status",
+    "busy_servers",
     "cancel_job",
     "cancel_run",
     "job_log",

@@ -68,11 +68,15 @@ _CLAIM = """
 UPDATE jobs SET status = 'running', worker_pid = ?, worker_host = ?, started_at = ?,
     heartbeat_at = ?, message = 'started', progress = 0
 WHERE id = (
-    SELECT id FROM jobs
-    WHERE status = 'queued'
-      AND (needs_gpu = 0 OR NOT EXISTS (
+    SELECT q.id FROM jobs AS q
+    WHERE q.status = 'queued'
+      AND (q.needs_gpu = 0 OR NOT EXISTS (
           SELECT 1 FROM jobs AS g WHERE g.status = 'running' AND g.needs_gpu = 1))
-    ORDER BY id LIMIT 1)
+      AND NOT EXISTS (
+          SELECT 1 FROM jobs AS r, json_each(r.servers_json) AS busy,
+              json_each(q.servers_json) AS wanted
+          WHERE r.status = 'running' AND busy.value = wanted.value)
+    ORDER BY q.id LIMIT 1)
   AND status = 'queued'
 RETURNING *
 """
@@ -84,8 +88,9 @@ WHERE id = (SELECT run_id FROM jobs WHERE id = ?) AND status IN {_UNFINISHED_SQL
 
 
 def claim_job(store: Store, worker_pid: int, worker_host: str | None = None) -> dict | None:
-    """Atomically take the oldest startable queued job (GPU jobs one at a time) and start its
-    run; the job's row, or None when nothing can start."""
+    """Atomically take the oldest startable queued job (GPU jobs one at a time, and no server
+    measured by two jobs at once) and start its run; the job's row, or None when nothing can
+    start."""
     now = now_iso()
     host = socket.gethostname() if worker_host is None else worker_host
     with store.transaction() as db:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,8 +38,10 @@ def submit_job(
     params: dict | None = None,
     run_id: int | None = None,
     needs_gpu: bool = False,
+    servers: Sequence[str] = (),
 ) -> int:
-    """Queue a job; return its id. A `needs_gpu` job waits while another GPU job runs."""
+    """Queue a job; return its id. A `needs_gpu` job waits while another GPU job runs, and a job
+    waits while a running one measures any of its `servers` (normalized URLs)."""
     with store.transaction() as db:
         job_id = insert_row(
             db,
@@ -53,6 +55,7 @@ def submit_job(
                 "message": "queued",
                 "created_at": now_iso(),
                 "needs_gpu": int(bool(needs_gpu)),
+                "servers_json": to_json(sorted(set(servers))),
             },
         )
         db.execute("UPDATE jobs SET log_path = ? WHERE id = ?", (log_rel(job_id), job_id))
@@ -120,6 +123,28 @@ class JobRow:
 def read_jobs(store: Store, run_id: int) -> list[JobRow]:
     """A run's jobs, oldest first, typed for the pages."""
     return [JobRow.from_row(row) for row in list_jobs(store, run_id)]
+
+
+@dataclass(frozen=True)
+class BusyServer:
+    """A server a queued job waits for, and the running job (of which run) that measures it."""
+
+    url: str
+    job_id: int
+    run_id: int | None
+
+
+def busy_servers(store: Store, job_id: int) -> list[BusyServer]:
+    """The servers of a queued job that running jobs measure now: why it has not started (no
+    server is measured by two jobs at once, `lifecycle.claim_job`)."""
+    rows = store.db.execute(
+        "SELECT busy.value, r.id, r.run_id FROM jobs AS q, json_each(q.servers_json) AS wanted, "
+        "jobs AS r, json_each(r.servers_json) AS busy "
+        "WHERE q.id = ? AND q.status = 'queued' AND r.status = 'running' "
+        "AND busy.value = wanted.value ORDER BY r.id, busy.value",
+        (job_id,),
+    ).fetchall()
+    return [BusyServer(url, busy_job, run_id) for url, busy_job, run_id in rows]
 
 
 def job_log(store: Store, job_id: int, tail_bytes: int = LOG_TAIL_BYTES) -> str:

@@ -37,6 +37,8 @@ class ProgressView:
     waiting_for_worker: bool  # queued: nothing runs it until a worker claims it
     error: str | None  # why the run failed or stopped
     elapsed_s: float | None = None  # since the shown job started (while it runs)
+    # queued behind these: running jobs that measure one of its servers now
+    waiting_behind: tuple[jobq.BusyServer, ...] = ()
 
     @property
     def poll_every(self) -> float | None:
@@ -74,9 +76,13 @@ class ProgressView:
 
 
 def progress_view(
-    run: StoredRun, jobs: Sequence[jobq.JobRow], now: datetime | None = None
+    run: StoredRun,
+    jobs: Sequence[jobq.JobRow],
+    now: datetime | None = None,
+    busy: Sequence[jobq.BusyServer] = (),
 ) -> ProgressView:
-    """The panel for a run and its jobs (jobs.read_jobs, oldest first), at `now` (default: now)."""
+    """The panel for a run and its jobs (jobs.read_jobs, oldest first), at `now` (default: now);
+    `busy`: what its queued job waits for (jobs.busy_servers)."""
     running = [j for j in jobs if j.status == "running"]
     queued = [j for j in jobs if j.status == "queued"]
     active_jobs = running or queued
@@ -116,6 +122,7 @@ def progress_view(
         waiting_for_worker=bool(queued and not running),
         error=None if not error else str(error),
         elapsed_s=elapsed,
+        waiting_behind=tuple(busy) if queued and not running else (),
     )
 
 
@@ -124,7 +131,10 @@ def load_progress(store: db.Store, run_id: int) -> ProgressView | None:
     run = read_run(store, run_id)
     if run is None:
         return None
-    return progress_view(run, jobq.read_jobs(store, run_id))
+    jobs = jobq.read_jobs(store, run_id)
+    queued = [j.id for j in jobs if j.status == "queued"]
+    busy = jobq.busy_servers(store, queued[0]) if queued else []
+    return progress_view(run, jobs, busy=busy)
 
 
 def cancel_run(store: db.Store, run_id: int) -> str:

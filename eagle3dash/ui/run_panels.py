@@ -195,7 +195,9 @@ def progress_panel(run_id: int, poll_every: float | None, shown_status: str) -> 
         st.progress(view.percent, text=md_escape(view.message) or None)
         if view.timing:
             st.caption(md_escape(view.timing))
-        if view.waiting_for_worker:
+        if view.waiting_behind:
+            st.caption(words.waiting_behind_words(view.waiting_behind))
+        elif view.waiting_for_worker:
             st.caption(
                 "Queued: a worker runs it. Start one with `python -m eagle3dash worker` "
                 "(`make run` starts one with the app)."

@@ -19,10 +19,11 @@ from eagle3dash.diagnosis.stored_run import StoredRun
 from eagle3dash.engine import VLLM, ServerReport
 from eagle3dash.findings import Finding
 from eagle3dash.identity import DraftIdentity
+from eagle3dash.jobs import BusyServer
 from eagle3dash.layout import Layout, describe_layout
 from eagle3dash.profile import NotProfiled, Profile, Recommendation
 from eagle3dash.sglang_rules import eagle_config_json
-from eagle3dash.ui.fmt import DASH, num
+from eagle3dash.ui.fmt import DASH, md_escape, num
 
 SOURCE_WORDS = {
     "training-dump": "measured: the training dump's own features",
@@ -404,4 +405,19 @@ def unsaid_by_server(server: ServerReport | None) -> str | None:
         "This vLLM server does not say "
         + " or ".join(missing)
         + ": start it with VLLM_SERVER_DEV_MODE=1 to let /server_info tell."
+    )
+
+
+def waiting_behind_words(busy: Sequence[BusyServer]) -> str:
+    """Why a queued run has not started: the runs that measure its servers now (Markdown)."""
+    behind: dict[str, list[str]] = {}
+    for b in busy:
+        who = f"run #{b.run_id}" if b.run_id is not None else f"job {b.job_id}"
+        behind.setdefault(who, []).append(md_escape(b.url))
+    which = "; ".join(
+        f"{who}, which is measuring {' and '.join(urls)}" for who, urls in behind.items()
+    )
+    return (
+        f"Queued behind {which} now. A server is measured by one run at a time, so that "
+        "neither run's numbers include the other's requests; this run starts when that one ends."
     )
