@@ -44,11 +44,11 @@ test: lint typecheck browser
 	$(PY) -m pytest -q -n $(TEST_WORKERS)
 
 # The app serves on :8501 (.streamlit/config.toml) at once, beside one worker that runs the
-# queued diagnoses; on first start `demo seed` queues the demo's three runs in the background and
+# queued diagnoses, two at a time (two jobs never measure one server at once); on first start `demo seed` queues the demo's three runs in the background and
 # serves their endpoints until the worker has run them (the Runs page shows them arriving).
 # JOBS=ray: the worker is a Ray driver on the cluster RAY_ADDRESS names (README, "On a Ray cluster").
 run: install
-	$(if $(JOBS),EAGLE3DASH_JOBS=$(JOBS)) $(PY) -m eagle3dash worker & worker=$$!; \
+	$(if $(JOBS),EAGLE3DASH_JOBS=$(JOBS)) $(PY) -m eagle3dash worker $(if $(filter ray,$(JOBS)),,--slots 2) & worker=$$!; \
 	  $(PY) -m eagle3dash demo seed & seed=$$!; \
 	  trap "kill $$seed $$worker 2>/dev/null" EXIT INT TERM; \
 	  $(VENV)/bin/streamlit run serve.py --server.address $(BIND)

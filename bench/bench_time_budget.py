@@ -5,9 +5,9 @@ runs the seeded run's diagnosis (8 prompts, 64 tokens, the local target) without
 acceptance profile, alternately, --repeats times each: the median wall time of each (targets on a
 quiet 2-core machine: 20 s and 40 s), their ratio (target 1.5x), and the median of each stage
 (the diagnosis's own `timings`). With --seed it also times what `make run` does once installed,
-into a fresh home each time: a worker and `demo seed` started together, until the three demo
-runs have succeeded (target 90 s). Prints the load average before each part: the machine is
-shared, so the ratios are what to read when it is busy.
+into a fresh home each time: a worker with two slots and `demo seed` started together, until the
+three demo runs have succeeded (target 90 s). Prints the load average before each part: the
+machine is shared, so the ratios are what to read when it is busy.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def seeding(repeats: int) -> list[float]:
             env = {**os.environ, "EAGLE3DASH_HOME": home}
             py = [sys.executable, "-m", "eagle3dash"]
             start = time.perf_counter()
-            worker = subprocess.Popen([*py, "worker"], env=env, cwd=ROOT)
+            worker = subprocess.Popen([*py, "worker", "--slots", "2"], env=env, cwd=ROOT)
             try:
                 subprocess.run([*py, "demo", "seed"], env=env, cwd=ROOT, check=True)
                 out.append(time.perf_counter() - start)

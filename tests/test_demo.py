@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from itertools import combinations
 
 import numpy as np
 import pytest
@@ -361,8 +362,10 @@ def test_seeded_demo_meets_the_gaps(seeded_demo):
     Correct and fixed: no layout finding, measured within 0.15 of the training simulation and
     more than 0.75 above the mismatched run.
     """
+    from eagle3dash import jobs
     from eagle3dash import store as db
     from eagle3dash.demo.seed import seed, seeded
+    from eagle3dash.store import parse_time
     from eagle3dash.ui.words import run_verdict
 
     home, made = seeded_demo  # seed(home, num_prompts=2, max_new_tokens=32, worker=True)
@@ -412,6 +415,14 @@ def test_seeded_demo_meets_the_gaps(seeded_demo):
         assert rows["fixed"]["checkpoint_name"] == "demo draft-a-fixed"
         assert all(row["endpoint_stopped_at"] for row in rows.values())
         assert len({row["endpoint_url"] for row in rows.values()}) == 3
+        # a baseline each, so the worker's two slots ran two of the runs at the same time
+        assert len({row["baseline_url"] for row in rows.values()}) == 3
+        spans = [
+            (parse_time(j["started_at"]), parse_time(j["finished_at"]))
+            for run_id in ids.values()
+            for j in jobs.list_jobs(store, run_id)
+        ]
+        assert any(a0 < b1 and b0 < a1 for (a0, a1), (b0, b1) in combinations(spans, 2))
         assert all(e["stopped_at"] for e in db.list_endpoints(store))  # the baseline too
         # The Runs page's verdict column: healthy reads healthy, not the category note.
         listed = {r.id: r for r in read_runs(store).runs}

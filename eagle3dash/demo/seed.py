@@ -3,16 +3,17 @@
 Registers the demo drafts, applies the tool's own fix to draft A for real (a copy of it whose
 config.json carries the ids the layout finding proposes), serves each deployment through the
 SGLang API double (a test/demo double, not a serving engine; each in a process of its own,
-`demo/serve.py`) beside a baseline without speculation, and queues one diagnosis per
-deployment, as New run would:
+`demo/serve.py`), each beside a baseline of its own without speculation, and queues one
+diagnosis per deployment, as New run would:
 
 - "mismatched": draft A as its config says; SGLang feeds every slot one tap too deep.
 - "correct": draft B, trained on what SGLang feeds it.
 - "fixed": draft A with the fix applied; the mismatched run links to it (`demo_fixed_run` in its
   options) as the proof that the fix works.
 
-The runs are ordinary queued jobs: a worker runs them (`make run` starts one beside the app, so
-the app answers at once and the Runs page shows the demo runs arriving), while this process keeps
+The runs are ordinary queued jobs: a worker runs them (`make run` starts one with two slots beside
+the app, so the app answers at once and the Runs page shows the demo runs arriving; two of them
+run at once, as they measure no server in common), while this process keeps
 the doubles serving until they finish; `--worker` runs them in this process instead, for a seed
 without a worker. Then the doubles stop and their endpoints are marked stopped in the store.
 """
@@ -34,6 +35,7 @@ from eagle3dash.diagnosis.stored import StoredDiagnosis, load_diagnosis
 
 POLL_S = 0.5
 WORKER_HINT_S = 15.0  # queued this long without a worker: say how to start one
+SLOTS = 2  # runs at a time with --worker, as make run's worker: two of the three runs at once
 
 
 @dataclass(frozen=True)
@@ -139,17 +141,19 @@ def _serve_until_run(
 
     plans = deployments()
     drafts = {name: demo_draft(name, store.home) for name in DEPLOYMENT_NAMES}
-    # every double at once, each in a process of its own: the baseline, then the deployments
+    # every double at once, each in a process of its own: each deployment and a baseline of its
+    # own, so that the worker's two slots run two of the runs at once (no server is measured by
+    # two jobs at a time: jobs/lifecycle.py claim_job)
     servers = serve_doubles(
-        ("mismatched", None, True), *((name, drafts[name], False) for name in DEPLOYMENT_NAMES)
+        *((name, drafts[name], baseline) for name in DEPLOYMENT_NAMES for baseline in (False, True))
     )
-    baseline = servers[0]
     run_ids: dict[str, int] = {}
     try:
-        for name, server in zip(DEPLOYMENT_NAMES, servers[1:], strict=True):
+        for i, name in enumerate(DEPLOYMENT_NAMES):
+            endpoint, baseline = servers[2 * i], servers[2 * i + 1]
             checkpoint_id, _ = register_path(store, drafts[name], name=f"demo {drafts[name].name}")
             options = demo_options(
-                drafts[name], server.url, baseline.url, num_prompts, max_new_tokens
+                drafts[name], endpoint.url, baseline.url, num_prompts, max_new_tokens
             )
             run_ids[name] = submit_diagnosis(store, checkpoint_id, options, {"demo": name})
             progress(f"queued the {name} run #{run_ids[name]} ({plans[name].description})")
@@ -162,7 +166,9 @@ def _serve_until_run(
             from eagle3dash.jobs.worker import run_worker
             from eagle3dash.preloaded import HEAVY
 
-            run_worker(store.home, JOB_KINDS, poll_interval=0.1, once=True, preload=HEAVY)
+            run_worker(
+                store.home, JOB_KINDS, poll_interval=0.1, once=True, slots=SLOTS, preload=HEAVY
+            )
         else:
             _wait(store, run_ids, progress)
     finally:
