@@ -33,6 +33,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TypedDict, Unpack
 
 from eagle3dash.engine import BenchRequests, EngineAdapter, GenerateResult
 from eagle3dash.errors import InputError
@@ -424,15 +425,18 @@ def _stat(index: int, answer: GenerateResult | EndpointError) -> RequestStat:
     )
 
 
+class BenchHow(TypedDict, total=False):
+    """How a benchmark sends its requests (the keyword arguments of `bench_with_answers`)."""
+
+    concurrency: int
+    max_new_tokens: int
+    warmup: int
+    progress: Progress | None
+    temperature: float
+
+
 def run_bench(
-    engine: EngineAdapter,
-    prompts: Sequence[Prompt],
-    concurrency: int = 4,
-    max_new_tokens: int = 128,
-    warmup: int = 2,
-    progress: Progress | None = None,
-    *,
-    temperature: float = 0.0,
+    engine: EngineAdapter, prompts: Sequence[Prompt], **how: Unpack[BenchHow]
 ) -> BenchResult:
     """Send every prompt once to the engine's server at the given concurrency (after `warmup`
     unmeasured requests), at `temperature` (0: greedy). Accept length comes from each answer's
@@ -441,19 +445,17 @@ def run_bench(
 
     Raises EndpointError when a warm-up request fails or every measured request fails.
     """
-    return bench_with_answers(
-        engine, prompts, concurrency, max_new_tokens, warmup, progress, temperature=temperature
-    )[0]
+    return bench_with_answers(engine, prompts, **how)[0]
 
 
 def bench_with_answers(
     engine: EngineAdapter,
     prompts: Sequence[Prompt],
+    *,
     concurrency: int = 4,
     max_new_tokens: int = 128,
     warmup: int = 2,
     progress: Progress | None = None,
-    *,
     temperature: float = 0.0,
 ) -> tuple[BenchResult, list[GenerateResult | EndpointError]]:
     """`run_bench`, and each measured request's answer (or its error) in the order sent: a

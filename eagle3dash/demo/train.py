@@ -45,7 +45,16 @@ __all__ = [
     "ttt_loss",
 ]
 
-# Hyperparameters of the demo's recipe (build.py's docstring says what it builds)
+# Hyperparameters of the demo's recipe (build.py's docstring says what it builds); the target and
+# the drafts share the optimizer's
+OPTIMIZER: dict[str, Any] = {
+    "lr": 3e-3,
+    "betas": (0.9, 0.95),
+    "weight_decay": 0.01,
+    "warmup": 0.05,
+    "min_lr_ratio": 0.1,
+    "clip": 1.0,
+}
 TARGET: dict[str, Any] = {
     "num_layers": 3,
     "hidden_size": 128,
@@ -57,12 +66,7 @@ TARGET: dict[str, Any] = {
     "steps": 1000,
     "batch": 32,
     "length": LENGTH,
-    "lr": 3e-3,
-    "betas": (0.9, 0.95),
-    "weight_decay": 0.01,
-    "warmup": 0.05,
-    "min_lr_ratio": 0.1,
-    "clip": 1.0,
+    **OPTIMIZER,
     "monitor_every": 100,
     "monitor_batch": 64,
 }
@@ -74,17 +78,22 @@ DRAFT: dict[str, Any] = {
     "steps": 500,  # the recipe's 250 left draft B at 65% top-1 here (see build.py)
     "batch": 32,
     "length": LENGTH,
-    "lr": 3e-3,
-    "betas": (0.9, 0.95),
-    "weight_decay": 0.01,
-    "warmup": 0.05,
-    "min_lr_ratio": 0.1,
-    "clip": 1.0,
+    **OPTIMIZER,
     "monitor_every": 50,
     "monitor_batch": 16,
 }
 
 Progress = Callable[[str], None]
+
+
+def _optimizer_step(loss: Tensor, opt, sched, params, hp: dict[str, Any], step: int) -> int:
+    """One step of the recipe's optimizer (gradients clipped, then the schedule); the steps done."""
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, hp["clip"])
+    opt.step()
+    sched.step()
+    return step + 1
 
 
 def lr_lambda(total: int, warmup: float, min_ratio: float) -> Callable[[int], float]:
@@ -181,12 +190,7 @@ def train_target(progress: Progress = print, steps: int | None = None) -> tuple[
         ids = torch.from_numpy(stream.next()[0])
         logits = model(input_ids=ids, use_cache=False).logits
         loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, hp["clip"])
-        opt.step()
-        sched.step()
-        done = step + 1
+        done = _optimizer_step(loss, opt, sched, params, hp, step)
         if done % hp["monitor_every"] == 0 or done == hp["steps"]:
             model.eval()
             acc = target_accuracy(model, *monitor)
@@ -516,12 +520,7 @@ def train_draft(
             loss_raw, _, _, cs_raw = _ttt_batch(draft, target, raw, depths, embed, hp, 1)
             loss, cs = loss + loss_raw, cs + cs_raw
         capture_s += cs
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, hp["clip"])
-        opt.step()
-        sched.step()
-        done = step + 1
+        done = _optimizer_step(loss, opt, sched, params, hp, step)
         if done % hp["monitor_every"] == 0 or done == hp["steps"]:
             draft.eval()
             with torch.no_grad():

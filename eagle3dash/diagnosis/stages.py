@@ -21,7 +21,7 @@ from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from eagle3dash import engine_rules
 from eagle3dash.checkpoint import InspectReport, inspect_draft
@@ -68,6 +68,7 @@ from eagle3dash.profile import (
 from eagle3dash.provenance import json_digests
 from eagle3dash.servebench import (
     BENCH_TIMEOUT,
+    BenchHow,
     BenchResult,
     Prompt,
     bench_with_answers,
@@ -805,16 +806,19 @@ def benchmark(
     (None when it cannot run). When it can, both send the prompts as the capture's token ids."""
     options = run.options
     sent = prompts if run.capture_error else _as_ids(prompts, run.tokens)
-    run.stages.report(BENCHMARK, 0.0, f"benchmarking {options.endpoint}")
-    with _served(run, BENCH_TIMEOUT) as engine:
-        measured, answers = bench_with_answers(
-            engine,
-            sent,
+
+    def how(stage: str) -> BenchHow:
+        """The endpoint and the baseline alike: the same requests, after the same warmup."""
+        return BenchHow(
             concurrency=options.concurrency,
             max_new_tokens=options.max_new_tokens,
             warmup=BENCH_WARMUP,
-            progress=run.stages.steps(BENCHMARK, "benchmarking", "requests"),
+            progress=run.stages.steps(stage, "benchmarking", "requests"),
         )
+
+    run.stages.report(BENCHMARK, 0.0, f"benchmarking {options.endpoint}")
+    with _served(run, BENCH_TIMEOUT) as engine:
+        measured, answers = bench_with_answers(engine, sent, **how(BENCHMARK))
     if measured.acceptance_source == "metrics-delta":
         run.warnings.append(
             "accept length measured from the vLLM server's /metrics counters around the "
@@ -828,14 +832,7 @@ def benchmark(
         # The baseline may be served by the other engine: each is benchmarked through its own API.
         engine_name = detect_engine(options.baseline, timeout=options.timeout)
         with closing(engine_adapter(engine_name, options.baseline, BENCH_TIMEOUT)) as other:
-            baseline = run_bench(
-                other,
-                sent,
-                concurrency=options.concurrency,
-                max_new_tokens=options.max_new_tokens,
-                warmup=BENCH_WARMUP,
-                progress=run.stages.steps(BASELINE, "benchmarking", "requests"),
-            )
+            baseline = run_bench(other, sent, **how(BASELINE))
     else:
         run.not_checked.append(
             NotChecked(
@@ -854,26 +851,25 @@ def _answer(answer: GenerateResult | EndpointError) -> GenerateResult | None:
     return None if isinstance(answer, EndpointError) else answer
 
 
-def _bench(run: _Run, prompts: list[Prompt], **how: Any) -> BenchResult | None:
+def _bench(run: _Run, prompts: list[Prompt], **how: Unpack[BenchHow]) -> BenchResult | None:
     """One more benchmark of the endpoint for the profile (warm from the diagnosis's own
     requests: no warmup); None when every request fails."""
     return _bench_answers(run, prompts, **how)[0]
 
 
 def _bench_answers(
-    run: _Run, prompts: list[Prompt], **how: Any
+    run: _Run, prompts: list[Prompt], **how: Unpack[BenchHow]
 ) -> tuple[BenchResult | None, list[GenerateResult | None] | None]:
     """`_bench`, and each request's answer (None where it failed; None for all when every one
     failed)."""
     options = run.options
-    how = {
-        "concurrency": options.concurrency,
-        "max_new_tokens": options.max_new_tokens,
-        "warmup": 0,
-    } | how
+    sent = BenchHow(
+        concurrency=options.concurrency, max_new_tokens=options.max_new_tokens, warmup=0
+    )
+    sent.update(how)
     try:
         with _served(run) as engine:
-            bench, answers = bench_with_answers(engine, prompts, **how)
+            bench, answers = bench_with_answers(engine, prompts, **sent)
             return bench, [_answer(a) for a in answers]
     except EndpointError as e:
         run.warnings.append(f"profile: a benchmark of {options.endpoint} failed: {e}")

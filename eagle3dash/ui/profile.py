@@ -440,19 +440,16 @@ def profile_section(run_id: int, diagnosis: StoredDiagnosis) -> None:
         modelled_cost()
     not_profiled("per_category")
 
-    st.subheader("Prompt format")
-    formats = format_frame(profile)
-    if not formats.empty:
-        st.dataframe(formats, hide_index=True, width="stretch")
-        modelled_cost()
-    not_profiled("prompt_format")
-
-    st.subheader("Temperature")
-    temperatures = temperature_frame(profile)
-    if not temperatures.empty:
-        st.dataframe(temperatures, hide_index=True, width="stretch")
-        modelled_cost()
-    not_profiled("temperature")
+    for title, frame_of, part in (
+        ("Prompt format", format_frame, "prompt_format"),
+        ("Temperature", temperature_frame, "temperature"),
+    ):
+        st.subheader(title)
+        frame = frame_of(profile)
+        if not frame.empty:
+            st.dataframe(frame, hide_index=True, width="stretch")
+            modelled_cost()
+        not_profiled(part)
 
     st.subheader("Which --speculative-num-steps")
     for field in STEPS_FIELDS:
