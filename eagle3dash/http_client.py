@@ -52,6 +52,23 @@ class EndpointError(InputError):
         self.status = status
 
 
+LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1", "0.0.0.0")  # with this machine's own name
+
+
+def is_this_machine(host: str) -> bool:
+    """Whether a URL's host names this machine."""
+    return host.lower() in (*LOCAL_HOSTS, socket.gethostname().lower())
+
+
+def server_key(url: str) -> str:
+    """Which server a URL names, so that two spellings of one server are one: host (any name of
+    this machine as 127.0.0.1), port (the scheme's default when none) and path."""
+    parsed = httpx.URL(normalize_url(url))
+    host = "127.0.0.1" if is_this_machine(parsed.host) else parsed.host.lower()
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    return f"{host}:{port}{parsed.path.rstrip('/')}"
+
+
 def normalize_url(url: str) -> str:
     """`host:port` or `http://host:port/` -> `http://host:port`: scheme added, slash dropped."""
     text = (url or "").strip()

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlsplit
+
+from eagle3dash.http_client import is_this_machine
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".index.json")
 CHUNK = 1 << 20
@@ -53,8 +54,7 @@ class DraftIdentity:
 
 def is_local_url(url: str) -> bool:
     """Whether an endpoint URL names this machine (so the paths it reports are paths here)."""
-    host = (urlsplit(url).hostname or "").lower()
-    return host in ("localhost", "127.0.0.1", "::1", "0.0.0.0", socket.gethostname().lower())
+    return is_this_machine(urlsplit(url).hostname or "")
 
 
 def weight_files(path: str | Path) -> list[Path]:

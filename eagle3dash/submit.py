@@ -9,6 +9,7 @@ from eagle3dash import jobs
 from eagle3dash import store as db
 from eagle3dash.diagnosis.options import DiagnoseOptions
 from eagle3dash.diagnosis.stages import earlier_timings, unit_costs
+from eagle3dash.http_client import server_key
 
 
 def submit_diagnosis(
@@ -33,6 +34,6 @@ def submit_diagnosis(
         {"options": params, "run_id": run_id, "costs": costs},
         run_id=run_id,
         needs_gpu=options.device.startswith("cuda"),
-        servers=[url for url in (options.endpoint, options.baseline) if url],
+        servers=[server_key(url) for url in (options.endpoint, options.baseline) if url],
     )
     return run_id

@@ -618,7 +618,7 @@ def test_a_queued_run_waits_for_a_worker_and_cancels_at_once(home) -> None:
 
 
 def test_a_queued_run_says_which_run_measures_its_server_now(home) -> None:
-    endpoint, baseline = "http://gpubox:30000", "http://gpubox:30001"
+    endpoint, baseline = "gpubox:30000", "gpubox:30001"  # as submit_diagnosis names them
     ahead = db.create_run(home, None, endpoint)
     jobq.submit_job(home, "diagnose", {}, run_id=ahead, servers=[endpoint, baseline])
     claim_job(home, os.getpid())
@@ -627,7 +627,7 @@ def test_a_queued_run_says_which_run_measures_its_server_now(home) -> None:
     at = app("run", run=str(waiting))
     no_exception(at)
     assert (
-        f"Queued behind run #{ahead}, which is measuring http://gpubox:30001 now. A server "
+        f"Queued behind run #{ahead}, which is measuring gpubox:30001 now. A server "
         "is measured by one run at a time, so that neither run's numbers include the other's "
         "requests; this run starts when that one ends."
     ) in texts(at)

@@ -216,7 +216,9 @@ def test_a_live_header_status(world, slow, browser, logs_on_failure) -> None:
     page.goto(f"{world['url']}/run?run={waiting}")
     expect(page.get_by_role("heading", name=f"Run #{waiting}")).to_be_visible()
     expect(_header(page)).to_contain_text("queued")
-    expect(page.get_by_text(f"Queued behind run #{ahead}, which is measuring http")).to_be_visible()
+    expect(
+        page.get_by_text(f"Queued behind run #{ahead}, which is measuring 127.0.0.1:")
+    ).to_be_visible()
     cancel_run(store, ahead)  # the worker stops the first run and takes this one
     # No reload: the progress panel notices the new status and redraws the page, header included.
     expect(_header(page)).to_contain_text("running", timeout=LIVE_MS)

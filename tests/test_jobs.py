@@ -377,11 +377,15 @@ def test_two_jobs_on_one_server_never_overlap_with_two_slots(store: Store) -> No
 def test_a_diagnosis_names_its_endpoint_and_baseline_as_the_servers_it_measures(
     store: Store, tmp_path: Path
 ) -> None:
-    endpoint, baseline = "http://127.0.0.1:30000", "http://127.0.0.1:30001"
+    endpoint, baseline = "http://localhost:30000", "http://127.0.0.1:30001"
     with_baseline = DiagnoseOptions(draft=str(tmp_path), endpoint=endpoint, baseline=baseline)
-    without = DiagnoseOptions(draft=str(tmp_path), endpoint=endpoint)
+    without = DiagnoseOptions(draft=str(tmp_path), endpoint="http://gpubox:30000")
     runs = [submit_diagnosis(store, None, o) for o in (with_baseline, without)]
-    assert [list_jobs(store, r)[0]["servers"] for r in runs] == [[endpoint, baseline], [endpoint]]
+    # by host, port and path: localhost and 127.0.0.1 are one machine
+    assert [list_jobs(store, r)[0]["servers"] for r in runs] == [
+        ["127.0.0.1:30000", "127.0.0.1:30001"],
+        ["gpubox:30000"],
+    ]
 
 
 def test_submit_and_status_need_no_worker(store: Store) -> None:

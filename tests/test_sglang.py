@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from collections.abc import Iterator
 
 import numpy as np
@@ -16,6 +17,7 @@ import pytest
 
 from eagle3dash import sglang
 from eagle3dash.errors import InputError
+from eagle3dash.http_client import server_key
 from eagle3dash.sglang import EndpointError, SGLangClient, normalize_url
 from tests.httpserver import Reply, Request, Served, closed_port_url, serve
 from tests.sglangkit import (
@@ -74,6 +76,24 @@ def assert_one_line(err: EndpointError, url: str, *needles: str) -> None:
 )
 def test_normalize_url(given: str, expected: str) -> None:
     assert normalize_url(given) == expected
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ("http://127.0.0.1:30000", "127.0.0.1:30000"),
+        ("localhost:30000/", "127.0.0.1:30000"),  # one server, two spellings
+        ("http://[::1]:30000", "127.0.0.1:30000"),
+        (f"http://{socket.gethostname()}:30000", "127.0.0.1:30000"),
+        ("http://GPUBox:30000", "gpubox:30000"),
+        ("http://gpubox", "gpubox:80"),
+        ("https://gpubox/", "gpubox:443"),
+        ("https://gw:8443/sglang-a/", "gw:8443/sglang-a"),  # two servers behind one gateway
+        ("https://gw:8443/sglang-b", "gw:8443/sglang-b"),
+    ],
+)
+def test_server_key(given: str, expected: str) -> None:
+    assert server_key(given) == expected
 
 
 @pytest.mark.parametrize("bad", ["", "ftp://host:1", "http://"])
