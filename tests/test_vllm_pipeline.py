@@ -212,7 +212,9 @@ def test_the_capture_keeps_a_benchmarks_completions(world, tmp_path) -> None:
         sent = [Prompt(text="", input_ids=tuple(ids)) for ids in prompts]
         adapter = engine_adapter("vllm", server.url)
         try:
-            _, answers = bench_with_answers(adapter, sent, 1, 12, warmup=0)
+            _, answers = bench_with_answers(
+                adapter, sent, concurrency=1, max_new_tokens=12, warmup=0
+            )
         finally:
             adapter.close()
         served = [a if not isinstance(a, Exception) else None for a in answers]
