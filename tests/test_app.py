@@ -26,7 +26,7 @@ from eagle3dash import store as db
 from eagle3dash.checkpoint import save
 from eagle3dash.diagnosis.stored import load_diagnosis
 from eagle3dash.diagnosis.stored_run import StoredRun, run_from_row
-from eagle3dash.jobs import JobRow
+from eagle3dash.jobs import BusyServer, JobRow
 from eagle3dash.jobs.lifecycle import claim_job
 from eagle3dash.layout import Layout, Tap
 from eagle3dash.submit import submit_diagnosis
@@ -34,6 +34,7 @@ from eagle3dash.testing.tensors import random_tensors
 from eagle3dash.ui import charts, tables
 from eagle3dash.ui.fmt import md_escape
 from eagle3dash.ui.progress import cancel_run, progress_view
+from eagle3dash.ui.words import waiting_behind_words
 from eagle3dash.uploads import register_upload
 from tests.appkit import (
     ROOT,
@@ -628,13 +629,26 @@ def test_a_queued_run_says_which_run_measures_its_server_now(home) -> None:
     no_exception(at)
     assert (
         f"Queued behind run #{ahead}, which is measuring gpubox:30001 now. A server "
-        "is measured by one run at a time, so that neither run's numbers include the other's "
+        "is measured by one run at a time, so that no run's numbers include another's "
         "requests; this run starts when that one ends."
     ) in texts(at)
     assert "python -m eagle3dash worker" not in texts(at)  # a worker is there: it runs the first
     # no timings yet, and the page does not say the run finished
     assert "Each stage's wall time appears here when the run finishes." in texts(at)
     assert "finished before" not in texts(at)
+
+
+def test_the_waiting_words_name_each_run_ahead_and_its_servers() -> None:
+    busy = [
+        BusyServer("127.0.0.1:30000", 4, 3),
+        BusyServer("127.0.0.1:30001", 4, 3),
+        BusyServer("gpubox:30002", 9, None),  # a job without a run
+    ]
+    assert plain(waiting_behind_words(busy)) == (  # as the reader sees the Markdown
+        "Queued behind run #3, which is measuring 127.0.0.1:30000 and 127.0.0.1:30001; job 9, "
+        "which is measuring gpubox:30002 now. A server is measured by one run at a time, so "
+        "that no run's numbers include another's requests; this run starts when they end."
+    )
 
 
 def run_row(**row) -> StoredRun:

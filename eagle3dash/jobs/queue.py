@@ -41,7 +41,7 @@ def submit_job(
     servers: Sequence[str] = (),
 ) -> int:
     """Queue a job; return its id. A `needs_gpu` job waits while another GPU job runs, and a job
-    waits while a running one measures any of its `servers` (normalized URLs)."""
+    waits while a running one measures any of its `servers` (`http_client.server_key`s)."""
     with store.transaction() as db:
         job_id = insert_row(
             db,
@@ -127,9 +127,10 @@ def read_jobs(store: Store, run_id: int) -> list[JobRow]:
 
 @dataclass(frozen=True)
 class BusyServer:
-    """A server a queued job waits for, and the running job (of which run) that measures it."""
+    """A server a queued job waits for (its `http_client.server_key`), and the running job (of
+    which run) that measures it."""
 
-    url: str
+    server: str
     job_id: int
     run_id: int | None
 
@@ -144,7 +145,7 @@ def busy_servers(store: Store, job_id: int) -> list[BusyServer]:
         "AND busy.value = wanted.value ORDER BY r.id, busy.value",
         (job_id,),
     ).fetchall()
-    return [BusyServer(url, busy_job, run_id) for url, busy_job, run_id in rows]
+    return [BusyServer(server, busy_job, run_id) for server, busy_job, run_id in rows]
 
 
 def job_log(store: Store, job_id: int, tail_bytes: int = LOG_TAIL_BYTES) -> str:

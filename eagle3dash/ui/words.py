@@ -413,11 +413,12 @@ def waiting_behind_words(busy: Sequence[BusyServer]) -> str:
     behind: dict[str, list[str]] = {}
     for b in busy:
         who = f"run #{b.run_id}" if b.run_id is not None else f"job {b.job_id}"
-        behind.setdefault(who, []).append(md_escape(b.url))
+        behind.setdefault(who, []).append(md_escape(b.server))
     which = "; ".join(
-        f"{who}, which is measuring {' and '.join(urls)}" for who, urls in behind.items()
+        f"{who}, which is measuring {' and '.join(servers)}" for who, servers in behind.items()
     )
+    ends = "that one ends" if len(behind) == 1 else "they end"
     return (
-        f"Queued behind {which} now. A server is measured by one run at a time, so that "
-        "neither run's numbers include the other's requests; this run starts when that one ends."
+        f"Queued behind {which} now. A server is measured by one run at a time, so that no "
+        f"run's numbers include another's requests; this run starts when {ends}."
     )
