@@ -520,6 +520,24 @@ def test_a_real_server_gets_no_double_note(world, home) -> None:
     )
 
 
+def test_the_vllm_double_is_named_with_its_modelled_cost() -> None:
+    # the vLLM double's server_info: vLLM's own shape, plus the double's marks at its top level
+    info = {
+        "vllm_config": {},
+        "vllm_env": {"VLLM_SERVER_DEV_MODE": True},
+        "eagle3dash_double": True,
+        "eagle3dash_double_delay_s": 0.01,
+        "eagle3dash_double_draft_step_s": 0.002,
+    }
+    report = ServerReport.from_dict({"url": "http://127.0.0.1:8000", "server_info": info})
+    assert words.double_note(report) == (
+        "This endpoint is eagle3dash's vLLM API double, a test and demo stand-in, not a serving "
+        "engine: its tok/s and the speedup come from the double's modelled cost (each target "
+        "forward takes at least 10 ms and each draft step 2 ms, the tiny models' compute inside "
+        "those floors), not from measured serving speed."
+    )
+
+
 def test_the_runs_table_says_which_runs_numbers_the_doubles_cost_shaped(world, home) -> None:
     """One caption per modelled cost under the Runs table, naming its runs and the columns it
     shaped, with the cost the double's server info states; a run on a real server is not named."""

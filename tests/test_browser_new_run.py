@@ -250,10 +250,14 @@ def test_the_vllm_demo_in_one_click_reaches_the_shifted_verdict(
     idle(page, RUN_S * 1000)
     banner = _alert(page, "The demo runs on this machine")
     expect(banner).to_contain_text("the vLLM API double", timeout=RUN_S * 1000)
-    expect(banner).to_contain_text("models no serving cost")
+    expect(banner).to_contain_text("each target forward takes at least 10 ms")
     idle(page)
     _run_with_two_prompts(page)
     expect(page.get_by_text("vLLM 0.33.0 (V1 runner)").first).to_be_visible()
+    # beside its speedup: the vLLM double's own modelled cost, read from its server info
+    expect(page.get_by_text("This endpoint is eagle3dash's vLLM API double").first).to_contain_text(
+        "each target forward takes at least 10 ms and each draft step 2 ms"
+    )
     expect(page.get_by_text(re.compile(r"^rule ")).first).to_have_text("rule layout-mismatch")
     fix = page.get_by_test_id("stCode").filter(has_text="[1, 2, 3]").first
     expect(fix).to_contain_text('"eagle_aux_hidden_state_layer_ids": [1, 2, 3]')

@@ -22,7 +22,7 @@ import shutil
 from pathlib import Path
 
 from ..testing.vllm_double import VLLMDoubleConfig
-from . import FIXTURES, NUM_STEPS, RANDOM_SEED
+from . import DELAY_S, DRAFT_STEP_S, FIXTURES, NUM_STEPS, RANDOM_SEED
 
 VLLM_DEMO_NAMES = ("vllm-v2", "vllm-v1", "vllm-dual-key")
 # What New run's "Try it on the demo" says of the two vLLM deployments it serves (V2 cannot start).
@@ -76,4 +76,6 @@ def vllm_double_config(
         per_request_metrics="summary",
         served_model_name="demo-target",
         random_seed=RANDOM_SEED,
+        delay_s=DELAY_S,  # the SGLang demo's modelled cost, so the two engines' tok/s compare
+        draft_step_s=DRAFT_STEP_S,
     )

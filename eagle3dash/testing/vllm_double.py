@@ -14,7 +14,10 @@ target, the draft through `draft.Draft`, chain verification from `double_maths.p
 rounds, fed the taps `vllm_rules.serving_layout` says this release and model runner capture, or
 the knob `capture_taps` (a world that disagrees with the rules). Every round counts once in the
 counters: drafts +1, draft tokens +k, accepted +j, and positions 0..j-1 +1 each, j being the
-drafts the round emitted (a round cut by max_tokens counts what it emitted).
+drafts the round emitted (a round cut by max_tokens counts what it emitted). Its speed is the
+engine's: with `delay_s` (and `draft_step_s`) a floor per target forward (and draft step), the
+SGLang double's cost model, stated in its /server_info as `eagle3dash_double_delay_s` and
+`eagle3dash_double_draft_step_s` beside `eagle3dash_double`.
 
 A capture server (`method="extract_hidden_states"`, `v1/spec_decode/extract_hidden_states.py`)
 runs no draft: each completion writes `{shared_storage_path}/{request id}.safetensors` with
@@ -77,6 +80,10 @@ class VLLMDoubleConfig:
     capture_taps: list[int] | None = None
     dtype: str = "float32"
     random_seed: int = 0
+    # the modelled cost, as the SGLang double's (its DoubleConfig): a target forward takes at
+    # least delay_s, a draft step draft_step_s (None: delay_s / 10); 0: compute alone
+    delay_s: float = 0.0
+    draft_step_s: float | None = None
 
 
 @dataclass
@@ -117,6 +124,8 @@ class VLLMDouble:
                 dtype=config.dtype,
                 random_seed=config.random_seed,
                 chunked_prefill_size=None,
+                delay_s=config.delay_s,
+                draft_step_s=config.draft_step_s,
             )
         )
         self.capture_ids = list(config.capture_taps or config.capture_layer_ids or [])
@@ -214,7 +223,15 @@ class VLLMDouble:
         env: dict[str, Any] = {"VLLM_SERVER_DEV_MODE": True, "eagle3dash_double": True}
         if cfg.runner == "v1":
             env[vllm_rules.RUNNER_ENV] = False
-        return {"vllm_config": config, "vllm_env": env, "system_env": {"note": TAG}}
+        return {
+            "vllm_config": config,
+            "vllm_env": env,
+            "system_env": {"note": TAG},
+            # as the SGLang double says it: a double, and the modelled cost behind its tok/s
+            "eagle3dash_double": True,
+            "eagle3dash_double_delay_s": cfg.delay_s,
+            "eagle3dash_double_draft_step_s": self.engine.draft_step_s,
+        }
 
     def metrics_text(self) -> str:
         """GET /metrics: the spec-decode counters (when speculating) and one gauge."""

@@ -60,17 +60,12 @@ VLLM_DOUBLE_WORDS = (
     "the vLLM API double, a test and demo double that answers like vLLM 0.33 on this machine's "
     "CPU with tiny models (not a serving engine), for the endpoint and the baseline alike"
 )
-VLLM_COST_WORDS = (
-    "The vLLM double models no serving cost: its tok/s and speedup are the tiny models' CPU "
-    "time, not measured serving."
-)
 
 
 def _served_by(name: str) -> tuple[str, str]:
-    """Which double serves a demo deployment, and what its tok/s mean, in words."""
-    if name.startswith("vllm-"):
-        return VLLM_DOUBLE_WORDS, VLLM_COST_WORDS
-    return DOUBLE_WORDS, COST_MODEL_WORDS
+    """Which double serves a demo deployment, and what its tok/s mean (one cost model for
+    both engines' doubles), in words."""
+    return (VLLM_DOUBLE_WORDS if name.startswith("vllm-") else DOUBLE_WORDS), COST_MODEL_WORDS
 
 
 # --- the demo ----------------------------------------------------------------------------------

@@ -260,8 +260,8 @@ SLOT_MATCH_CAPTION = (
 
 
 def double_note(server: ServerReport | None) -> str | None:
-    """Where the tok/s and speedup come from when the endpoint is eagle3dash's SGLang API double
-    (its server_info says so); None for any other server."""
+    """Where the tok/s and speedup come from when the endpoint is one of eagle3dash's API doubles
+    (SGLang's or vLLM's: its server_info says so); None for any other server."""
     return None if server is None else _double_note_of(server.server_info)
 
 
@@ -288,9 +288,11 @@ def _double_note_of(info: Mapping[str, Any]) -> str | None:
             "the double's modelled cost (each target forward takes at least a set delay and "
             "each draft step a tenth of it)"
         )
+    engine = "vLLM" if "vllm_config" in info else "SGLang"  # vLLM's server_info shape
     return (
-        "This endpoint is eagle3dash's SGLang API double, a test and demo stand-in, not a serving "
-        f"engine: its tok/s and the speedup come from {source}, not from measured serving speed."
+        f"This endpoint is eagle3dash's {engine} API double, a test and demo stand-in, not a "
+        f"serving engine: its tok/s and the speedup come from {source}, not from measured "
+        "serving speed."
     )
 
 
