@@ -1,7 +1,8 @@
 """Compare's "what differs" block: what changed between two runs before any number (the draft's
 config, its layer ids before -> after, its weights, the server's settings, the prompts and
-options), the modelled cost of each endpoint when it is the SGLang API double, and a note when
-the same baseline endpoint measured differently. Pure functions, drawn by `what_differs`."""
+options), the modelled cost of each endpoint when it is an API double (SGLang's or vLLM's), and
+a note when the same baseline endpoint measured differently. Pure functions, drawn by
+`what_differs`."""
 
 from __future__ import annotations
 
@@ -138,7 +139,7 @@ def baseline_note(run_a: StoredRun, run_b: StoredRun) -> str | None:
 
 
 def cost_notes(a: StoredDiagnosis, b: StoredDiagnosis) -> list[str]:
-    """The modelled-cost caption of each run's endpoint (the SGLang API double's, from its
+    """The modelled-cost caption of each run's endpoint (an API double's, from its
     server_info), once when both say the same."""
     notes = [words.double_note(d.server) for d in (a, b)]
     if notes[0] == notes[1]:

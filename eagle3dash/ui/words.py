@@ -297,8 +297,8 @@ def _double_note_of(info: Mapping[str, Any]) -> str | None:
 
 
 def runs_double_note(rows: Sequence[StoredRun]) -> list[str]:
-    """The Runs table's captions: for the listed runs whose endpoint was eagle3dash's SGLang API
-    double, which columns its modelled cost shaped, once per cost (as the double's server info
+    """The Runs table's captions: for the listed runs whose endpoint was one of eagle3dash's API
+    doubles, which columns its modelled cost shaped, once per note (as the double's server info
     states it)."""
     by_note: dict[str, list[int]] = {}
     for row in rows:
