@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from eagle3dash.demo.vllm import vllm_deployment
+from eagle3dash.demo.vllm import vllm_deployment, vllm_double_config
 from eagle3dash.diagnosis.options import DiagnoseOptions
 from eagle3dash.diagnosis.stages import run_diagnosis
 from eagle3dash.layout import Tap
@@ -73,15 +73,15 @@ def test_try_it_on_vllm_serves_v1_in_processes_of_their_own(tmp_path) -> None:
     assert (first.id, first.severity) == ("layout-mismatch", "critical")
     assert first.data["top_level_ids"] == [1, 2, 3]
     assert diagnosis.baseline is not None  # the baseline double answered without speculation
-    # both doubles pay the SGLang demo's modelled cost (10 ms a forward, 2 ms a draft step): an
-    # accept length near 1.3 per 18 ms round against 1 token per 10 ms is about 0.72x
+    # both doubles pay the SGLang demo's modelled cost (10 ms a forward, 2 ms a draft step); the
+    # speedup it shapes is timed by bench/bench_steadiness.py --deployment vllm-v1, not here
     info = diagnosis.server.server_info
     assert (info["eagle3dash_double_delay_s"], info["eagle3dash_double_draft_step_s"]) == (
         0.01,
         0.002,
     )
-    speedup = diagnosis.speedup
-    assert speedup is not None and 0.6 < speedup["speedup"] < 0.85, speedup
+    baseline = vllm_double_config("vllm-v1", None, baseline=True)
+    assert (baseline.method, baseline.delay_s, baseline.draft_step_s) == (None, 0.01, 0.002)
 
 
 def test_without_a_capture_server_the_training_side_is_simulated_on_the_served_completions(
