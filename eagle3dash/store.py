@@ -235,9 +235,9 @@ _V6 = (
 )
 
 _V7 = (
-    # The servers a job measures (its endpoint and baseline URLs, as a JSON list): a queued job
-    # waits while a running one measures any of them (jobs/lifecycle.py claim_job), so that two
-    # jobs never benchmark one server at the same time.
+    # The servers a job measures (a diagnosis's endpoint and baseline, as http_client.server_key
+    # names them, a JSON list): a queued job waits while a running one measures any of them
+    # (jobs/lifecycle.py claim_job), so that two jobs never benchmark one server at once.
     "ALTER TABLE jobs ADD COLUMN servers_json TEXT",
 )
 
