@@ -322,8 +322,9 @@ class DiagnoseOptions:
     profile: bool = _option(
         True,
         "Acceptance profile",
-        "profile acceptance per category, prompt format, temperature and draft steps (a few "
-        "more requests); off skips it",
+        "profile acceptance per category, prompt format, temperature and draft steps: one more "
+        "benchmark of the prompts per temperature and per prompt format, and a capture, about "
+        "doubling the run's time; off skips it",
         kind=Kind.SWITCH,
     )
     temperatures: tuple[float, ...] = _option(
