@@ -1,13 +1,14 @@
-"""Where a demo diagnosis's time goes: `python bench/bench_time_budget.py [--seed]`.
+"""Where a demo diagnosis's time goes: `python bench/bench_time_budget.py [--seed] [--deployment]`.
 
-Serves the demo's mismatched deployment and its baseline (each double a process of its own) and
-runs the seeded run's diagnosis (8 prompts, 64 tokens, the local target) without and with the
-acceptance profile, alternately, --repeats times each: the median wall time of each (targets on a
-quiet 2-core machine: 20 s and 40 s), their ratio (target 1.5x), and the median of each stage
-(the diagnosis's own `timings`). With --seed it also times what `make run` does once installed,
-into a fresh home each time: a worker with two slots and `demo seed` started together, until the
-three demo runs have succeeded (target 90 s). Prints the load average before each part: the
-machine is shared, so the ratios are what to read when it is busy.
+Serves the demo's mismatched deployment (or --deployment's) and its baseline (each double a process
+of its own) and runs the seeded run's diagnosis (8 prompts, 64 tokens, the local target) without
+and with the acceptance profile, alternately, --repeats times each: the median wall time of each
+(targets on a quiet 2-core machine: 20 s and 40 s), their ratio (target 1.5x), the median of each
+stage (the diagnosis's own `timings`), and the noise of each profile row beside the material gap
+it is read against: what the profile's requests buy. With --seed it also times what `make run` does
+once installed, into a fresh home each time: a worker with two slots and `demo seed` started
+together, until the three demo runs have succeeded (target 90 s). Prints the load average before
+each part: the machine is shared, so the ratios are what to read when it is busy.
 """
 
 from __future__ import annotations
@@ -25,15 +26,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from eagle3dash.demo.serve import start_demo  # noqa: E402
+from eagle3dash.demo.serve import DEMO_NAMES, start_demo  # noqa: E402
+from eagle3dash.diagnosis.result import Diagnosis  # noqa: E402
 from eagle3dash.diagnosis.stages import run_diagnosis  # noqa: E402
+from eagle3dash.noise import MATERIAL_ACCEPT_LENGTH  # noqa: E402
 from eagle3dash.ui.timings import STAGE_WORDS  # noqa: E402
 
 
-def diagnoses(repeats: int) -> dict[bool, list[dict[str, float]]]:
-    """Each diagnosis's timings, by whether it ran the profile."""
+def diagnoses(repeats: int, deployment: str) -> dict[bool, list[dict[str, float]]]:
+    """Each diagnosis's timings, by whether it ran the profile (whose rows' noise it prints)."""
     timings: dict[bool, list[dict[str, float]]] = {False: [], True: []}
-    demo = start_demo("mismatched")
+    demo = start_demo(deployment)
     try:
         options = demo.options()
         for _ in range(repeats):
@@ -41,9 +44,33 @@ def diagnoses(repeats: int) -> dict[bool, list[dict[str, float]]]:
                 d = run_diagnosis(dataclasses.replace(options, profile=profile))
                 timings[profile].append(d.timings)
                 print(f"  profile={profile}: {d.timings['total']:.1f} s", flush=True)
+                if profile:
+                    print_row_noise(d)
     finally:
         demo.stop()
     return timings
+
+
+def print_row_noise(d: Diagnosis) -> None:
+    """Each profile row's measured accept length and noise (NOISE_SE standard errors over its
+    requests): a row whose noise nears the material gap has no requests to spare."""
+    assert d.profile is not None
+    rows = [
+        *(
+            (f"temperature {r.temperature:g}", r.measured_accept_length, r.accept_length_noise)
+            for r in d.profile.temperature
+        ),
+        *(
+            (f"format {r.format}", r.measured_accept_length, r.accept_length_noise)
+            for r in d.profile.prompt_format
+        ),
+    ]
+    cells = [
+        f"{name} {value:.2f} +- {noise:.2f}"
+        for name, value, noise in rows
+        if value is not None and noise is not None
+    ]
+    print(f"    rows (material gap {MATERIAL_ACCEPT_LENGTH}): " + "; ".join(cells), flush=True)
 
 
 def seeding(repeats: int) -> list[float]:
@@ -70,14 +97,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", action="store_true", help="also time make run's seeding")
+    parser.add_argument("--deployment", choices=DEMO_NAMES, default="mismatched")
     args = parser.parse_args(argv)
     print(f"diagnoses: load average {os.getloadavg()}", flush=True)
-    timings = diagnoses(args.repeats)
+    timings = diagnoses(args.repeats, args.deployment)
     seeded = None
     if args.seed:
         print(f"seeding: load average {os.getloadavg()}", flush=True)
         seeded = seeding(args.repeats)
-    print(f"demo diagnosis (mismatched, 8 prompts x 64 tokens, medians of {args.repeats})")
+    print(f"demo diagnosis ({args.deployment}, 8 prompts x 64 tokens, medians of {args.repeats})")
     print(f"  {'stage':46}{'--no-profile':>13}{'profile':>10}")
     for key, words in [*STAGE_WORDS.items(), ("total", "total")]:
         cells = [
