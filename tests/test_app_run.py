@@ -424,10 +424,10 @@ def test_search_finds_runs_by_any_findings_rule_id_or_title(world, home) -> None
     # Written here, not measured: which speed findings a timed run has depends on the load.
     second = "Draft steps beyond the third are never accepted"
     other = {**layout, "id": "steps-unused", "title": second, "severity": "warning"}
-    slow = {**full, "findings": [other]}
+    other_only = {**full, "findings": [other]}
     full = {**full, "findings": [layout, other]}
     with_layout = copy_run(home, full, "http://gpu-a:30000")
-    without = copy_run(home, slow, "http://gpu-b:30000")
+    without = copy_run(home, other_only, "http://gpu-b:30000")
     clean = copy_run(home, {**full, "findings": []}, "http://gpu-c:30000")
     at = app()
     at.text_input(key="runs_search").set_value("layout-mismatch").run()
