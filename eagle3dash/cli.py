@@ -435,8 +435,8 @@ def _print_diagnosis(d: StoredDiagnosis) -> None:
         row("baseline tok/s", "", _fmt(speedup.baseline_output_tok_s, ".1f"))
         row("speedup", "", _fmt(speedup.speedup, ".2f") + "x")
     _print_per_position(d)
-    print(f"training layout: {source_words(train.source)} ({train.detail})")
-    print(f"serving layout: {source_words(serve.source)} ({serve.detail})")
+    print(f"training layout: {source_words(train.source, d.server)} ({train.detail})")
+    print(f"serving layout: {source_words(serve.source, d.server)} ({serve.detail})")
     if d.detective is not None:
         print("layout detective:")
         for line in d.detective.verdict:
@@ -569,7 +569,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
         steps=args.steps,
         sides=sides or None,
         num_layers=args.target_layers,
-        sglang_version=args.sglang_version,
+        engine=ServingEngine("sglang", args.sglang_version),
         arch=target_arch(args.arch),
         device=args.device,
         progress=None if args.json else _progress_bar,

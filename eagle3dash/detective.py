@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eagle3dash.checkpoint import inspect
+from eagle3dash.engine_rules import SGLANG, ServingEngine, config_entry, fix_ids, serving_layout
 from eagle3dash.errors import InputError
 from eagle3dash.layout import (
     CONVENTIONS,
@@ -35,14 +36,7 @@ from eagle3dash.layout import (
     diff,
     layout_to_json,
 )
-from eagle3dash.sglang_rules import (
-    DEFAULT_SGLANG_VERSION,
-    FALLBACK_ARCH,
-    eagle_config_json,
-    find_fix,
-    serving_layout,
-    try_parse_version,
-)
+from eagle3dash.sglang_rules import FALLBACK_ARCH
 from eagle3dash.spec import DraftSpec
 from eagle3dash.trainers import TRAINERS, training_layout
 
@@ -87,11 +81,12 @@ def candidate_layouts(
     spec: DraftSpec,
     num_layers: int,
     extra: Mapping[str, Layout] | list[Layout] | tuple = (),
-    sglang_version: str = DEFAULT_SGLANG_VERSION,
+    engine: ServingEngine = SGLANG,
     arch: str = FALLBACK_ARCH,
 ) -> dict[str, Layout]:
     """Candidate layouts by origin (config ids under each convention, +-1, with/without the
-    embedding, framework defaults, trainers, serving, the user's); deduped, taps within 0..N."""
+    embedding, framework defaults, trainers, what `engine` serves, the user's); deduped, taps
+    within 0..N."""
     width, n = spec.num_aux, num_layers
     out: dict[str, Layout] = {}
 
@@ -122,12 +117,14 @@ def candidate_layouts(
             shifted = tuple(Tap(t.depth + delta) for t in layout)
             add(f"{name}, shift {delta:+d}", shifted)
     with contextlib.suppress(ValueError):
-        served = serving_layout(spec, n, sglang_version, arch)
+        served = serving_layout(engine, spec, n, arch)
         if served.error is None:
-            add(f"SGLang {sglang_version} serving", served.layout)
+            add(f"{engine.label()} serving", served.layout)
+    # SpecForge follows SGLang's rules (at the served release, when SGLang serves the draft)
+    trained_on = engine.rules_version() if engine.name == "sglang" else None
     for trainer in dict.fromkeys(t.name for t in TRAINERS.values()):
         with contextlib.suppress(ValueError):
-            result = training_layout(spec, n, trainer, sglang_version=sglang_version, arch=arch)
+            result = training_layout(spec, n, trainer, sglang_version=trained_on, arch=arch)
             if result.error is None:
                 add(f"trained by {trainer}", result.layout)
     add("framework defaults [2, N//2, N-3]", default_layout(n))
@@ -488,7 +485,7 @@ class Detection:
     rows: list[SweepRow]
     best: Layout
     serving: Layout | None
-    sglang_version: str
+    engine: ServingEngine  # whose rules give `serving` and `fix_ids`
     fix_ids: list[int] | None
     verdict: list[str]
     slot_match: SlotMatch | None = None
@@ -523,7 +520,8 @@ class Detection:
             "best": layout_to_json(self.best),
             "best_words": describe_layout(self.best, self.num_layers),
             "serving": layout_to_json(self.serving) if self.serving is not None else None,
-            "sglang_version": self.sglang_version,
+            "engine": self.engine.label(),
+            "sglang_version": self.engine.rules_version() if self.engine.name == "sglang" else None,
             "fix_ids": self.fix_ids,
             "verdict": self.verdict,
             "steps": self.steps,
@@ -547,7 +545,7 @@ def _verdict(
     rows: list[SweepRow],
     n: int,
     serving: Layout | None,
-    version: str,
+    engine: ServingEngine,
     fix_ids: list[int] | None,
 ) -> list[str]:
     top = rows[0]
@@ -569,7 +567,7 @@ def _verdict(
         d = diff(top.layout, serving)
         if d.kind == "identical":
             lines.append(
-                f"SGLang {version} feeds {bracketed(serving)}: the layout it performs best with."
+                f"{engine.label()} feeds {bracketed(serving)}: the layout it performs best with."
             )
         else:
             cost = (
@@ -578,13 +576,13 @@ def _verdict(
                 else ""
             )
             lines.append(
-                f"SGLang {version} feeds {bracketed(serving)}{cost}: "
+                f"{engine.label()} feeds {bracketed(serving)}{cost}: "
                 + (d.summary[0].lower() + d.summary[1:]).replace("training", "the best layout")
             )
             if fix_ids is not None:
                 lines.append(
-                    f"Fix: set {eagle_config_json(fix_ids)} in the draft's config.json so "
-                    f"SGLang {version} feeds {bracketed(top.layout)}."
+                    f"Fix: set {config_entry(engine, fix_ids)} in the draft's config.json so "
+                    f"{engine.label()} feeds {bracketed(top.layout)}."
                 )
     return lines
 
@@ -609,7 +607,7 @@ def detect(
     steps: int = 4,
     sides: Mapping[str, Capture] | None = None,
     num_layers: int | None = None,
-    sglang_version: str = DEFAULT_SGLANG_VERSION,
+    engine: ServingEngine = SGLANG,
     arch: str = FALLBACK_ARCH,
     device: str = "cpu",
     progress: Progress | None = None,
@@ -644,7 +642,7 @@ def detect(
         capture_seconds = time.perf_counter() - start
     n = num_layers or capture.meta.get("num_hidden_layers") or max(t.depth for t in capture.taps)
     n = int(n)
-    candidates = candidate_layouts(spec, n, extra_layouts, sglang_version, arch)
+    candidates = candidate_layouts(spec, n, extra_layouts, engine, arch)
     if draft is None:
         draft = load_draft(draft_path, device, target_embedding=capture.embed_weight)
     rows = sweep(
@@ -658,11 +656,11 @@ def detect(
     serving = None
     fix = None
     with contextlib.suppress(ValueError):
-        served = serving_layout(spec, n, sglang_version, arch)
+        served = serving_layout(engine, spec, n, arch)
         serving = served.layout if served.error is None else None
         if serving != rows[0].layout:
-            fix = find_fix(rows[0].layout, spec, n, try_parse_version(sglang_version), arch).ids
-    verdict = _verdict(rows, n, serving, sglang_version, fix)
+            fix = fix_ids(engine, rows[0].layout, spec, n, arch)
+    verdict = _verdict(rows, n, serving, engine, fix)
     match = None
     if sides:
         progress(0.9, "matching slots to taps")
@@ -683,7 +681,7 @@ def detect(
         rows,
         rows[0].layout,
         serving,
-        sglang_version,
+        engine,
         fix,
         verdict,
         match,

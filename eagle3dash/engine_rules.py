@@ -10,6 +10,7 @@ same taps, is served alike by both.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
 
 from eagle3dash import sglang_rules, vllm_rules
@@ -73,6 +74,29 @@ def default_capture(engine: ServingEngine, num_layers: int, arch: str) -> Layout
     if engine.name == "vllm":
         return vllm_rules.default_capture(num_layers)
     return sglang_rules.default_capture(num_layers, arch)
+
+
+def fix_ids(
+    engine: ServingEngine, target: Layout, spec: DraftSpec, num_layers: int, arch: str
+) -> list[int] | None:
+    """The config ids that make this engine feed `target` (in the key it reads first, see
+    `config_entry`); None when no ids do."""
+    if engine.name == "vllm":
+        ids = vllm_rules.find_fix(
+            target, spec, num_layers, engine.rules_version(), engine.vllm_runner(), arch
+        ).ids
+    else:
+        version = sglang_rules.try_parse_version(engine.rules_version())
+        ids = sglang_rules.find_fix(target, spec, num_layers, version, arch).ids
+    return None if ids is None else list(ids)
+
+
+def config_entry(engine: ServingEngine, ids: list[int]) -> str:
+    """The config.json entry this engine reads the ids from first, to copy: SGLang's nested
+    eagle_config list, vLLM's top-level one."""
+    if engine.name == "vllm":
+        return f'"{vllm_rules.TOP_LEVEL_KEY}": {json.dumps(list(ids))}'
+    return sglang_rules.eagle_config_json(ids)
 
 
 def reads_no_ids(engine: ServingEngine, spec: DraftSpec) -> bool:

@@ -20,6 +20,7 @@ from eagle3dash.diagnosis.result import Diagnosis
 from eagle3dash.diagnosis.stages import prompt_ids, run_diagnosis
 from eagle3dash.endpoints import open_engine
 from eagle3dash.engine import CaptureRequest
+from eagle3dash.engine_rules import ServingEngine
 from eagle3dash.jobs import JobFn
 from eagle3dash.layout import parse_layout
 from eagle3dash.probe import probe
@@ -134,7 +135,7 @@ def job_detect(params: dict, progress: Progress) -> dict:
         steps=_option(params, "steps"),
         sides=sides or None,
         num_layers=num_layers,
-        sglang_version=params.get("sglang_version", DEFAULT_SGLANG_VERSION),
+        engine=ServingEngine("sglang", params.get("sglang_version", DEFAULT_SGLANG_VERSION)),
         arch=target_arch(_option(params, "arch")),
         device=_option(params, "device"),
         progress=progress,

@@ -136,6 +136,12 @@ def test_try_it_on_the_demo_serves_the_deployment_picked(home, demo_stopped_afte
     at.button(key="demo_try").click().run()
     assert not demo.alive() and newrun.demo_endpoints("correct").name == "correct"
     assert at.text_input(key="ckpt_path").value == str(FIXTURES / "draft-b")
+    # A vLLM deployment's probe names vLLM's version, not SGLang's.
+    at.selectbox(key="demo_pick").set_value("vllm-v1").run()
+    at.button(key="demo_try").click().run()
+    no_exception(at)
+    metrics = {m.label: plain(m.value) for m in at.metric}
+    assert metrics["vLLM version"] == "0.33.0" and "SGLang version" not in metrics
 
 
 # --- before submit -----------------------------------------------------------------------------

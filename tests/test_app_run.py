@@ -39,6 +39,7 @@ from eagle3dash.ui.fmt import duration
 from eagle3dash.ui.progress import progress_view
 from tests.appkit import (
     app,
+    frame_with,
     frames,
     no_exception,
     plain,
@@ -537,6 +538,25 @@ def test_the_vllm_double_is_named_with_its_modelled_cost() -> None:
         "forward takes at least 10 ms and each draft step 2 ms, the tiny models' compute inside "
         "those floors), not from measured serving speed."
     )
+
+
+def test_a_vllm_runs_predictions_are_worded_as_vllms(world, home) -> None:
+    # The bare run (no target) has a predicted serving side; stored as a vLLM run, its page says
+    # whose rules predicted it and names vLLM's version, never SGLang's rules.
+    bare = stored(world, "bare")
+    assert bare["serving"]["source"] == "predicted"
+    server = {**bare["server"], "engine": "vllm", "version": "0.33.0"}
+    run_id = copy_run(home, {**bare, "server": server})
+    at = app("run", run=str(run_id))
+    no_exception(at)
+    table = frame_with(at, "quantity").set_index("quantity")
+    assert table.loc["where that layout comes from"].tolist()[1] == (
+        "assumed: vLLM's rules for this version"
+    )
+    shown = texts(at) + "\n".join(f.to_csv() for f in frames(at))
+    assert "serving side predicted from vLLM's rules, not checked" in shown
+    assert "vLLM version" in shown
+    assert "SGLang's rules" not in shown and "SGLang version" not in shown
 
 
 def test_the_runs_table_says_which_runs_numbers_the_doubles_cost_shaped(world, home) -> None:

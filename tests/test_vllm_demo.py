@@ -72,6 +72,18 @@ def test_try_it_on_vllm_serves_v1_in_processes_of_their_own(tmp_path) -> None:
     first = diagnosis.findings[0]
     assert (first.id, first.severity) == ("layout-mismatch", "critical")
     assert first.data["top_level_ids"] == [1, 2, 3]
+    # The layout detective reads the served taps by vLLM's V1 rules too (taps 0, 1, 2, as the
+    # serving side), names the engine, and fixes with vLLM's top-level key: the state after k
+    # blocks for taps 1, 2, 3 is ids [1, 2, 3] (vLLM 0.33.0 models/interfaces.py).
+    detection = diagnosis.detection
+    assert detection is not None and detection.serving == (Tap(0), Tap(1), Tap(2))
+    assert detection.best == (Tap(1), Tap(2), Tap(3)) and detection.fix_ids == [1, 2, 3]
+    assert detection.verdict[-1] == (
+        'Fix: set "eagle_aux_hidden_state_layer_ids": [1, 2, 3] in the draft\'s config.json so '
+        "vLLM 0.33.0 (V1 runner) feeds [1,2,3]."
+    )
+    assert "vLLM 0.33.0 (V1 runner) feeds [0,1,2]" in first.evidence
+    assert not [line for line in detection.verdict if "SGLang" in line]
     assert diagnosis.baseline is not None  # the baseline double answered without speculation
     # both doubles pay the SGLang demo's modelled cost (10 ms a forward, 2 ms a draft step); the
     # speedup it shapes is timed by bench/bench_steadiness.py --deployment vllm-v1, not here

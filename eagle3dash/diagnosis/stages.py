@@ -651,7 +651,7 @@ def run_detective(run: _Run) -> None:
         steps=run.steps,  # the sweep's accept lengths at the server's steps, like the sides
         sides=sides,
         num_layers=run.depth,
-        sglang_version=run.version,
+        engine=run.server.rules_engine(),
         arch=run.arch,
         device=run.options.device,
         draft=run.draft,

@@ -377,7 +377,7 @@ def rule_detected_layout(e: Evidence) -> list[Finding]:
     # carries the mismatch; this one says why the config cannot be trusted.
     training_is_best = e.training is not None and tuple(e.training.layout) == best
     severity = Severity.CRITICAL if fed != best and not training_is_best else Severity.WARNING
-    fix_ids = det.fix_ids  # the detective searches SGLang's ids
+    fix_ids = det.fix_ids  # the served engine's ids (on vLLM the fix below is vLLM's own)
     fix = (
         f"Set {eagle_config_json(fix_ids)} so SGLang feeds "
         f"{format_layout(best)}, and record that layout with the checkpoint."

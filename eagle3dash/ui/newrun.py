@@ -283,7 +283,8 @@ def local_target_input() -> str:
     st.caption(
         "Why it matters: with a local copy of the target (its Hugging Face folder on this "
         "machine), the run measures what the draft was trained on and which taps the server "
-        "really feeds it; without one, both are assumed from the config and SGLang's rules."
+        "really feeds it; without one, both are assumed from the config and the serving "
+        "engine's rules."
     )
     return value
 

@@ -12,6 +12,7 @@ from eagle3dash.ui.home import get_store
 from eagle3dash.ui.reports import server_settings
 from eagle3dash.ui.verdict import findings_list
 from eagle3dash.ui.widgets import show_error
+from eagle3dash.ui.words import engine_name
 
 PROBE_TIMEOUT_S = 5.0  # the page waits on a probe: ask briefly, once
 HIDDEN_STATES_WORDS = {"full": "on", "last": "last token only", None: "off"}
@@ -44,7 +45,7 @@ def probe_panel(
     server = value.server
     spec = server.speculative
     cols = st.columns(4)
-    cols[0].metric("SGLang version", md_escape(server.version or "unknown"))
+    cols[0].metric(f"{engine_name(server)} version", md_escape(server.version or "unknown"))
     cols[1].metric("Speculative", md_escape(spec.algorithm) if spec else "none")
     cols[2].metric("Draft steps", str(spec.num_steps) if spec else "—")
     cols[3].metric("Hidden states", HIDDEN_STATES_WORDS.get(server.hidden_states, "off"))

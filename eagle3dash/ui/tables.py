@@ -38,6 +38,7 @@ from eagle3dash.ui.fmt import (
 )
 from eagle3dash.ui.provenance import trainer_rows
 from eagle3dash.ui.words import (
+    engine_name,
     engine_words,
     run_verdict,
     slot_word,
@@ -196,19 +197,21 @@ def metrics_frame(rows: Iterable[tuple[str, str, int | None, int | None, Any]]) 
 
 def sides_frame(diagnosis: StoredDiagnosis) -> pd.DataFrame:
     """Training vs serving: each side's taps in words and where they come from, what the config
-    or SGLang's rules predict where that differs, draft accuracy per step, simulated accept length;
-    the endpoint's measurements (accept length, tok/s, baseline, speedup) in the serving column."""
+    or the engine's rules predict where that differs, draft accuracy per step, simulated accept
+    length; the endpoint's measurements (accept length, tok/s, baseline, speedup) in the serving
+    column."""
     n = diagnosis.num_target_layers
     sides = (diagnosis.training, diagnosis.serving)
+    server = diagnosis.server
     rows: list[tuple[str, ...]] = [  # (quantity, training, serving)
         ("taps fed to the fc slots", *(taps_words(s.layout, n) for s in sides)),
-        ("where that layout comes from", *(source_words(s.source) for s in sides)),
+        ("where that layout comes from", *(source_words(s.source, server) for s in sides)),
         ("how it was found", *((s.detail or DASH) for s in sides)),
     ]
     if any(s.prediction and s.prediction != s.layout for s in sides):
         rows.append(
             (
-                "what the config / SGLang's rules predict",
+                f"what the config / {engine_name(server)}'s rules predict",
                 *(_prediction_text(s, n) for s in sides),
             )
         )
@@ -360,7 +363,7 @@ def server_summary(server: ServerReport | None) -> pd.DataFrame:
     s, spec = server, server.speculative
     rows: list[tuple[str, Any]] = [
         ("url", s.url),
-        ("SGLang version", s.version),
+        (f"{engine_name(s)} version", s.version),
         ("model", s.model_path),
         ("served model name", s.served_model_name),
         ("architectures", ", ".join(s.architectures or []) or None),
@@ -457,7 +460,7 @@ def _taps_of(diagnosis: StoredDiagnosis | None, side: str) -> str:
 
 def _source_of(diagnosis: StoredDiagnosis | None, side: str) -> str:
     source = None if diagnosis is None else diagnosis.side(side).source
-    return source_words(source) if source else DASH
+    return source_words(source, diagnosis.server) if diagnosis is not None and source else DASH
 
 
 def _worst(run: StoredRun) -> str:

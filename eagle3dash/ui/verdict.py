@@ -54,7 +54,8 @@ def verdict_banner(diagnosis: StoredDiagnosis) -> None:
             num(simulated),
             help=md_escape(
                 f"Accept length of the standalone draft on the {side.name} side's states at "
-                f"{steps} draft steps; its layout is {words.source_words(source)}."
+                f"{steps} draft steps; its layout is "
+                f"{words.source_words(source, diagnosis.server)}."
             ),
         )
         if side.capture_error and is_missing(simulated):  # where the number would be

@@ -32,13 +32,20 @@ SOURCE_WORDS = {
     "config": "assumed from the config",
     "observed": "observed: each served slot matched to the target's taps",
     "matched-to-dump": "observed: served slots matched to the training dump by scale",
-    "predicted": "assumed: SGLang's rules for this version",
+    "predicted": "assumed: {engine}'s rules for this version",
 }
 
 
-def source_words(source: str | None) -> str:
-    """Where a side's layout comes from, in words."""
-    return SOURCE_WORDS.get(source or "", source or "unknown")
+def engine_name(server: ServerReport | None) -> str:
+    """'vLLM' or 'SGLang': whose rules a run's predictions follow (reports stored before engines
+    were told apart are SGLang's)."""
+    return "vLLM" if server is not None and server.engine == VLLM else "SGLang"
+
+
+def source_words(source: str | None, server: ServerReport | None) -> str:
+    """Where a side's layout comes from, in words (a prediction names the server's engine)."""
+    words = SOURCE_WORDS.get(source or "", source or "unknown")
+    return words.replace("{engine}", engine_name(server))
 
 
 def taps_words(layout: Layout | None, num_layers: int | None) -> str:
@@ -65,36 +72,39 @@ EVIDENCE_WORDS = {
     "training-dump": "from the training dump",
     "declared": "declared by you",
     "detective": "inferred by the layout detective",
-    "predicted": "predicted from SGLang's rules, not checked",
+    "predicted": "predicted from {engine}'s rules, not checked",
     "assumed": "assumed from the config, not checked",
     "not-checked": "not checked",
 }
 
 
-def evidence_words(level: str | None) -> str:
-    """An evidence level in words."""
-    return EVIDENCE_WORDS.get(level or "", level or "unknown")
+def evidence_words(level: str | None, server: ServerReport | None) -> str:
+    """An evidence level in words (a prediction names the server's engine)."""
+    words = EVIDENCE_WORDS.get(level or "", level or "unknown")
+    return words.replace("{engine}", engine_name(server))
 
 
 def layout_comparison(diagnosis: StoredDiagnosis) -> tuple[str, str | None, str]:
     """The layout comparison's tone, its kind (for a difference) and its sentence: its word
     follows the weaker side. Tones: 'success' (a checked agreement only), 'neutral' (the same,
     but not checked), 'warning' (a difference not checked), 'error' (a checked difference)."""
-    diff = diagnosis.layout_diff
+    diff, server = diagnosis.layout_diff, diagnosis.server
     level = diff.evidence
     checked = diff.checked
     sides = (
-        f"training side {evidence_words(diff.training_evidence)}, serving side "
-        f"{evidence_words(diff.serving_evidence)}"
+        f"training side {evidence_words(diff.training_evidence, server)}, serving side "
+        f"{evidence_words(diff.serving_evidence, server)}"
     )
     if diff.kind == "identical":
         if checked:
             return (
                 "success",
                 None,
-                f"Training and serving feed the same taps to every slot ({evidence_words(level)}).",
+                "Training and serving feed the same taps to every slot "
+                f"({evidence_words(level, server)}).",
             )
-        return "neutral", None, f"Same taps on both sides ({evidence_words(level)}): {sides}."
+        same = f"Same taps on both sides ({evidence_words(level, server)}): {sides}."
+        return "neutral", None, same
     summary = diff.summary.rstrip(".")
     how = f"{summary}. How it is known: {sides}."
     return ("error" if checked else "warning"), diff.kind or "differs", how
@@ -114,7 +124,7 @@ def slot_word(diagnosis: StoredDiagnosis, same: bool) -> str:
     word = "same" if same else "DIFFERS"
     if diagnosis.layout_diff.checked:
         return word
-    return f"{word} ({evidence_words(diagnosis.layout_diff.evidence)})"
+    return f"{word} ({evidence_words(diagnosis.layout_diff.evidence, diagnosis.server)})"
 
 
 def healthy_lines(diagnosis: StoredDiagnosis) -> list[str]:
@@ -125,7 +135,7 @@ def healthy_lines(diagnosis: StoredDiagnosis) -> list[str]:
     if diagnosis.layout_diff.kind == "identical":
         lines.append(
             "training and serving feed the same taps to every slot "
-            f"({evidence_words(diagnosis.layout_diff.evidence)})"
+            f"({evidence_words(diagnosis.layout_diff.evidence, diagnosis.server)})"
         )
     if diagnosis.identity is not None and diagnosis.identity.status == "same":
         lines.append("the endpoint serves this checkpoint's weights (byte-identical)")
