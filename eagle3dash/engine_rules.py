@@ -10,7 +10,6 @@ same taps, is served alike by both.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 
 from eagle3dash import sglang_rules, vllm_rules
@@ -95,7 +94,7 @@ def config_entry(engine: ServingEngine, ids: list[int]) -> str:
     """The config.json entry this engine reads the ids from first, to copy: SGLang's nested
     eagle_config list, vLLM's top-level one."""
     if engine.name == "vllm":
-        return f'"{vllm_rules.TOP_LEVEL_KEY}": {json.dumps(list(ids))}'
+        return vllm_rules.top_level_json(ids)
     return sglang_rules.eagle_config_json(ids)
 
 

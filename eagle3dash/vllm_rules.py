@@ -27,6 +27,7 @@ Read in the released wheel vllm 0.33.0 (files inside the `vllm` package):
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field, replace
 
@@ -56,6 +57,12 @@ _DEEPSEEK_ARCHS = frozenset(
     }
 )
 _VERSION_RE = re.compile(r"v?(\d+)\.(\d+)\.(\d+)(?:\.?(?:post|rc|dev|a|b)\d*)?(?:\+[\w.]+)?")
+
+
+def top_level_json(ids: list[int] | tuple[int, ...]) -> str:
+    """The config.json entry both vLLM runners read the ids from first, to copy:
+    '"eagle_aux_hidden_state_layer_ids": [1, 2, 3]'."""
+    return f'"{TOP_LEVEL_KEY}": {json.dumps(list(ids))}'
 
 
 def parse_version(text: str) -> Version:

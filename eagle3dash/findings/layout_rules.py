@@ -192,10 +192,6 @@ def _sglang_fix(
     return text, data
 
 
-def _top_level_json(ids: list[int] | tuple[int, ...]) -> str:
-    return f'"{vllm_rules.TOP_LEVEL_KEY}": ' + _ids_json(ids)
-
-
 def _both_engines_sentence(e: Evidence, target: Layout) -> tuple[str, dict]:
     """What a config serving `target` on both engines holds (the nested SGLang ids and the
     top-level vLLM ids, engine_rules.dual_key_fix), as one sentence and its data; empty when
@@ -212,8 +208,8 @@ def _both_engines_sentence(e: Evidence, target: Layout) -> tuple[str, dict]:
     return (
         f"To serve the same file on SGLang {fix.sglang_version} and vLLM {fix.vllm_version} "
         f"alike, write both keys: {eagle_config_json(fix.nested_ids)}, "
-        f"{_top_level_json(fix.top_level_ids)} (SGLang reads only the nested list; both vLLM "
-        "runners read the top-level one first).",
+        f"{vllm_rules.top_level_json(fix.top_level_ids)} (SGLang reads only the nested list; "
+        "both vLLM runners read the top-level one first).",
         {"dual_key": fix.config()},
     )
 
@@ -242,7 +238,7 @@ def _vllm_fix(e: Evidence, target: Layout) -> tuple[str, dict]:
             {},
         )
     text = (
-        f"Set {_top_level_json(fix.ids)} at the top level of the draft's config.json and "
+        f"Set {vllm_rules.top_level_json(fix.ids)} at the top level of the draft's config.json and "
         f"restart vLLM: both of its runners read that key first, so {engine.label()} then "
         f"feeds {phrase}."
     )
