@@ -34,6 +34,16 @@ def noise(values: Sequence[float | None]) -> float:
     return 0.0 if se is None else NOISE_SE * se
 
 
+def hides_material_gap(a: Sequence[float | None], b: Sequence[float | None]) -> bool:
+    """Whether the noise of two sets of per-request accept lengths, together (added in
+    quadrature, as the prompt-format rule reads two rows), could hide a material gap between their
+    means; True while either has fewer than two values."""
+    se_a, se_b = standard_error(a), standard_error(b)
+    if se_a is None or se_b is None:
+        return True
+    return NOISE_SE * math.hypot(se_a, se_b) >= MATERIAL_ACCEPT_LENGTH
+
+
 def relative_noise(values: Sequence[float | None]) -> float | None:
     """noise() over the mean of the values: the share by which a scaled prediction is uncertain;
     None with fewer than two values or a mean of 0."""

@@ -4,7 +4,10 @@ per temperature, and which --speculative-num-steps to run.
 One number (the accept length) hides the causes users of EAGLE-3 drafts keep hitting: a domain the
 draft was not trained on, a chat template it was not trained with, sampling, a flag budget. The
 profile splits the measurements a diagnosis already made (its one capture per prompt, its benchmark
-requests) by category, and adds a few requests per prompt format and temperature.
+requests) by category, and adds a few requests per prompt format and temperature: the same prompts
+in each setting, sent in waves (`wave_end`) until no row's noise, beside the benchmark's on the
+same prompts, could hide a material gap (`rows_settled`), so that prompts beyond what the
+statistics need are not sent. Each such row is then compared with the benchmark on those prompts.
 
 The steps advice (`steps_advice`) predicts the accept length and tok/s of chain drafting (topk 1,
 draft tokens = steps + 1) at --speculative-num-steps 1..MAX_ADVICE_STEPS:
@@ -36,7 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from eagle3dash.noise import MATERIAL_GAIN, noise, relative_noise
+from eagle3dash.noise import MATERIAL_GAIN, hides_material_gap, noise, relative_noise
 from eagle3dash.servebench import shares_at_least
 
 if TYPE_CHECKING:
@@ -44,6 +47,7 @@ if TYPE_CHECKING:
     from eagle3dash.servebench import BenchResult
 
 MAX_ADVICE_STEPS = 8  # --speculative-num-steps 1..8 are predicted
+MIN_ROW_PROMPTS = 4  # the fewest prompts a temperature or prompt-format row is measured on
 DEFAULT_TEMPERATURES = (0.0, 0.7)
 
 MEASURED = "measured"  # from the server's spec_correct_drafts_histogram
@@ -71,7 +75,7 @@ class CategoryRow:
     measured_accept_length: float | None = None
     sim_accept_training: float | None = None
     sim_accept_serving: float | None = None
-    tok_s: float | None = None  # completion tokens over the requests' summed latencies
+    tok_s: float | None = None  # aggregate output tok/s (tok_s_on_first)
     baseline_tok_s: float | None = None
     speedup: float | None = None
 
@@ -84,7 +88,7 @@ class FormatRow:
     prompts: int
     measured_accept_length: float | None = None
     sim_accept_serving: float | None = None
-    tok_s: float | None = None
+    tok_s: float | None = None  # aggregate output tok/s (tok_s_on_first)
     accept_length_noise: float | None = None  # ± noise.NOISE_SE standard errors over requests
 
 
@@ -94,8 +98,9 @@ class TemperatureRow:
 
     temperature: float
     measured_accept_length: float | None = None
-    tok_s: float | None = None
+    tok_s: float | None = None  # aggregate output tok/s (tok_s_on_first)
     accept_length_noise: float | None = None  # ± noise.NOISE_SE standard errors over requests
+    prompts: int | None = None  # None: stored before rows could stop early (every prompt)
 
 
 @dataclass
@@ -242,13 +247,57 @@ def per_position(
     )
 
 
-def accept_length_noise(bench: BenchResult | None) -> float | None:
-    """± noise.NOISE_SE standard errors of a benchmark's per-request accept lengths; None
-    without a benchmark or with fewer than two requests."""
+def request_accept_lengths(bench: BenchResult, n: int | None = None) -> list[float]:
+    """The accept length of each answered request (of the first n prompts), where it has one."""
+    return [
+        v
+        for r in bench.requests
+        if r.error is None and (n is None or r.index < n) and (v := r.accept_length) is not None
+    ]
+
+
+def accept_length_noise(bench: BenchResult | None, n: int | None = None) -> float | None:
+    """± noise.NOISE_SE standard errors of a benchmark's per-request accept lengths (of the
+    first n prompts); None without a benchmark or with fewer than two requests."""
     if bench is None:
         return None
-    values = [v for v in bench.accept_length_per_request if v is not None]
+    values = request_accept_lengths(bench, n)
     return noise(values) if len(values) >= 2 else None
+
+
+def accept_length_on_first(bench: BenchResult, n: int) -> float | None:
+    """A benchmark's accept length on its first n prompts (all of them: its own, which on vLLM
+    comes from the server's counters)."""
+    if n >= bench.num_requests:
+        return bench.accept_length
+    return requests_accept_length(bench, set(range(n)))
+
+
+def tok_s_on_first(bench: BenchResult | None, n: int) -> float | None:
+    """A benchmark's aggregate output tok/s on its first n prompts: its own over all of them;
+    else their completion tokens over their summed latencies, times the requests it kept in
+    flight (exact at concurrency 1; beyond, its requests of equal length were sent in order,
+    `concurrency` at a time)."""
+    if bench is None:
+        return None
+    if n >= bench.num_requests:
+        return bench.output_tok_s_aggregate
+    per_request = requests_tok_s(bench, set(range(n)))
+    return None if per_request is None else per_request * min(bench.concurrency, n)
+
+
+def wave_end(sent: int, total: int, concurrency: int) -> int:
+    """How many prompts the profile's rows have been sent after their next wave: at least
+    MIN_ROW_PROMPTS and a full batch of the run's concurrency first, then twice as many as
+    before; at most `total`."""
+    return min(total, max(MIN_ROW_PROMPTS, concurrency, 2 * sent))
+
+
+def rows_settled(rows: Sequence[BenchResult], reference: BenchResult, n: int) -> bool:
+    """Whether each row and the reference benchmark, on the same first n prompts, are measured
+    closely enough that no material gap between them could hide in their noise."""
+    ref = request_accept_lengths(reference, n)
+    return not any(hides_material_gap(request_accept_lengths(r, n), ref) for r in rows)
 
 
 def _ratio(tokens: float, verify_rounds: float) -> float | None:

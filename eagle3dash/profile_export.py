@@ -26,11 +26,13 @@ is raised. The Run page offers both as downloads; `diagnose --profile-out PATH` 
     standalone draft), `tok_s` (output tok/s on the endpoint), `baseline_tok_s` and `speedup`
     (with a baseline).
   - `prompt_format`: one row per format sent ("raw", "chat-template", "chat-template, thinking
-    on", "chat-template, thinking off"): `format`, `prompts`, `measured_accept_length`,
-    `sim_accept_serving`, `tok_s`, `accept_length_noise` (two standard errors of the per-request
-    accept lengths).
+    on", "chat-template, thinking off"): `format`, `prompts` (how many: every row is on the same
+    first prompts, "raw" the benchmark's own requests on them), `measured_accept_length`,
+    `sim_accept_serving`, `tok_s` (aggregate output tok/s), `accept_length_noise` (two standard
+    errors of the per-request accept lengths).
   - `temperature`: one row per sampling temperature: `temperature`, `measured_accept_length`,
-    `tok_s`, `accept_length_noise`.
+    `tok_s`, `accept_length_noise`, `prompts` (as for the prompt formats; temperature 0 is the
+    benchmark's own requests; null in a profile stored before rows could stop early).
   - `steps_advice`: one row per `--speculative-num-steps` (topk 1, draft tokens = steps + 1):
     `num_steps`, `predicted_accept_length`, `predicted_tok_s`, `source` ("measured": from the
     server's histogram; "simulated": from the standalone draft).

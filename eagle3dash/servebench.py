@@ -497,6 +497,24 @@ def bench_with_answers(
     return result, served.answers
 
 
+def join_benches(first: BenchResult, then: BenchResult) -> BenchResult:
+    """One benchmark from two waves of it sent one after the other: then's requests numbered
+    after first's, the wall times added (per-request statistics; first's warmup and settings)."""
+    stats = [
+        *first.requests,
+        *(dataclasses.replace(s, index=s.index + first.num_requests) for s in then.requests),
+    ]
+    return _summarize(
+        first.url,
+        stats,
+        first.concurrency,
+        first.max_new_tokens,
+        first.warmup,
+        first.wall_s + then.wall_s,
+        first.temperature,
+    )
+
+
 def compare_to_baseline(spec_result: BenchResult, baseline_result: BenchResult) -> dict:
     """Speedup (aggregate tok/s ratio) of a speculative run over a baseline run, with context."""
     s, b = spec_result, baseline_result

@@ -16,13 +16,17 @@ from eagle3dash.profile import (
     SIMULATED,
     Profile,
     StepCosts,
+    accept_length_on_first,
     accept_lengths_by_steps,
     category_rows,
     flags_for,
     parse_temperatures,
     per_position,
+    rows_settled,
     step_costs,
     steps_advice,
+    tok_s_on_first,
+    wave_end,
 )
 from eagle3dash.servebench import BenchResult, RequestStat
 
@@ -134,6 +138,62 @@ def test_prompts_without_a_category_share_one_row():
     assert [(r.category, r.prompts, r.measured_accept_length) for r in rows] == [
         ("uncategorised", 2, None)
     ]
+
+
+def test_waves_start_with_four_prompts_or_a_full_batch_then_double():
+    assert [wave_end(0, 8, 1), wave_end(4, 8, 1)] == [4, 8]
+    assert [wave_end(0, 16, 1), wave_end(4, 16, 1), wave_end(8, 16, 1)] == [4, 8, 16]
+    assert wave_end(0, 16, 6) == 6  # one full batch of the run's concurrency first
+    assert wave_end(0, 3, 1) == 3  # never past the prompts
+    assert wave_end(8, 10, 1) == 10
+
+
+def _by_accept_lengths(values: list[float], latency_s: float = 1.0) -> BenchResult:
+    """A benchmark whose request i accepted values[i] (20 verify rounds each)."""
+    rounds = 20
+    return bench(
+        [
+            RequestStat(
+                i, completion_tokens=round(v * rounds), spec_verify_ct=rounds, latency_s=latency_s
+            )
+            for i, v in enumerate(values)
+        ]
+    )
+
+
+def test_rows_settle_once_their_noise_beside_the_reference_cannot_hide_half_a_token():
+    reference = _by_accept_lengths([2.0, 2.2, 2.0, 2.2, 4.0, 1.0])
+    # first four: mean 2.1, sd 0.11547, se 0.057735; two se added in quadrature over both rows
+    steady = _by_accept_lengths([1.5, 1.7, 1.5, 1.7])
+    assert rows_settled([steady], reference, 4)  # 2 * hypot(0.0577, 0.0577) = 0.163
+    # sd 0.57735, se 0.288675: 2 * hypot(0.2887, 0.0577) = 0.589, a half-token gap could hide
+    wide = _by_accept_lengths([1.0, 2.0, 1.0, 2.0])
+    assert not rows_settled([wide], reference, 4)
+    assert not rows_settled([steady, wide], reference, 4)  # every row must settle
+    # the reference on six prompts is wide (sd 0.975, two se 0.796), whatever the row
+    assert not rows_settled([steady], reference, 6)
+    # one value leaves the noise unknown: not settled
+    assert not rows_settled([_by_accept_lengths([1.5])], reference, 1)
+
+
+def test_a_benchmark_on_its_first_prompts():
+    measured = bench(
+        [
+            RequestStat(0, completion_tokens=30, spec_verify_ct=10, latency_s=0.5),
+            RequestStat(1, completion_tokens=20, spec_verify_ct=10, latency_s=0.5),
+            RequestStat(2, completion_tokens=40, spec_verify_ct=10, latency_s=2.0),
+        ],
+        tok_s=77.0,
+    )
+    measured.accept_length = 3.0
+    measured.concurrency = 2
+    assert accept_length_on_first(measured, 2) == pytest.approx(2.5)  # 50 tokens / 20 rounds
+    assert accept_length_on_first(measured, 3) == 3.0  # all of them: its own
+    # 50 tokens over 1.0 s of summed latency, two requests in flight at a time
+    assert tok_s_on_first(measured, 2) == pytest.approx(100.0)
+    assert tok_s_on_first(measured, 1) == pytest.approx(60.0)  # one prompt: one in flight
+    assert tok_s_on_first(measured, 3) == 77.0
+    assert tok_s_on_first(None, 2) is None
 
 
 def test_step_costs_need_a_baseline():

@@ -16,7 +16,7 @@ from eagle3dash import store as db
 from eagle3dash.diagnosis.options import DiagnoseOptions
 from eagle3dash.diagnosis.stored import load_diagnosis
 from eagle3dash.layout import Tap
-from eagle3dash.profile import Profile
+from eagle3dash.profile import Profile, TemperatureRow
 from eagle3dash.profile_export import profile_csv, profile_json
 from eagle3dash.submit import submit_diagnosis
 from eagle3dash.ui import charts, words
@@ -248,12 +248,31 @@ def test_prompt_format_and_temperature_tables() -> None:
             "output tok/s": "92.5",
         }
     ]
+    # a profile stored before rows could stop early does not say how many prompts: a dash
     assert ui.temperature_frame(profile(**SAMPLE)).values.tolist() == [
-        ["0.0", "2.25", "92.5"],
-        ["0.7", "1.75", "80.0"],
+        ["0.0", "—", "2.25", "92.5"],
+        ["0.7", "—", "1.75", "80.0"],
     ]
-    assert ui.temperature_frame(profile(**SMALL)).values.tolist() == [["0.7", "1.25", "—"]]
+    assert ui.temperature_frame(profile(**SMALL)).values.tolist() == [["0.7", "—", "1.25", "—"]]
     assert ui.format_frame(profile(**SMALL)).empty
+
+
+def test_rows_on_fewer_prompts_than_the_benchmark_say_why() -> None:
+    stopped = [
+        TemperatureRow(0.0, 1.3, 60.0, 0.3, prompts=4),
+        TemperatureRow(0.7, 1.2, 55.0, 0.2, prompts=4),
+    ]
+    assert ui.rows_prompts_note(stopped, 8) == (
+        "Every row on the same first 4 of the 8 prompts (the first row: the benchmark's own "
+        "requests on them). The profile sends its prompts in waves and stops once no row's noise, "
+        "beside the first row's, could hide a gap of 0.5 tokens per round."
+    )
+    assert ui.rows_prompts_note(stopped, 4) is None  # every prompt
+    assert (
+        ui.rows_prompts_note([TemperatureRow(0.0, 1.3, prompts=None)], 8) is None
+    )  # stored before
+    assert ui.rows_prompts_note([], 8) is None
+    assert ui.rows_prompts_note(stopped, None) is None  # no benchmark
 
 
 def test_the_steps_chart_marks_the_current_and_recommended_settings() -> None:

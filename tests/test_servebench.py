@@ -18,6 +18,7 @@ from eagle3dash.servebench import (
     RequestStat,
     _summarize,
     compare_to_baseline,
+    join_benches,
     load_prompts,
     percentile,
     run_bench,
@@ -297,6 +298,38 @@ def test_summarize_aggregates_by_hand() -> None:
     assert [r.server_latency_p50, r.server_latency_p90, r.server_latency_p99] == pytest.approx(
         [0.35, 0.75, 0.885]
     )
+
+
+def test_two_waves_join_into_one_benchmark() -> None:
+    """The second wave's requests follow the first's, the wall times add up."""
+    first = _summarize(
+        "http://x",
+        [RequestStat(0, completion_tokens=16, spec_verify_ct=8, latency_s=0.5)],
+        concurrency=1,
+        max_new_tokens=16,
+        warmup=1,
+        wall_s=0.5,
+        temperature=0.7,
+    )
+    then = _summarize(
+        "http://x",
+        [
+            RequestStat(0, completion_tokens=16, spec_verify_ct=4, latency_s=0.25),
+            RequestStat(1, error="HTTP 500: boom"),
+        ],
+        concurrency=1,
+        max_new_tokens=16,
+        warmup=0,
+        wall_s=1.5,
+        temperature=0.7,
+    )
+    joined = join_benches(first, then)
+    assert [r.index for r in joined.requests] == [0, 1, 2]
+    assert (joined.num_requests, joined.errors, joined.warmup) == (3, 1, 1)
+    assert joined.accept_length == pytest.approx(32 / 12)
+    assert joined.accept_length_per_request == [2.0, 4.0]
+    assert joined.output_tok_s_aggregate == pytest.approx(16.0)  # 32 tokens / 2 s
+    assert joined.temperature == 0.7
 
 
 def test_percentile_interpolates_like_numpy() -> None:

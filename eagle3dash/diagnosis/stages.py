@@ -60,10 +60,15 @@ from eagle3dash.profile import (
     Profile,
     TemperatureRow,
     accept_length_noise,
+    accept_length_on_first,
     category_rows,
     per_position,
+    request_accept_lengths,
+    rows_settled,
     step_costs,
     steps_advice,
+    tok_s_on_first,
+    wave_end,
 )
 from eagle3dash.provenance import json_digests
 from eagle3dash.servebench import (
@@ -72,6 +77,7 @@ from eagle3dash.servebench import (
     BenchResult,
     Prompt,
     bench_with_answers,
+    join_benches,
     load_prompts,
     run_bench,
 )
@@ -658,13 +664,17 @@ def run_detective(run: _Run) -> None:
     )
 
 
-def _evaluate(run: _Run, capture: Capture | None, layout: Layout) -> DraftEval | None:
+def _evaluate(
+    run: _Run, capture: Capture | None, layout: Layout, steps: int | None = None
+) -> DraftEval | None:
+    """The standalone draft on a capture fed in this layout, to `steps` draft steps (default: the
+    run's evaluation steps, which the steps advice reaches past the served ones)."""
     from eagle3dash.draft import evaluate_capture
 
     if capture is None or run.draft is None or not set(layout) <= set(capture.taps):
         return None
     return evaluate_capture(
-        run.draft, capture, layout, steps=run.eval_steps, embed_weight=run.embed
+        run.draft, capture, layout, steps=steps or run.eval_steps, embed_weight=run.embed
     )
 
 
@@ -883,18 +893,62 @@ def _bench_answers(
         return None, None
 
 
+def _bench_rows(
+    run: _Run, sends: list[tuple[list[Prompt], BenchHow]], reference: BenchResult
+) -> tuple[list[tuple[BenchResult, list[GenerateResult | None]] | None], int]:
+    """The same prompts benchmarked in other settings (a temperature, a prompt format), all in
+    step, in waves (`wave_end`) until every setting's row and the reference benchmark on the same
+    prompts are measured closely enough to show a material gap (`rows_settled`), or the prompts
+    run out: prompts beyond what the statistics need are not sent. Each setting's benchmark and
+    answers (None where a wave failed: its warning says why), and how many prompts each was sent.
+    Where answers carry no per-request statistics (vLLM), every prompt goes in one wave."""
+    total = len(reference.requests)
+    per_request = bool(request_accept_lengths(reference))
+    done: list[tuple[BenchResult, list[GenerateResult | None]] | None] = [None] * len(sends)
+    failed = [False] * len(sends)
+    sent = 0
+    while sent < total:
+        upto = wave_end(sent, total, run.options.concurrency) if per_request else total
+        for i, (prompts, how) in enumerate(sends):
+            if failed[i]:
+                continue
+            bench, answers = _bench_answers(run, prompts[sent:upto], **how)
+            if bench is None or answers is None:
+                failed[i], done[i] = True, None
+                continue
+            earlier = done[i]
+            done[i] = (
+                (bench, answers)
+                if earlier is None
+                else (join_benches(earlier[0], bench), [*earlier[1], *answers])
+            )
+        sent = upto
+        rows = [d[0] for d in done if d is not None]
+        if rows_settled(rows, reference, sent):
+            break
+    return done, sent
+
+
 def profile_temperatures(run: _Run, prompts: list[Prompt], measured: BenchResult) -> list:
-    """Measured accept length and tok/s at each temperature (0 is the benchmark itself)."""
+    """Measured accept length and tok/s at each temperature, on the same prompts (temperature 0
+    is the benchmark itself on those prompts)."""
+    extra = [t for t in run.options.temperatures if t != 0]
+    if extra:
+        listed = ", ".join(f"{t:g}" for t in extra)
+        run.stages.report(PROFILE_TEMPERATURES, 0.0, f"profiling: temperature {listed}")
+    sends = [(prompts, BenchHow(temperature=t)) for t in extra]
+    done, n = _bench_rows(run, sends, measured) if extra else ([], len(prompts))
+    benches = dict(zip(extra, (None if d is None else d[0] for d in done), strict=True))
     rows = []
     for temperature in run.options.temperatures:
-        run.stages.report(PROFILE_TEMPERATURES, 0.0, f"profiling: temperature {temperature:g}")
-        bench = measured if temperature == 0 else _bench(run, prompts, temperature=temperature)
+        bench = measured if temperature == 0 else benches[temperature]
         rows.append(
             TemperatureRow(
                 temperature,
-                None if bench is None else bench.accept_length,
-                None if bench is None else bench.output_tok_s_aggregate,
-                accept_length_noise(bench),
+                None if bench is None else accept_length_on_first(bench, n),
+                tok_s_on_first(bench, n),
+                accept_length_noise(bench, n),
+                n,
             )
         )
     return rows
@@ -917,31 +971,40 @@ def profile_formats(
             option="target",
         )
     formatted, reason = format_prompts(prompts, tokenizer)
+    # The benchmark and the serving capture sent the prompts raw: their row is the benchmark's.
+    variants = [v for v in formatted if v.format != RAW]
+    run.stages.report(PROFILE_FORMATS, 0.0, "profiling: prompt formats")
+    capturing = run.serving_capture is not None and run.draft is not None
+    # When a capture follows, the benchmark sends its token ids, and it keeps the completions.
+    ids = [_fit_chunk(run, v.ids) if capturing else None for v in variants]
+    sends = [
+        (list(v.prompts) if i is None else _as_ids(list(v.prompts), i), BenchHow())
+        for v, i in zip(variants, ids, strict=True)
+    ]
+    done, n = _bench_rows(run, sends, measured) if variants else ([], len(prompts))
     rows = []
     for variant in formatted:
-        # The benchmark and the serving capture sent the prompts raw: their row is reused.
         if variant.format == RAW:
             rows.append(
                 FormatRow(
                     RAW,
-                    len(prompts),
-                    measured.accept_length,
-                    serving.sim_accept_length,
-                    measured.output_tok_s_aggregate,
-                    accept_length_noise(measured),
+                    n,
+                    accept_length_on_first(measured, n),
+                    serving.sim_accept_length
+                    if n == len(prompts) or serving.eval is None
+                    else serving.eval.simulated_accept_length_over(set(range(n)), run.steps),
+                    tok_s_on_first(measured, n),
+                    accept_length_noise(measured, n),
                 )
             )
             continue
-        run.stages.report(PROFILE_FORMATS, 0.0, f"profiling: prompt format {variant.format}")
-        capturing = run.serving_capture is not None and run.draft is not None
-        # When a capture follows, the benchmark sends its token ids, and it keeps the completions.
-        ids = _fit_chunk(run, variant.ids) if capturing else None
-        sent = list(variant.prompts) if ids is None else _as_ids(list(variant.prompts), ids)
-        bench, answers = _bench_answers(run, sent)
+        index = variants.index(variant)
+        bench, answers = done[index] or (None, None)
+        variant_ids = ids[index]
         sim = None
-        if ids is not None:
+        if variant_ids is not None and answers is not None:
             try:
-                capture = _capture(run, ids, PROFILE_FORMATS, answers)
+                capture = _capture(run, variant_ids[:n], PROFILE_FORMATS, answers)
             except (CaptureError, EndpointError) as e:
                 run.warnings.append(f"profile: the {variant.format} capture failed: {e}")
                 run.not_checked.append(
@@ -953,16 +1016,17 @@ def profile_formats(
                     )
                 )
             else:
-                evaluated = _evaluate(run, capture, tuple(capture.taps))
+                # the row's simulated accept length needs the served steps only
+                evaluated = _evaluate(run, capture, tuple(capture.taps), steps=run.steps)
                 sim = None if evaluated is None else evaluated.simulated_accept_length(run.steps)
         rows.append(
             FormatRow(
                 variant.format,
-                len(prompts),
+                n,
                 None if bench is None else bench.accept_length,
                 sim,
-                None if bench is None else bench.output_tok_s_aggregate,
-                accept_length_noise(bench),
+                tok_s_on_first(bench, n),
+                accept_length_noise(bench, n),
             )
         )
     missing = None if reason is None else NotProfiled("prompt_format", reason)

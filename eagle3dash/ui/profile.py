@@ -16,6 +16,7 @@ import pandas as pd
 import streamlit as st
 
 from eagle3dash.diagnosis.stored import StoredDiagnosis
+from eagle3dash.noise import MATERIAL_ACCEPT_LENGTH
 from eagle3dash.profile import CategoryRow, FormatRow, Profile, TemperatureRow
 from eagle3dash.profile_export import profile_csv, profile_json
 from eagle3dash.ui import charts, words
@@ -240,16 +241,32 @@ def format_frame(profile: Profile) -> pd.DataFrame:
 
 
 def temperature_frame(profile: Profile) -> pd.DataFrame:
-    """One row per sampling temperature: measured accept length and tok/s (text)."""
+    """One row per sampling temperature: prompts, measured accept length and tok/s (text)."""
     rows = [
         {
             "temperature": num(row.temperature, 1),
+            "prompts": DASH if is_missing(row.prompts) else str(row.prompts),
             "measured accept length": _with_noise(row),
             "output tok/s": num(row.tok_s, 1),
         }
         for row in profile.temperature
     ]
-    return pd.DataFrame(rows, columns=["temperature", "measured accept length", "output tok/s"])
+    columns = ["temperature", "prompts", "measured accept length", "output tok/s"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def rows_prompts_note(rows: list[FormatRow] | list[TemperatureRow], sent: int | None) -> str | None:
+    """Why a table's rows cover fewer prompts than the benchmark sent (None when they cover them
+    all, or the table is empty)."""
+    counts = {row.prompts for row in rows if row.prompts is not None}
+    if sent is None or len(counts) != 1 or (n := counts.pop()) >= sent:
+        return None
+    return (
+        f"Every row on the same first {n} of the {sent} prompts (the first row: the benchmark's "
+        "own requests on them). The profile sends its prompts in waves and stops once no row's "
+        f"noise, beside the first row's, could hide a gap of {MATERIAL_ACCEPT_LENGTH:g} tokens "
+        "per round."
+    )
 
 
 # --- steps advice -------------------------------------------------------------------------------
@@ -440,14 +457,18 @@ def profile_section(run_id: int, diagnosis: StoredDiagnosis) -> None:
         modelled_cost()
     not_profiled("per_category")
 
-    for title, frame_of, part in (
-        ("Prompt format", format_frame, "prompt_format"),
-        ("Temperature", temperature_frame, "temperature"),
+    sent = None if diagnosis.measured is None else diagnosis.measured.num_requests
+    for title, frame_of, rows, part in (
+        ("Prompt format", format_frame, profile.prompt_format, "prompt_format"),
+        ("Temperature", temperature_frame, profile.temperature, "temperature"),
     ):
         st.subheader(title)
         frame = frame_of(profile)
         if not frame.empty:
             st.dataframe(frame, hide_index=True, width="stretch")
+            note = rows_prompts_note(rows, sent)
+            if note:
+                st.caption(md_escape(note))
             modelled_cost()
         not_profiled(part)
 
