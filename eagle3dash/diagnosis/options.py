@@ -323,14 +323,14 @@ class DiagnoseOptions:
         True,
         "Acceptance profile",
         "profile acceptance per category, prompt format, temperature and draft steps: one more "
-        "benchmark of the prompts per temperature and per prompt format, and a capture, about "
-        "doubling the run's time; off skips it",
+        "benchmark per temperature and per prompt format, on as many prompts as its numbers need "
+        "(four of them or more), and a capture: 1.4-2x the run's time; off skips it",
         kind=Kind.SWITCH,
     )
     temperatures: tuple[float, ...] = _option(
         (0.0, 0.7),
         "Temperatures to profile",
-        "the temperatures you serve with, e.g. 0,0.7 (each one more benchmark of the prompts)",
+        "the temperatures you serve with, e.g. 0,0.7 (each one more benchmark)",
         kind=Kind.TEMPERATURES,
     )
     timeout: float = 120.0  # seconds per request to the endpoint; set by code, not by users
