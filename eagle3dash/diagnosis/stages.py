@@ -901,7 +901,8 @@ def _bench_rows(
     prompts are measured closely enough to show a material gap (`rows_settled`), or the prompts
     run out: prompts beyond what the statistics need are not sent. Each setting's benchmark and
     answers (None where a wave failed: its warning says why), and how many prompts each was sent.
-    Where answers carry no per-request statistics (vLLM), every prompt goes in one wave."""
+    Where answers carry no per-request statistics (read from server counters), every prompt goes in
+    one wave."""
     total = len(reference.requests)
     per_request = bool(request_accept_lengths(reference))
     done: list[tuple[BenchResult, list[GenerateResult | None]] | None] = [None] * len(sends)
