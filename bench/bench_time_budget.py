@@ -4,11 +4,11 @@ Serves the demo's mismatched deployment (or --deployment's) and its baseline (ea
 of its own) and runs the seeded run's diagnosis (8 prompts, 64 tokens, the local target) without
 and with the acceptance profile, alternately, --repeats times each: the median wall time of each
 (targets on a quiet 2-core machine: 20 s and 40 s), their ratio (target 1.5x), the median of each
-stage (the diagnosis's own `timings`), and the noise of each profile row beside the material gap
-it is read against: what the profile's requests buy. With --seed it also times what `make run` does
-once installed, into a fresh home each time: a worker with two slots and `demo seed` started
-together, until the three demo runs have succeeded (target 90 s). Prints the load average before
-each part: the machine is shared, so the ratios are what to read when it is busy.
+stage (the diagnosis's own `timings`), and the noise and prompts of each profile row beside the
+material gap it is read against: what the profile's requests buy. With --seed it also times what
+`make run` does once installed, into a fresh home each time: a worker with two slots and `demo seed`
+started together, until the three demo runs have succeeded (target 90 s). Prints the load average
+before each part: the machine is shared, so the ratios are what to read when it is busy.
 """
 
 from __future__ import annotations
@@ -52,22 +52,28 @@ def diagnoses(repeats: int, deployment: str) -> dict[bool, list[dict[str, float]
 
 
 def print_row_noise(d: Diagnosis) -> None:
-    """Each profile row's measured accept length and noise (NOISE_SE standard errors over its
-    requests): a row whose noise nears the material gap has no requests to spare."""
+    """Each profile row's measured accept length, noise (NOISE_SE standard errors over its
+    requests) and prompts: the rows stop once no row's noise beside the benchmark's could hide
+    the material gap."""
     assert d.profile is not None
     rows = [
         *(
-            (f"temperature {r.temperature:g}", r.measured_accept_length, r.accept_length_noise)
+            (
+                f"temperature {r.temperature:g}",
+                r.measured_accept_length,
+                r.accept_length_noise,
+                r.prompts,
+            )
             for r in d.profile.temperature
         ),
         *(
-            (f"format {r.format}", r.measured_accept_length, r.accept_length_noise)
+            (f"format {r.format}", r.measured_accept_length, r.accept_length_noise, r.prompts)
             for r in d.profile.prompt_format
         ),
     ]
     cells = [
-        f"{name} {value:.2f} +- {noise:.2f}"
-        for name, value, noise in rows
+        f"{name} {value:.2f} +- {noise:.2f} ({prompts} prompts)"
+        for name, value, noise, prompts in rows
         if value is not None and noise is not None
     ]
     print(f"    rows (material gap {MATERIAL_ACCEPT_LENGTH}): " + "; ".join(cells), flush=True)
