@@ -983,25 +983,26 @@ def profile_formats(
         for v, i in zip(variants, ids, strict=True)
     ]
     done, n = _bench_rows(run, sends, measured) if variants else ([], len(prompts))
-    rows = []
-    for variant in formatted:
-        if variant.format == RAW:
-            rows.append(
-                FormatRow(
-                    RAW,
-                    n,
-                    accept_length_on_first(measured, n),
-                    serving.sim_accept_length
-                    if n == len(prompts) or serving.eval is None
-                    else serving.eval.simulated_accept_length_over(set(range(n)), run.steps),
-                    tok_s_on_first(measured, n),
-                    accept_length_noise(measured, n),
-                )
-            )
-            continue
-        index = variants.index(variant)
-        bench, answers = done[index] or (None, None)
-        variant_ids = ids[index]
+    if n == len(prompts):
+        raw_sim = serving.sim_accept_length
+    else:  # the serving capture's sequences are the prompts in order: replay the first n
+        raw_sim = (
+            None
+            if serving.eval is None
+            else serving.eval.simulated_accept_length_over(set(range(n)), run.steps)
+        )
+    rows = [
+        FormatRow(
+            RAW,
+            n,
+            accept_length_on_first(measured, n),
+            raw_sim,
+            tok_s_on_first(measured, n),
+            accept_length_noise(measured, n),
+        )
+    ]
+    for variant, variant_ids, sent in zip(variants, ids, done, strict=True):
+        bench, answers = sent or (None, None)
         sim = None
         if variant_ids is not None and answers is not None:
             try:
