@@ -469,7 +469,7 @@ def _write_profile(d: dict, path: Path) -> None:
 
 def _print_profile(d: StoredDiagnosis) -> None:
     """The acceptance profile: categories, prompt formats, temperatures, the steps advice."""
-    from eagle3dash.ui.words import not_checked_text, recommendation_text
+    from eagle3dash.ui.words import not_checked_text, recommendation_text, rows_prompts_note
 
     profile = d.profile
     if profile is None:
@@ -496,6 +496,14 @@ def _print_profile(d: StoredDiagnosis) -> None:
             f"{_fmt(t.measured_accept_length)}{_pm(t.accept_length_noise)}, "
             f"{_fmt(t.tok_s, '.1f')} tok/s"
         )
+    sent = None if d.measured is None else d.measured.num_requests
+    for table, rows in (
+        ("prompt formats", profile.prompt_format),
+        ("temperatures", profile.temperature),
+    ):
+        note = rows_prompts_note(rows, sent)
+        if note:
+            print(f"  {table}: {note}")
     if profile.steps_advice:
         print(f"{'--speculative-num-steps':30}{'accept length':>14}{'tok/s':>10}  source")
         for r in profile.steps_advice:

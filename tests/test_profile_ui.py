@@ -262,17 +262,17 @@ def test_rows_on_fewer_prompts_than_the_benchmark_say_why() -> None:
         TemperatureRow(0.0, 1.3, 60.0, 0.3, prompts=4),
         TemperatureRow(0.7, 1.2, 55.0, 0.2, prompts=4),
     ]
-    assert ui.rows_prompts_note(stopped, 8) == (
+    assert words.rows_prompts_note(stopped, 8) == (
         "Every row on the same first 4 of the 8 prompts (the first row: the benchmark's own "
         "requests on them). The profile sends its prompts in waves and stops once no row's noise, "
         "beside the first row's, could hide a gap of 0.5 tokens per round."
     )
-    assert ui.rows_prompts_note(stopped, 4) is None  # every prompt
+    assert words.rows_prompts_note(stopped, 4) is None  # every prompt
     assert (
-        ui.rows_prompts_note([TemperatureRow(0.0, 1.3, prompts=None)], 8) is None
+        words.rows_prompts_note([TemperatureRow(0.0, 1.3, prompts=None)], 8) is None
     )  # stored before
-    assert ui.rows_prompts_note([], 8) is None
-    assert ui.rows_prompts_note(stopped, None) is None  # no benchmark
+    assert words.rows_prompts_note([], 8) is None
+    assert words.rows_prompts_note(stopped, None) is None  # no benchmark
 
 
 def test_the_steps_chart_marks_the_current_and_recommended_settings() -> None:

@@ -15,10 +15,12 @@ import threading
 
 import pytest
 
+from eagle3dash import cli
 from eagle3dash.demo import FIXTURES, NUM_STEPS, deployments
 from eagle3dash.demo.serve import PROMPTS
 from eagle3dash.diagnosis.options import DiagnoseOptions
 from eagle3dash.diagnosis.stages import run_diagnosis
+from eagle3dash.diagnosis.stored import load_diagnosis
 from eagle3dash.testing.sglang_double import start_double
 
 PROMPTS_SENT = 8
@@ -94,6 +96,20 @@ def test_settled_rows_stop_after_the_first_wave(mismatched) -> None:
     # settled: each row's noise beside the benchmark's could not hide a 0.5-token gap
     for row in (profile.temperature[1], profile.prompt_format[1]):
         assert math.hypot(row.accept_length_noise, noise) < 0.5
+
+
+def test_the_cli_says_which_prompts_the_rows_are_on(mismatched, correct, capsys) -> None:
+    """The CLI's report names the prompts the rows cover, as the Run page does, so its raw row
+    (the first four prompts) is not read against its headline (all eight)."""
+    said = (
+        "Every row on the same first 4 of the 8 prompts (the first row: the benchmark's own "
+        "requests on them)."
+    )
+    cli._print_diagnosis(load_diagnosis(mismatched[0].to_dict()))
+    out = capsys.readouterr().out
+    assert f"prompt formats: {said}" in out and f"temperatures: {said}" in out
+    cli._print_diagnosis(load_diagnosis(correct[0].to_dict()))
+    assert "Every row on the same first" not in capsys.readouterr().out
 
 
 def test_unsettled_rows_send_every_prompt(correct) -> None:

@@ -16,7 +16,6 @@ import pandas as pd
 import streamlit as st
 
 from eagle3dash.diagnosis.stored import StoredDiagnosis
-from eagle3dash.noise import MATERIAL_ACCEPT_LENGTH
 from eagle3dash.profile import CategoryRow, FormatRow, Profile, TemperatureRow
 from eagle3dash.profile_export import profile_csv, profile_json
 from eagle3dash.ui import charts, words
@@ -255,20 +254,6 @@ def temperature_frame(profile: Profile) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns)
 
 
-def rows_prompts_note(rows: list[FormatRow] | list[TemperatureRow], sent: int | None) -> str | None:
-    """Why a table's rows cover fewer prompts than the benchmark sent (None when they cover them
-    all, or the table is empty)."""
-    counts = {row.prompts for row in rows if row.prompts is not None}
-    if sent is None or len(counts) != 1 or (n := counts.pop()) >= sent:
-        return None
-    return (
-        f"Every row on the same first {n} of the {sent} prompts (the first row: the benchmark's "
-        "own requests on them). The profile sends its prompts in waves and stops once no row's "
-        f"noise, beside the first row's, could hide a gap of {MATERIAL_ACCEPT_LENGTH:g} tokens "
-        "per round."
-    )
-
-
 # --- steps advice -------------------------------------------------------------------------------
 
 
@@ -466,7 +451,7 @@ def profile_section(run_id: int, diagnosis: StoredDiagnosis) -> None:
         frame = frame_of(profile)
         if not frame.empty:
             st.dataframe(frame, hide_index=True, width="stretch")
-            note = rows_prompts_note(rows, sent)
+            note = words.rows_prompts_note(rows, sent)
             if note:
                 st.caption(md_escape(note))
             modelled_cost()

@@ -21,7 +21,8 @@ from eagle3dash.findings import Finding
 from eagle3dash.identity import DraftIdentity
 from eagle3dash.jobs import BusyServer
 from eagle3dash.layout import Layout, describe_layout
-from eagle3dash.profile import NotProfiled, Profile, Recommendation
+from eagle3dash.noise import MATERIAL_ACCEPT_LENGTH
+from eagle3dash.profile import FormatRow, NotProfiled, Profile, Recommendation, TemperatureRow
 from eagle3dash.sglang_rules import eagle_config_json
 from eagle3dash.ui.fmt import DASH, md_escape, num
 
@@ -433,4 +434,18 @@ def waiting_behind_words(busy: Sequence[BusyServer]) -> str:
     return (
         f"Queued behind {which} now. A server is measured by one run at a time, so that no "
         f"run's numbers include another's requests; this run starts when {ends}."
+    )
+
+
+def rows_prompts_note(rows: list[FormatRow] | list[TemperatureRow], sent: int | None) -> str | None:
+    """Why a table's rows cover fewer prompts than the benchmark sent (None when they cover them
+    all, or the table is empty)."""
+    counts = {row.prompts for row in rows if row.prompts is not None}
+    if sent is None or len(counts) != 1 or (n := counts.pop()) >= sent:
+        return None
+    return (
+        f"Every row on the same first {n} of the {sent} prompts (the first row: the benchmark's "
+        "own requests on them). The profile sends its prompts in waves and stops once no row's "
+        f"noise, beside the first row's, could hide a gap of {MATERIAL_ACCEPT_LENGTH:g} tokens "
+        "per round."
     )
