@@ -497,13 +497,16 @@ def _print_profile(d: StoredDiagnosis) -> None:
             f"{_fmt(t.tok_s, '.1f')} tok/s"
         )
     sent = None if d.measured is None else d.measured.num_requests
+    tables_by_note: dict[str, list[str]] = {}  # the same words once, naming every table they fit
     for table, rows in (
         ("prompt formats", profile.prompt_format),
         ("temperatures", profile.temperature),
     ):
         note = rows_prompts_note(rows, sent)
         if note:
-            print(f"  {table}: {note}")
+            tables_by_note.setdefault(note, []).append(table)
+    for note, tables in tables_by_note.items():
+        print(f"  {' and '.join(tables)}: {note}")
     if profile.steps_advice:
         print(f"{'--speculative-num-steps':30}{'accept length':>14}{'tok/s':>10}  source")
         for r in profile.steps_advice:
