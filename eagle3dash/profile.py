@@ -75,7 +75,7 @@ class CategoryRow:
     measured_accept_length: float | None = None
     sim_accept_training: float | None = None
     sim_accept_serving: float | None = None
-    tok_s: float | None = None  # aggregate output tok/s (tok_s_on_first)
+    tok_s: float | None = None  # completion tokens over the requests' summed latencies
     baseline_tok_s: float | None = None
     speedup: float | None = None
 
