@@ -5,7 +5,10 @@ of its own) and runs the seeded run's diagnosis (8 prompts, 64 tokens, the local
 and with the acceptance profile, alternately, --repeats times each: the median wall time of each
 (targets on a quiet 2-core machine: 20 s and 40 s), their ratio (target 1.5x), the median of each
 stage (the diagnosis's own `timings`), and the noise and prompts of each profile row beside the
-material gap it is read against: what the profile's requests buy. With --seed it also times what
+material gap it is read against: what the profile's requests buy; and the least the profile could
+cost with everything but its benchmarks' requests free (the rows' prompts x tokens at their tok/s):
+the floor that fewer prompts per row or requests served together would lower, nothing else. With
+--seed it also times what
 `make run` does once installed, into a fresh home each time: a worker with two slots and `demo seed`
 started together, until the three demo runs have succeeded (target 90 s). Prints the load average
 before each part: the machine is shared, so the ratios are what to read when it is busy.
@@ -30,11 +33,13 @@ from eagle3dash.demo.serve import DEMO_NAMES, start_demo  # noqa: E402
 from eagle3dash.diagnosis.result import Diagnosis  # noqa: E402
 from eagle3dash.diagnosis.stages import run_diagnosis  # noqa: E402
 from eagle3dash.noise import MATERIAL_ACCEPT_LENGTH  # noqa: E402
+from eagle3dash.prompt_format import RAW  # noqa: E402
 from eagle3dash.ui.timings import STAGE_WORDS  # noqa: E402
 
 
 def diagnoses(repeats: int, deployment: str) -> dict[bool, list[dict[str, float]]]:
-    """Each diagnosis's timings, by whether it ran the profile (whose rows' noise it prints)."""
+    """Each diagnosis's timings, by whether it ran the profile (whose rows' noise it prints; its
+    timings gain "profile_requests", `profile_requests_s`)."""
     timings: dict[bool, list[dict[str, float]]] = {False: [], True: []}
     demo = start_demo(deployment)
     try:
@@ -42,10 +47,13 @@ def diagnoses(repeats: int, deployment: str) -> dict[bool, list[dict[str, float]
         for _ in range(repeats):
             for profile in (False, True):
                 d = run_diagnosis(dataclasses.replace(options, profile=profile))
-                timings[profile].append(d.timings)
+                timings[profile].append(dict(d.timings))
                 print(f"  profile={profile}: {d.timings['total']:.1f} s", flush=True)
                 if profile:
                     print_row_noise(d)
+                    timings[True][-1]["profile_requests"] = profile_requests_s(
+                        d, options.max_new_tokens
+                    )
     finally:
         demo.stop()
     return timings
@@ -77,6 +85,18 @@ def print_row_noise(d: Diagnosis) -> None:
         if value is not None and noise is not None
     ]
     print(f"    rows (material gap {MATERIAL_ACCEPT_LENGTH}): " + "; ".join(cells), flush=True)
+
+
+def profile_requests_s(d: Diagnosis, max_new_tokens: int) -> float:
+    """Seconds the profile's own benchmarks took (its rows beyond temperature 0 and raw, which are
+    the diagnosis's benchmark): each row's prompts x tokens at its aggregate tok/s, the wall time
+    of requests of equal length sent in order."""
+    assert d.profile is not None
+    rows = [
+        *((r.prompts, r.tok_s) for r in d.profile.temperature if r.temperature != 0),
+        *((r.prompts, r.tok_s) for r in d.profile.prompt_format if r.format != RAW),
+    ]
+    return sum(n * max_new_tokens / tok_s for n, tok_s in rows if n and tok_s)
 
 
 def seeding(repeats: int) -> list[float]:
@@ -123,6 +143,12 @@ def main(argv: list[str] | None = None) -> int:
     without = statistics.median(t["total"] for t in timings[False])
     with_profile = statistics.median(t["total"] for t in timings[True])
     print(f"  the profile's cost: {with_profile / without:.2f}x (target 1.5x)")
+    requests = statistics.median(t["profile_requests"] for t in timings[True])
+    print(
+        f"  the profile's benchmarks alone: {requests:.1f} s, so at least "
+        f"{(without + requests) / without:.2f}x with its captures, evaluations and step-cost "
+        "requests free"
+    )
     print(f"  --no-profile <= 20 s: {without <= 20}; profile <= 40 s: {with_profile <= 40}")
     if seeded is not None:
         median = statistics.median(seeded)
