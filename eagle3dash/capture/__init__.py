@@ -1,8 +1,9 @@
 """Captures: target hidden states at named taps for token sequences, on disk and from dumps.
 
 `format` holds the Capture and its directory format; `dumps` reads training dumps (SpecForge,
-speculators) as captures; `hf` captures from a local Hugging Face target; `from_sglang` captures
-the aux states an SGLang endpoint really feeds its draft.
+speculators) as captures; `hf` captures from a local Hugging Face target. What a server really
+feeds its draft is captured by its engine's room (`engines/sglang/capture.py`,
+`engines/vllm/capture.py`), which imports this package and never the other way round.
 """
 
 from __future__ import annotations
@@ -17,11 +18,6 @@ from eagle3dash.capture.format import (
     load_capture,
     save_capture,
 )
-from eagle3dash.capture.from_sglang import (
-    REFERENCE_TAIL,
-    capture_aux_layers_from_sglang,
-    capture_from_sglang,
-)
 from eagle3dash.capture.hf import (
     EMBED_NAMES,
     capture_with_transformers,
@@ -33,12 +29,9 @@ __all__ = [
     "EMBED_NAMES",
     "FORMAT",
     "MANIFEST",
-    "REFERENCE_TAIL",
     "Capture",
     "CaptureError",
     "Sequence",
-    "capture_aux_layers_from_sglang",
-    "capture_from_sglang",
     "capture_with_transformers",
     "load_capture",
     "num_target_layers",

@@ -25,10 +25,11 @@ from safetensors.torch import save_file
 from torch import Tensor
 
 from eagle3dash.errors import InputError
+from eagle3dash.home_files import CAPTURE_MANIFEST
 from eagle3dash.layout import Layout, Tap, bracketed, describe_layout, layout_from_json
 
 FORMAT = "eagle3dash-capture/1"
-MANIFEST = "capture.json"
+MANIFEST = CAPTURE_MANIFEST
 EMBED_FILE = "embed_tokens.safetensors"
 EMBED_KEY = "embed_tokens.weight"
 _KEY = re.compile(r"^s(\d+)\.(.+)$")

