@@ -24,6 +24,8 @@ from typing import Any
 
 import streamlit as st
 
+from eagle3dash.ui import icons
+
 TOKEN_ENV = "EAGLE3DASH_TOKEN"
 COOKIE = "eagle3dash_access"
 FORM_PATH = "/_eagle3dash/access"
@@ -209,12 +211,15 @@ def require_access() -> None:
         st.title("eagle3dash")
         st.error(
             f"This app listens on {address}, a network address, without its access gate (uploads "
-            "and media would be open to anyone): start it with `make run BIND=...` or "
-            "`streamlit run serve.py`, or serve on 127.0.0.1 and reach it through an SSH tunnel.",
-            icon="🔒",
+            "and media would be open to anyone): start it with `eagle3dash app --bind ...`, "
+            "`make run BIND=...` or `streamlit run serve.py`, or serve on 127.0.0.1 and reach it "
+            "through an SSH tunnel.",
+            icon=icons.LOCKED,
         )
         st.stop()
     if not cookie_is_valid(st.context.cookies.get(COOKIE), configured_token()):
         st.title("eagle3dash")
-        st.error(f"This session has not given the access token: open {FORM_PATH}.", icon="🔒")
+        st.error(
+            f"This session has not given the access token: open {FORM_PATH}.", icon=icons.LOCKED
+        )
         st.stop()

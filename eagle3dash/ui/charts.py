@@ -12,6 +12,7 @@ metric. On Compare, run A and run B each have their colour and marker, the dash 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any, Literal
 
 import altair as alt
 import pandas as pd
@@ -254,6 +255,9 @@ def tok_s_chart(metrics: pd.DataFrame) -> alt.Chart | None:
     )
 
 
+LABEL_GAP_PX = 12  # a layout label's distance from its marker's centre (its radius is ~7 px)
+
+
 def layout_chart(
     points: pd.DataFrame, num_layers: int | None = None
 ) -> alt.LayerChart | alt.FacetChart | None:
@@ -312,12 +316,26 @@ def layout_chart(
             tooltip=["side", "slot", "tap", "feeds"],
         )
     )
-    labels = (
-        alt.Chart(points)
-        .mark_text(dy=-14, fontSize=11)
-        .encode(x=alt.X("depth:Q", scale=x_scale), y=y, text="feeds:N", color=alt.value("#444"))
+    # Each label beside its own marker, on the marker's row (its side's offset), pointing into
+    # the plot: right of a marker in the left half, left of one in the right half.
+    beside: tuple[tuple[Any, Literal["left", "right"], int], ...] = (
+        (alt.datum.depth <= top / 2, "left", LABEL_GAP_PX),
+        (alt.datum.depth > top / 2, "right", -LABEL_GAP_PX),
     )
-    return alt.layer(rules, dots, labels).properties(
+    labels = [
+        alt.Chart(points)
+        .transform_filter(keep)
+        .mark_text(align=align, dx=dx, baseline="middle", fontSize=11)
+        .encode(
+            x=alt.X("depth:Q", scale=x_scale),
+            y=y,
+            yOffset=alt.YOffset("side:N"),
+            text="feeds:N",
+            color=alt.value("#444"),
+        )
+        for keep, align, dx in beside
+    ]
+    return alt.layer(rules, dots, *labels).properties(
         title="Layer layout: the tap each fc slot gets in training and in serving",
         height=140 + 40 * int(points["slot"].nunique()),  # the two legends fit beside it
     )

@@ -1,17 +1,21 @@
 """Compare's "what differs" block: what changed between two runs before any number (the draft's
 config, its layer ids before -> after, its weights, the server's settings, the prompts and
 options), the modelled cost of each endpoint when it is an API double (SGLang's or vLLM's), and
-a note when the same baseline endpoint measured differently. Pure functions, drawn by
+a note when the two runs' baselines measured apart beyond their noise. Pure functions, drawn by
 `what_differs`."""
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
 from eagle3dash.diagnosis.stored import StoredDiagnosis
 from eagle3dash.diagnosis.stored_run import StoredRun
+from eagle3dash.noise import relative_noise
+from eagle3dash.servebench import BenchResult
+from eagle3dash.severity import Severity
 from eagle3dash.ui import words
 from eagle3dash.ui.fmt import rows_height
 
@@ -43,7 +47,6 @@ OPTION_KEYS = (
     "training_layout",
     "trainer",
 )
-BASELINE_DRIFT = 0.05  # the same baseline measured this much apart (of the mean) gets a note
 
 
 def _shown(value: Any) -> str:
@@ -122,20 +125,41 @@ def ids_change(a: StoredDiagnosis, b: StoredDiagnosis) -> str | None:
     return f"{_shown(ids_a)} → {_shown(ids_b)}"
 
 
-def baseline_note(run_a: StoredRun, run_b: StoredRun) -> str | None:
-    """A note when both runs benchmarked the same baseline URL and measured it BASELINE_DRIFT or
-    more apart: the server, its load or the machine changed between the runs."""
-    url = run_a.baseline_url
-    tok_a, tok_b = run_a.baseline_tok_s, run_b.baseline_tok_s
-    if not url or url != run_b.baseline_url or not tok_a or not tok_b:
+def baseline_note(a: StoredDiagnosis, b: StoredDiagnosis) -> str | None:
+    """A note when the two runs' baselines measured tok/s apart beyond their noise (each
+    ± NOISE_SE standard errors of its per-request tok/s, in quadrature): the machine's load or
+    the servers differ between the runs, so their tok/s do not compare; their speedups, each
+    against its own baseline, do."""
+    base_a, base_b = a.baseline, b.baseline
+    if base_a is None or base_b is None:
         return None
-    if abs(tok_a - tok_b) / ((tok_a + tok_b) / 2) < BASELINE_DRIFT:
+    tok_a, tok_b = base_a.output_tok_s_aggregate, base_b.output_tok_s_aggregate
+    if not tok_a or not tok_b:
         return None
-    return (
-        f"The same baseline endpoint ({url}) measured {tok_a:.1f} tok/s in run A and "
-        f"{tok_b:.1f} tok/s in run B: the server, its load or the machine changed between the "
-        "runs, so compare the speedups (each against its own baseline) rather than the tok/s."
-    )
+    spread = math.hypot(*(_tok_s_noise(bench) for bench in (base_a, base_b)))
+    gap = abs(tok_a - tok_b)
+    if gap <= spread:
+        return None
+    apart = f"{gap / min(tok_a, tok_b):.0%} apart, beyond their noise (±{spread:.1f} tok/s)"
+    if base_a.url == base_b.url:
+        head = (
+            f"The same baseline endpoint ({base_a.url}) measured {tok_a:.1f} tok/s in run A and "
+            f"{tok_b:.1f} tok/s in run B, {apart}: the server, its load or the machine changed "
+            "between the runs"
+        )
+    else:
+        head = (
+            f"The baselines measured {tok_a:.1f} tok/s in run A ({base_a.url}) and {tok_b:.1f} "
+            f"tok/s in run B ({base_b.url}), {apart}: the servers, their load or the machine "
+            "differ"
+        )
+    return head + ", so compare the speedups (each against its own baseline), not the tok/s."
+
+
+def _tok_s_noise(bench: BenchResult) -> float:
+    """A benchmark's tok/s noise: its relative noise over the per-request tok/s (0 with fewer
+    than two requests)."""
+    return bench.output_tok_s_aggregate * (relative_noise(bench.output_tok_s_per_request) or 0.0)
 
 
 def cost_notes(a: StoredDiagnosis, b: StoredDiagnosis) -> list[str]:
@@ -167,8 +191,8 @@ def what_differs(run_a: StoredRun, run_b: StoredRun) -> None:
         st.dataframe(rows, hide_index=True, width="stretch", height=rows_height(len(rows)))
     else:
         st.caption("Same draft config, weights, server settings, prompts and options.")
-    note = baseline_note(run_a, run_b)
+    note = baseline_note(a, b)
     if note:
-        st.warning(md_escape(note), icon="⚠️")
+        st.warning(md_escape(note), icon=Severity.WARNING.icon)
     for caption in cost_notes(a, b):
         st.caption(md_escape(caption))

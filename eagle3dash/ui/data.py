@@ -8,7 +8,7 @@ from __future__ import annotations
 from eagle3dash import store as db
 from eagle3dash.diagnosis.stored import StoredDiagnosis, load_server_report
 from eagle3dash.diagnosis.stored_run import StoredRun
-from eagle3dash.engine import ServerReport
+from eagle3dash.engines.seam import ServerReport
 
 
 def server_report_of(

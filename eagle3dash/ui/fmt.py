@@ -15,12 +15,13 @@ from urllib.parse import urlencode
 from eagle3dash.severity import UNKNOWN_COLOR, UNKNOWN_ICON, BadgeColor, Severity
 
 DASH = "—"
+# A run's or a job's status: its Material icon (Streamlit draws `:material/name:` in Markdown).
 STATUS_ICONS = {
-    "queued": "⏳",
-    "running": "🔄",
-    "succeeded": "✅",
-    "failed": "❌",
-    "cancelled": "⏹️",
+    "queued": ":material/schedule:",
+    "running": ":material/autorenew:",
+    "succeeded": ":material/check_circle:",
+    "failed": ":material/cancel:",
+    "cancelled": ":material/stop_circle:",
 }
 # Every ASCII punctuation character Markdown, Streamlit's directives or KaTeX could act on.
 _MD_SPECIAL = set("\\`*_{}[]()<>#+-.!|~$:&")
@@ -80,9 +81,12 @@ def pct(value: Any, digits: int = 1) -> str:
     return DASH if is_missing(value) else f"{float(value) * 100:.{digits}f}%"
 
 
-def ratio(value: Any) -> str:
-    """A speedup like '0.63x'."""
-    return DASH if is_missing(value) else f"{float(value):.2f}x"
+def ratio(value: Any, spread: Any = None) -> str:
+    """A speedup like '0.63x', with its noise when known: '0.63x ±0.05'."""
+    if is_missing(value):
+        return DASH
+    shown = f"{float(value):.2f}x"
+    return shown if is_missing(spread) else f"{shown} ±{float(spread):.2f}"
 
 
 def delta(a: Any, b: Any, digits: int = 2) -> str:
@@ -104,10 +108,10 @@ def size(num_bytes: int) -> str:
     return f"{max(num_bytes, 0) / 1e3:,.0f} KB"
 
 
-def rows_height(rows: int) -> int:
-    """The pixel height of a dataframe that shows `rows` rows and its header, without a scroll
-    box (Streamlit's default rows are 35 px, the header and border 38)."""
-    return 38 + 35 * max(rows, 1)
+def rows_height(rows: int, row_px: int = 35) -> int:
+    """The pixel height of a dataframe that shows `rows` rows of `row_px` (Streamlit's default:
+    35) and its header, without a scroll box (the header and border: 38)."""
+    return 38 + row_px * max(rows, 1)
 
 
 def duration(seconds: float) -> str:
@@ -136,16 +140,16 @@ def severity_color(severity: str | None) -> BadgeColor:
 
 
 def severity_label(severity: str | None) -> str:
-    """'⚠️ warning'; empty for None."""
+    """':material/warning: warning' (Markdown); empty for None."""
     if not severity:
         return ""
     known = Severity.read(severity)
-    return f"{UNKNOWN_ICON if known is None else known.icon} {severity}"
+    return f"{UNKNOWN_ICON if known is None else known.icon} {md_escape(severity)}"
 
 
 def status_label(status: str | None) -> str:
-    """'✅ succeeded'."""
-    return f"{STATUS_ICONS.get(status or '', '•')} {status or 'unknown'}"
+    """':material/check_circle: succeeded' (Markdown: the word escaped, the icon a code)."""
+    return f"{STATUS_ICONS.get(status or '', UNKNOWN_ICON)} {md_escape(status or 'unknown')}"
 
 
 def page_url(base: str, page: str, **params: Any) -> str:

@@ -1,14 +1,14 @@
 """The words the pages use that a newcomer may not know, each said once in plain words: the hover
-help of the tables and charts that use them, and the Run page's glossary (README "Glossary")."""
+help of the tables and charts that use them, and the Run page's glossary (docs/glossary.md)."""
 
 from __future__ import annotations
 
 GLOSSARY = {
-    "tap": (
-        "A point in the target model where a hidden state is read: the embedding output (tap 0) "
-        "or the output of decoder block d (tap d). An EAGLE-3 draft reads three taps."
+    "taps": (
+        "The points in the target model where hidden states are read: the embedding output "
+        "(tap 0) or the output of decoder block d (tap d). An EAGLE-3 draft reads three taps."
     ),
-    "slot": (
+    "fc slot": (
         "One of the draft's fc inputs: the draft concatenates the states of its taps in a fixed "
         "order, slot 1, 2, 3, before its first layer (the fc). A slot fed another tap than in "
         "training sees states it never learnt."
@@ -16,6 +16,12 @@ GLOSSARY = {
     "top-1": (
         "How often the draft's first guess equals the target's next token, over the captured "
         "positions: draft step 1's accuracy."
+    ),
+    "sim training / sim serving": (
+        "The simulated accept length of the standalone draft: its verify rounds replayed on the "
+        "states of the taps training fed it (sim training) or of the taps the server feeds it "
+        "(sim serving). A gap between them is what the layout costs; measured close to sim "
+        "serving, the server behaves as simulated."
     ),
     "accept length": (
         "Tokens emitted per verify round: 1 + the drafts accepted in a row (SGLang's "

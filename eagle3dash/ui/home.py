@@ -21,6 +21,7 @@ from eagle3dash import store as db
 from eagle3dash.diagnosis.stored import StoredRecordError
 from eagle3dash.errors import InputError
 from eagle3dash.store_faults import classify
+from eagle3dash.ui import icons
 from eagle3dash.ui.fmt import md_escape
 
 _lock = threading.Lock()
@@ -53,7 +54,7 @@ def get_store() -> db.Store:
             _prepared_home.clear()
             prepared, read_only = _prepared_home(str(home))
     except InputError as e:  # a home that is a file, not creatable, unreadable: one clear page
-        st.error(md_escape(str(e)), icon="🚫")
+        st.error(md_escape(str(e)), icon=icons.REFUSED)
         st.stop()
     me = threading.current_thread()
     with _lock:
@@ -82,12 +83,12 @@ def store_faults_shown() -> Iterator[None]:
     try:
         yield
     except StoredRecordError as e:  # a stored document, not the database, is broken
-        st.error(md_escape(str(e)), icon="🚫")
+        st.error(md_escape(str(e)), icon=icons.REFUSED)
     except (sqlite3.Error, OSError) as e:
         fault = classify(e, home_dir() / db.DB_NAME)
         if fault is None:
             raise
-        st.error(md_escape(str(fault)), icon="🚫")
+        st.error(md_escape(str(fault)), icon=icons.REFUSED)
 
 
 def read_only_notice(store: db.Store) -> bool:
@@ -98,7 +99,7 @@ def read_only_notice(store: db.Store) -> bool:
         f"The home {md_escape(str(store.home))} is read-only: its runs and checkpoints are shown, "
         "but nothing can be queued, registered or uploaded here. Make it writable, or set "
         f"{db.HOME_ENV} to a folder you can write, and restart the app.",
-        icon="🔒",
+        icon=icons.LOCKED,
     )
     return True
 

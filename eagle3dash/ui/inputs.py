@@ -12,8 +12,10 @@ import streamlit as st
 from eagle3dash.diagnosis.options import SCHEMA, Kind
 from eagle3dash.diagnosis.stored import load_checkpoint_report
 from eagle3dash.errors import InputError
+from eagle3dash.ui import icons
 from eagle3dash.ui.fmt import md_escape
 from eagle3dash.ui.home import get_store
+from eagle3dash.ui.paths import show_path_check
 from eagle3dash.ui.reports import checkpoint_report
 
 
@@ -42,7 +44,10 @@ def option_input(where: Any, name: str, key: str | None = None) -> Any:
     placeholder = option.placeholder or (
         f"{option.default_text} (the default)" if option.default not in (None, MISSING) else ""
     )
-    return where.text_input(label, placeholder=placeholder, help=help_text, key=key)
+    typed = where.text_input(label, placeholder=placeholder, help=help_text, key=key)
+    if option.kind is Kind.PATH:  # checked as it is typed, right under its box
+        show_path_check(where, name, typed)
+    return typed
 
 
 def option_row(*names: str) -> dict[str, Any]:
@@ -92,17 +97,22 @@ def upload_checkpoint(key: str = "upload") -> int | None:
                 outcome = ("ok", result.checkpoint_id, result.already_registered)
         outcomes[signature] = outcome
     if outcome[0] == "error":
-        st.error("Upload rejected, nothing registered: " + md_escape(outcome[1]), icon="🚫")
+        st.error(
+            "Upload rejected, nothing registered: " + md_escape(outcome[1]), icon=icons.REFUSED
+        )
         return None
     row = db.get_checkpoint(store, int(outcome[1]))
     assert row is not None  # registered just now, or found live above
     name = f"checkpoint #{row.id} {md_escape(row.name)} ({md_escape(row.format or '?')})"
     if outcome[2]:
         st.success(
-            f"Already registered as {name}: the same config and weights; using it.", icon="📦"
+            f"Already registered as {name}: the same config and weights; using it.",
+            icon=icons.STORED,
         )
     else:
-        st.success(f"Registered {name}, stored as {md_escape((row.sha256 or '')[:12])}", icon="📦")
+        st.success(
+            f"Registered {name}, stored as {md_escape((row.sha256 or '')[:12])}", icon=icons.STORED
+        )
     with st.expander("Inspect report", expanded=True):
         checkpoint_report(None if not row.report else load_checkpoint_report(row.report))
     return row.id

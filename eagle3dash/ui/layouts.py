@@ -9,7 +9,8 @@ import pandas as pd
 import streamlit as st
 
 from eagle3dash.diagnosis.stored import StoredDetection, StoredDiagnosis
-from eagle3dash.ui import charts, provenance, tables, words
+from eagle3dash.severity import Severity
+from eagle3dash.ui import charts, icons, provenance, tables, words
 from eagle3dash.ui.fmt import DASH, md_escape, rows_height
 from eagle3dash.ui.glossary import term_help
 from eagle3dash.ui.widgets import text_table
@@ -24,7 +25,7 @@ def sides_table(diagnosis: StoredDiagnosis) -> None:
         st.caption("Draft on the endpoint: " + md_escape(identity))
     trainer = provenance.trainer_note(diagnosis.checkpoint)
     if trainer:
-        st.caption("ℹ️ " + md_escape(trainer))
+        st.caption(f"{icons.NOTE} " + md_escape(trainer))
 
 
 def _highlight_differs(row: pd.Series) -> list[str]:
@@ -37,16 +38,16 @@ def layout_diff(diagnosis: StoredDiagnosis) -> None:
     agreement, neutral grey with the one action that would check it when a side was predicted
     or assumed; then a diagram of slots to taps, and the slot table."""
     if diagnosis.layout_diff.summary:
-        tone, kind, text = words.layout_comparison(diagnosis)
-        shown = md_escape(text) if kind is None else f"**{md_escape(kind)}**: {md_escape(text)}"
+        tone, _, text = words.layout_comparison(diagnosis)  # the sentence says the kind
+        shown = md_escape(text)
         if tone == "success":
-            st.success(shown, icon="✅")
+            st.success(shown, icon=icons.OK)
         elif tone == "error":
-            st.error(shown, icon="🛑")
+            st.error(shown, icon=Severity.CRITICAL.icon)
         elif tone == "warning":
-            st.warning(shown, icon="⚠️")
+            st.warning(shown, icon=Severity.WARNING.icon)
         else:
-            st.markdown(f":gray-background[➖ {shown}]")
+            st.markdown(f":gray-background[{icons.NOT_CHECKED} {shown}]")
         action = words.layout_check_action(diagnosis, "app")
         if action:
             st.caption("To check it: " + md_escape(action))
@@ -73,20 +74,23 @@ def slots_table(diagnosis: StoredDiagnosis, compact: bool = False) -> None:
     )
 
 
-def layout_detectives(found: Sequence[tuple[str, StoredDetection]]) -> None:
+CANDIDATE_ROW_PX = 56  # two lines of a candidate list
+
+
+def layout_detectives(found: Sequence[tuple[str, StoredDetection]], sides_above: bool) -> None:
     """Each detective case of the run (`tables.detections`), labelled with where it comes from
-    when there are several."""
+    when there are several; `sides_above`: the page drew the sides' table above them."""
     for label, detection in found:
         if len(found) > 1:
             st.subheader(f"Layout detective {md_escape(label)}")
-        layout_detective(detection)
+        layout_detective(detection, sides_above)
 
 
-def layout_detective(detection: StoredDetection) -> None:
+def layout_detective(detection: StoredDetection, sides_above: bool) -> None:
     """A detective case: verdict, ranked layouts, slot-matching heatmap, fc fingerprint."""
     verdict = detection.verdict
     if verdict:
-        st.info(md_escape(verdict[0]), icon="🔎")
+        st.info(md_escape(verdict[0]), icon=icons.DETECTIVE)
         for line in verdict[1:]:
             st.markdown("- " + md_escape(line))
     st.subheader("Candidate layouts on one capture")
@@ -95,22 +99,26 @@ def layout_detective(detection: StoredDetection) -> None:
         sweep,
         hide_index=True,
         width="stretch",
-        height=rows_height(min(len(sweep), 12)),  # sized to its rows, up to a dozen
+        # sized to its rows, up to a dozen, each two lines high: a long candidate list wraps
+        height=rows_height(min(len(sweep), 12), CANDIDATE_ROW_PX),
+        row_height=CANDIDATE_ROW_PX,
         column_config={
-            "layout": st.column_config.TextColumn("layout", help=term_help("tap")),
-            "top-1": st.column_config.TextColumn("top-1", help=term_help("top-1")),
+            "rank": st.column_config.NumberColumn("rank", width=50),
+            "layout": st.column_config.TextColumn("layout", width=90, help=term_help("taps")),
+            "top-1": st.column_config.TextColumn("top-1", width=70, help=term_help("top-1")),
             "sim accept length": st.column_config.TextColumn(
-                "sim accept length", help=term_help("accept length")
+                "sim accept length", width=130, help=term_help("accept length")
             ),
             "behind the best": st.column_config.TextColumn(
-                "behind the best", help=term_help("behind the best")
+                "behind the best", width=120, help=term_help("behind the best")
             ),
         },
     )
-    st.caption(md_escape(words.SWEEP_RANKING))
+    ranking = words.SWEEP_RANKING + (" " + words.SIDES_BESIDE_SWEEP if sides_above else "")
+    st.caption(md_escape(ranking))
     heatmap = charts.slot_heatmap_chart(tables.slot_heatmap_frame(detection))
     if heatmap is not None:
-        st.subheader("Slot matching", help=term_help("slot", "margin", "tied"))
+        st.subheader("Slot matching", help=term_help("fc slot", "margin", "tied"))
         st.altair_chart(heatmap, width="stretch")
         st.caption(md_escape(words.SLOT_MATCH_CAPTION))
     fingerprint = tables.fingerprint_frame(detection)

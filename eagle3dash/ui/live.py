@@ -75,7 +75,7 @@ def compare_watch(store: db.Store, run_ids: Mapping[str, int]) -> None:
                 continue
             st.progress(
                 view.percent,
-                text=f"Run {key} #{run_id}: {md_escape(status_label(view.status))} · "
+                text=f"Run {key} #{run_id}: {status_label(view.status)} · "
                 + (md_escape(view.message) or ""),
             )
             st.caption(

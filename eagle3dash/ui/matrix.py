@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from eagle3dash.engines.vllm.rules import KNOWN_VLLM_VERSIONS
+from eagle3dash.engines.vllm.rules import runners_of as vllm_runners_of
 from eagle3dash.layout import Layout, describe_layout, format_layout, taps_phrase
 from eagle3dash.serving_matrix import AS_TRAINED, FAILS, MatrixRow, ServingMatrix
 
@@ -44,13 +46,16 @@ class RowGroup:
         return self.rows[0]
 
     def engine_text(self) -> str:
-        """'SGLang 0.5.11 to 0.5.23', 'SGLang 0.5.4', 'vLLM 0.33.0, V2 runner (the default)'."""
+        """'SGLang 0.5.11 to 0.5.23', 'SGLang 0.5.4', 'vLLM 0.32.0 to 0.33.0, V1 runner', 'vLLM
+        0.34.0, V2 runner (the only one)'."""
         e = self.first.engine
-        if e.name == "vllm":
-            default = " (the default)" if e.vllm_runner() == "v2" else ""
-            return f"vLLM {e.rules_version()}, {e.vllm_runner().upper()} runner{default}"
         last = self.rows[-1].engine.rules_version()
         span = f" to {last}" if len(self.rows) > 1 else ""
+        if e.name == "vllm":
+            runner = e.vllm_runner()
+            only = all(vllm_runners_of(r.engine.rules_version()) == (runner,) for r in self.rows)
+            role = " (the only one)" if only else " (the default)" if runner == "v2" else ""
+            return f"vLLM {e.rules_version()}{span}, {runner.upper()} runner{role}"
         return f"SGLang {e.rules_version()}{span}"
 
 
@@ -69,6 +74,7 @@ def _same(a: MatrixRow, b: MatrixRow) -> bool:
     da, db = a.to_dict(), b.to_dict()
     return (
         a.engine.name == b.engine.name
+        and a.engine.runner == b.engine.runner
         and a.served.layout == b.served.layout
         and a.served.decode_layout == b.served.decode_layout
         and _release_free(a, a.served.error) == _release_free(b, b.served.error)
@@ -181,8 +187,8 @@ def dual_key_text(matrix: ServingMatrix) -> str | None:
     if fix is None:
         return None
     return (
-        f"One config.json for SGLang {fix.sglang_version} and vLLM {fix.vllm_version} (both "
-        f"runners), feeding {taps_phrase(fix.target, matrix.num_layers)}: "
+        f"One config.json for SGLang {fix.sglang_version} and vLLM {fix.vllm_version} (every "
+        f"runner it has), feeding {taps_phrase(fix.target, matrix.num_layers)}: "
         f"{json.dumps(fix.config())[1:-1]} (SGLang reads only the nested list; vLLM reads the "
         "top-level one first)."
     )
@@ -215,12 +221,13 @@ def matrix_section(path: str, key: str) -> None:
     from eagle3dash.layout import parse_layout
     from eagle3dash.serving_matrix import serving_matrix
     from eagle3dash.ui import widgets
-    from eagle3dash.ui.fmt import md_escape, rows_height
+    from eagle3dash.ui.fmt import md_escape
 
     with st.expander("Where can this draft be served?"):
         st.caption(
-            "Each SGLang release read and vLLM 0.33 (V1 and V2 runners): the taps it feeds this "
-            "draft's slots by its rules, against the training side."
+            f"Each SGLang release read and vLLM {', '.join(KNOWN_VLLM_VERSIONS)} (each runner "
+            "the release has: no V1 from 0.34.0): the taps it feeds this draft's slots by its "
+            "rules, against the training side."
         )
         cols = st.columns(3)
         n = cols[0].number_input(
@@ -255,10 +262,9 @@ def matrix_section(path: str, key: str) -> None:
             return
         st.markdown(md_escape(training_text(matrix)))
         st.markdown(md_escape(summary_text(matrix)))
-        frame = matrix_frame(matrix)
-        st.dataframe(frame, hide_index=True, width="stretch", height=rows_height(len(frame)))
+        widgets.text_table(matrix_frame(matrix))  # its verdicts and fixes wrap in the page
         dual = dual_key_text(matrix)
         if dual and matrix.dual_key is not None:
             st.markdown("**One file for both engines**")
-            st.code(json.dumps(matrix.dual_key.config()), language="json")
+            st.code(json.dumps(matrix.dual_key.config()), language="json", wrap_lines=True)
             st.caption(md_escape(dual))

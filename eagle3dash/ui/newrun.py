@@ -7,24 +7,24 @@ The demo's endpoints are SGLang API doubles, each in a process of its own (`demo
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import streamlit as st
 
 from eagle3dash import store as db
 from eagle3dash.checkpoint import InspectReport, inspect
-from eagle3dash.demo import DELAY_S, DRAFT_STEP_S, FIXTURES, SGLANG_VERSION
-from eagle3dash.diagnosis.options import SCHEMA, DiagnoseOptions, Kind
+from eagle3dash.demo import DELAY_S, DRAFT_STEP_S, SGLANG_VERSION
+from eagle3dash.diagnosis.options import SCHEMA, DiagnoseOptions
 from eagle3dash.diagnosis.stored_run import StoredRun, read_checkpoint_runs
 from eagle3dash.errors import InputError
 from eagle3dash.findings import Finding
-from eagle3dash.probe import Probe, before_submit
-from eagle3dash.roots import data_roots, within_roots
+from eagle3dash.probe import PairCheck, Probe, check_pair
+from eagle3dash.severity import Severity
 from eagle3dash.store import CheckpointRow
-from eagle3dash.ui import inputs, widgets, words
+from eagle3dash.ui import icons, inputs, widgets, words
 from eagle3dash.ui.fmt import md_escape, size, status_label, when
 from eagle3dash.ui.home import get_store
+from eagle3dash.ui.paths import CHECKPOINT_LABEL, PROMPT_LABEL, TARGET_NOT_UPLOADED, inside_roots
 
 # Where the checkpoint comes from (the radio's entries, key ckpt_source).
 REGISTERED, PATH, UPLOAD = "A registered checkpoint", "A path on this machine", "An upload"
@@ -38,6 +38,12 @@ BUILTIN, PROMPT_FILE, PROMPT_UPLOAD = (
 PROMPT_SOURCES = (BUILTIN, PROMPT_FILE, PROMPT_UPLOAD)
 STEPS_FROM_SERVER = "_steps_from_server"  # the steps value last taken from a probe
 DEMO_ON = "_demo_urls"  # (endpoint, baseline, deployment) of the demo this session started
+REAL_ON = "_real_vllm"  # (endpoint, baseline, RealVLLMFacts JSON) of the real vLLM filled in
+# What a "Try it" button is filling in ({"options": DiagnoseOptions, "shown": {DEMO_ON: ...}}),
+# kept until the whole form has been drawn with it; and whether this run drew it again after a
+# click had cut the filling run short.
+FILLING = "_form_filling"
+REFILLED = "_form_refilled"
 
 DOUBLE_WORDS = (
     f"the SGLang API double, a test and demo double that answers like SGLang {SGLANG_VERSION} "
@@ -101,8 +107,108 @@ def stop_demo() -> None:
         demo.stop()
 
 
-def fill_form(options: DiagnoseOptions) -> None:
-    """Put a diagnosis's options into New run's widgets (before they are drawn in this run)."""
+@st.cache_resource(show_spinner=False)
+def _real_slot() -> dict[str, Any]:
+    """The real vLLM servers this app process runs ({"plain": RealVLLM, "endpoint": RealVLLM}),
+    shared by every session: one plain baseline, and one deployment at a time beside it."""
+    return {}
+
+
+def real_vllm_endpoints(name: str) -> tuple[Any, Any]:
+    """(the real vLLM server of deployment `name`, the plain baseline), each started when it
+    is not already serving (a minute or more); another deployment's server is stopped first."""
+    from eagle3dash.demo.real_vllm import start_real_vllm
+
+    slot = _real_slot()
+    endpoint, baseline = slot.get("endpoint"), slot.get("plain")
+    if endpoint is not None and (endpoint.deployment != name or not endpoint.alive()):
+        slot.pop("endpoint").stop()
+        endpoint = None
+    if baseline is not None and not baseline.alive():
+        slot.pop("plain").stop()
+        baseline = None
+    wanted = [n for n, server in ((name, endpoint), ("plain", baseline)) if server is None]
+    for server in start_real_vllm(*wanted, home=get_store().home) if wanted else []:
+        slot["plain" if server.deployment == "plain" else "endpoint"] = server
+    return slot["endpoint"], slot["plain"]
+
+
+def stop_real_vllm() -> None:
+    """Stop the real vLLM servers this app process runs, if any."""
+    slot = _real_slot()
+    for name in list(slot):
+        slot.pop(name).stop()
+
+
+def try_a_real_vllm() -> None:
+    """ "Try it on a real vLLM (CPU)": where vLLM's CPU build is installed (`make vllm`), one
+    click serves a demo draft and the plain target on real vLLM servers of this machine and
+    fills in the form; else one line on how to install it."""
+    from eagle3dash.demo.real_vllm import NUM_SPECULATIVE_TOKENS, REAL_DEPLOYMENTS, unavailable
+    from eagle3dash.demo.serve import demo_options
+
+    why_not = unavailable()
+    if why_not is not None:
+        st.caption(f"A real vLLM (CPU) could serve the demo here too: {md_escape(why_not)}.")
+        return
+    drafted = [name for name, plan in REAL_DEPLOYMENTS.items() if plan.draft is not None]
+    name = st.selectbox(
+        "Real vLLM deployment",
+        drafted,
+        format_func=lambda n: REAL_DEPLOYMENTS[n].description,
+        key="real_vllm_pick",
+        help="vLLM's CPU build serves the demo's target with this draft, and the same target "
+        "without speculation as the baseline: real accept lengths and the server's own log.",
+    )
+    if st.button("Try it on a real vLLM (CPU)", key="real_vllm_try", icon=icons.REAL_ENGINE):
+        box = _filling()
+        try:
+            with st.spinner("Starting real vLLM servers on this CPU (a minute or more)..."):
+                endpoint, baseline = real_vllm_endpoints(name)
+                assert endpoint.draft is not None  # a drafted deployment
+                box["options"] = demo_options(
+                    endpoint.draft, endpoint.url, baseline.url, steps=NUM_SPECULATIVE_TOKENS
+                )
+                box["shown"] = {
+                    REAL_ON: (endpoint.url, baseline.url, endpoint.facts().to_json()),
+                    DEMO_ON: None,
+                }
+        except (InputError, OSError) as e:
+            widgets.show_error(InputError(f"the real vLLM servers did not start: {e}"))
+        else:
+            _fill_in(box)
+
+
+def run_labels(options: DiagnoseOptions) -> dict[str, Any]:
+    """What a run submitted from New run keeps beside its options: with the form still on the
+    real vLLM it filled in, what that server said of itself ({"real_vllm": ...})."""
+    from eagle3dash.demo.seed import REAL_LABEL
+
+    shown = st.session_state.get(REAL_ON)
+    if not shown or (options.endpoint, options.baseline) != tuple(shown[:2]):
+        return {}
+    return {"demo": REAL_LABEL + shown[2]["deployment"], "real_vllm": shown[2]}
+
+
+def _filling() -> dict[str, Any]:
+    """This session's record of a fill in progress, emptied. Streamlit checks for a click
+    waiting to rerun at each of its calls, a write to session state included, and then cuts this
+    run short there, its writes lost; so what the servers' start yields goes into this plain dict
+    (no Streamlit call), and the next run fills the form from it (`refill_cut_short`)."""
+    box: dict[str, Any] = st.session_state.setdefault(FILLING, {})
+    box.clear()
+    return box
+
+
+def _fill_in(box: dict[str, Any]) -> None:
+    """Put a started demo's options into New run's widgets (before they are drawn in this run)
+    and its banner's state into the session."""
+    options: DiagnoseOptions = box["options"]
+    for key, value in box["shown"].items():
+        if value is None:
+            st.session_state.pop(key, None)
+        else:
+            st.session_state[key] = value
     st.session_state.update(
         {
             "ckpt_source": PATH,
@@ -127,6 +233,7 @@ def try_the_demo() -> Any:
     deployment's demo run. The slot where `demo_banner` says so, once the form is drawn."""
     from eagle3dash.demo.serve import DEMO_NAMES, demo_description
 
+    refill_cut_short()
     with st.container(border=True):
         st.markdown("**New here? Try it on the demo.**")
         st.caption(
@@ -147,23 +254,67 @@ def try_the_demo() -> Any:
             "vLLM V1 / vLLM fixed: a SpecForge draft on vLLM, shifted and fixed",
         )
         st.caption(md_escape(demo_description(name)))
-        if st.button("Try it on the demo", key="demo_try", icon="🧪"):
+        if st.button("Try it on the demo", key="demo_try", icon=icons.DEMO):
+            box = _filling()
             try:
                 with st.spinner("Starting the demo's endpoints (a few seconds)..."):
                     demo = demo_endpoints(name)
+                    box["options"] = demo.options()
+                    box["shown"] = {
+                        DEMO_ON: (demo.endpoint.url, demo.baseline.url, name),
+                        REAL_ON: None,
+                    }
             except (InputError, OSError) as e:
                 widgets.show_error(InputError(f"the demo's endpoints did not start: {e}"))
             else:
-                fill_form(demo.options())
-                st.session_state[DEMO_ON] = (demo.endpoint.url, demo.baseline.url, name)
+                _fill_in(box)
+        try_a_real_vllm()
         return st.empty()
 
 
-def demo_banner(slot: Any) -> None:
+def refill_cut_short() -> None:
+    """Fill the form again from what a "Try it" button started, when a click cut its run short
+    (called before any widget of the form is drawn in this run)."""
+    box = st.session_state.get(FILLING)
+    if box and "shown" in box:
+        _fill_in(box)
+        st.session_state[REFILLED] = True
+
+
+def demo_banner(slot: Any) -> bool:
     """Say in `slot` which demo deployment serves the filled-in form. Called once the whole form
     and its Run button are drawn: a banner shown earlier invited a click on widgets the browser
     had not redrawn yet, which sent their old, empty values with it (seen in Chromium: a demo run
-    without its baseline and target)."""
+    without its baseline and target). True when this run drew again a fill that a click had cut
+    short: that click's values were the old ones, and New run does not submit them."""
+    st.session_state.pop(FILLING, None)  # the whole form is drawn with it
+    refilled = bool(st.session_state.pop(REFILLED, False))
+    if refilled:
+        slot = slot.container()
+        slot.warning(
+            "The form was still being filled in when you clicked, so nothing was submitted: "
+            "check it below, then press **Run the diagnosis** again.",
+            icon=icons.NOTE,
+        )
+    _say_what_serves_the_form(slot)
+    return refilled
+
+
+def _say_what_serves_the_form(slot: Any) -> None:
+    """The banner itself: the real vLLM or the demo deployment filled in, if any."""
+    real = st.session_state.get(REAL_ON)
+    if real:
+        endpoint, baseline, facts = real
+        slot.info(
+            f"A real vLLM serves the form: endpoint {md_escape(endpoint)} "
+            f"({md_escape(facts['deployment'])}) and baseline {md_escape(baseline)} (no "
+            "speculation), vLLM's CPU build on this machine. Its accept lengths are measured; "
+            "its speedup on a CPU says little about a GPU (the Run page says why). The form "
+            "below is filled "
+            "in: press **Run the diagnosis**.",
+            icon=icons.REAL_ENGINE,
+        )
+        return
     shown = st.session_state.get(DEMO_ON)
     if not shown:
         return
@@ -174,31 +325,16 @@ def demo_banner(slot: Any) -> None:
         f"({md_escape(DEMO_LABELS[served])}) and baseline {md_escape(baseline)} (no "
         f"speculation), both served by {md_escape(double)}. "
         f"{md_escape(cost)} The form below is filled in: press **Run the diagnosis**.",
-        icon="🧪",
+        icon=icons.DEMO,
     )
 
 
 # --- the form's sources ------------------------------------------------------------------------
 
 
-def inside_roots(path: str, label: str) -> str:
-    """A typed path, resolved, if it lies under the data roots (the demo's own fixtures, which
-    "Try it on the demo" fills in, too); else OutsideRootsError, whether or not it exists."""
-    return within_roots(path, data_roots(), label, also=(FIXTURES,))
-
-
 def inspect_typed(path: str) -> InspectReport:
     """Inspect a typed checkpoint path, once it is known to lie under the data roots."""
-    return inspect(inside_roots(path, "Checkpoint folder"))
-
-
-def check_typed_paths(values: Mapping[str, Any]) -> None:
-    """The form's path options (local target, training states) under the data roots, or
-    OutsideRootsError before anything looks at them."""
-    for name, option in SCHEMA.items():
-        value = values.get(name)
-        if option.kind is Kind.PATH and isinstance(value, str) and value.strip():
-            inside_roots(value, option.label)
+    return inspect(inside_roots(path, CHECKPOINT_LABEL))
 
 
 def preselect_checkpoint(live_ids: list[int]) -> None:
@@ -225,7 +361,7 @@ def prompt_file_input() -> str | None:
     ).strip()
     if not path:
         return None
-    prompts = widgets.guard(lambda: load_prompts(inside_roots(path, "Prompt file")))
+    prompts = widgets.guard(lambda: load_prompts(inside_roots(path, PROMPT_LABEL)))
     if prompts is None:
         return None
     st.caption(f"{len(prompts)} prompts in {md_escape(path)}")
@@ -251,7 +387,7 @@ def ask_what_the_server_does_not_say(found: Probe | None) -> None:
     """On a vLLM server with dev endpoints off: the draft and steps the form must ask for."""
     text = words.unsaid_by_server(found.server) if found is not None else None
     if text is not None:
-        st.info(md_escape(text), icon="💬")
+        st.info(md_escape(text), icon=icons.ASK)
 
 
 def propose_target(found: Probe | None) -> None:
@@ -269,7 +405,7 @@ def propose_target(found: Probe | None) -> None:
         f"({target.num_layers} layers, {size(target.weight_bytes)} of weights). Given as "
         f"the '{md_escape(SCHEMA['target'].label)}', the run measures the training side and "
         "which taps the server really feeds, from one forward of the target.",
-        icon="💡",
+        icon=icons.TIP,
     )
     if st.button("Use it as the local target path", key="use_served_target"):
         st.session_state["opt_target"] = target.path
@@ -284,7 +420,7 @@ def local_target_input() -> str:
         "Why it matters: with a local copy of the target (its Hugging Face folder on this "
         "machine), the run measures what the draft was trained on and which taps the server "
         "really feeds it; without one, both are assumed from the config and the serving "
-        "engine's rules."
+        "engine's rules. " + TARGET_NOT_UPLOADED
     )
     return value
 
@@ -297,35 +433,68 @@ def _show(finding: Finding) -> None:
     if finding.fix:
         text += "  \nFix: " + md_escape(finding.fix)
     if finding.severity == "critical":
-        st.error(text, icon="🛑")
+        st.error(text, icon=Severity.CRITICAL.icon)
     elif finding.severity == "warning":
-        st.warning(text, icon="⚠️")
+        st.warning(text, icon=Severity.WARNING.icon)
     else:
-        st.info(text, icon="ℹ️")
+        st.info(text, icon=Severity.INFO.icon)
 
 
 def before_submit_warnings(found: Probe | None, draft_path: str | None) -> list[Finding]:
     """What the probe says about this run before it is submitted: the server's settings, whether
-    it serves the chosen checkpoint, whether its algorithm fits it. Returns the findings."""
+    it serves the chosen checkpoint, whether its algorithm fits it; then what was checked and
+    what was not (never a green light: the run measures what decides the verdict). Returns the
+    findings."""
     if found is None:
         return []
     with st.spinner("Checking the server against the checkpoint..."):
-        findings = before_submit(found, draft_path, cache=get_store())
+        check = check_pair(found, draft_path, cache=get_store())
     st.markdown("**Before you submit**")
-    if not findings:
-        st.success("No problems found in the server's settings or against this checkpoint.")
-    for finding in findings:
+    for finding in check.findings:
         _show(finding)
-    if not draft_path:
-        st.caption("Choose the draft checkpoint above to check the server against it too.")
-    return findings
+    checked, unchecked = pair_check_words(check)
+    if check.findings:
+        st.caption(md_escape(checked))
+    else:
+        st.info(
+            md_escape(f"Nothing wrong in what a probe can check. {checked}"), icon=icons.NOT_CHECKED
+        )
+    st.caption(md_escape(unchecked))
+    return check.findings
+
+
+def pair_check_words(check: PairCheck) -> tuple[str, str]:
+    """('Checked: ...', 'Not checked until the run: ...'): what the probe checked of the server
+    and the chosen checkpoint, and what only the run measures."""
+    checked = ["the server's settings (its speculative algorithm and steps, its hidden states)"]
+    unchecked = []
+    if check.checkpoint is None:
+        unchecked.append("the server against a checkpoint (choose one above)")
+    elif check.unreadable is not None:
+        unchecked.append(f"the checkpoint, which could not be read ({check.unreadable})")
+    else:
+        checked.append("the checkpoint's config and weight headers")
+        identity = check.identity
+        if identity is not None and identity.status != "unknown":
+            checked.append(f"whether the server serves this checkpoint ({identity.reason})")
+        else:
+            why = "the server names no draft" if identity is None else identity.reason
+            unchecked.append(f"whether the server serves this checkpoint ({why})")
+    unchecked.append(
+        "which taps the server feeds the draft against the ones it was trained on, the accept "
+        "length and the speedup: the run measures them"
+    )
+    return "Checked: " + "; ".join(checked) + ".", (
+        "Not checked until the run: " + "; ".join(unchecked) + "."
+    )
 
 
 # --- checkpoints -------------------------------------------------------------------------------
 
 
 def run_link_label(run: StoredRun) -> str:
-    """'Run #1 · ✅ succeeded · <when> · demo: mismatched, fixed by run #3 · endpoint stopped'."""
+    """'Run #1 · :material/check_circle: succeeded · <when> · demo: mismatched, fixed by run #3 ·
+    endpoint stopped' (Markdown: a page link's label)."""
     label = f"Run #{run.id} · {status_label(run.status)} · {when(run.created_at)}"
     if run.demo:
         label += f" · demo: {run.demo}"
@@ -348,7 +517,7 @@ def checkpoint_runs(checkpoint: CheckpointRow, limit: int = 10) -> None:
         )
         read = read_checkpoint_runs(store, checkpoint_id, limit)
         for problem in read.unreadable:
-            st.caption("🚫 " + md_escape(str(problem)))
+            st.caption(f"{icons.REFUSED} " + md_escape(str(problem)))
         for run in read.runs:
             st.page_link(
                 widgets.RUN_PAGE,
@@ -361,7 +530,7 @@ def checkpoint_runs(checkpoint: CheckpointRow, limit: int = 10) -> None:
         st.page_link(
             widgets.NEW_RUN_PAGE,
             label="New run with this checkpoint",
-            icon="➕",
+            icon=icons.NEW_RUN,
             query_params={"checkpoint": str(checkpoint_id)},
         )
 
@@ -383,7 +552,7 @@ def remove_with_confirmation(checkpoint: CheckpointRow) -> str | None:
     st.warning(
         f"Remove checkpoint #{checkpoint_id} {md_escape(checkpoint.name)}? {what} Runs that "
         "used it keep their results.",
-        icon="⚠️",
+        icon=Severity.WARNING.icon,
     )
     yes, no, _ = st.columns([1, 1, 4])
     if no.button("Keep it", key=f"remove-no-{checkpoint_id}"):

@@ -18,7 +18,8 @@ import streamlit as st
 from eagle3dash.diagnosis.stored import StoredDiagnosis
 from eagle3dash.profile import CategoryRow, FormatRow, Profile, TemperatureRow
 from eagle3dash.profile_export import profile_csv, profile_json
-from eagle3dash.ui import charts, words
+from eagle3dash.severity import Severity
+from eagle3dash.ui import charts, icons, words
 from eagle3dash.ui.fmt import DASH, is_missing, md_escape, num, ratio
 from eagle3dash.ui.provenance import trainer_rows
 from eagle3dash.ui.tables import metrics_frame
@@ -119,11 +120,11 @@ def weakest_text(profile: Profile) -> str | None:
     )
 
 
-def _category_label(kind: str, value: float | None) -> str:
+def _category_label(kind: str, value: float | None, row: CategoryRow) -> str:
     if value is None:
         return DASH
     if kind == "speedup":
-        return ratio(value)
+        return ratio(value, row.speedup_noise)
     return num(value, 1 if kind == "tok/s" else 2)
 
 
@@ -149,7 +150,7 @@ def category_frame(profile: Profile) -> pd.DataFrame:
                     "metric": name,
                     "value": value,
                     "share": None if value is None or best <= 0 else value / best,
-                    "label": _category_label(kind, value),
+                    "label": _category_label(kind, value, row),
                     "weakest": weakest is not None and row.category == weakest[0],
                 }
             )
@@ -258,57 +259,61 @@ def temperature_frame(profile: Profile) -> pd.DataFrame:
 
 
 def steps_frame(profile: Profile) -> pd.DataFrame:
-    """The steps advice in numbers: num_steps, predicted tok/s and accept length, where the
-    per-step acceptance comes from (in words)."""
-    rows = [
-        {
-            "num_steps": int(row.num_steps),
-            "predicted tok/s": row.predicted_tok_s,
-            "predicted accept length": row.predicted_accept_length,
-            "acceptance from": SOURCE_NAMES.get(row.source or "", row.source),
-        }
-        for row in profile.steps_advice
+    """The steps advice in numbers: num_steps, predicted tok/s with its interval (low, high:
+    ± the measured per-request noise; NaN when not known) and accept length, where the per-step
+    acceptance comes from (in words)."""
+    rows = []
+    for row in profile.steps_advice:
+        tok_s, spread = row.predicted_tok_s, row.tok_s_noise
+        bounds = (
+            (None, None) if tok_s is None or spread is None else (tok_s - spread, tok_s + spread)
+        )
+        rows.append(
+            {
+                "num_steps": int(row.num_steps),
+                "predicted tok/s": tok_s,
+                "low": bounds[0],
+                "high": bounds[1],
+                "predicted accept length": row.predicted_accept_length,
+                "acceptance from": SOURCE_NAMES.get(row.source or "", row.source),
+            }
+        )
+    columns = [
+        "num_steps",
+        "predicted tok/s",
+        "low",
+        "high",
+        "predicted accept length",
+        "acceptance from",
     ]
-    columns = ["num_steps", "predicted tok/s", "predicted accept length", "acceptance from"]
     return pd.DataFrame(rows, columns=columns)
 
 
 def settings_frame(profile: Profile) -> pd.DataFrame:
-    """The settings the steps chart marks: the recommended and the current num_steps (one row,
-    'current = recommended', when they are the same)."""
-    recommended = profile.recommended
-    found = (
-        []
-        if recommended is None
-        else [
-            ("recommended", recommended.num_steps),
-            ("current", recommended.current_num_steps),
-        ]
-    )
-    marks = [(name, n) for name, n in found if n is not None]
-    if len(marks) == 2 and marks[0][1] == marks[1][1]:
-        marks = [("current = recommended", marks[0][1])]
-    return pd.DataFrame(
-        [{"setting": name, "num_steps": n, "label": f"{name}: {n}"} for name, n in marks],
-        columns=["setting", "num_steps", "label"],
-    )
+    """The one setting the steps chart marks: the recommendation, labelled with the served
+    setting ('recommended: 4 (the served setting)', 'recommended: 1 (served: 4)')."""
+    rec = profile.recommended
+    rows = []
+    if rec is not None:
+        served = rec.current_num_steps
+        label = f"recommended: {rec.num_steps}" + (
+            " (the served setting)" if served == rec.num_steps else f" (served: {served})"
+        )
+        rows.append({"setting": "recommended", "num_steps": rec.num_steps, "label": label})
+    return pd.DataFrame(rows, columns=["setting", "num_steps", "label"])
 
 
 STEPS_HEIGHTS = {"predicted tok/s": 300, "predicted accept length": 280}  # px, titles included
 STEPS_FIELDS = tuple(STEPS_HEIGHTS)
-SETTING_DASHES = {
-    "recommended": charts.SOLID,
-    "current": charts.DASHED,
-    "current = recommended": charts.SOLID,
-}
 
 
 def steps_chart(
-    profile: Profile, field: str = "predicted tok/s"
+    profile: Profile, field: str = "predicted tok/s", knob: str = "draft steps"
 ) -> alt.LayerChart | alt.FacetChart | None:
-    """The steps advice's `field` (one of STEPS_FIELDS) by --speculative-num-steps: points
-    coloured by where the acceptance per step comes from, the recommended and the current
-    settings as labelled vertical rules (solid, dashed)."""
+    """The steps advice's `field` (one of STEPS_FIELDS) by the draft steps (`knob`: what the
+    engine calls them, words.steps_knob): points coloured by where the acceptance per step comes
+    from, tok/s with error bars (± the measured per-request noise, where known), and the one
+    recommendation as a labelled vertical rule."""
     df = steps_frame(profile)
     if df.empty:
         return None
@@ -317,7 +322,7 @@ def steps_chart(
     x_scale = alt.Scale(domain=[min(steps) - 0.5, max(steps) + 0.5], nice=False)
     x = alt.X(
         "num_steps:Q",
-        title="--speculative-num-steps",
+        title=knob,
         scale=x_scale,
         axis=alt.Axis(tickMinStep=1, format="d"),
     )
@@ -341,28 +346,21 @@ def steps_chart(
             legend=alt.Legend(title="acceptance per step from", labelLimit=0),
         )
     )
-    layers: list[Any] = []  # the rules first: the points go over them
+    layers: list[Any] = []  # the rule first: the points go over it
     if not marks.empty:
-        settings = list(marks["setting"])
         mark_x = alt.X("num_steps:Q", scale=x_scale)
-        layers.append(
-            alt.Chart(marks)
-            .mark_rule(color="black", strokeWidth=2)
-            .encode(
-                x=mark_x,
-                strokeDash=alt.StrokeDash(
-                    "setting:N",
-                    scale=alt.Scale(
-                        domain=settings, range=[list(SETTING_DASHES[s]) for s in settings]
-                    ),
-                    legend=None,  # each rule is labelled
-                ),
-            )
-        )
+        layers.append(alt.Chart(marks).mark_rule(color="black", strokeWidth=2).encode(x=mark_x))
         layers.append(
             alt.Chart(marks)
             .mark_text(align="left", dx=4, baseline="top", y=2, fontSize=12)
             .encode(x=mark_x, text="label:N")
+        )
+    bounded = df.dropna(subset=["low", "high"])
+    if field == "predicted tok/s" and not bounded.empty:
+        layers.append(
+            alt.Chart(bounded)
+            .mark_rule(color=charts.GREY, strokeWidth=1.5)
+            .encode(x=x, y="low:Q", y2="high:Q", tooltip=["num_steps", "low", "high"])
         )
     return alt.layer(*layers, line, points).properties(
         title=f"Steps advice: {field} by draft steps", height=STEPS_HEIGHTS[field]
@@ -413,14 +411,7 @@ def profile_section(run_id: int, diagnosis: StoredDiagnosis) -> None:
 
     def not_profiled(part: str | None) -> None:
         for text in not_profiled_texts(profile, part):
-            st.info(md_escape(text), icon="ℹ️")
-
-    double = words.double_note(diagnosis.server)
-
-    def modelled_cost() -> None:
-        """Beside each tok/s the double's modelled cost shapes: its actual costs."""
-        if double:
-            st.caption(md_escape(double))
+            st.info(md_escape(text), icon=icons.NOTE)
 
     st.subheader("Per draft position")
     trainer = metrics_frame(trainer_rows(diagnosis.checkpoint))
@@ -429,7 +420,7 @@ def profile_section(run_id: int, diagnosis: StoredDiagnosis) -> None:
         st.altair_chart(chart, width="stretch")
         note = words.per_position_note(diagnosis)
         if note:
-            st.caption("ℹ️ " + md_escape(note))
+            st.caption(f"{icons.NOTE} " + md_escape(note))
     not_profiled("per_position")
 
     st.subheader("Per category")
@@ -438,8 +429,7 @@ def profile_section(run_id: int, diagnosis: StoredDiagnosis) -> None:
         st.altair_chart(chart, width="stretch")
         weakest = weakest_text(profile)
         if weakest:
-            st.markdown("⚠️ " + md_escape(weakest))
-        modelled_cost()
+            st.markdown(f"{Severity.WARNING.icon} " + md_escape(weakest))
     not_profiled("per_category")
 
     sent = None if diagnosis.measured is None else diagnosis.measured.num_requests
@@ -454,12 +444,12 @@ def profile_section(run_id: int, diagnosis: StoredDiagnosis) -> None:
             note = words.rows_prompts_note(rows, sent)
             if note:
                 st.caption(md_escape(note))
-            modelled_cost()
         not_profiled(part)
 
-    st.subheader("Which --speculative-num-steps")
+    knob = words.steps_knob(diagnosis.server)
+    st.subheader(f"Which {knob}")
     for field in STEPS_FIELDS:
-        chart = steps_chart(profile, field)
+        chart = steps_chart(profile, field, knob)
         if chart is not None:
             st.altair_chart(chart, width="stretch")
     recommendation = words.recommendation_text(profile, diagnosis)
@@ -467,7 +457,12 @@ def profile_section(run_id: int, diagnosis: StoredDiagnosis) -> None:
         st.markdown(md_escape(recommendation))
     recommended = profile.recommended
     if recommended is not None and recommended.flags and recommended.changes:
-        st.code(recommended.flags, language="bash")
+        block = words.command_block(recommended.flags, diagnosis.server)
+        if block is None:
+            st.markdown(f"Flags: `{recommended.flags.replace('`', '')}`")
+        else:
+            st.caption(md_escape(block.where))
+            st.code(block.code, language=block.language, wrap_lines=True)
     costs = step_costs_text(profile)
     if costs:
         st.caption(
@@ -476,7 +471,6 @@ def profile_section(run_id: int, diagnosis: StoredDiagnosis) -> None:
                 "batching, tree drafting and adaptive speculation change it."
             )
         )
-        modelled_cost()
     not_profiled("steps_advice")
 
     not_profiled(None)

@@ -5,25 +5,36 @@ from __future__ import annotations
 import streamlit as st
 
 from eagle3dash.diagnosis.stored import StoredCheckpoint, load_checkpoint_report
-from eagle3dash.engine import ServerReport
+from eagle3dash.engines.seam import ServerReport
 from eagle3dash.errors import InputError
+from eagle3dash.findings import Finding
+from eagle3dash.severity import Severity
 from eagle3dash.store import CheckpointRow
-from eagle3dash.ui import provenance, tables
+from eagle3dash.ui import icons, provenance, tables, words
 from eagle3dash.ui.fmt import md_escape, rows_height
 from eagle3dash.ui.widgets import show_error
 
 
-def checkpoint_report(report: StoredCheckpoint | None) -> None:
-    """An inspect report: main fields, problems, and the whole report as JSON."""
+def checkpoint_report(report: StoredCheckpoint | None, layout_fix: Finding | None = None) -> None:
+    """An inspect report: main fields, problems, and the whole report as JSON. `layout_fix`: the
+    run's finding that edits this checkpoint's config (words.config_fix): its files are then
+    readable, and its layout is the issue."""
     if report is None:
         st.info("No checkpoint report.")
         return
     summary = tables.checkpoint_summary(report)
     st.dataframe(summary, hide_index=True, width="stretch", height=rows_height(len(summary)))
     provenance_card(report)
+    for line in provenance.export_lines(report.spec, report.provenance):
+        st.caption("ℹ️ " + md_escape(line))
     for p in report.problems:
-        st.warning(md_escape(p), icon="⚠️")
-    if not report.problems:
+        st.warning(md_escape(p), icon=Severity.WARNING.icon)
+    if layout_fix is not None:
+        st.warning(
+            md_escape(words.layout_issue(layout_fix, bool(report.problems))),
+            icon=Severity.WARNING.icon,
+        )
+    elif not report.problems:
         st.caption("No problems found in the checkpoint.")
     with st.expander("Full report (JSON)"):
         st.json(report.document, expanded=False)
@@ -38,7 +49,7 @@ def provenance_card(report: StoredCheckpoint | None) -> None:
     st.dataframe(provenance.card_frame(card), hide_index=True, width="stretch")
     for line in [provenance.trainer_note(report), *card.notes]:
         if line:
-            st.caption("ℹ️ " + md_escape(line))
+            st.caption(f"{icons.NOTE} " + md_escape(line))
 
 
 def registered_checkpoint_report(row: CheckpointRow | None) -> None:

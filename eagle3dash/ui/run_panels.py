@@ -11,32 +11,37 @@ import streamlit as st
 from eagle3dash import jobs as jobq
 from eagle3dash.diagnosis.stored import StoredDiagnosis
 from eagle3dash.diagnosis.stored_run import StoredRun
-from eagle3dash.ui import charts, tables, words
+from eagle3dash.noise import NOISE_SE
+from eagle3dash.ui import charts, icons, tables, words
 from eagle3dash.ui.fmt import DASH, delta, md_escape, num, ratio, status_label
+from eagle3dash.ui.glossary import term_help
 from eagle3dash.ui.home import get_store
 from eagle3dash.ui.progress import cancel_run, load_progress
 from eagle3dash.ui.widgets import COMPARE_PAGE, RUN_PAGE, base_url
 
-RUNS_ROW_HEIGHT = 72  # px: over Streamlit's 4rem, so a verdict wraps onto three lines
-# The key columns' widths in px: together they fit the 940 px a table gets in a 1400 px window.
+RUNS_ROW_HEIGHT = 92  # px: a verdict wraps onto four lines
+# The shown columns' widths in px: together exactly the 1238 px a table gets in a 1400 px
+# window (the navigation on top; any less and the grid stretches them); the other columns are
+# hidden until the table's column menu shows them (the Run page has them all).
 RUNS_KEY_WIDTHS = {
     "open": 44,
     "run": 44,
-    "status": 96,
+    "status": 86,
     "checkpoint": 110,
-    "verdict": 256,
+    "verdict": 360,
     "measured": 76,
     "sim training": 84,
     "sim serving": 80,
-    "speedup": 66,
+    "speedup": 84,
     "tok/s": 60,
+    "findings": 210,
 }
 
 
 def runs_table(rows: Sequence[StoredRun]) -> None:
-    """The Runs table: the key columns first and narrow (link, status, checkpoint, verdict,
-    accept lengths, speedup, tok/s) so they fit 1400 px; long verdicts wrap; no value shows a
-    dash."""
+    """The Runs table: the key columns (link, status, checkpoint, verdict, accept lengths,
+    speedup, tok/s, findings) sized to fit 1400 px, the rest hidden until asked for; long
+    verdicts wrap; no value shows a dash."""
     number = st.column_config.NumberColumn
     text = st.column_config.TextColumn
     width = RUNS_KEY_WIDTHS
@@ -69,34 +74,40 @@ def runs_table(rows: Sequence[StoredRun]) -> None:
                 width=width["measured"],
                 help="Measured accept length: completion tokens per verify round on the endpoint.",
             ),
-            "ran on": text(
-                "ran on",
-                help="The Ray node, host and GPU the run's job ran on (a dash: the local worker).",
-            ),
+            # hidden until the table's column menu shows them (st.column_config's own helpers
+            # take no `hidden` in streamlit 1.67; its ColumnConfig dict does)
+            "ran on": {
+                "label": "ran on",
+                "help": "The Ray node, host and GPU the run's job ran on (a dash: the local "
+                "worker).",
+                "hidden": True,
+            },
+            **{name: {"label": name, "hidden": True} for name in ("endpoint", "engine", "created")},
             "sim training": number(
                 "sim training",
                 format="%.2f",
                 width=width["sim training"],
-                help="Simulated accept length of the standalone draft on the training layout.",
+                help=term_help("sim training / sim serving"),
             ),
             "sim serving": number(
                 "sim serving",
                 format="%.2f",
                 width=width["sim serving"],
-                help="Simulated accept length of the standalone draft on the states the server "
-                "feeds it.",
+                help=term_help("sim training / sim serving"),
             ),
-            "speedup": number(
+            "speedup": text(
                 "speedup",
-                format="%.2fx",
                 width=width["speedup"],
-                help="The endpoint's output tok/s over the baseline's (no speculation).",
+                help="The endpoint's output tok/s over the baseline's (no speculation), ± "
+                f"{NOISE_SE:g} standard errors of both benchmarks' per-request tok/s.",
             ),
             "tok/s": number(
                 "tok/s", format="%.1f", width=width["tok/s"], help="The endpoint's output tok/s."
             ),
             "findings": text(
-                "findings", help="The rule ids of every finding, as the Run page lists them."
+                "findings",
+                width=width["findings"],
+                help="The rule ids of every finding, as the Run page lists them.",
             ),
         },
     )
@@ -124,13 +135,13 @@ def demo_context(run: StoredRun) -> None:
             RUN_PAGE,
             label=f"The same draft with the fix applied: run #{int(fixed)}",
             query_params={"run": str(int(fixed))},
-            icon="🔧",
+            icon=icons.FIX,
         )
         st.page_link(
             COMPARE_PAGE,
             label=f"Compare this run with run #{int(fixed)}: what changed, what it did",
             query_params={"a": str(run.id), "b": str(int(fixed))},
-            icon="⚖️",
+            icon=icons.COMPARE,
         )
 
 
@@ -138,15 +149,19 @@ def compare_headline(a: StoredRun, b: StoredRun) -> None:
     """The speedup and the measured accept length of both runs (their summary columns), B's
     with its change from A, above the comparison table."""
     columns = st.columns(4)
-    for i, (label, key, show) in enumerate(
-        (("Speedup", "speedup", ratio), ("Measured accept length", "measured_accept_length", num))
+    for i, (label, key) in enumerate(
+        (("Speedup", "speedup"), ("Measured accept length", "measured_accept_length"))
     ):
         value_a, value_b = getattr(a, key), getattr(b, key)
-        columns[2 * i].metric(f"{label}, run A #{a.id}", show(value_a))
+        shown = [
+            ratio(value, run.speedup_noise) if key == "speedup" else num(value)
+            for run, value in ((a, value_a), (b, value_b))
+        ]
+        columns[2 * i].metric(f"{label}, run A #{a.id}", shown[0])
         change = delta(value_a, value_b)
         columns[2 * i + 1].metric(
             f"{label}, run B #{b.id}",
-            show(value_b),
+            shown[1],
             delta=None if change == DASH else change,
         )
 
@@ -161,7 +176,7 @@ def run_charts(diagnosis: StoredDiagnosis, per_position: bool = True) -> None:
         and _chart(charts.per_position_chart(metrics), words.per_position_note(diagnosis)),
         _chart(charts.acceptance_chart(metrics)),
         _chart(charts.accept_length_chart(metrics)),
-        _chart(charts.tok_s_chart(metrics), words.double_note(diagnosis.server)),
+        _chart(charts.tok_s_chart(metrics)),  # an API double's cost: the banner says it once
     ]
     if not any(drawn):
         st.info("This diagnosis has no numbers to chart.")
@@ -173,7 +188,7 @@ def _chart(chart: Any, note: str | None = None) -> bool:
         return False
     st.altair_chart(chart, width="stretch")
     if note:
-        st.caption("ℹ️ " + md_escape(note))
+        st.caption(f"{icons.NOTE} " + md_escape(note))
     return True
 
 
@@ -191,7 +206,7 @@ def progress_panel(run_id: int, poll_every: float | None, shown_status: str) -> 
             return
         if view.outdated(shown_status):
             st.rerun()
-        st.markdown(f"**{md_escape(status_label(view.status))}**")
+        st.markdown(f"**{status_label(view.status)}**")
         st.progress(view.percent, text=md_escape(view.message) or None)
         if view.timing:
             st.caption(md_escape(view.timing))

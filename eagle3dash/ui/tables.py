@@ -22,7 +22,7 @@ from eagle3dash.diagnosis.stored import (
     StoredSide,
 )
 from eagle3dash.diagnosis.stored_run import StoredRun
-from eagle3dash.engine import ServerReport
+from eagle3dash.engines.seam import ServerReport
 from eagle3dash.jobs import JobRow
 from eagle3dash.layout import Tap, bracketed, describe_tap, format_layout
 from eagle3dash.ui.fmt import (
@@ -33,14 +33,14 @@ from eagle3dash.ui.fmt import (
     page_url,
     pct,
     ratio,
-    status_label,
     when,
 )
-from eagle3dash.ui.provenance import trainer_rows
+from eagle3dash.ui.provenance import format_name, trainer_rows
 from eagle3dash.ui.words import (
     engine_name,
     engine_words,
     run_verdict,
+    server_rows,
     slot_word,
     source_words,
     taps_words,
@@ -49,7 +49,7 @@ from eagle3dash.ui.words import (
 METRIC_COLUMNS = ("source", "name", "step", "request", "value")
 SIDES = ("training", "serving")
 
-# The key columns first (they fit 1400 px without scrolling), the rest after.
+# The key columns first (they fit 1400 px without scrolling), the rest after (hidden).
 RUNS_COLUMNS = (
     "open",
     "run",
@@ -116,13 +116,13 @@ def runs_frame(runs: Iterable[StoredRun], base_url: str = "") -> pd.DataFrame:
             {
                 "open": page_url(base_url, "run", run=r.id),
                 "run": r.id,
-                "status": status_label(r.status),
+                "status": r.status or DASH,
                 "checkpoint": checkpoint_label(r),
                 "verdict": run_verdict(r),
                 "measured": _float(r.measured_accept_length),
                 "sim training": _float(r.sim_accept_training),
                 "sim serving": _float(r.sim_accept_serving),
-                "speedup": _float(r.speedup),
+                "speedup": ratio(r.speedup, r.speedup_noise),
                 "tok/s": _float(r.tok_s),
                 "findings": r.finding_ids or DASH,
                 "endpoint": r.endpoint_url or DASH,
@@ -253,7 +253,11 @@ def sides_frame(diagnosis: StoredDiagnosis) -> pd.DataFrame:
             na,
             num(None if baseline is None else baseline.output_tok_s_aggregate, 1),
         ),
-        ("speedup vs baseline", na, ratio(None if speedup is None else speedup.speedup)),
+        (
+            "speedup vs baseline",
+            na,
+            ratio(*((None, None) if speedup is None else (speedup.speedup, speedup.speedup_noise))),
+        ),
     ]
     return pd.DataFrame(rows, columns=["quantity", "training", "serving"])
 
@@ -334,7 +338,7 @@ def checkpoint_summary(report: StoredCheckpoint | None) -> pd.DataFrame:
     r, count = report.spec, report.param_count
     ids = r.aux_layer_ids
     rows = [
-        ("format", r.format),
+        ("format", format_name(r.format)),
         ("path", report.path),
         ("weight files", ", ".join(report.files) or DASH),
         ("hidden (draft / target)", _pair(r.hidden_size, r.target_hidden_size)),
@@ -357,38 +361,17 @@ def checkpoint_summary(report: StoredCheckpoint | None) -> pd.DataFrame:
 
 
 def server_summary(server: ServerReport | None) -> pd.DataFrame:
-    """A probe's ServerReport as (setting, value) text rows, speculative settings included."""
+    """A probe's ServerReport as (setting, value) text rows, speculative settings included: the
+    same rows as the CLI's probe (`words.server_rows`), each engine's own."""
     if server is None:
         return pd.DataFrame(columns=["setting", "value"])
-    s, spec = server, server.speculative
     rows: list[tuple[str, Any]] = [
-        ("url", s.url),
-        (f"{engine_name(s)} version", s.version),
-        ("model", s.model_path),
-        ("served model name", s.served_model_name),
-        ("architectures", ", ".join(s.architectures or []) or None),
-        ("tp size", s.tp_size),
-        ("dtype", s.dtype),
-        ("quantization", s.quantization),
-        ("attention backend", s.attention_backend),
-        ("device", s.device),
-        ("speculative algorithm", spec.algorithm if spec else "none"),
-    ]
-    if spec:
-        rows += [
-            ("draft model path", spec.draft_model_path),
-            ("draft steps (num_steps)", spec.num_steps),
-            ("eagle_topk", spec.eagle_topk),
-            ("num_draft_tokens", spec.num_draft_tokens),
-            ("draft quantization", spec.draft_quantization),
-        ]
-    rows += [
-        ("--enable-return-hidden-states", s.enable_return_hidden_states),
-        ("aux hidden state layer ids", s.return_aux_hidden_state_layer_ids),
-        ("CUDA graph disabled", s.disable_cuda_graph),
-        ("radix cache disabled", s.disable_radix_cache),
-        ("server's avg accept length (since start)", s.avg_spec_accept_length),
-        ("healthy", s.healthy),
+        ("url", server.url),
+        ("engine", engine_words(server)),
+        ("model", server.model_path),
+        ("served model name", server.served_model_name),
+        ("architectures", ", ".join(server.architectures or []) or None),
+        *server_rows(server),
     ]
     return pd.DataFrame(
         [(k, DASH if v is None else str(v)) for k, v in rows], columns=["setting", "value"]
@@ -408,8 +391,9 @@ _HEADLINES = (
 )
 
 
-def _headline(key: str, value: Any, digits: int) -> str:
-    return ratio(value) if key == "speedup" else num(value, digits)
+def _headline(run: StoredRun, key: str, digits: int) -> str:
+    value = getattr(run, key)
+    return ratio(value, run.speedup_noise) if key == "speedup" else num(value, digits)
 
 
 def _engine_of(diagnosis: StoredDiagnosis | None) -> str:
@@ -441,8 +425,8 @@ def compare_frame(a: StoredRun, b: StoredRun) -> pd.DataFrame:
         rows.append(
             (
                 label,
-                _headline(key, getattr(a, key), digits),
-                _headline(key, getattr(b, key), digits),
+                _headline(a, key, digits),
+                _headline(b, key, digits),
                 delta(getattr(a, key), getattr(b, key), digits),
             )
         )

@@ -8,10 +8,13 @@ from collections.abc import Sequence
 import streamlit as st
 
 from eagle3dash.diagnosis.stored import StoredDiagnosis, finding_from_row
+from eagle3dash.engines.seam import ServerReport
 from eagle3dash.findings import Finding
+from eagle3dash.noise import NOISE_SE
+from eagle3dash.severity import Severity
 from eagle3dash.store import get_findings
-from eagle3dash.ui import words
-from eagle3dash.ui.fmt import is_missing, md_escape, num, ratio, severity_color
+from eagle3dash.ui import icons, words
+from eagle3dash.ui.fmt import STATUS_ICONS, is_missing, md_escape, num, ratio, severity_color
 from eagle3dash.ui.home import get_store
 
 
@@ -25,18 +28,14 @@ def verdict_banner(diagnosis: StoredDiagnosis) -> None:
     status = verdict.status
     root = verdict.root_cause
     if root is not None:
-        st.error(sentence, icon="🛑")
-        fix = words.fix_line(root)
-        if fix is not None:
-            where, line = fix
-            st.caption(md_escape(f"The fix, to copy ({where}):"))
-            st.code(line, language=None, wrap_lines=True)
+        st.error(sentence, icon=Severity.CRITICAL.icon)
+        fix_to_paste(root, diagnosis.server, prose=True)
     elif status == "healthy":
-        st.success(sentence, icon="✅")
+        st.success(sentence, icon=icons.OK)
     elif status == "problem":
-        st.warning(sentence, icon="⚠️")
+        st.warning(sentence, icon=Severity.WARNING.icon)
     else:
-        st.info(sentence, icon="➖")
+        st.info(sentence, icon=icons.NOT_CHECKED)
     steps = diagnosis.steps or "?"
     columns = st.columns(4)
     columns[0].metric(
@@ -62,18 +61,39 @@ def verdict_banner(diagnosis: StoredDiagnosis) -> None:
             column.caption("Not evaluated: " + md_escape(side.capture_error))
     columns[3].metric(
         "Speedup vs baseline",
-        ratio(verdict.speedup),
-        help="The endpoint's output tok/s over the baseline's (the target without speculation).",
+        ratio(verdict.speedup, verdict.speedup_noise),
+        help="The endpoint's output tok/s over the baseline's (the target without speculation), "
+        f"± {NOISE_SE:g} standard errors of both benchmarks' per-request tok/s, measured in "
+        "alternating waves.",
     )
     double = words.double_note(diagnosis.server)
     if double:
-        st.caption("ℹ️ " + md_escape(double))
+        st.caption(f"{icons.NOTE} " + md_escape(double))
     for item in diagnosis.not_checked:
-        st.info("Not checked: " + md_escape(words.not_checked_text(item, "app")), icon="➖")
+        st.info(
+            "Not checked: " + md_escape(words.not_checked_text(item, "app")),
+            icon=icons.NOT_CHECKED,
+        )
 
 
-def findings_list(findings: Sequence[Finding], compact: bool = False) -> None:
-    """Each finding: severity badge, title, evidence, fix (as copyable text)."""
+def fix_to_paste(finding: Finding, server: ServerReport | None, prose: bool = False) -> None:
+    """A finding's fix block (a complete JSON object or command: `words.fix_block`) with what to
+    do beside it, never inside; `prose`: the fix's words too, where no block can be made."""
+    block = words.fix_block(finding, server)
+    if block is None:
+        if prose and finding.fix:
+            st.markdown("Fix: " + md_escape(finding.fix))
+        return
+    beside = f"The fix, to paste. {block.where}" + (f" {block.note}." if block.note else "")
+    st.caption(md_escape(beside))
+    st.code(block.code, language=block.language, wrap_lines=True)
+
+
+def findings_list(
+    findings: Sequence[Finding], compact: bool = False, server: ServerReport | None = None
+) -> None:
+    """Each finding: severity badge, title, evidence, the fix in words and, when it has one, its
+    block to paste (`server`: the endpoint's report, for the command that serves its model)."""
     if not findings:  # the verdict says whether that is healthy or only what was checked
         st.caption("No findings.")
         return
@@ -90,16 +110,20 @@ def findings_list(findings: Sequence[Finding], compact: bool = False) -> None:
                     st.caption("Fix: " + md_escape(fix))
                 continue
             if evidence:
-                st.markdown("Evidence: " + md_escape(evidence))
+                lead, numbers = words.evidence_parts(evidence)
+                st.markdown("Evidence: " + md_escape(lead))
+                if numbers:
+                    with st.expander("The numbers behind it"):
+                        st.markdown(md_escape(numbers))
             if fix:
-                st.markdown("Fix:")
-                st.code(str(fix), language=None, wrap_lines=True)
+                st.markdown("Fix: " + md_escape(fix))
+                fix_to_paste(f, server)
 
 
 def diagnosis_warnings(diagnosis: StoredDiagnosis) -> None:
     """The diagnosis's warnings (what it could do only in part)."""
     for item in diagnosis.warnings:
-        st.warning(md_escape(item), icon="⚠️")
+        st.warning(md_escape(item), icon=Severity.WARNING.icon)
 
 
 def stored_findings(run_id: int) -> list[Finding]:
@@ -128,6 +152,6 @@ def stopped_notice(status: str, reason: str | None) -> None:
     """Why a run has no results: a failure in red, a cancel said neutrally."""
     text = md_escape(words.stopped_text(status, reason))
     if status == "cancelled":
-        st.info(text, icon="⏹️")
+        st.info(text, icon=STATUS_ICONS["cancelled"])
     else:
-        st.error(text, icon="❌")
+        st.error(text, icon=STATUS_ICONS["failed"])

@@ -18,6 +18,7 @@ import streamlit as st
 
 from eagle3dash.errors import InputError
 from eagle3dash.text import ascii_int
+from eagle3dash.ui import icons
 from eagle3dash.ui.fmt import md_escape, page_url
 
 RUN_PAGE = "views/run.py"
@@ -56,7 +57,7 @@ def text_table(frame: pd.DataFrame) -> None:
 
 def show_error(error: BaseException) -> None:
     """An InputError's message (no traceback)."""
-    st.error(md_escape(str(error)), icon="🚫")
+    st.error(md_escape(str(error)), icon=icons.REFUSED)
 
 
 def query_int(name: str) -> tuple[int | None, str | None]:
@@ -83,6 +84,6 @@ def guard(fn, *args: Any, **kwargs: Any) -> Any:
         st.error(
             f"Something unexpected went wrong ({md_escape(type(e).__name__)}): a bug in "
             "eagle3dash, not in your input. The details are in the app's log.",
-            icon="🚫",
+            icon=icons.REFUSED,
         )
         return None

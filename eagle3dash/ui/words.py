@@ -10,20 +10,23 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from eagle3dash.diagnosis.options import SCHEMA
 from eagle3dash.diagnosis.result import NotChecked
 from eagle3dash.diagnosis.stored import StoredDiagnosis
 from eagle3dash.diagnosis.stored_run import StoredRun
-from eagle3dash.engine import VLLM, ServerReport
+from eagle3dash.engines.rules import EngineWords
+from eagle3dash.engines.rules import words as engine_words_of
+from eagle3dash.engines.seam import VLLM, ServerReport
+from eagle3dash.engines.sglang.rules import eagle_config_json
 from eagle3dash.findings import Finding
 from eagle3dash.identity import DraftIdentity
 from eagle3dash.jobs import BusyServer
 from eagle3dash.layout import Layout, describe_layout
 from eagle3dash.noise import MATERIAL_ACCEPT_LENGTH
 from eagle3dash.profile import FormatRow, NotProfiled, Profile, Recommendation, TemperatureRow
-from eagle3dash.sglang_rules import eagle_config_json
 from eagle3dash.ui.fmt import DASH, md_escape, num
 
 SOURCE_WORDS = {
@@ -31,8 +34,11 @@ SOURCE_WORDS = {
     "declared": "declared by you (training layout option)",
     "layout-detective": "measured: the layout detective, from the tensors",
     "config": "assumed from the config",
+    "run-record": "the training run's record of its capture ids, under the trainer's convention",
     "observed": "observed: each served slot matched to the target's taps",
     "matched-to-dump": "observed: served slots matched to the training dump by scale",
+    "acceptance-matched": "inferred from the measured acceptance: the layout whose simulated "
+    "acceptance per draft position matches what the server measured",
     "predicted": "assumed: {engine}'s rules for this version",
 }
 
@@ -54,8 +60,34 @@ def taps_words(layout: Layout | None, num_layers: int | None) -> str:
     return describe_layout(layout, num_layers) if layout else DASH
 
 
+# A check that did not run, in words, by its stored id (diagnosis/stages.py's NotChecked).
+CHECK_WORDS = {
+    "training-side": "the training side",
+    "serving-taps": "which taps the server feeds",
+    "serving-states": "the states the server feeds the draft",
+    "speedup": "the speedup",
+    "draft-identity": "whether the endpoint serves this draft",
+    "profile-benchmark": "part of the acceptance profile",
+}
+_PROFILE_CAPTURE = re.compile(r"profile-(.+)-capture")
+
+
+def check_words(checks: Sequence[str]) -> str:
+    """The checks that did not run, in words: 'the training side, which taps the server feeds'
+    (a profile's capture by its prompt format; an id stored by a later version as words)."""
+    said = []
+    for check in checks:
+        capture = _PROFILE_CAPTURE.fullmatch(check)
+        if capture:
+            said.append(f"the capture of the {capture[1]} prompts")
+        else:
+            said.append(CHECK_WORDS.get(check, check.replace("-", " ").replace("_", " ")))
+    return ", ".join(said)
+
+
 def not_checked_text(item: NotChecked | NotProfiled, interface: str = "app") -> str:
-    """One 'not checked' item with the one action that enables it, in the interface's terms."""
+    """One 'not checked' item with the error that stopped it (when one did) and the one action
+    that enables it, in the interface's terms: everything it rests on, in one place."""
     option = SCHEMA.get(item.option or "")
     if option is not None:
         how = (
@@ -64,7 +96,8 @@ def not_checked_text(item: NotChecked | NotProfiled, interface: str = "app") -> 
         action = f"{how} ({item.action})" if item.action else how
     else:
         action = item.action or ""
-    return f"{item.reason}: {action}" if action else item.reason
+    why = f"{item.reason} ({item.error})" if item.error else item.reason
+    return f"{why}: {action}" if action else why
 
 
 # How a claim is known (eagle3dash/evidence_levels.py), in words.
@@ -72,7 +105,9 @@ EVIDENCE_WORDS = {
     "observed": "observed",
     "training-dump": "from the training dump",
     "declared": "declared by you",
+    "recorded": "recorded by the training run",
     "detective": "inferred by the layout detective",
+    "acceptance": "inferred from the measured acceptance",
     "predicted": "predicted from {engine}'s rules, not checked",
     "assumed": "assumed from the config, not checked",
     "not-checked": "not checked",
@@ -151,33 +186,128 @@ def healthy_lines(diagnosis: StoredDiagnosis) -> list[str]:
     return lines
 
 
-def fix_line(finding: Finding) -> tuple[str, str] | None:
-    """The fix's one line to copy, and where it goes: the dual-key config for SGLang and vLLM,
-    else the top-level key (vLLM), else the eagle_config edit for the draft's config.json (on the
-    SGLang version it holds on), else a server flag, else the fix's first sentence."""
+@dataclass(frozen=True)
+class FixBlock:
+    """A fix to paste: a complete JSON object for the draft's config.json, or a complete command
+    that serves the model with the fix's flags; the prose that goes beside it, never in it."""
+
+    where: str  # where it goes and what to do with it (shown beside the block)
+    code: str  # what to paste, nothing else
+    language: str  # "json" | "bash"
+    note: str | None = None  # what its values mean ("-1 = the embedding output")
+
+
+# A server flag in a fix's words, with its value when it has one: a number, a path, a hub id, a
+# quoted JSON object, or one of the engines' mode words.
+_VALUE = r"(?:'[^']*'|\d[\w.]*|[/~][^\s,;)]*|[\w.-]+/[^\s,;)]+|full|last|unquant|true|false)"
+_FLAGS = re.compile(rf"--[a-z][a-z0-9-]+(?: {_VALUE})?(?: --[a-z][a-z0-9-]+(?: {_VALUE})?)*")
+EMBEDDING_NOTE = "-1 = the embedding output"
+
+
+def fix_block(finding: Finding, server: ServerReport | None = None) -> FixBlock | None:
+    """The fix to paste: the dual-key config for SGLang and vLLM, else the top-level key (vLLM),
+    else the eagle_config entry (SGLang), each a complete JSON object; else the whole command
+    that serves the model with the fix's flags over the server's speculative ones (when the
+    server's model is known); None when the fix is prose only."""
     data = finding.data or {}
     dual = data.get("dual_key")
     if dual:
-        return "in the draft's config.json, for SGLang and vLLM alike", json.dumps(dual)[1:-1]
+        nested = dual.get("eagle_config", {}).get("eagle_aux_hidden_state_layer_ids") or []
+        where = "Merge into the draft's config.json, for SGLang and vLLM alike."
+        return FixBlock(where, json.dumps(dual), "json", _embedding_note(nested))
     top = data.get("top_level_ids")
     if top is not None:
         version = data.get("vllm_version")
-        where = "at the top level of the draft's config.json" + (
-            f", served by vLLM {version}" if version else ""
+        where = "Merge into the draft's config.json (its top level)" + (
+            f", served by vLLM {version}." if version else "."
         )
-        return where, '"eagle_aux_hidden_state_layer_ids": ' + json.dumps(top)
+        return FixBlock(where, json.dumps({"eagle_aux_hidden_state_layer_ids": top}), "json")
     ids = data.get("config_ids")
     if ids is not None:
         version = data.get("sglang_version")
-        where = "in the draft's config.json" + (f", served by SGLang {version}" if version else "")
-        return where, eagle_config_json(ids)
-    fix = finding.fix or ""
-    # A flag and its value when it has one (a number, or one of SGLang's mode words).
-    flag = re.search(r"--[a-z][a-z0-9-]+(?: (?:\d[\w.]*|full|last|unquant|true|false)\b)?", fix)
-    if flag:
-        return "on the server's command line", flag.group(0).rstrip(".")
-    first = fix.split(". ")[0].rstrip(".")
-    return ("what to do", first) if first else None
+        where = "Merge into the draft's config.json" + (
+            f", served by SGLang {version}." if version else "."
+        )
+        code = "{" + eagle_config_json(ids) + "}"
+        return FixBlock(where, code, "json", _embedding_note(ids))
+    flags = _FLAGS.search(finding.fix or "")
+    return None if flags is None else command_block(flags.group(0), server)
+
+
+def command_block(flags: str, server: ServerReport | None) -> FixBlock | None:
+    """The whole command that serves the server's model with these flags over its speculative
+    ones; None when the server's model is not known (no command can be made whole)."""
+    if server is None or not server.model_path:
+        return None
+    command = server_words(server).launch_command(
+        server.model_path, _with_speculation(flags, server)
+    )
+    where = "Restart the server with this command, adding your own other flags (port, parallelism)."
+    return FixBlock(where, command, "bash")
+
+
+CONFIG_FIX_KEYS = ("dual_key", "top_level_ids", "config_ids")  # a fix that edits config.json
+
+
+def config_fix(findings: Sequence[Finding], root: Finding | None) -> Finding | None:
+    """The finding whose fix edits the draft's config.json: the verdict's root cause when it
+    does, else the first critical or warning one that does; None when none does."""
+    ranked = [root] if root is not None else []
+    ranked += [f for f in findings if f.severity in ("critical", "warning")]
+    return next(
+        (f for f in ranked if any((f.data or {}).get(k) is not None for k in CONFIG_FIX_KEYS)),
+        None,
+    )
+
+
+def layout_issue(finding: Finding, problems: bool) -> str:
+    """What the Checkpoint tab says when the run's fix edits this checkpoint's config: its files
+    are read (with the problems listed above, if any), and its layout is the issue."""
+    files = (
+        "Its files are readable, with the problems above"
+        if problems
+        else "The checkpoint's files are readable: its config and weights load as they are"
+    )
+    return (
+        f"{files}. Its layout is the issue: {finding.title.rstrip('.')} ({finding.id}). The fix "
+        "edits its config.json: see the fix under the verdict."
+    )
+
+
+def _embedding_note(ids: Sequence[int]) -> str | None:
+    """SGLang's id -1, when the ids hold it: the embedding output (the tap before block 0)."""
+    return EMBEDDING_NOTE if -1 in ids else None
+
+
+def _with_speculation(flags: str, server: ServerReport) -> str:
+    """The fix's flags after the server's speculative ones (a flag of the fix replaces the same
+    flag of the server's), so the command keeps serving its draft."""
+    spec = server.speculative
+    words = server_words(server)
+    base = (
+        words.speculation_flags(spec.draft_model_path, spec.num_steps or 3)
+        if spec is not None and spec.draft_model_path
+        else ""
+    )
+    merged = dict(_flag_pairs(base))
+    merged.update(_flag_pairs(flags))
+    return " ".join(flag if value is None else f"{flag} {value}" for flag, value in merged.items())
+
+
+def _flag_pairs(flags: str) -> list[tuple[str, str | None]]:
+    """'--a 1 --b --c x' as [('--a', '1'), ('--b', None), ('--c', 'x')], quoted values kept."""
+    pairs: list[tuple[str, str | None]] = []
+    for token in re.findall(r"'[^']*'|\S+", flags):
+        if token.startswith("--"):
+            pairs.append((token, None))
+        elif pairs and pairs[-1][1] is None:
+            pairs[-1] = (pairs[-1][0], token)
+    return pairs
+
+
+def server_words(server: ServerReport) -> EngineWords:
+    """How the server's engine is told things (its flags and launcher)."""
+    return engine_words_of(server.engine)
 
 
 def _first_warning(diagnosis: StoredDiagnosis) -> str | None:
@@ -201,7 +331,7 @@ def verdict_sentence(diagnosis: StoredDiagnosis) -> str:
     head = "No critical problem found in what was checked"
     if warning:
         head += f"; warning: {warning.rstrip('.')}"
-    return head + (f"; not checked: {', '.join(missing)}." if missing else ".")
+    return head + (f"; not checked: {check_words(missing)}." if missing else ".")
 
 
 def stopped_text(status: str, reason: str | None) -> str:
@@ -213,28 +343,46 @@ def stopped_text(status: str, reason: str | None) -> str:
 
 
 def run_verdict(run: StoredRun) -> str:
-    """A run's verdict in the Runs table, by its status: the root cause or the worst warning
-    (never an info note), what was not checked, or healthy; for a run without a diagnosis, how
-    it ended."""
+    """A run's verdict in the Runs table, in words that open with how bad it is (a table cell
+    draws no icon): the root cause or the worst warning (never an info note), what was not
+    checked, or healthy; for a run without a diagnosis, how it ended."""
     status, verdict = run.status, run.verdict
     if verdict is not None:
         if verdict.root_cause is not None:
-            return f"🛑 {verdict.root_cause.title}"
+            return f"critical: {verdict.root_cause.title}"
         missing = verdict.not_checked
         # problems_found counts warnings and worse only, so the worst finding is one of them.
         worst = run.worst_finding_title if verdict.problems_found else None
         state = verdict.status
         if state == "healthy":
-            return "✅ healthy: every check ran and found nothing at warning or worse"
+            return "healthy: every check ran and found nothing at warning or worse"
         if state == "problem":
-            return f"⚠️ {worst or 'warnings: see the run'}"
-        head = f"⚠️ {worst}" if worst else "➖ no critical problem in what was checked"
-        return head + (f" (not checked: {', '.join(missing)})" if missing else "")
+            return f"warning: {worst or 'see the run'}"
+        head = (
+            f"warning: {worst}" if worst else "incomplete: no critical problem in what was checked"
+        )
+        return head + (f" (not checked: {check_words(missing)})" if missing else "")
     if status == "failed":
         return f"failed: {(run.error or 'no reason recorded').splitlines()[0]}"
     if status == "cancelled":
         return "cancelled"
     return DASH
+
+
+# Where a finding's evidence text ends its first sentence: a full stop before a capital (not
+# "0.5.23", "e.g. x" or "(+1). training"), or its first semicolon.
+_FIRST_SENTENCE_END = re.compile(r"(?<=\.)\s+(?=[A-Z\[(])|;\s+")
+
+
+def evidence_parts(evidence: str) -> tuple[str, str]:
+    """A finding's evidence as its first sentence and the rest (the numbers), '' when it is one
+    sentence: the page says the first and keeps the rest behind an expander."""
+    text = evidence.strip()
+    end = _FIRST_SENTENCE_END.search(text)
+    if end is None:
+        return text, ""
+    lead = text[: end.start()].rstrip(";")
+    return (lead if lead.endswith(".") else lead + "."), text[end.end() :]
 
 
 IDENTITY_WORDS = {
@@ -258,8 +406,13 @@ SWEEP_RANKING = (
     "Ranked by simulated accept length at the server's draft steps (serving rounds replayed on "
     "the capture's sequences), not by top-1: a runner-up can have the higher top-1 (step-1 "
     "accuracy over the positions scored at the server's draft steps) and still accept fewer "
-    "tokens per round. The sides' numbers above come from their own evaluations, which score "
-    "the positions of the longest chain the run simulates, so their top-1 can differ slightly."
+    "tokens per round."
+)
+# Said only where the sides' table is drawn above the sweep (a run with its diagnosis).
+SIDES_BESIDE_SWEEP = (
+    "The sides' numbers in Training vs serving above come from their own evaluations, which "
+    "score the positions of the longest chain the run simulates, so their top-1 can differ "
+    "slightly."
 )
 
 SLOT_MATCH_CAPTION = (
@@ -363,7 +516,7 @@ def recommendation_text(profile: Profile, diagnosis: StoredDiagnosis | None = No
     current, fastest = rec.current_num_steps, rec.fastest_num_steps
     gain = gain_interval_text(rec)
     root = None if diagnosis is None else diagnosis.verdict.root_cause
-    after = f"After fixing {root.id} the acceptance changes: measure again. " if root else ""
+    after = "After fixing the root cause the acceptance changes: measure again. " if root else ""
     if current is None:
         return f"{after}Recommended: {_steps(n)} ({predicted})."
     if current == n:
@@ -385,17 +538,114 @@ def _steps(n: int) -> str:
 
 
 def engine_words(server: ServerReport | None) -> str:
-    """The serving engine of a server report: 'SGLang 0.5.23', 'vLLM 0.33.0 (V2 runner)';
-    reports stored before engines were told apart are SGLang's (ServerReport.from_dict)."""
+    """The serving engine of a server report: 'SGLang 0.5.23', 'vLLM 0.32.0 (V1 runner)',
+    'vLLM 0.32.0 (runner not known)'; reports stored before engines were told apart are
+    SGLang's (ServerReport.from_dict), before the runner was read, '(V2 runner, assumed)'."""
     if server is None:
         return "unknown engine"
     version = server.version or "(version unknown)"
     if server.engine == VLLM:
         settings = server.vllm
-        runner = ((settings.runner if settings else None) or "v2").upper()
-        said = "" if settings is not None and settings.runner_said else ", assumed"
-        return f"vLLM {version} ({runner} runner{said})"
+        if settings is None or settings.runner is None:
+            return f"vLLM {version} (runner not known)"
+        assumed = ", assumed" if settings.runner_source == "assumed" else ""
+        return f"vLLM {version} ({settings.runner.upper()} runner{assumed})"
     return f"SGLang {version}"
+
+
+def runner_words(server: ServerReport | None) -> str | None:
+    """How a vLLM server's model runner is known, in one line; None on another engine."""
+    settings = server.vllm if server is not None and server.engine == VLLM else None
+    if settings is None:
+        return None
+    if settings.runner is None:
+        return (
+            f"not known ({settings.runner_detail}): each runner's reading is kept and the "
+            "measurements decide; start the server with VLLM_SERVER_DEV_MODE=1 to show it"
+        )
+    how = {
+        "env": "its environment says",
+        "release": "its release says",
+        "feature": "its config needs it",
+        "platform": "its device decides",
+        "config": "its config, nothing turning V2 off",
+        "assumed": "assumed (stored before the runner was read from the server)",
+    }.get(settings.runner_source, settings.runner_source)
+    return f"{settings.runner.upper()}: {how} ({settings.runner_detail})"
+
+
+_HIDDEN_STATES = {"full": "on, every token", "last": "last token only: no capture", None: "off"}
+
+
+def server_rows(server: ServerReport) -> list[tuple[str, object]]:
+    """What a probe shows of a server, as (setting, value) rows: each engine's own settings (no
+    SGLang row on a vLLM server), then its speculative settings."""
+    spec = server.speculative
+    rows: list[tuple[str, object]] = [
+        ("tp / dtype / quantization", f"{server.tp_size} / {server.dtype} / {server.quantization}")
+    ]
+    if server.engine == VLLM:
+        settings = server.vllm
+        rows += [
+            ("device", server.device or "not said"),
+            ("model runner", runner_words(server)),
+            (
+                "dev endpoints (/server_info)",
+                "on" if settings and settings.dev_endpoints else "off",
+            ),
+            (
+                "per-request spec metrics",
+                (settings.per_request_spec_metrics if settings else None) or "not said",
+            ),
+        ]
+    else:
+        rows += [
+            ("attention backend", server.attention_backend),
+            (
+                "return hidden states",
+                f"{_HIDDEN_STATES[server.hidden_states]} (enable_return_hidden_states "
+                f"{server.enable_return_hidden_states}, return_hidden_states_mode "
+                f"{server.return_hidden_states_mode})",
+            ),
+            ("chunked prefill size", server.chunked_prefill_size or "off"),
+            ("CUDA graph disabled", server.disable_cuda_graph),
+            ("radix cache disabled", server.disable_radix_cache),
+        ]
+    rows.append(("healthy", server.healthy))
+    if spec is None:
+        return [*rows, ("speculative algorithm", None)]
+    if server.engine == VLLM:
+        steps = spec.num_steps
+        # without /server_info the steps are the count of /metrics' per-position counters
+        from_metrics = server.vllm is not None and not server.vllm.dev_endpoints
+        rows += [
+            ("speculative method", spec.algorithm.lower() or "on (/metrics counts drafts)"),
+            ("draft", spec.draft_model_path or "not said"),
+            (
+                "num_speculative_tokens",
+                f"{steps}"
+                + (" (counted from /metrics' per-position counters)" if from_metrics else ""),
+            ),
+        ]
+        return rows
+    return [
+        *rows,
+        ("speculative algorithm", spec.algorithm),
+        ("draft", spec.draft_model_path),
+        (
+            "steps / topk / draft tokens",
+            f"{spec.num_steps} / {spec.eagle_topk} / {spec.num_draft_tokens}",
+        ),
+        ("adaptive steps", spec.adaptive),
+        ("draft quantization", spec.draft_quantization),
+        ("server's avg accept length (since start)", server.avg_spec_accept_length),
+    ]
+
+
+def steps_knob(server: ServerReport | None) -> str:
+    """The setting a user of the server's engine knows the draft steps by (SGLang's
+    --speculative-num-steps, vLLM's num_speculative_tokens)."""
+    return engine_words_of(server.engine if server is not None else "sglang").STEPS_KNOB
 
 
 def unsaid_by_server(server: ServerReport | None) -> str | None:
@@ -411,6 +661,11 @@ def unsaid_by_server(server: ServerReport | None) -> str | None:
         missing.append(
             "its draft steps (give num_speculative_tokens of its --speculative-config as "
             "'Draft steps evaluated')"
+        )
+    if server.vllm is not None and server.vllm.runner is None:
+        missing.append(
+            "its model runner (each runner's reading is kept; the measured acceptance picks "
+            "one when the target is given)"
         )
     if not missing:
         return None

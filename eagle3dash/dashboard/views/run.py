@@ -9,7 +9,9 @@ from eagle3dash.diagnosis.stored_run import read_run
 from eagle3dash.ui import (
     data,
     glossary,
+    icons,
     layouts,
+    real_engine,
     reports,
     run_panels,
     tables,
@@ -28,7 +30,7 @@ run_id, bad = widgets.query_int("run")
 if bad is not None:
     st.title("Run")
     st.error(f"{md_escape(bad)} is not a run id: run ids are whole numbers, like ?run=12.")
-    st.page_link(widgets.RUNS_PAGE, label="All runs", icon="📋")
+    st.page_link(widgets.RUNS_PAGE, label="All runs", icon=icons.RUNS)
     st.stop()
 if run_id is None:
     st.title("Run")
@@ -37,14 +39,14 @@ if run_id is None:
     if picked is not None:
         st.query_params["run"] = str(int(picked))
         st.rerun()
-    st.page_link(widgets.RUNS_PAGE, label="All runs", icon="📋")
+    st.page_link(widgets.RUNS_PAGE, label="All runs", icon=icons.RUNS)
     st.stop()
 
 run = read_run(store, run_id)
 if run is None:
     st.title(f"Run #{run_id}")
     st.error(f"There is no run #{run_id} in this home folder ({md_escape(store.home)}).")
-    st.page_link(widgets.RUNS_PAGE, label="All runs", icon="📋")
+    st.page_link(widgets.RUNS_PAGE, label="All runs", icon=icons.RUNS)
     st.stop()
 
 jobs = jobq.read_jobs(store, run_id)
@@ -55,7 +57,7 @@ detections = tables.detections(diagnosis, jobs)
 
 st.title(f"Run #{run_id}")
 st.markdown(
-    f"{md_escape(status_label(view.status))} · checkpoint "
+    f"{status_label(view.status)} · checkpoint "
     f"**{md_escape(tables.checkpoint_label(run))}** · endpoint "
     f"**{md_escape(run.endpoint_url or '—')}**"
     + (f" ({md_escape(words.engine_words(diagnosis.server))})" if diagnosis else "")
@@ -63,6 +65,7 @@ st.markdown(
     + f" · created {md_escape(when(run.created_at))}"
 )
 run_panels.demo_context(run)
+real_engine.real_engine_panel(run, diagnosis)
 run_panels.ran_on(jobs)
 if diagnosis is not None:
     verdict.verdict_banner(diagnosis)
@@ -77,20 +80,23 @@ elif view.status in ("failed", "cancelled"):
 
 if diagnosis is not None:
     st.header("Findings")
-    verdict.findings_list(diagnosis.findings)
+    verdict.findings_list(diagnosis.findings, server=diagnosis.server)
     verdict.diagnosis_warnings(diagnosis)
 
-    st.header("Training vs serving")
+    st.header(
+        "Training vs serving",
+        help=glossary.term_help("taps", "fc slot", "top-1", "sim training / sim serving"),
+    )
     layouts.sides_table(diagnosis)
 
-    st.header("Layer layout")
+    st.header("Layer layout", help=glossary.term_help("taps", "fc slot"))
     layouts.layout_diff(diagnosis)
 elif not view.active:
     verdict.without_diagnosis(verdict.stored_findings(run_id))
 
 if detections:
     st.header("Layout detective")
-    layouts.layout_detectives(detections)
+    layouts.layout_detectives(detections, sides_above=diagnosis is not None)
 
 profile = None if diagnosis is None else diagnosis.profile  # None: --no-profile, or older
 if diagnosis is not None:
@@ -105,7 +111,8 @@ checkpoint_tab, server_tab, logs_tab, export_tab = st.tabs(
 )
 with checkpoint_tab:
     if diagnosis is not None and diagnosis.checkpoint:
-        reports.checkpoint_report(diagnosis.checkpoint)
+        fix = words.config_fix(diagnosis.findings, diagnosis.verdict.root_cause)
+        reports.checkpoint_report(diagnosis.checkpoint, fix)
     elif run.checkpoint_id is not None:
         reports.registered_checkpoint_report(db.get_checkpoint(store, run.checkpoint_id))
     else:

@@ -8,7 +8,7 @@ from eagle3dash.diagnosis.stored import load_checkpoint_report
 from eagle3dash.diagnosis.stored_run import read_runs
 from eagle3dash.errors import InputError
 from eagle3dash.submit import submit_diagnosis
-from eagle3dash.ui import inputs, newrun, probe_panel, reports, tables, widgets
+from eagle3dash.ui import inputs, newrun, paths, probe_panel, reports, tables, widgets
 from eagle3dash.ui.fmt import md_escape
 from eagle3dash.ui.home import get_store, read_only_notice
 from eagle3dash.ui.newrun import BUILTIN, PATH, PROMPT_FILE, REGISTERED
@@ -129,8 +129,8 @@ with st.expander("Options", expanded=False):
 
 # Submit.
 submit = st.button("Run the diagnosis", type="primary", key="submit")
-newrun.demo_banner(demo_slot)
-if submit:
+refilled = newrun.demo_banner(demo_slot)  # a click that cut a fill short: its values are old
+if submit and not refilled:
     try:
         if endpoint.strip() and probe is None:
             raise InputError("the endpoint did not answer a probe; fix the URL or the server first")
@@ -139,13 +139,13 @@ if submit:
                 "give a valid JSONL prompt file (on this machine or uploaded), or choose a "
                 "built-in prompt set"
             )
-        newrun.check_typed_paths(values)
+        paths.check_typed_paths(values)
         options = DiagnoseOptions.parse(values)
         if source == PATH:  # registered once everything else checks out
             checkpoint_id, _ = register_path(
                 store, options.draft, draft_config=options.draft_config
             )
-        run_id = submit_diagnosis(store, checkpoint_id, options)
+        run_id = submit_diagnosis(store, checkpoint_id, options, newrun.run_labels(options))
     except InputError as e:
         widgets.show_error(e)
     else:

@@ -4,7 +4,18 @@ columns) with their change, each side's layout and accuracy from each run's diag
 import streamlit as st
 
 from eagle3dash.diagnosis.stored_run import read_run
-from eagle3dash.ui import charts, compare, layouts, live, run_panels, tables, verdict, widgets
+from eagle3dash.ui import (
+    charts,
+    compare,
+    glossary,
+    icons,
+    layouts,
+    live,
+    run_panels,
+    tables,
+    verdict,
+    widgets,
+)
 from eagle3dash.ui.fmt import md_escape
 from eagle3dash.ui.home import get_store
 
@@ -28,7 +39,7 @@ if (pick_a, pick_b) != (a, b) and st.button("Compare", key="compare_go"):
 
 if a is None or b is None:
     st.info("Pick two runs (their ids are on the Runs page), or open ?a=<id>&b=<id>.")
-    st.page_link(widgets.RUNS_PAGE, label="All runs", icon="📋")
+    st.page_link(widgets.RUNS_PAGE, label="All runs", icon=icons.RUNS)
     st.stop()
 
 found = {"A": read_run(store, a), "B": read_run(store, b)}
@@ -59,7 +70,7 @@ for column, (key, run) in zip(columns, runs.items(), strict=True):
         )
         st.markdown("**Findings**")
         verdict.findings_list(verdict.stored_findings(run.id), compact=True)
-        st.markdown("**Layer layout**")
+        st.markdown("**Layer layout**", help=glossary.term_help("taps", "fc slot"))
         diagnosis = run.diagnosis()
         if diagnosis is not None:
             layouts.slots_table(diagnosis, compact=True)

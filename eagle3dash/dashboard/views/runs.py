@@ -7,7 +7,7 @@ import streamlit as st
 from eagle3dash import store as db
 from eagle3dash.diagnosis.stored_run import read_runs
 from eagle3dash.jobs import STATUSES
-from eagle3dash.ui import live, run_panels, tables, widgets, words
+from eagle3dash.ui import icons, live, run_panels, tables, widgets, words
 from eagle3dash.ui.fmt import md_escape
 from eagle3dash.ui.home import get_store
 
@@ -26,7 +26,7 @@ def runs_page() -> None:
             "target and drafts that reproduce the slow-serving incident): its runs appear here "
             "as they are queued, without a reload."
         )
-        st.page_link(widgets.NEW_RUN_PAGE, label="Start a new run", icon="➕")
+        st.page_link(widgets.NEW_RUN_PAGE, label="Start a new run", icon=icons.NEW_RUN)
         st.caption("Home folder: " + md_escape(store.home))
         return
 
@@ -46,7 +46,7 @@ def runs_page() -> None:
     offset = (int(page) - 1) * PAGE_SIZE
     read = read_runs(store, limit=PAGE_SIZE, offset=offset, status=status_filter, search=search)
     for problem in read.unreadable:
-        st.error(md_escape(str(problem)), icon="🚫")
+        st.error(md_escape(str(problem)), icon=icons.REFUSED)
     rows = read.runs
     if not rows:
         if not read.unreadable:
@@ -57,7 +57,7 @@ def runs_page() -> None:
     st.caption(f"Runs {offset + 1}–{offset + shown} of {total:,} (page {page} of {pages})")
     run_panels.runs_table(rows)
     for note in words.runs_double_note(rows):
-        st.caption("ℹ️ " + md_escape(note))
+        st.caption(f"{icons.NOTE} " + md_escape(note))
 
     labels = {r.id: tables.run_label(r) for r in rows}
     picked = st.multiselect(

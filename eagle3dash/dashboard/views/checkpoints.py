@@ -4,7 +4,7 @@ start a new run with one, remove (after a confirmation)."""
 import streamlit as st
 
 from eagle3dash import store as db
-from eagle3dash.ui import inputs, matrix, newrun, reports, widgets
+from eagle3dash.ui import inputs, matrix, newrun, paths, reports, widgets
 from eagle3dash.ui.fmt import md_escape, when
 from eagle3dash.ui.home import get_store, read_only_notice
 from eagle3dash.uploads import register_path
@@ -22,7 +22,7 @@ if not read_only:
         path = st.text_input("Checkpoint folder (or its config.json)", key="register_path")
         if st.button("Register", key="register_go", disabled=not path.strip()):
             result = widgets.guard(
-                lambda: register_path(store, newrun.inside_roots(path, "Checkpoint folder"))
+                lambda: register_path(store, paths.inside_roots(path, paths.CHECKPOINT_LABEL))
             )
             if result is not None:
                 st.session_state["checkpoints_notice"] = f"Registered checkpoint #{result[0]}"
