@@ -7,7 +7,7 @@ export EAGLE3DASH_HOME ?= $(CURDIR)/.eagle3dash
 # browser session for EAGLE3DASH_TOKEN (eagle3dash/ui/access.py).
 BIND ?= 127.0.0.1
 
-.PHONY: install browser test lint typecheck run bench
+.PHONY: install browser vllm test lint typecheck run bench
 
 $(STAMP): requirements.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -17,16 +17,39 @@ $(STAMP): requirements.txt
 
 install: $(STAMP)
 
-# Debian's chromium for the browser tests (Playwright drives it; no browser download). Installing
-# it needs root and apt; without them this says so and `make test` goes on: the browser tests skip.
+# Debian's chromium for the browser tests (Playwright drives it; no browser download), and the
+# fonts its pages and screenshots need: DejaVu for symbols (arrows, ±, ≥) and Noto Color Emoji
+# for any emoji a user's text holds (the app draws none: tests/test_browser_pages.py fails on a
+# glyph no installed font has). Installing them needs root and apt; without them this says so
+# and `make test` goes on: the browser tests skip.
 CHROMIUM := /usr/bin/chromium
+BROWSER_PACKAGES := chromium fonts-dejavu-core fonts-noto-color-emoji
 browser:
-	@if [ -x $(CHROMIUM) ]; then :; \
+	@if [ -x $(CHROMIUM) ] && fc-list | grep -q NotoColorEmoji; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(BROWSER_PACKAGES); \
 	else \
-	  echo "browser: no $(CHROMIUM), and installing it needs root and apt: browser tests skip"; \
+	  echo "browser: no $(CHROMIUM) or its fonts, and installing them needs root and apt: browser tests skip"; \
 	fi
+
+# The real-engine lane (tests/test_real_vllm.py): vLLM's CPU build in a venv of its own, since it
+# pins its own transformers. The index's torchvision, torchaudio and torchcodec are CUDA builds that
+# break `import vllm` here, so they go. Where it cannot be installed, this says so and `make test`
+# goes on: the lane's tests skip, saying why (EAGLE3DASH_VLLM_VENV names another venv).
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed-$(shell sha1sum requirements-vllm.txt | cut -c1-12)
+
+$(VLLM_STAMP): requirements-vllm.txt
+	test -x $(VLLM_VENV)/bin/python || python3 -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --disable-pip-version-check -r requirements-vllm.txt
+	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -c "import vllm"
+	rm -f $(VLLM_VENV)/.installed-*
+	touch $(VLLM_STAMP)
+
+vllm:
+	@$(MAKE) --no-print-directory $(VLLM_STAMP) || \
+	  echo "vllm: $(VLLM_VENV) could not be installed (above): the real-vLLM tests skip"
 
 lint: install
 	$(PY) -m ruff check .
@@ -40,18 +63,16 @@ typecheck: install
 # app, the browser), so two overlap on two cores; a worker runs whole modules, and the modules of
 # one heavy world together (tests/conftest.py). TEST_WORKERS=0 runs it in this one process.
 TEST_WORKERS ?= 2
-test: lint typecheck browser
+test: lint typecheck browser vllm
 	$(PY) -m pytest -q -n $(TEST_WORKERS)
 
-# The app serves on :8501 (.streamlit/config.toml) at once, beside one worker that runs the
-# queued diagnoses, two at a time (two jobs never measure one server at once); on first start `demo seed` queues the demo's three runs in the background and
-# serves their endpoints until the worker has run them (the Runs page shows them arriving).
-# JOBS=ray: the worker is a Ray driver on the cluster RAY_ADDRESS names (README, "On a Ray cluster").
+# `eagle3dash app` (eagle3dash/dashboard/launch.py): the app on :8501 at once, beside one worker
+# that runs the queued diagnoses, two at a time (two jobs never measure one server at once); on
+# first start `demo seed` queues the demo's runs and serves their endpoints until the worker has
+# run them (the Runs page shows them arriving). JOBS=ray: the worker is a Ray driver on the
+# cluster RAY_ADDRESS names (docs/ray.md).
 run: install
-	$(if $(JOBS),EAGLE3DASH_JOBS=$(JOBS)) $(PY) -m eagle3dash worker $(if $(filter ray,$(JOBS)),,--slots 2) & worker=$$!; \
-	  $(PY) -m eagle3dash demo seed & seed=$$!; \
-	  trap "kill $$seed $$worker 2>/dev/null" EXIT INT TERM; \
-	  $(VENV)/bin/streamlit run serve.py --server.address $(BIND)
+	$(PY) -m eagle3dash app --bind $(BIND) $(if $(JOBS),--jobs $(JOBS))
 
 # Every CPU benchmark in bench/, each with its defaults (bench/gpu_check.sh is for a GPU machine).
 BENCHES := $(sort $(wildcard bench/*.py))

@@ -32,7 +32,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..sglang_rules import DEFAULT_SGLANG_VERSION
+from eagle3dash.engines.sglang.rules import DEFAULT_SGLANG_VERSION
+
 from .language import CHAT_PREFIX_IDS, PROMPT_COUNT, PROMPT_LENGTH, demo_prompt_rows
 
 __all__ = [
@@ -144,8 +145,9 @@ def deployments(fixtures: str | Path = FIXTURES) -> dict[str, Deployment]:
     """The demo's four deployments; the serving layouts and the fix come from layout.py."""
     from dataclasses import replace
 
+    from eagle3dash.engines.sglang.rules import config_ids_for, serving_layout
+
     from ..checkpoint import inspect
-    from ..sglang_rules import config_ids_for, serving_layout
 
     fixtures = Path(fixtures)
     trained = training_layouts()

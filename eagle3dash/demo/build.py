@@ -260,7 +260,8 @@ def evaluate_format(out: str | Path, max_new_tokens: int = 64) -> dict:
     demo prompt is sent as input_ids, raw and with CHAT_PREFIX_IDS in front. Returns
     {draft: {format: {"accept_length": mean over prompts, "per_category": {category: mean}}}}.
     """
-    from ..sglang_engine import SGLangEngine
+    from eagle3dash.engines.sglang.adapter import SGLangEngine
+
     from ..testing.sglang_double import start_double
     from . import deployments
 
@@ -458,7 +459,7 @@ def build(
     import transformers
 
     record: dict[str, Any] = {
-        "recipe": "research/demo-recipe.md",
+        "recipe": "eagle3dash/demo/build.py (its docstring) and train.py (the hyperparameters)",
         "streams": STREAMS,
         "target": {
             "trained_layers": TARGET["num_layers"],

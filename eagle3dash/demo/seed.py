@@ -16,6 +16,10 @@ the app, so the app answers at once and the Runs page shows the demo runs arrivi
 run at once, as they measure no server in common), while this process keeps
 the doubles serving until they finish; `--worker` runs them in this process instead, for a seed
 without a worker. Then the doubles stop and their endpoints are marked stopped in the store.
+
+`--real-vllm` seeds the same demo on real vLLM servers instead (vLLM's CPU build, `make vllm`;
+`demo/real_vllm.py`): draft A, draft B as shipped and draft B with the fix, each against one
+plain vLLM baseline, every run labelled with what its server said of itself (`real_vllm`).
 """
 
 from __future__ import annotations
@@ -24,18 +28,26 @@ import argparse
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from eagle3dash import jobs as jobq
 from eagle3dash import store as db
 from eagle3dash.demo import DEPLOYMENT_NAMES, MAX_NEW_TOKENS, NUM_PROMPTS, deployments
 from eagle3dash.diagnosis.stored import StoredDiagnosis, load_diagnosis
 
+if TYPE_CHECKING:
+    from eagle3dash.demo.real_vllm import RealVLLM
+
 POLL_S = 0.5
 WORKER_HINT_S = 15.0  # queued this long without a worker: say how to start one
 SLOTS = 2  # runs at a time with --worker, as make run's worker: two of the three runs at once
+# The real vLLM demo's runs (demo/real_vllm.py deployments), each against the "plain" baseline;
+# the second's fix is the third.
+REAL_RUNS = ("draft-a", "draft-b", "draft-b-fixed")
+REAL_LABEL = "real-vllm-"  # + the deployment: the runs' "demo" label
 
 
 @dataclass(frozen=True)
@@ -116,14 +128,98 @@ def seed(
         if cut:
             progress(f"cancelled the unfinished demo runs of an earlier seed: {cut}")
         run_ids = _serve_until_run(store, progress, num_prompts, max_new_tokens, worker)
-        results = []
-        for name, run_id in run_ids.items():
-            run = db.get_run(store, run_id)
-            assert run is not None  # made by _serve_until_run
-            stored = run.get("diagnosis")
-            diagnosis = None if not stored else load_diagnosis(stored)
-            results.append(DemoRun(name, run_id, run["status"], diagnosis))
-        return results
+        return _results(store, run_ids)
+
+
+def _results(store: db.Store, run_ids: dict[str, int]) -> list[DemoRun]:
+    results = []
+    for name, run_id in run_ids.items():
+        run = db.get_run(store, run_id)
+        assert run is not None  # made by the caller
+        stored = run.get("diagnosis")
+        diagnosis = None if not stored else load_diagnosis(stored)
+        results.append(DemoRun(name, run_id, run["status"], diagnosis))
+    return results
+
+
+def seed_real_vllm(
+    home: str | Path | None = None,
+    progress: Callable[[str], None] = print,
+    num_prompts: int = NUM_PROMPTS,
+    max_new_tokens: int = MAX_NEW_TOKENS,
+    worker: bool = False,
+    servers: Mapping[str, RealVLLM] | None = None,
+) -> list[DemoRun]:
+    """Queue the real vLLM demo's diagnoses (REAL_RUNS against a plain baseline) and serve them
+    until a worker has run them (this process's own with `worker`): on `servers` when given
+    ({deployment: server}, left running), else on real servers started here and stopped after."""
+    from eagle3dash.demo.real_vllm import start_real_vllm
+
+    with db.open_store(home) as store:
+        own: list[RealVLLM] = []
+        if servers is None:
+            progress("starting the real vLLM servers (vLLM's CPU build; a minute or more)")
+            own = start_real_vllm("plain", *REAL_RUNS, home=store.home)
+            servers = {server.deployment: server for server in own}
+        run_ids: dict[str, int] = {}
+        try:
+            run_ids = _queue_real(store, servers, progress, num_prompts, max_new_tokens)
+            _run_or_wait(store, run_ids, progress, worker)
+        finally:
+            for server in own:
+                server.stop()
+                db.mark_endpoint_stopped(store, server.url)
+            why = "the real vLLM demo stopped before it ran"
+            cancel_unfinished(store, list(run_ids.values()), why)
+        return _results(store, run_ids)
+
+
+def _queue_real(
+    store: db.Store,
+    servers: Mapping[str, RealVLLM],
+    progress: Callable[[str], None],
+    num_prompts: int,
+    max_new_tokens: int,
+) -> dict[str, int]:
+    """One diagnosis a deployment, labelled with what its server said; the shipped draft B's
+    run links to the fixed one's."""
+    from eagle3dash.demo.real_vllm import NUM_SPECULATIVE_TOKENS, REAL_DEPLOYMENTS
+    from eagle3dash.demo.serve import demo_options
+    from eagle3dash.submit import submit_diagnosis
+    from eagle3dash.uploads import register_path
+
+    baseline = servers["plain"].url
+    run_ids: dict[str, int] = {}
+    for name in REAL_RUNS:
+        server = servers[name]
+        assert server.draft is not None  # every REAL_RUNS deployment serves a draft
+        checkpoint_id, _ = register_path(store, server.draft, name=f"demo {server.draft.name}")
+        options = demo_options(
+            server.draft, server.url, baseline, num_prompts, max_new_tokens, NUM_SPECULATIVE_TOKENS
+        )
+        labels = {"demo": REAL_LABEL + name, "real_vllm": server.facts().to_json()}
+        run_ids[name] = submit_diagnosis(store, checkpoint_id, options, labels)
+        described = REAL_DEPLOYMENTS[name].description
+        progress(f"queued the real vLLM {name} run #{run_ids[name]} ({described})")
+    shipped = db.get_run(store, run_ids["draft-b"])
+    assert shipped is not None  # queued above
+    link = {"demo_fixed_run": run_ids["draft-b-fixed"]}
+    db.update_run(store, run_ids["draft-b"], options={**shipped["options"], **link})
+    return run_ids
+
+
+def _run_or_wait(
+    store: db.Store, run_ids: dict[str, int], progress: Callable[[str], None], worker: bool
+) -> None:
+    """Run the queued jobs in this process (`worker`), else wait for a worker to run them."""
+    if not worker:
+        _wait(store, run_ids, progress)
+        return
+    from eagle3dash.job_kinds import JOB_KINDS
+    from eagle3dash.jobs.worker import run_worker
+    from eagle3dash.preloaded import HEAVY
+
+    run_worker(store.home, JOB_KINDS, poll_interval=0.1, once=True, slots=SLOTS, preload=HEAVY)
 
 
 def _serve_until_run(
@@ -161,16 +257,7 @@ def _serve_until_run(
         assert mismatched is not None  # queued above
         link = {"demo_fixed_run": run_ids["fixed"]}
         db.update_run(store, run_ids["mismatched"], options={**mismatched["options"], **link})
-        if worker:
-            from eagle3dash.job_kinds import JOB_KINDS
-            from eagle3dash.jobs.worker import run_worker
-            from eagle3dash.preloaded import HEAVY
-
-            run_worker(
-                store.home, JOB_KINDS, poll_interval=0.1, once=True, slots=SLOTS, preload=HEAVY
-            )
-        else:
-            _wait(store, run_ids, progress)
+        _run_or_wait(store, run_ids, progress, worker)
     finally:
         for server in servers:
             server.stop()
@@ -210,15 +297,20 @@ def main(argv: list[str] | None = None) -> int:
         help="run the demo's diagnoses in this process (when no `python -m eagle3dash worker` "
         "runs); it runs every queued job until the queue is empty",
     )
+    parser.add_argument(
+        "--real-vllm",
+        action="store_true",
+        help="seed the demo on real vLLM servers of this machine's CPU instead (vLLM's CPU "
+        "build, installed by `make vllm`): draft A, draft B as shipped and draft B fixed",
+    )
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _interrupt)  # `make run` stopping: stop the doubles cleanly
+    progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     try:
-        runs = seed(
-            args.home,
-            force=args.force,
-            progress=lambda m: print(m, file=sys.stderr, flush=True),
-            worker=args.worker,
-        )
+        if args.real_vllm:
+            runs = seed_real_vllm(args.home, progress=progress, worker=args.worker)
+        else:
+            runs = seed(args.home, force=args.force, progress=progress, worker=args.worker)
     except KeyboardInterrupt:
         print("demo seed stopped; its unfinished runs are cancelled", file=sys.stderr)
         return 130

@@ -186,6 +186,7 @@ def demo_options(
     baseline: str | None,
     num_prompts: int = NUM_PROMPTS,
     max_new_tokens: int = MAX_NEW_TOKENS,
+    steps: int = NUM_STEPS,
 ) -> DiagnoseOptions:
     """The diagnosis of a demo deployment. The training side comes from the tensors (the layout
     detective, with the target at hand), as it would for a user who knows nothing of how the
@@ -199,7 +200,7 @@ def demo_options(
         max_new_tokens=max_new_tokens,
         concurrency=CONCURRENCY,
         target=str(FIXTURES / "target"),
-        steps=NUM_STEPS,
+        steps=steps,
     )
 
 
@@ -265,10 +266,9 @@ def _interrupt(signum: int, frame: object) -> None:
 def main(argv: list[str] | None = None) -> int:
     """`python -m eagle3dash.demo.serve NAME [--draft DIR] [--baseline]`: serve one demo double,
     print "serving URL" once bound, stop on SIGTERM or when the parent process is gone."""
-    import torch
-
     from eagle3dash.demo.vllm import VLLM_DEMO_NAMES, vllm_double_config
     from eagle3dash.testing.sglang_double import RunningDouble, start_double
+    from eagle3dash.testing.sglang_double_engine import serve_threads
     from eagle3dash.testing.vllm_double import RunningVLLMDouble, start_vllm_double
 
     parser = argparse.ArgumentParser(prog="python -m eagle3dash.demo.serve", description=__doc__)
@@ -278,9 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parent", type=int, help="stop when this process is gone")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _interrupt)
-    # One thread: the tiny models gain nothing from more, and idle OpenMP threads spinning
-    # beside the other doubles and the diagnosis on a small machine would bend the cost floor.
-    torch.set_num_threads(1)
+    serve_threads()  # beside the other doubles and the diagnosis on a small machine
     try:
         if args.name in VLLM_DEMO_NAMES:
             config = vllm_double_config(args.name, args.draft, args.baseline)

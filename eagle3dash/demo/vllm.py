@@ -3,7 +3,7 @@ not a serving engine): what vLLM 0.33's two model runners do with a SpecForge co
 
 Draft B was trained on taps 1, 2, 3 and stores SpecForge's nested ids [0, 1, 2]
 (`eagle_config.eagle_aux_hidden_state_layer_ids`, SGLang's numbering). On vLLM (rules read in the
-released wheel vllm 0.33.0, `vllm_rules.py`):
+released wheel vllm 0.33.0, `engines/vllm/rules.py`):
 
 - "vllm-v2": the V2 runner (the default) never reads the nested ids and captures its defaults
   (2, N//2, N-3) = ids 2, 2, 1 on the 4-block demo target; `sorted(set(...))` leaves two states for
