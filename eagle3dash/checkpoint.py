@@ -21,20 +21,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from eagle3dash.checkpoint_formats import FORMAT_TABLE, CheckpointFormat, detect_format
-from eagle3dash.checkpoint_problems import CheckpointProblem, ProblemCode
+from eagle3dash.checkpoint_problems import CheckpointProblem, ProblemCode, problem_lines
 from eagle3dash.errors import InputError
 from eagle3dash.provenance import (
     Provenance,
     RunFolderError,
-    export_command,
     is_run_folder,
     materialize,
+    no_model_message,
     read_run_folder,
 )
+from eagle3dash.run_record import record_problems
 from eagle3dash.spec import OPTIONAL_TENSORS, OTHER_ID_KEYS, DraftSpec, expected_shapes
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
 
     import torch
 
@@ -130,7 +131,7 @@ class InspectReport:
             heads=self.spec.num_heads,
             kv_heads=self.spec.num_kv_heads,
             param_count=self.param_count,
-            problems=[p.text for p in self.problems],
+            problems=problem_lines(self.problems),
             nonfinite=self.nonfinite,
             tensors={n: {"shape": s, "dtype": t} for n, (s, t) in self.tensors.items()},
             provenance=None if self.provenance is None else self.provenance.to_dict(),
@@ -187,6 +188,7 @@ def inspect_draft(path: str | Path, draft_config: str | Path | None = None) -> I
     try:
         report = inspect(materialize(path, draft_config))
         report.provenance = read_run_folder(path)
+        report.problems += record_problems(report.spec, report.provenance)
     except RunFolderError as e:
         raise CheckpointError(str(e)) from None
     return report
@@ -280,15 +282,13 @@ def _inspect(path: str | Path) -> tuple[InspectReport, dict[str, _Raw], dict[str
         except RunFolderError as e:
             raise CheckpointError(str(e)) from None
         if not card.has_model_config:
-            raise CheckpointError(
-                f"{card.checkpoint}: a SpecForge training checkpoint (training_state.pt, no "
-                f"config.json): export it first: {export_command(card)}; or give the draft's "
-                "config.json (--draft-config) to read the draft from the state dict"
-            )
+            raise CheckpointError(no_model_message(card))
         path = card.checkpoint
     directory, config_path = find_checkpoint(path)
     cfg = _read_json(config_path)
     names = [str(cfg.get("speculators_model_type") or ""), *(cfg.get("architectures") or [])]
+    if cfg.get("parallel_drafting") is True:  # NeMo AutoModel's P-EAGLE (eagle/draft_llama.py)
+        names.append("P-EAGLE")
     refusal = other_algorithm(names)
     if refusal is not None:
         raise CheckpointError(f"{directory}: {refusal}")
@@ -310,8 +310,14 @@ def _inspect(path: str | Path) -> tuple[InspectReport, dict[str, _Raw], dict[str
     }
     _refuse_non_draft(directory, tensors)
     dropped = [n for n in raw if _canonical_name(n) is None]
+    indices = _layer_indices(tensors)
+    configured = dims["num_layers"]
+    dims["num_layers"] = form.config.decoder_layers(configured, indices)
     spec = _build_spec(cfg, layer_cfg, form, dims, tensors, dropped)
+    if spec.num_layers != configured:  # the config's count is another model's (NeMo: the target)
+        spec.extra["config_num_hidden_layers"] = configured
     problems += _problems(spec, cfg, tensors, sources)
+    problems += record_problems(spec, card)
     floats = [s for s, dtype in tensors.values() if dtype in _FLOAT_DTYPES]
     report = InspectReport(
         path=str(directory),
@@ -331,7 +337,7 @@ def _refuse_non_draft(directory: Path, tensors: dict[str, tuple[list[int], str]]
     fc.weight is not one, most often the target model itself given by mistake."""
     if "fc.weight" in tensors:
         return
-    blocks = {int(m[1]) for name in tensors if (m := re.match(r"layers\.(\d+)\.", name))}
+    blocks = _layer_indices(tensors)
     if blocks:
         layers = len(blocks)
         raise CheckpointError(
@@ -343,6 +349,11 @@ def _refuse_non_draft(directory: Path, tensors: dict[str, tuple[list[int], str]]
         f"{directory}: not an EAGLE-3 draft: no fc.weight (the draft's projection of the "
         "target's hidden states); give the EAGLE-3 draft's folder"
     )
+
+
+def _layer_indices(names: Iterable[str]) -> set[int]:
+    """The decoder layer indices among canonical tensor names (`layers.{i}.`)."""
+    return {int(m[1]) for name in names if (m := re.match(r"layers\.(\d+)\.", name))}
 
 
 def _read_json(path: Path) -> dict:

@@ -7,6 +7,11 @@ writes its config (write). `checkpoint.py` reads and saves through `FORMAT_TABLE
 - specforge: flat Llama-style config (`LlamaForCausalLMEagle3`), `midlayer.*` in safetensors.
 - eagle: SafeAILab EAGLE-3, flat config and `pytorch_model.bin` with `midlayer.*`.
 - export: SGLang/vLLM internal names, `model.` prefix and fused `qkv_proj` / `gate_up_proj`.
+- nemo-automodel: NeMo AutoModel 0.7.0's consolidated export (`epoch_E_step_S/model/consolidated/`,
+  recipes/llm/train_eagle3.py `setup`): the target's text config with
+  `architectures: ["LlamaEagle3DraftModel"]`, `num_hidden_layers` left at the target's depth, no
+  layer ids; unfused tensors under `model.` plus `lm_head`, `d2t`/`t2d` only when the vocabulary
+  is compressed (components/speculative/eagle/draft_llama.py).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ if TYPE_CHECKING:
     import torch
 
 Tensors = dict[str, "torch.Tensor"]
+SERVED_ARCHITECTURE = "LlamaForCausalLMEagle3"  # what SGLang and vLLM load an EAGLE-3 draft as
 _UNFUSED_NAMES = ("lm_head.weight", "d2t", "t2d")  # export: names that get no `model.` prefix
 
 
@@ -40,6 +46,10 @@ class FlatConfig:
     def layer_config(self, cfg: dict) -> dict | None:
         """The dict holding the decoder dims: the config itself."""
         return cfg
+
+    def decoder_layers(self, configured: int, layer_indices: Collection[int]) -> int:
+        """The draft's decoder layers: what the config says (`num_hidden_layers`)."""
+        return configured
 
     def norm_flags(self, norm_output: object) -> tuple[bool, bool]:
         """(feedback_post_norm, norm_before_lm_head) from the config's norm_output."""
@@ -132,6 +142,57 @@ class SpeculatorsConfig(FlatConfig):
         return cfg
 
 
+NEMO_ARCHITECTURE = "LlamaEagle3DraftModel"  # NeMo AutoModel's class, which no engine registers
+
+
+class NemoConfig(FlatConfig):
+    """NeMo AutoModel's draft config: the target's text config plus its draft keys, where
+    `num_hidden_layers` is the target's depth and `norm_output` feeds the post-norm state back and
+    to lm_head (eagle/draft_llama.py compute_logits), so the head always sees the normed state."""
+
+    def decoder_layers(self, configured: int, layer_indices: Collection[int]) -> int:
+        """The decoder layers the weights hold: the config's count is the target's."""
+        return max(layer_indices, default=0) + 1
+
+    def norm_flags(self, norm_output: object) -> tuple[bool, bool]:
+        """(feedback_post_norm, norm_before_lm_head): the head always sees the normed state."""
+        return bool(norm_output), True
+
+    def problems(self, spec: DraftSpec, cfg: dict) -> list[CheckpointProblem]:
+        """What NeMo AutoModel's serve scripts rewrite before an engine can load the draft
+        (components/speculative/serve_sglang.py, serve_vllm.py in nemo-automodel 0.7.0)."""
+        out: list[CheckpointProblem] = []
+        archs = list(cfg.get("architectures") or [])
+        if NEMO_ARCHITECTURE in archs:
+            data = {"architectures": archs, "name": NEMO_ARCHITECTURE, "fix": SERVED_ARCHITECTURE}
+            out.append(CheckpointProblem(ProblemCode.UNREGISTERED_ARCHITECTURE, data))
+        configured = cfg.get("num_hidden_layers")
+        if isinstance(configured, int) and configured > spec.num_layers:
+            untrained = configured - spec.num_layers
+            depth = {"configured": configured, "layers": spec.num_layers, "untrained": untrained}
+            out.append(CheckpointProblem(ProblemCode.TARGET_DEPTH_LAYERS, depth))
+        return out
+
+    def cannot_express(self, spec: DraftSpec) -> str | None:
+        """NeMo's drafts always norm before lm_head and have no q/k norm."""
+        if spec.qk_norm or not spec.norm_before_lm_head:
+            return "qk_norm or norm_before_lm_head=False"
+        return None
+
+    def write(self, spec: DraftSpec, architectures: list[str]) -> dict:
+        """The config.json of `spec` as NeMo AutoModel writes it (the target's depth kept when
+        the spec was read from such a config)."""
+        cfg = super().write(spec, architectures)
+        cfg["num_hidden_layers"] = spec.extra.get("config_num_hidden_layers", spec.num_layers)
+        cfg.update(
+            target_hidden_size=spec.target_hidden_size,
+            fc_norm=spec.fc_norm,
+            norm_output=spec.feedback_post_norm,
+            parallel_drafting=False,
+        )
+        return cfg
+
+
 def _layer_fields(spec: DraftSpec) -> dict:
     """Llama decoder keys, shared by flat configs and speculators' transformer_layer_config."""
     d = {
@@ -182,6 +243,11 @@ def _midlayer_names(tensors: Tensors) -> Tensors:
     return {re.sub(r"^layers\.0\.", "midlayer.", n): t for n, t in tensors.items()}
 
 
+def _prefixed_names(tensors: Tensors) -> Tensors:
+    """NeMo AutoModel's: unfused, under `model.` except lm_head, d2t and t2d."""
+    return {n if n in _UNFUSED_NAMES else "model." + n: t for n, t in tensors.items()}
+
+
 def _export_names(tensors: Tensors) -> Tensors:
     """SGLang/vLLM's own: `model.` prefix, q/k/v fused into qkv_proj, gate/up into gate_up_proj."""
     import torch
@@ -229,8 +295,8 @@ def _has_fused_or_prefixed_names(cfg: dict, names: Collection[str], files: list[
     return any(n.startswith("model.") or "qkv_proj" in n or "gate_up_proj" in n for n in names)
 
 
-# Detection order: speculators by its config key; among flat configs, export by its names, eagle
-# by its .bin; anything else is SpecForge's.
+# Detection order: speculators by its config key, NeMo AutoModel by its architecture; among flat
+# configs, export by its names, eagle by its .bin; anything else is SpecForge's.
 FORMAT_TABLE: dict[str, CheckpointFormat] = {
     f.name: f
     for f in (
@@ -242,9 +308,16 @@ FORMAT_TABLE: dict[str, CheckpointFormat] = {
             _canonical_names,
         ),
         CheckpointFormat(
+            "nemo-automodel",
+            NemoConfig(),
+            NEMO_ARCHITECTURE,
+            lambda cfg, names, files: NEMO_ARCHITECTURE in (cfg.get("architectures") or []),
+            _prefixed_names,
+        ),
+        CheckpointFormat(
             "export",
             FlatConfig(),
-            "LlamaForCausalLMEagle3",
+            SERVED_ARCHITECTURE,
             _has_fused_or_prefixed_names,
             _export_names,
             trained_on_three_ids=True,
@@ -260,13 +333,19 @@ FORMAT_TABLE: dict[str, CheckpointFormat] = {
         CheckpointFormat(
             "specforge",
             FlatConfig(),
-            "LlamaForCausalLMEagle3",
+            SERVED_ARCHITECTURE,
             lambda cfg, names, files: True,
             _midlayer_names,
             trained_on_three_ids=True,
         ),
     )
 }
+
+
+def norm_output_feeds_back(fmt: str) -> bool:
+    """Whether `norm_output` in this format's config means SGLang's post-norm feedback
+    (speculators, NeMo AutoModel), not SpecForge's final norm before lm_head."""
+    return FORMAT_TABLE[fmt].config.norm_flags(True)[0]
 
 
 def detect_format(cfg: dict, names: Collection[str], files: list[Path]) -> CheckpointFormat:

@@ -7,6 +7,7 @@ data, so a reworded sentence changes no rule.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -35,6 +36,11 @@ class ProblemCode(StrEnum):
     NOT_FINITE = "not-finite"  # NaN or Inf values (found by `load`, which reads the data)
     D2T_OUT_OF_RANGE = "d2t-out-of-range"
     D2T_ALL_ZERO = "d2t-all-zero"
+    # NeMo AutoModel's consolidated export, as its serve scripts must rewrite it for serving
+    UNREGISTERED_ARCHITECTURE = "unregistered-architecture"  # a name neither engine loads
+    TARGET_DEPTH_LAYERS = "target-depth-layers"  # num_hidden_layers is the target's depth
+    # A run's record of the layers its training captured, against the exported config's ids
+    RECORD_IDS_DIFFER = "record-ids-differ"
 
 
 # The sentence of each code, filled from the problem's data (str.format).
@@ -104,6 +110,24 @@ _WORDS: dict[ProblemCode, str] = {
         "d2t is all zeros while draft_vocab_size < vocab_size: draft id i maps to target id i; "
         "write the d2t from training's vocab mapping"
     ),
+    ProblemCode.UNREGISTERED_ARCHITECTURE: (
+        "architectures {architectures}: neither SGLang nor vLLM registers {name} (NeMo "
+        "AutoModel's training class), so neither loads this draft; for serving set "
+        '"architectures": ["{fix}"], as NeMo AutoModel\'s serve_sglang.py and serve_vllm.py do'
+    ),
+    ProblemCode.TARGET_DEPTH_LAYERS: (
+        "num_hidden_layers is {configured} (the target's depth, as NeMo AutoModel writes it), "
+        "but the draft holds {layers} trained decoder layer(s): SGLang 0.5.23 builds "
+        "{configured} draft layers and runs the {untrained} extra ones untrained, and SGLang "
+        "0.5.11 and earlier refuse to load it ('EAGLE3 currently only supports 1 layer'); for "
+        'serving set "num_hidden_layers": {layers}'
+    ),
+    ProblemCode.RECORD_IDS_DIFFER: (
+        "the run's record ({record}) says training captured layer ids {recorded}, but the "
+        "exported config.json's {key} ids are {exported}: the engines read the config, the "
+        "training read the record; write the recorded ids into the config (or export again "
+        "with the run's draft config)"
+    ),
 }
 
 
@@ -123,3 +147,39 @@ class CheckpointProblem:
     def __str__(self) -> str:
         """The one line (`text`)."""
         return self.text
+
+
+def problem_lines(problems: list[CheckpointProblem], shown: int = 3) -> list[str]:
+    """Each problem's line, more than `shown` missing tensors folded into one line (a config
+    that names more decoder layers than the weights hold misses hundreds)."""
+    missing = [p for p in problems if p.code is ProblemCode.MISSING_TENSOR]
+    if len(missing) <= shown:
+        return [p.text for p in problems]
+    lines: list[str] = []
+    for p in problems:
+        if p.code is not ProblemCode.MISSING_TENSOR:
+            lines.append(p.text)
+        elif p is missing[0]:
+            lines.append(_missing_line(missing, shown))
+    return lines
+
+
+def _missing_line(missing: list[CheckpointProblem], shown: int) -> str:
+    """One line for many missing tensors: how many, which decoder layers, the first few."""
+    layers = sorted(
+        {int(m[1]) for p in missing if (m := re.match(r"layers\.(\d+)\.", str(p.data["tensor"])))}
+    )
+    where = ""
+    if layers:
+        span = (
+            f"{layers[0]} to {layers[-1]}"
+            if layers == list(range(layers[0], layers[-1] + 1)) and len(layers) > 1
+            else ", ".join(map(str, layers))
+        )
+        where = f" (in decoder layer{'s' if len(layers) > 1 else ''} {span})"
+    first = ", ".join(f"{p.data['tensor']} {p.data['expected']}" for p in missing[:shown])
+    return (
+        f"missing {len(missing)} tensors{where}: {first} and {len(missing) - shown} more: a "
+        "server would fail to load them or leave them at random init; if the config names "
+        "more decoder layers (num_hidden_layers) than the weights hold, set it to theirs"
+    )

@@ -16,13 +16,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from eagle3dash.diagnosis.options import EXCLUSIVE, SCHEMA, DiagnoseOptions, Kind
-from eagle3dash.engine_rules import ENGINES, ServingEngine
+from eagle3dash.engines.protocol import target_arch
+from eagle3dash.engines.rules import ENGINES, ServingEngine
+from eagle3dash.engines.sglang.rules import DEFAULT_SGLANG_VERSION
+from eagle3dash.engines.vllm.rules import DEFAULT_RUNNER, DEFAULT_VLLM_VERSION, RUNNER_ENV, RUNNERS
 from eagle3dash.errors import InputError
 from eagle3dash.layout import bracketed, format_layout, parse_layout
-from eagle3dash.sglang_rules import DEFAULT_SGLANG_VERSION, target_arch
 from eagle3dash.text import one_line, printable, shortened
 from eagle3dash.trainers import training_readings
-from eagle3dash.vllm_rules import DEFAULT_RUNNER, DEFAULT_VLLM_VERSION, RUNNER_ENV, RUNNERS
 
 if TYPE_CHECKING:
     from eagle3dash.diagnosis.stored import StoredDiagnosis
@@ -67,9 +68,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(report.to_json())
         return 0
+    from eagle3dash.checkpoint_problems import problem_lines
+    from eagle3dash.ui.provenance import export_lines, format_name
+
     s = report.spec
     ids = list(s.aux_layer_ids) if s.aux_layer_ids is not None else None
-    print(f"{args.path}  ({s.format} format, {', '.join(report.files)})")
+    print(f"{args.path}  ({format_name(s.format)} format, {', '.join(report.files)})")
     print(
         _rows(
             [
@@ -92,10 +96,13 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     )
     if report.provenance is not None:
         _print_provenance(report.provenance)
-    if report.problems:
+    for line in export_lines(s, report.provenance):
+        print(line)
+    lines = problem_lines(report.problems)
+    if lines:
         print(f"{len(report.problems)} problem(s):")
-        for p in report.problems:
-            print(f"  - {p.text}")
+        for line in lines:
+            print(f"  - {line}")
     else:
         print("no problems found")
     return 0
@@ -103,8 +110,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 def _print_provenance(card: Provenance) -> None:
     """The run folder's provenance card, one row per recorded fact."""
+    from eagle3dash.ui.provenance import layers_text, trainer_name
+
     rows = [
-        ("trainer", f"{card.trainer} {card.trainer_version or ''}".strip()),
+        ("trainer", f"{trainer_name(card.trainer)} {card.trainer_version or ''}".strip()),
         ("checkpoint", f"{card.checkpoint} ({card.chosen_by})"),
         ("step", card.step),
         ("epoch", card.epoch),
@@ -112,7 +121,7 @@ def _print_provenance(card: Provenance) -> None:
         ("target", card.target_path),
         ("target revision", card.target_revision),
         ("target config.json sha256", card.target_config_sha256),
-        ("capture layers", list(card.capture_layers) if card.capture_layers else None),
+        ("capture layers", layers_text(card) if card.capture_layers else None),
         ("chat template", card.chat_template),
         ("best metric", f"{card.best_metric} = {card.best_score}" if card.best_metric else None),
     ]
@@ -295,39 +304,14 @@ def cmd_probe(args: argparse.Namespace) -> int:
         _print_json({**found.to_dict(), "findings": [f.to_dict() for f in findings]})
         return 0
     server = found.server
-    spec = server.speculative
-    hidden = {"full": "on, every token", "last": "last token only: no capture", None: "off"}
     rows: list[tuple[str, object]] = [
         ("engine", words.engine_words(server)),
         ("model", f"{server.model_path} ({', '.join(server.architectures or []) or '?'})"),
-        ("tp / dtype / quantization", f"{server.tp_size} / {server.dtype} / {server.quantization}"),
-        ("attention backend", server.attention_backend),
-        ("healthy", server.healthy),
-        (
-            "return hidden states",
-            f"{hidden[server.hidden_states]} (enable_return_hidden_states "
-            f"{server.enable_return_hidden_states}, return_hidden_states_mode "
-            f"{server.return_hidden_states_mode})",
-        ),
-        ("chunked prefill size", server.chunked_prefill_size or "off"),
+        *words.server_rows(server),
     ]
     unsaid = words.unsaid_by_server(server)
     if unsaid:
         rows.append(("not said", unsaid))
-    if spec:
-        rows += [
-            ("speculative algorithm", spec.algorithm),
-            ("draft", spec.draft_model_path),
-            (
-                "steps / topk / draft tokens",
-                f"{spec.num_steps} / {spec.eagle_topk} / {spec.num_draft_tokens}",
-            ),
-            ("adaptive steps", spec.adaptive),
-            ("draft quantization", spec.draft_quantization),
-            ("avg accept length (server)", server.avg_spec_accept_length),
-        ]
-    else:
-        rows.append(("speculative algorithm", None))
     if found.draft is not None:
         read = found.draft.reason
         if found.draft.report is not None:
@@ -397,6 +381,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
 
 def _print_diagnosis(d: StoredDiagnosis) -> None:
     """The human report of a diagnosis: verdict, the two sides, findings, what was not checked."""
+    from eagle3dash.ui.fmt import ratio
     from eagle3dash.ui.timings import timing_lines
     from eagle3dash.ui.words import (
         layout_check_action,
@@ -433,7 +418,7 @@ def _print_diagnosis(d: StoredDiagnosis) -> None:
         row("output tok/s", "", "-")
     if speedup is not None:
         row("baseline tok/s", "", _fmt(speedup.baseline_output_tok_s, ".1f"))
-        row("speedup", "", _fmt(speedup.speedup, ".2f") + "x")
+        row("speedup", "", ratio(speedup.speedup, speedup.speedup_noise))
     _print_per_position(d)
     print(f"training layout: {source_words(train.source, d.server)} ({train.detail})")
     print(f"serving layout: {source_words(serve.source, d.server)} ({serve.detail})")
@@ -469,20 +454,26 @@ def _write_profile(d: dict, path: Path) -> None:
 
 def _print_profile(d: StoredDiagnosis) -> None:
     """The acceptance profile: categories, prompt formats, temperatures, the steps advice."""
-    from eagle3dash.ui.words import not_checked_text, recommendation_text, rows_prompts_note
+    from eagle3dash.ui.fmt import ratio
+    from eagle3dash.ui.words import (
+        not_checked_text,
+        recommendation_text,
+        rows_prompts_note,
+        steps_knob,
+    )
 
     profile = d.profile
     if profile is None:
         return
     print(
         f"{'category':30}{'prompts':>9}{'measured':>10}{'sim train':>10}{'sim serve':>10}"
-        f"{'tok/s':>9}{'speedup':>9}"
+        f"{'tok/s':>9}{'speedup':>14}"
     )
     for c in profile.per_category:
         print(
             f"  {c.category:28}{c.prompts:>9}{_fmt(c.measured_accept_length):>10}"
             f"{_fmt(c.sim_accept_training):>10}{_fmt(c.sim_accept_serving):>10}"
-            f"{_fmt(c.tok_s, '.1f'):>9}{_fmt(c.speedup):>9}"
+            f"{_fmt(c.tok_s, '.1f'):>9}{ratio(c.speedup, c.speedup_noise):>14}"
         )
     for f in profile.prompt_format:
         print(
@@ -508,7 +499,7 @@ def _print_profile(d: StoredDiagnosis) -> None:
     for note, tables in tables_by_note.items():
         print(f"  {' and '.join(tables)}: {note}")
     if profile.steps_advice:
-        print(f"{'--speculative-num-steps':30}{'accept length':>14}{'tok/s':>10}  source")
+        print(f"{steps_knob(d.server):30}{'accept length':>14}{'tok/s':>10}  source")
         for r in profile.steps_advice:
             print(
                 f"  {r.num_steps:<28}{_fmt(r.predicted_accept_length):>14}"
@@ -556,6 +547,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
     from eagle3dash.detective import detect, read_side, sweep_table
     from eagle3dash.diagnosis.stages import prompt_ids
     from eagle3dash.servebench import load_prompts
+    from eagle3dash.target import vocabulary
 
     if (args.capture is None) == (args.target is None):
         raise UsageError("pass exactly one of --capture DIR or --target PATH")
@@ -565,7 +557,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
     if args.prompts:
         if args.target is None:
             raise UsageError("--prompts goes with --target (a capture brings its own sequences)")
-        prompts = prompt_ids(load_prompts(args.prompts), args.target)
+        prompts = prompt_ids(load_prompts(args.prompts, vocabulary(args.target)), args.target)
     elif args.target is not None and not sides:
         from eagle3dash.demo import DEMO_PROMPTS
 
@@ -625,6 +617,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     """Queue a checkpoint sweep; with --wait, wait for the worker and print the ranking."""
     from eagle3dash import jobs
     from eagle3dash import store as db
+    from eagle3dash.home_files import saved_capture
     from eagle3dash.sweep import submit_sweep, sweep_checkpoints, sweep_results
 
     source = args.checkpoints[0] if len(args.checkpoints) == 1 else args.checkpoints
@@ -633,8 +626,17 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     else:
         checkpoints = sweep_checkpoints(list(args.checkpoints))
     with db.open_store(args.home) as store:
-        if args.capture or args.run is not None:
-            capture = args.capture or str(db.capture_dir(store.home, args.run))
+        if args.capture:
+            capture = args.capture
+        elif args.run is not None:
+            saved = saved_capture(store.home, args.run)
+            if saved is None:
+                raise InputError(
+                    f"run #{args.run} kept no serving capture in {store.home}: give a run that "
+                    "captured what its server feeds the draft (the Sweep page lists them), or "
+                    "--capture DIR"
+                )
+            capture = str(saved)
         else:
             capture = _serving_capture(store, checkpoints, args)
         target = args.target or _served_model_path(args.endpoint)
@@ -660,7 +662,7 @@ def _served_model_path(endpoint: str | None) -> str | None:
     """The endpoint's model path when it is a folder here (its target's embedding), else None."""
     if not endpoint:
         return None
-    from eagle3dash.endpoints import open_engine
+    from eagle3dash.engines.endpoints import open_engine
 
     engine = open_engine(endpoint)
     try:
@@ -676,8 +678,6 @@ def _serving_capture(
     """Diagnose the trainer's best (else the last) checkpoint against the endpoint and wait for
     the worker: its serving capture is the sweep's one capture; the folder."""
     from eagle3dash import jobs
-    from eagle3dash import store as db
-    from eagle3dash.diagnosis.stored_run import read_run
     from eagle3dash.submit import submit_diagnosis
 
     if not args.endpoint:
@@ -690,15 +690,44 @@ def _serving_capture(
     print(f"run #{run_id}: diagnosing {first.path} to capture what the server feeds its draft")
     for job in jobs.list_jobs(store, run_id):
         jobs.wait_for_job(store, job["id"], timeout=args.timeout)
-    capture = db.capture_dir(store.home, run_id)
-    if not capture.is_dir():
-        run = read_run(store, run_id)
-        status, error = (None, None) if run is None else (run.status, run.error)
-        raise InputError(
-            f"run #{run_id} saved no serving capture ({status}: "
-            f"{one_line(error or 'the server fed no states')}); see its page"
-        )
-    return str(capture)
+    return _kept_capture(store, run_id)
+
+
+def _kept_capture(store: Store, run_id: int) -> str:
+    """The folder of the serving capture a run kept; else one line saying why it kept none (the
+    capture's error, or the run's)."""
+    from eagle3dash import store as db
+    from eagle3dash.diagnosis.stored_run import read_run
+
+    capture = db.capture_dir(store.home, run_id)  # made when the run was queued
+    if any(capture.iterdir()):
+        return str(capture)
+    run = read_run(store, run_id)
+    diagnosis = None if run is None else run.diagnosis()
+    why = (diagnosis.serving.capture_error if diagnosis is not None else None) or (
+        None if run is None else run.error
+    )
+    status = None if run is None else run.status
+    raise InputError(
+        f"run #{run_id} ({status}) saved no serving capture: "
+        f"{one_line(why or 'the server fed no states')}"
+    )
+
+
+def cmd_app(args: argparse.Namespace) -> int:
+    """Serve the dashboard with its worker and, on the first start, the demo's runs."""
+    from eagle3dash.dashboard.launch import AppSettings, run_app
+
+    settings = AppSettings(
+        bind=args.bind,
+        port=args.port,
+        jobs=args.jobs,
+        slots=args.slots,
+        demo=not args.no_demo,
+        home=args.home,
+        data_roots=tuple(args.data_root or ()),
+    )
+    return run_app(settings)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -744,6 +773,24 @@ def _add_schema_flags(
     parser.set_defaults(schema_flags=(parser.get_default("schema_flags") or ()) + names)
 
 
+def _add_jobs_flags(parser: argparse.ArgumentParser, local_slots: int = 2) -> None:
+    """--slots and --jobs: how many jobs at once, and where they run."""
+    parser.add_argument(
+        "--slots",
+        type=int,
+        default=None,
+        help=f"jobs run at the same time (default {local_slots}; with Ray, the cluster's CPUs); "
+        "two jobs never measure one server at once",
+    )
+    parser.add_argument(
+        "--jobs",
+        choices=("local", "ray"),
+        default=os.environ.get("EAGLE3DASH_JOBS") or "local",
+        help="where jobs run: child processes here, or Ray tasks on the cluster RAY_ADDRESS "
+        "names (default $EAGLE3DASH_JOBS or local)",
+    )
+
+
 def cmd_double(args: argparse.Namespace) -> int:
     """Serve the SGLang API double (tests and the demo) until stopped."""
     from eagle3dash.testing.sglang_double import main as double_main
@@ -754,7 +801,7 @@ def cmd_double(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The argparse tree of every command."""
     parser = argparse.ArgumentParser(
-        prog="python -m eagle3dash",
+        prog="eagle3dash",
         description="Why is an EAGLE-3 draft that looked good in training slow in serving?",
     )
     sub = parser.add_subparsers(dest="command", required=True)
@@ -819,7 +866,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser(
-        "probe", help="report an SGLang endpoint, its draft (when readable here) and the findings"
+        "probe",
+        help="report an SGLang or vLLM endpoint, its draft (when readable here) and the findings",
     )
     p.add_argument("url", help="the endpoint, e.g. http://127.0.0.1:30000")
     p.add_argument(
@@ -865,28 +913,40 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("worker", help="run the app's queued jobs (diagnoses) until stopped")
     p.add_argument("--home", help="data folder (default $EAGLE3DASH_HOME or ./.eagle3dash)")
     p.add_argument("--once", action="store_true", help="stop when the queue is empty")
-    p.add_argument(
-        "--slots",
-        type=int,
-        default=None,
-        help="jobs run at the same time (default 1; with Ray, the cluster's CPUs); two jobs "
-        "never measure one server at once",
-    )
-    p.add_argument(
-        "--jobs",
-        choices=("local", "ray"),
-        default=os.environ.get("EAGLE3DASH_JOBS") or "local",
-        help="where jobs run: child processes here, or Ray tasks on the cluster RAY_ADDRESS "
-        "names (default $EAGLE3DASH_JOBS or local)",
-    )
+    _add_jobs_flags(p, local_slots=1)
     p.set_defaults(func=cmd_worker)
+
+    p = sub.add_parser(
+        "app",
+        help="serve the dashboard with its worker (and the demo's runs on the first start)",
+    )
+    p.add_argument(
+        "--bind",
+        default="127.0.0.1",
+        help="the address to listen on (default 127.0.0.1: reach it through an SSH tunnel; a "
+        "network address asks every browser for EAGLE3DASH_TOKEN)",
+    )
+    p.add_argument("--port", type=int, help="the port (default 8501)")
+    _add_jobs_flags(p)
+    p.add_argument("--home", help="data folder (default $EAGLE3DASH_HOME or ./.eagle3dash)")
+    p.add_argument(
+        "--data-root",
+        action="append",
+        metavar="FOLDER",
+        help="a folder whose paths the app's path boxes accept, besides the home and "
+        "$EAGLE3DASH_DATA_ROOTS (repeatable)",
+    )
+    p.add_argument("--no-demo", action="store_true", help="do not seed the demo's runs")
+    p.set_defaults(func=cmd_app)
 
     p = sub.add_parser(
         "sweep",
         help="rank a training run's checkpoints by simulated accept length under serving",
     )
     p.add_argument(
-        "checkpoints", nargs="+", help="a SpecForge or speculators run folder, or checkpoints"
+        "checkpoints",
+        nargs="+",
+        help="a SpecForge, speculators or NeMo AutoModel run folder, or checkpoints",
     )
     where = p.add_mutually_exclusive_group()
     where.add_argument("--capture", help="a saved serving capture folder")

@@ -9,6 +9,11 @@ one apart), so three independent pieces of evidence are gathered here:
    capture of the same sequences, by content (cosine) and scale (RMS ratio).
 3. `fc_fingerprint`: per-slot statistics of fc.weight; a slot fed the tiny-RMS embedding output
    tends to learn large weights. A hint only (see `FINGERPRINT_LIMITS`).
+
+And where no served state can be captured (a vLLM server, an SGLang server without hidden
+states), `match_acceptance` infers the served layout from what the server measured: the
+candidate whose simulated acceptance per draft position, on the served completions, matches the
+measured one.
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eagle3dash.checkpoint import inspect
-from eagle3dash.engine_rules import SGLANG, ServingEngine, config_entry, fix_ids, serving_layout
+from eagle3dash.engines.protocol import FALLBACK_ARCH
+from eagle3dash.engines.rules import SGLANG, ServingEngine, rules_for, serving_layout
 from eagle3dash.errors import InputError
 from eagle3dash.layout import (
     CONVENTIONS,
@@ -34,9 +40,9 @@ from eagle3dash.layout import (
     describe_layout,
     describe_tap,
     diff,
+    layout_from_json,
     layout_to_json,
 )
-from eagle3dash.sglang_rules import FALLBACK_ARCH
 from eagle3dash.spec import DraftSpec
 from eagle3dash.trainers import TRAINERS, training_layout
 
@@ -116,10 +122,11 @@ def candidate_layouts(
         for delta in (-1, 1):
             shifted = tuple(Tap(t.depth + delta) for t in layout)
             add(f"{name}, shift {delta:+d}", shifted)
-    with contextlib.suppress(ValueError):
-        served = serving_layout(engine, spec, n, arch)
-        if served.error is None:
-            add(f"{engine.label()} serving", served.layout)
+    for reading in engine.readings():  # each runner, when a vLLM server does not say its own
+        with contextlib.suppress(ValueError):
+            served = serving_layout(reading, spec, n, arch)
+            if served.error is None:
+                add(f"{reading.label()} serving", served.layout)
     # SpecForge follows SGLang's rules (at the served release, when SGLang serves the draft)
     trained_on = engine.rules_version() if engine.name == "sglang" else None
     for trainer in dict.fromkeys(t.name for t in TRAINERS.values()):
@@ -154,6 +161,10 @@ class SweepRow:
     sim_accept_length: float
     seconds: float
     accuracy: list[float] = field(default_factory=list)
+    # Serving rounds replayed at the sweep's steps: entry k-1 the share that accepted at least k
+    # drafts, and how many rounds were replayed (the simulation's sample size).
+    shares: list[float] = field(default_factory=list)
+    rounds: int = 0
 
     def to_dict(self) -> dict:
         """JSON form; the layout as Tap dicts (eagle3dash/layout.py layout_to_json)."""
@@ -164,6 +175,8 @@ class SweepRow:
             "sim_accept_length": self.sim_accept_length,
             "seconds": self.seconds,
             "accuracy": list(self.accuracy),
+            "shares": list(self.shares),
+            "rounds": self.rounds,
         }
 
 
@@ -179,6 +192,7 @@ def sweep(
     """Evaluate the draft (built, or a checkpoint path) under every candidate on one capture;
     best first (sim accept, top-1)."""
     from eagle3dash.draft import Draft, evaluate_capture, load_draft
+    from eagle3dash.servebench import shares_at_least
 
     progress = progress or _no_progress
     embed = embed_weight if embed_weight is not None else capture.embed_weight
@@ -195,6 +209,7 @@ def sweep(
         progress(i / len(usable), f"evaluating {name} {bracketed(layout)}")
         start = time.perf_counter()
         ev = evaluate_capture(draft, capture, layout, steps=steps, embed_weight=embed)
+        rounds = ev.served_histogram_at(steps) or []
         rows.append(
             SweepRow(
                 name,
@@ -203,10 +218,141 @@ def sweep(
                 ev.simulated_accept_length(steps),
                 time.perf_counter() - start,
                 list(ev.accuracy),
+                shares_at_least(rounds),
+                sum(rounds),
             )
         )
     progress(1.0, "sweep done")
     return sorted(rows, key=lambda r: (-r.sim_accept_length, -r.top1))
+
+
+# ---------------------------------------------------------------------------------------------
+# The served layout from the measured acceptance
+
+# Two standard errors: a candidate within this of the measurement fits it, and two candidates
+# closer than this to each other's distance are not told apart.
+MATCH_SE = 2.0
+# The least distance that counts as noise (a simulation is not the server's exact numerics).
+MATCH_FLOOR = 0.03
+
+
+@dataclass(frozen=True)
+class AcceptanceRow:
+    """One candidate layout's simulated acceptance per draft position against the measured."""
+
+    name: str
+    layout: Layout
+    shares: tuple[float, ...]  # k-1: simulated rounds that accepted at least k drafts
+    distance: float  # root mean square of simulated - measured over the positions
+    reading: str | None = None  # the engine reading that predicts this layout, if one does
+
+    def to_dict(self) -> dict:
+        """JSON form."""
+        return {
+            "name": self.name,
+            "layout": layout_to_json(self.layout),
+            "shares": list(self.shares),
+            "distance": self.distance,
+            "reading": self.reading,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> AcceptanceRow:
+        """Inverse of to_dict."""
+        return cls(
+            str(d["name"]),
+            layout_from_json(d["layout"]),
+            tuple(float(x) for x in d["shares"]),
+            float(d["distance"]),
+            d.get("reading"),
+        )
+
+
+@dataclass(frozen=True)
+class AcceptanceMatch:
+    """Which candidate layout the measured acceptance per draft position matches, nearest
+    first; `best` is None when none fits within the noise."""
+
+    measured: tuple[float, ...]  # k-1: measured rounds that accepted at least k drafts
+    rounds: int  # measured rounds
+    noise: float  # the distance within which a candidate fits, and two are not told apart
+    rows: tuple[AcceptanceRow, ...]
+    best: AcceptanceRow | None
+    tied: tuple[AcceptanceRow, ...]  # other candidates that fit as well as the best
+
+    def to_dict(self) -> dict:
+        """JSON form."""
+        return {
+            "measured": list(self.measured),
+            "rounds": self.rounds,
+            "noise": self.noise,
+            "rows": [r.to_dict() for r in self.rows],
+            "best": None if self.best is None else self.best.to_dict(),
+            "tied": [r.to_dict() for r in self.tied],
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> AcceptanceMatch:
+        """Inverse of to_dict (a stored diagnosis's serving side)."""
+        best = d.get("best")
+        return cls(
+            tuple(float(x) for x in d["measured"]),
+            int(d["rounds"]),
+            float(d["noise"]),
+            tuple(AcceptanceRow.from_dict(r) for r in d["rows"]),
+            None if best is None else AcceptanceRow.from_dict(best),
+            tuple(AcceptanceRow.from_dict(r) for r in d.get("tied") or []),
+        )
+
+
+def _share_variance(p: float, n: int) -> float:
+    return p * (1.0 - p) / max(n, 1)
+
+
+def match_acceptance(
+    rows: list[SweepRow],
+    measured: list[float],
+    rounds: int,
+    readings: Mapping[str, Layout] | None = None,
+) -> AcceptanceMatch | None:
+    """The served layout inferred from the measured acceptance: each sweep row's simulated
+    acceptance per draft position (replayed rounds on the served completions) against the
+    measured one (`measured[k-1]`: the server's rounds that accepted at least k drafts, over
+    `rounds` rounds). A candidate fits when its distance is within MATCH_SE standard errors of
+    both samples (at least MATCH_FLOOR); among those that fit as well as the nearest, one that
+    an engine reading predicts (`readings`: label -> layout) is preferred, and the rest are
+    `tied`. None when no row was replayed or nothing was measured."""
+    usable = [r for r in rows if r.shares and r.rounds]
+    if not usable or not rounds or not measured:
+        return None
+    k = min(len(usable[0].shares), max(len(r.shares) for r in usable))
+    got = tuple((list(measured) + [0.0] * k)[:k])  # SGLang's histogram stops at the largest k
+    by_layout = {tuple(v): name for name, v in (readings or {}).items()}
+
+    def distance(r: SweepRow) -> float:
+        return math.sqrt(sum((s - m) ** 2 for s, m in zip(r.shares[:k], got, strict=True)) / k)
+
+    table = sorted(
+        (
+            AcceptanceRow(
+                r.name, r.layout, tuple(r.shares[:k]), distance(r), by_layout.get(r.layout)
+            )
+            for r in usable
+        ),
+        key=lambda r: r.distance,
+    )
+    nearest = next(r for r in usable if r.layout == table[0].layout)
+    variance = sum(
+        _share_variance(m, rounds) + _share_variance(s, nearest.rounds)
+        for m, s in zip(got, nearest.shares[:k], strict=True)
+    )
+    noise = max(MATCH_SE * math.sqrt(variance / k), MATCH_FLOOR)
+    fits = [r for r in table if r.distance <= noise and r.distance - table[0].distance < noise]
+    if not fits:
+        return AcceptanceMatch(got, rounds, noise, tuple(table), None, ())
+    best = next((r for r in fits if r.reading is not None), fits[0])
+    tied = tuple(r for r in fits if r is not best)
+    return AcceptanceMatch(got, rounds, noise, tuple(table), best, tied)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -580,8 +726,9 @@ def _verdict(
                 + (d.summary[0].lower() + d.summary[1:]).replace("training", "the best layout")
             )
             if fix_ids is not None:
+                entry = rules_for(engine).config_entry(fix_ids)
                 lines.append(
-                    f"Fix: set {config_entry(engine, fix_ids)} in the draft's config.json so "
+                    f"Fix: set {entry} in the draft's config.json so "
                     f"{engine.label()} feeds {bracketed(top.layout)}."
                 )
     return lines
@@ -659,7 +806,7 @@ def detect(
         served = serving_layout(engine, spec, n, arch)
         serving = served.layout if served.error is None else None
         if serving != rows[0].layout:
-            fix = fix_ids(engine, rows[0].layout, spec, n, arch)
+            fix = rules_for(engine).find_fix(rows[0].layout, spec, n, arch).ids
     verdict = _verdict(rows, n, serving, engine, fix)
     match = None
     if sides:

@@ -7,8 +7,13 @@ predicted side with an observed one is a prediction. Levels, strongest first:
   benchmark, weight digests);
 - training-dump: the training features themselves;
 - declared: the user said so (`--training-layout`);
+- recorded: the training run's own record of the ids it captured (a run folder's provenance),
+  read under its trainer's convention;
 - detective: inferred by the layout detective (the layout the draft performs best with);
-- predicted: SGLang's rules for the server's version and architecture;
+- acceptance: inferred from the measured acceptance (the serving layout whose simulated
+  acceptance per draft position matches what the server measured): stronger than a
+  prediction, weaker than an observation;
+- predicted: the engine's rules for the server's release, runner and architecture;
 - assumed: a config read under a trainer's convention.
 
 Values, not words: `ui/words.py` says them.
@@ -21,23 +26,30 @@ TRAINING_DUMP = "training-dump"  # the training features themselves
 DECLARED = "declared"  # the user's --training-layout
 DETECTIVE = "layout-detective"  # the layout the draft performs best with, from the tensors
 CONFIG = "config"  # the config's ids under a trainer's convention: assumed
+RUN_RECORD = "run-record"  # the ids the training run recorded, under its trainer's convention
 OBSERVED = "observed"  # each served slot matched to the target's taps
 DUMP_MATCHED = "matched-to-dump"  # served slots matched to the training dump's slots by scale
-PREDICTED = "predicted"  # SGLang's rules for the server's version and architecture: assumed
+ACCEPTANCE_MATCHED = "acceptance-matched"  # the layout whose simulated acceptance per
+# draft position matches the server's measured acceptance (no capture of the served states)
+PREDICTED = "predicted"  # the engine's rules for the server's release and runner: assumed
 MEASURED_SOURCES = frozenset({TRAINING_DUMP, DECLARED, DETECTIVE, OBSERVED, DUMP_MATCHED})
 
 # Evidence levels, strongest first.
 LEVEL_OBSERVED = "observed"
 LEVEL_DUMP = "training-dump"
 LEVEL_DECLARED = "declared"
+LEVEL_RECORDED = "recorded"
 LEVEL_DETECTIVE = "detective"
+LEVEL_ACCEPTANCE = "acceptance"
 LEVEL_PREDICTED = "predicted"
 LEVEL_ASSUMED = "assumed"
 LEVELS = (
     LEVEL_OBSERVED,
     LEVEL_DUMP,
     LEVEL_DECLARED,
+    LEVEL_RECORDED,
     LEVEL_DETECTIVE,
+    LEVEL_ACCEPTANCE,
     LEVEL_PREDICTED,
     LEVEL_ASSUMED,
 )
@@ -49,8 +61,10 @@ SOURCE_LEVEL = {
     DECLARED: LEVEL_DECLARED,
     DETECTIVE: LEVEL_DETECTIVE,
     CONFIG: LEVEL_ASSUMED,
+    RUN_RECORD: LEVEL_RECORDED,
     OBSERVED: LEVEL_OBSERVED,
     DUMP_MATCHED: LEVEL_OBSERVED,
+    ACCEPTANCE_MATCHED: LEVEL_ACCEPTANCE,
     PREDICTED: LEVEL_PREDICTED,
 }
 
@@ -66,6 +80,6 @@ def weaker(*levels: str) -> str:
 
 
 def checked(level: str) -> bool:
-    """Whether a claim at this level rests on tensors, requests or the user's word, not on a
-    prediction or an assumption."""
+    """Whether a claim at this level rests on tensors, requests, the user's or the run's own word,
+    not on a prediction or an assumption."""
     return level not in UNCHECKED_LEVELS

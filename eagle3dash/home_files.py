@@ -16,6 +16,8 @@ from typing import IO
 
 from eagle3dash.errors import InputError
 
+CAPTURE_MANIFEST = "capture.json"  # a saved capture's manifest (capture/format.py writes it)
+
 
 class UnsafePathError(InputError):
     """A path that would leave the home folder (`..`, an absolute member, a symlink out)."""
@@ -128,6 +130,13 @@ def delete_upload(home: str | os.PathLike[str], path: str) -> bool:
     else:
         return False
     return True
+
+
+def saved_capture(home: str | os.PathLike[str], run_id: int) -> Path | None:
+    """captures/<run>/ of the home when the run kept its serving capture there (its manifest
+    written), else None; nothing is created."""
+    path = safe_join(home, "captures", str(int(run_id)))
+    return path if (path / CAPTURE_MANIFEST).is_file() else None
 
 
 def capture_dir(home: str | os.PathLike[str], run_id: int) -> Path:

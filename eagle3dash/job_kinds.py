@@ -18,16 +18,18 @@ from eagle3dash.diagnosis.options import SCHEMA, DiagnoseOptions
 from eagle3dash.diagnosis.record import record_diagnosis
 from eagle3dash.diagnosis.result import Diagnosis
 from eagle3dash.diagnosis.stages import prompt_ids, run_diagnosis
-from eagle3dash.endpoints import open_engine
-from eagle3dash.engine import CaptureRequest
-from eagle3dash.engine_rules import ServingEngine
+from eagle3dash.engines.endpoints import open_engine
+from eagle3dash.engines.protocol import target_arch
+from eagle3dash.engines.rules import ServingEngine
+from eagle3dash.engines.seam import CaptureRequest
+from eagle3dash.engines.sglang.rules import DEFAULT_SGLANG_VERSION
 from eagle3dash.jobs import JobFn
 from eagle3dash.layout import parse_layout
 from eagle3dash.probe import probe
 from eagle3dash.servebench import BENCH_TIMEOUT, load_prompts, run_bench
-from eagle3dash.sglang_rules import DEFAULT_SGLANG_VERSION, target_arch
 from eagle3dash.store import Store
 from eagle3dash.sweep import SWEEP_KIND, evaluate_checkpoint
+from eagle3dash.target import vocabulary
 
 Progress = Callable[[float, str], None]
 
@@ -88,7 +90,8 @@ def job_capture(params: dict, progress: Progress) -> dict:
     """Job kind 'capture': the endpoint's aux states for the prompts, saved as a capture."""
     from eagle3dash.capture import save_capture
 
-    prompts = load_prompts(_option(params, "prompts"))[: _option(params, "num_prompts")]
+    vocab = vocabulary(params.get("target"))
+    prompts = load_prompts(_option(params, "prompts"), vocab)[: _option(params, "num_prompts")]
     warnings: list[str] = []
     with closing(open_engine(params["url"])) as engine:
         request = CaptureRequest(

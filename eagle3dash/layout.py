@@ -166,6 +166,9 @@ class LayoutResult:
     notes: list[str] = field(default_factory=list)
     decode_layout: Layout | None = None  # CUDA-graph replays, when they differ from prefill
     error: str | None = None  # the capture or training would fail
+    # Other readings of the rules and what each feeds (a vLLM server whose runner is not known):
+    # the layout above is one reading among these, not the rules' one answer.
+    alternatives: tuple[tuple[str, Layout], ...] = ()
 
     def to_dict(self) -> dict:
         """JSON form, taps as {"depth", "post_norm"}."""
@@ -177,6 +180,10 @@ class LayoutResult:
                 layout_to_json(self.decode_layout) if self.decode_layout is not None else None
             ),
             "error": self.error,
+            "alternatives": [
+                {"label": label, "layout": layout_to_json(layout)}
+                for label, layout in self.alternatives
+            ],
         }
 
 
@@ -329,3 +336,12 @@ def diff(training: Layout, serving: Layout, default: Layout | None = None) -> La
     if embedding_only_in:
         summary += f"; embedding output only in {embedding_only_in}"
     return LayoutDiff(training, serving, slots, kind, embedding_only_in, summary + ".")
+
+
+def slots_mismatch(taps: int, slots: int) -> str:
+    """Why a layout of `taps` taps has no config ids for an fc of `slots` slots (one clause):
+    every engine captures one state per id, and fc takes exactly `slots`."""
+    return (
+        f"the wanted layout has {taps} taps but the draft's fc takes {slots}: no ids of another "
+        "count fit it"
+    )

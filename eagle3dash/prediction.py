@@ -5,11 +5,12 @@ A prediction, checked in a diagnosis against what was measured.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from eagle3dash import engine_rules
+from eagle3dash.engines import rules as engine_rules
+from eagle3dash.engines.protocol import FALLBACK_ARCH
+from eagle3dash.engines.sglang.rules import DEFAULT_SGLANG_VERSION
 from eagle3dash.layout import Layout, LayoutDiff, LayoutResult, diff
-from eagle3dash.sglang_rules import DEFAULT_SGLANG_VERSION, FALLBACK_ARCH
 from eagle3dash.spec import DraftSpec
 from eagle3dash.trainers import training_layout
 
@@ -46,24 +47,22 @@ def predict_layouts(
     engine: engine_rules.ServingEngine | None = None,
 ) -> LayoutComparison:
     """Training and serving layouts of a draft and their diff (and the decode diff, if any);
-    `training_ids`: the ids a run recorded capturing with, when they differ from the config's;
+    `training_ids`: the ids a run recorded capturing with (they stand for the config's);
     `engine`: the serving engine (None: SGLang at `sglang_version`)."""
-    trained = spec
-    if training_ids is not None:
-        trained = replace(spec, aux_layer_ids=tuple(training_ids), aux_ids_location="eagle_config")
     training = training_layout(
-        trained,
+        spec,
         num_layers,
         trainer,
         layout=training_override,
         sglang_version=training_sglang_version,
         arch=arch,
+        recorded_ids=training_ids,
     )
     if engine is None:
         engine = engine_rules.ServingEngine("sglang", sglang_version)
     serving = engine_rules.serving_layout(engine, spec, num_layers, arch, cuda_graph)
-    defaults = engine_rules.default_capture(engine, num_layers, arch)
-    fell_back = engine_rules.reads_no_ids(engine, spec)
+    rules = engine_rules.rules_for(engine)
+    defaults, fell_back = rules.default_capture(num_layers, arch), rules.reads_no_ids(spec)
     decode = serving.decode_layout
     return LayoutComparison(
         training=training,

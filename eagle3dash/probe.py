@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eagle3dash.checkpoint import InspectReport, inspect
-from eagle3dash.endpoints import open_engine
-from eagle3dash.engine import ServerReport
+from eagle3dash.engines.endpoints import open_engine
+from eagle3dash.engines.seam import ServerReport
 from eagle3dash.errors import InputError
 from eagle3dash.findings import Evidence, Finding, diagnose
 from eagle3dash.identity import DigestCache, DraftIdentity, compare_drafts, is_local_url
@@ -87,15 +87,24 @@ def probe(url: str, timeout: float = 60.0, retries: int = 3) -> Probe:
     finally:
         engine.close()
     draft = served_draft(server)
-    evidence = Evidence(
-        server=server, engine=server.engine, vllm_runner=server.rules_engine().runner
-    )
+    target = local_target(server.model_path) if is_local_url(server.url) else None
+    evidence = _evidence(server, target)
     if draft is not None and draft.report is not None:
         evidence.report, evidence.draft_path = draft.report, draft.path
         # The draft read is the served one by construction: no digest needed.
         evidence.identity = DraftIdentity("same", None, None, draft.path, draft.reason)
-    target = local_target(server.model_path) if is_local_url(server.url) else None
     return Probe(server=server, findings=diagnose(evidence), draft=draft, target=target)
+
+
+def _evidence(server: ServerReport, target: LocalTarget | None) -> Evidence:
+    """What a probe's findings read: the server, its engine, and the served model's depth when
+    its folder is here (so no finding asks for a layer count the probe has read)."""
+    return Evidence(
+        server=server,
+        engine=server.engine,
+        vllm_runner=server.rules_engine().runner,
+        num_target_layers=target.num_layers if target is not None else None,
+    )
 
 
 def probe_and_record(store: Store, url: str, timeout: float = 60.0, retries: int = 3) -> Probe:
@@ -106,30 +115,41 @@ def probe_and_record(store: Store, url: str, timeout: float = 60.0, retries: int
     return found
 
 
-def before_submit(
-    found: Probe, draft: str | None, cache: DigestCache | None = None
-) -> list[Finding]:
+@dataclass(frozen=True)
+class PairCheck:
+    """What a probe checked of an endpoint and a checkpoint before a diagnosis runs: the findings,
+    whether the checkpoint was read (None: none chosen; else its path, or the reason it could not
+    be read) and whether the server serves it (None: not compared)."""
+
+    findings: list[Finding]
+    checkpoint: str | None  # the checkpoint's path as read; None when none was chosen
+    unreadable: str | None  # why the chosen checkpoint could not be read
+    identity: DraftIdentity | None  # whether the server serves it, by content or by path
+
+
+def check_pair(found: Probe, draft: str | None, cache: DigestCache | None = None) -> PairCheck:
     """The findings a diagnosis of the checkpoint `draft` (a path here) against this endpoint
     can make before it runs: the server's settings (hidden states off or not every token, no
     speculation), whether the server serves this checkpoint (by the weights' content when both
     are here, else by path), an algorithm that does not fit it, and the checkpoint's own. Without
-    a readable checkpoint, the probe's findings."""
+    a readable checkpoint, the probe's findings; and what was checked."""
     if not draft:
-        return list(found.findings)
+        return PairCheck(list(found.findings), None, None, None)
     try:
         report = inspect(draft)
-    except InputError:  # the checkpoint's own error is shown where it is chosen
-        return list(found.findings)
+    except InputError as e:  # the checkpoint's own error is shown where it is chosen
+        return PairCheck(list(found.findings), draft, str(e), None)
     server, identity = found.server, None
     served = server.speculative.draft_model_path if server.speculative else None
     if served:
         identity = compare_drafts(report.path, served, is_local_url(server.url), cache)
-    evidence = Evidence(
-        server=server,
-        report=report,
-        draft_path=report.path,
-        identity=identity,
-        engine=server.engine,
-        vllm_runner=server.rules_engine().runner,
-    )
-    return diagnose(evidence)
+    evidence = _evidence(server, found.target)
+    evidence.report, evidence.draft_path, evidence.identity = report, report.path, identity
+    return PairCheck(diagnose(evidence), report.path, None, identity)
+
+
+def before_submit(
+    found: Probe, draft: str | None, cache: DigestCache | None = None
+) -> list[Finding]:
+    """The findings of `check_pair`."""
+    return check_pair(found, draft, cache).findings

@@ -35,11 +35,17 @@ on other hardware or settings than the speculative server.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from eagle3dash.noise import MATERIAL_GAIN, hides_material_gap, noise, relative_noise
+from eagle3dash.noise import (
+    MATERIAL_GAIN,
+    hides_material_gap,
+    noise,
+    ratio_noise,
+    relative_noise,
+)
 from eagle3dash.servebench import shares_at_least
 
 if TYPE_CHECKING:
@@ -78,6 +84,7 @@ class CategoryRow:
     tok_s: float | None = None  # completion tokens over the requests' summed latencies
     baseline_tok_s: float | None = None
     speedup: float | None = None
+    speedup_noise: float | None = None  # ± NOISE_SE standard errors of both sides' requests
 
 
 @dataclass
@@ -111,6 +118,8 @@ class StepsRow:
     predicted_accept_length: float
     predicted_tok_s: float | None
     source: str  # MEASURED or SIMULATED: where the accept length comes from
+    # ± the measured per-request tok/s noise, scaled to the prediction (None: not known)
+    tok_s_noise: float | None = None
 
 
 @dataclass
@@ -149,6 +158,7 @@ class NotProfiled:
     reason: str
     option: str | None = None  # the DiagnoseOptions field that enables it
     action: str | None = None
+    error: str | None = None  # the error that stopped it, shown with it
 
 
 @dataclass
@@ -325,6 +335,12 @@ def requests_tok_s(bench: BenchResult | None, indices: set[int]) -> float | None
     return _ratio(sum(r.completion_tokens or 0 for r in picked), seconds)
 
 
+def _per_request_tok_s(bench: BenchResult | None, indices: set[int]) -> list[float]:
+    """The tok/s of each answered request of these prompt indices."""
+    picked = [] if bench is None else [r for r in bench.requests if r.index in indices]
+    return [t for t in (r.output_tok_s for r in picked if r.error is None) if t is not None]
+
+
 def category_rows(
     categories: Sequence[str | None],
     steps: int,
@@ -345,6 +361,7 @@ def category_rows(
     for category, indices in order.items():
         tok_s = requests_tok_s(measured, indices)
         base = requests_tok_s(baseline, indices)
+        speedup = None if tok_s is None or not base else tok_s / base
         rows.append(
             CategoryRow(
                 category=category,
@@ -360,7 +377,14 @@ def category_rows(
                 else serving.simulated_accept_length_over(indices, steps),
                 tok_s=tok_s,
                 baseline_tok_s=base,
-                speedup=None if tok_s is None or not base else tok_s / base,
+                speedup=speedup,
+                speedup_noise=None
+                if speedup is None
+                else ratio_noise(
+                    speedup,
+                    _per_request_tok_s(measured, indices),
+                    _per_request_tok_s(baseline, indices),
+                ),
             )
         )
     return rows
@@ -434,14 +458,6 @@ def accept_lengths_by_steps(
     return rows
 
 
-def flags_for(num_steps: int) -> str:
-    """The SGLang flags of chain drafting with `num_steps` draft steps."""
-    return (
-        f"--speculative-num-steps {num_steps} --speculative-eagle-topk 1 "
-        f"--speculative-num-draft-tokens {num_steps + 1}"
-    )
-
-
 def request_seconds(costs: StepCosts, tokens: float, accept_length: float, num_steps: int) -> float:
     """The predicted time of one request of `tokens` tokens at `num_steps` draft steps."""
     rounds = max(tokens - 1.0, 0.0) / accept_length
@@ -453,9 +469,12 @@ def steps_advice(
     measured: BenchResult | None,
     serving: DraftEval | None,
     costs: StepCosts | None,
+    *,
+    flags: Callable[[int], str],
     max_steps: int = MAX_ADVICE_STEPS,
 ) -> tuple[list[StepsRow], Recommendation | None]:
-    """Predicted accept length and tok/s per --speculative-num-steps, and the fastest setting."""
+    """Predicted accept length and tok/s per draft-steps setting, and the fastest setting;
+    `flags(n)`: the serving engine's flags that run n steps (engines.rules.words)."""
     lengths = accept_lengths_by_steps(steps, measured, serving, max_steps)
     by_steps = {s: e for s, e, _ in lengths}
     measured_tok_s = None if measured is None else measured.output_tok_s_aggregate
@@ -469,12 +488,15 @@ def steps_advice(
     # Reported as SGLang counts it (completion tokens over verify rounds, the prefill's token
     # included), so the served setting's row reads as the measured accept length.
     counted = tokens / (tokens - 1) if tokens and tokens > 1 else 1.0
+    # The prediction scales the measured tok/s, so it is as uncertain as that measurement.
+    spread = None if measured is None else relative_noise(measured.output_tok_s_per_request)
     rows = []
     for s, length, source in lengths:
         tok_s = None
         if now is not None and costs is not None and tokens and measured_tok_s:
             tok_s = measured_tok_s * now / request_seconds(costs, tokens, length, s)
-        rows.append(StepsRow(s, length * counted, tok_s, source))
+        noise_at = None if tok_s is None or spread is None else tok_s * spread
+        rows.append(StepsRow(s, length * counted, tok_s, source, noise_at))
     priced = [r for r in rows if r.predicted_tok_s is not None]
     if not priced or measured is None or not measured_tok_s:
         return rows, None
@@ -484,8 +506,6 @@ def steps_advice(
         (r for r in priced if (r.predicted_tok_s or 0.0) >= 0.99 * top), key=lambda r: r.num_steps
     )
     gain = (best.predicted_tok_s or 0.0) / measured_tok_s - 1.0
-    # The prediction scales the measured tok/s, so it is as uncertain as that measurement.
-    spread = relative_noise(measured.output_tok_s_per_request)
     low = None if spread is None else gain - (1.0 + gain) * spread
     high = None if spread is None else gain + (1.0 + gain) * spread
     changes = best.num_steps != steps and low is not None and low > 0 and gain >= MATERIAL_GAIN
@@ -497,7 +517,7 @@ def steps_advice(
         predicted_tok_s=chosen.predicted_tok_s,
         current_num_steps=steps,
         current_tok_s=measured_tok_s,
-        flags=flags_for(chosen.num_steps),
+        flags=flags(chosen.num_steps),
         fastest_num_steps=best.num_steps,
         gain=gain,
         gain_low=low,

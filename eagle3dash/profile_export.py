@@ -23,8 +23,8 @@ is raised. The Run page offers both as downloads; `diagnose --profile-out PATH` 
     predates it).
   - `per_category`: one row per prompt category: `category`, `prompts` (how many),
     `measured_accept_length` (the endpoint), `sim_accept_training`, `sim_accept_serving` (the
-    standalone draft), `tok_s` (output tok/s on the endpoint), `baseline_tok_s` and `speedup`
-    (with a baseline).
+    standalone draft), `tok_s` (output tok/s on the endpoint), `baseline_tok_s`, `speedup` and
+    `speedup_noise` (± 2 standard errors of both sides' per-request tok/s; with a baseline).
   - `prompt_format`: one row per format sent ("raw", "chat-template", "chat-template, thinking
     on", "chat-template, thinking off"): `format`, `prompts` (how many: every row is on the same
     first prompts, "raw" the benchmark's own requests on them), `measured_accept_length`,
@@ -35,7 +35,8 @@ is raised. The Run page offers both as downloads; `diagnose --profile-out PATH` 
     benchmark's own requests; null in a profile stored before rows could stop early).
   - `steps_advice`: one row per `--speculative-num-steps` (topk 1, draft tokens = steps + 1):
     `num_steps`, `predicted_accept_length`, `predicted_tok_s`, `source` ("measured": from the
-    server's histogram; "simulated": from the standalone draft).
+    server's histogram; "simulated": from the standalone draft), `tok_s_noise` (± two standard
+    errors of the measured per-request tok/s, scaled to the prediction; null when not known).
   - `recommended`: the setting to run, `num_steps`, `predicted_accept_length`,
     `predicted_tok_s`; the server's `current_num_steps` and its `current_tok_s`; `flags`, the
     SGLang flag line to use; `fastest_num_steps`, its `gain` over the served setting and the
@@ -47,7 +48,8 @@ is raised. The Run page offers both as downloads; `diagnose --profile-out PATH` 
     ("baseline": the verify cost is the baseline's per-token time; without a baseline there are
     no costs and no predicted tok/s).
   - `not_profiled`: the parts that could not be measured: `part` (one of the part names above),
-    `reason`, `option` (the diagnosis option that enables it, or null), `action` (what to do).
+    `reason`, `option` (the diagnosis option that enables it, or null), `action` (what to do),
+    `error` (the error that stopped it, or null).
 
 ## CSV: long form, one value a line
 
@@ -62,7 +64,7 @@ the JSON's order:
 - `prompt_format,<format>,<field>,<value>`; `temperature,<temperature>,<field>,<value>`;
   `steps_advice,<num_steps>,<field>,<value>` (the same way).
 - `recommended,,<field>,<value>` and `step_costs,,<field>,<value>` (one row each, no row key).
-- `not_profiled,<part>,<reason|option|action>,<text>`.
+- `not_profiled,<part>,<reason|option|action|error>,<text>`.
 """
 
 from __future__ import annotations
@@ -135,7 +137,7 @@ def profile_csv(diagnosis: Mapping[str, Any]) -> str | None:
         for metric, value in (profile.get(part) or {}).items():
             writer.writerow((part, "", metric, _cell(value)))
     for item in profile.get("not_profiled") or []:
-        for metric in ("reason", "option", "action"):
+        for metric in ("reason", "option", "action", "error"):
             writer.writerow(
                 ("not_profiled", _cell(item.get("part")), metric, _cell(item.get(metric)))
             )

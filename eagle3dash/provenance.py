@@ -18,6 +18,14 @@ The shapes, read from the released wheels:
   model.safetensors), `{epoch}/val_metrics.json` for improved epochs, a `checkpoint_best` link to
   the best epoch; run.yaml's `verifier` group names the target (verifier_name_or_path).
 
+- NeMo AutoModel 0.7.0 (recipes/llm/train_eagle3.py save_checkpoint, components/checkpoint/
+  checkpointing.py, lifecycle.py): `epoch_{E}_step_{S}/` holding `model/consolidated/` (the
+  exported draft: config.json + safetensors), `config.yaml` (the recipe snapshot, yaml.dump block
+  style: `recipe_args.aux_layer_ids`, `target_model_name_or_path`, `cached_target_path`,
+  `target_model_backend`), `losses.json` ({val_loss, val_accuracy} when an epoch's eval ran) and
+  `eagle_meta.pt`; pointers `LATEST` and `LOWEST_VAL` (a link, or `NAME.txt` holding the path)
+  beside the step folders, and `.incomplete` in a step an interrupted save left.
+
 `training_state.pt` is read with torch.load(weights_only=True) only: a payload that needs any
 other pickle global is refused, and nothing in it runs.
 """
@@ -36,6 +44,9 @@ from eagle3dash.errors import InputError
 SPECFORGE_STATE = "training_state.pt"
 _SPECFORGE_STEP = re.compile(r"(?P<run>.+)-step(?P<step>\d+)")
 _PROVENANCE_KEY = "specforge_model_provenance"  # algorithms/common/providers.py
+_NEMO_STEP = re.compile(r"epoch_(?P<epoch>\d+)_step_(?P<step>\d+)")
+_NEMO_EXPORT = ("model", "consolidated")  # a NeMo step's exported draft, below the step folder
+_NEMO_INCOMPLETE = ".incomplete"  # components/checkpoint/utils.py: a save cut short
 
 
 class RunFolderError(InputError):
@@ -61,7 +72,7 @@ class TrainingMetrics:
 class Provenance:
     """What a run folder records about how its draft was made: the provenance card."""
 
-    trainer: str  # a trainers.TRAINERS key: "specforge" (0.2) or "speculators"
+    trainer: str  # a trainers.TRAINERS key: "specforge" (0.2), "speculators", "nemo-automodel"
     trainer_version: str | None
     run_folder: str
     checkpoint: str  # the step or epoch folder read
@@ -74,6 +85,7 @@ class Provenance:
     target_config_sha256: str | None = None
     target_files: dict[str, str] = field(default_factory=dict)  # target JSON file -> sha256
     capture_layers: tuple[int, ...] | None = None  # ids the run's capture used (online runs)
+    capture_record: str | None = None  # the file and key capture_layers were read from
     chat_template: str | None = None
     best_metric: str | None = None
     best_score: float | None = None
@@ -168,13 +180,14 @@ def _number(x: object) -> TypeGuard[int | float]:
 
 
 def is_run_folder(path: str | Path) -> bool:
-    """Whether `path` is a SpecForge 0.2 run or step folder or a speculators 0.9 run folder."""
+    """Whether `path` is a SpecForge 0.2 run or step folder, a speculators 0.9 run folder, or a
+    NeMo AutoModel run, step or consolidated export folder."""
     p = Path(path).expanduser()
     if not p.is_dir():
         return False
     if (p / SPECFORGE_STATE).is_file() or _is_speculators(p) or _speculators_epoch(p):
         return True
-    return bool(_specforge_steps(p))
+    return bool(_specforge_steps(p)) or _nemo_step_of(p) is not None or bool(_nemo_steps(p))
 
 
 def _specforge_steps(root: Path) -> dict[int, Path]:
@@ -185,6 +198,41 @@ def _specforge_steps(root: Path) -> dict[int, Path]:
         if m and d.is_dir() and not d.is_symlink() and (d / SPECFORGE_STATE).is_file():
             out[int(m["step"])] = d
     return out
+
+
+def _nemo_step_of(folder: Path) -> Path | None:
+    """The NeMo step folder that `folder` is, or holds as its model/consolidated export."""
+    for step in (folder, folder.parent.parent):
+        if (
+            _NEMO_STEP.fullmatch(step.name)
+            and (step / "model").is_dir()
+            and (folder == step or folder.parts[-2:] == _NEMO_EXPORT)
+        ):
+            return step
+    return None
+
+
+def _nemo_steps(root: Path) -> dict[int, Path]:
+    """Step number -> complete `epoch_{E}_step_{S}` folder of a NeMo AutoModel run."""
+    return {
+        int(m["step"]): d
+        for d in root.iterdir()
+        if (m := _NEMO_STEP.fullmatch(d.name))
+        and d.is_dir()
+        and not d.is_symlink()
+        and (d / "model").is_dir()
+        and not (d / _NEMO_INCOMPLETE).exists()
+    }
+
+
+def _nemo_pointer(root: Path, name: str) -> Path | None:
+    """The step a NeMo run's pointer names (lifecycle.py `_update_checkpoint_pointer`: a link,
+    or NAME.txt holding the path relative to the run folder)."""
+    link, text = root / name, root / f"{name}.txt"
+    target = str(link.readlink()) if link.is_symlink() else None
+    if target is None and text.is_file():
+        target = text.read_text(errors="replace").strip()
+    return (root / target).resolve() if target else None
 
 
 def _is_speculators(root: Path) -> bool:
@@ -218,9 +266,21 @@ def read_run_folder(path: str | Path) -> Provenance:
         return _speculators(root)
     if root.is_dir() and _speculators_epoch(root):
         return _speculators(root.parent, root)
+    step = _nemo_step_of(root) if root.is_dir() else None
+    if step is not None:
+        return _nemo(step.parent, step, "given")
+    nemo = _nemo_steps(root) if root.is_dir() else {}
+    if nemo:
+        chosen = {d.resolve(): d for d in nemo.values()}
+        for pointer, which in (("LOWEST_VAL", "best"), ("LATEST", "latest")):
+            target = _nemo_pointer(root, pointer)
+            if target in chosen:
+                return _nemo(root, chosen[target], which)
+        return _nemo(root, nemo[max(nemo)], "latest")
     raise RunFolderError(
-        f"{root}: not a SpecForge run folder ({{run_id}}-step{{N}}/{SPECFORGE_STATE}) nor a "
-        "speculators run folder (run.yaml, {epoch}/model.safetensors)"
+        f"{root}: not a SpecForge run folder ({{run_id}}-step{{N}}/{SPECFORGE_STATE}), a "
+        "speculators run folder (run.yaml, {epoch}/model.safetensors) nor a NeMo AutoModel run "
+        "folder (epoch_{E}_step_{S}/model/consolidated)"
     )
 
 
@@ -231,10 +291,14 @@ def run_checkpoints(path: str | Path) -> tuple[dict[int, Path], Path | None]:
     steps = _specforge_steps(root) if root.is_dir() else {}
     if not steps and root.is_dir() and _is_speculators(root):
         steps = {int(d.name): d for d in root.iterdir() if d.name.isdigit() and d.is_dir()}
+    if not steps and root.is_dir():
+        exports = {s: d.joinpath(*_NEMO_EXPORT) for s, d in _nemo_steps(root).items()}
+        steps = {s: d for s, d in exports.items() if (d / "config.json").is_file()}
     if not steps:
         raise RunFolderError(
-            f"{root}: no checkpoints found: neither SpecForge {{run_id}}-step{{N}} folders nor "
-            "speculators {epoch} folders; give the run folder, or the checkpoints one by one"
+            f"{root}: no checkpoints found: neither SpecForge {{run_id}}-step{{N}} folders, "
+            "speculators {epoch} folders nor NeMo AutoModel epoch_{E}_step_{S} folders; give the "
+            "run folder, or the checkpoints one by one"
         )
     card = read_run_folder(root)
     best = Path(card.checkpoint).resolve() if card.chosen_by == "best" else None
@@ -328,6 +392,7 @@ def _specforge(run: Path, step_dir: Path, chosen_by: str) -> Provenance:
         target_config_sha256=_json_digests(target).get("config.json"),
         target_files=_json_digests(target),
         capture_layers=tuple(int(i) for i in layers) if isinstance(layers, list | tuple) else None,
+        capture_record=None if layers is None else f"{SPECFORGE_STATE} {_PROVENANCE_KEY}",
         has_model_config=(step_dir / "config.json").is_file(),
     )
     if layers is None and prov:
@@ -373,7 +438,8 @@ def _speculators(root: Path, given: Path | None = None) -> Provenance:
         epoch=int(chosen.name) if chosen.name.isdigit() else None,
         strategy=_str(_yaml_value(run_yaml, "speculator_type")),
         target_path=_str(_yaml_value(run_yaml, "verifier_name_or_path")),
-        capture_layers=_ints(_yaml_value(run_yaml, "target_layer_ids")),
+        capture_layers=(layers := _ints(_yaml_value(run_yaml, "target_layer_ids"))),
+        capture_record=None if layers is None else "run.yaml target_layer_ids",
         chat_template=_str(_yaml_value(run_yaml, "chat_template")),
         has_model_config=(chosen / "config.json").is_file(),
     )
@@ -386,6 +452,75 @@ def _speculators(root: Path, given: Path | None = None) -> Provenance:
         )
         card.metrics = speculators_metrics(metrics, f"{chosen.name}/val_metrics.json")
     return card
+
+
+def _nemo(run: Path, step: Path, chosen_by: str) -> Provenance:
+    """The card of a NeMo AutoModel step folder: its config.yaml's target and capture ids
+    (recipes/llm/train_eagle3.py: the colocated, SGLang and vLLM targets take
+    `recipe_args.aux_layer_ids`, else eagle/target.py default_eagle3_aux_layer_ids; an offline
+    run's ids are its cache's manifest.json `aux_layer_ids`), and losses.json."""
+    m = _NEMO_STEP.fullmatch(step.name)
+    export = step.joinpath(*_NEMO_EXPORT)
+    recipe = _yaml_section(_run_yaml(step / "config.yaml"), "recipe_args")
+    card = Provenance(
+        trainer="nemo-automodel",
+        trainer_version=None,  # nothing in a checkpoint records NeMo AutoModel's release
+        run_folder=str(run),
+        checkpoint=str(export),
+        chosen_by=chosen_by,
+        step=int(m["step"]) if m else None,
+        epoch=int(m["epoch"]) if m else None,
+        target_path=_str(_yaml_value(recipe, "target_model_name_or_path")),
+        has_model_config=(export / "config.json").is_file(),
+    )
+    cache = _str(_yaml_value(recipe, "cached_target_path"))
+    backend = _str(_yaml_value(recipe, "target_model_backend")) or "colocated"
+    ids = _ints(_yaml_value(recipe, "aux_layer_ids"))
+    if cache is not None:
+        manifest = Path(cache).expanduser() / "manifest.json"
+        ids = _ints(_json(manifest).get("aux_layer_ids")) if manifest.is_file() else None
+        record = f"the offline cache's {manifest} aux_layer_ids"
+        if ids is None:
+            card.notes.append(
+                f"an offline run: its capture ids are in {manifest} (aux_layer_ids), which is "
+                "not readable here, so the training ids are assumed"
+            )
+    elif backend == "remote":
+        ids, record = None, ""
+        card.notes.append(
+            "a remote target: its capture ids were the target server's --aux-layer-ids, which "
+            "the run does not record, so the training ids are assumed"
+        )
+    else:
+        record = "config.yaml recipe_args.aux_layer_ids"
+        if ids is None:
+            where = "sets no" if (step / "config.yaml").is_file() else "is missing, so no"
+            card.notes.append(
+                f"config.yaml {where} recipe_args.aux_layer_ids: NeMo AutoModel's default "
+                "[1, N//2-1, N-4] applies (eagle/target.py), so the training ids are assumed"
+            )
+    card.capture_layers, card.capture_record = ids, record if ids is not None else None
+    losses_path = step / "losses.json"
+    losses = _json(losses_path) if losses_path.is_file() else {}
+    if _number(losses.get("val_loss")):
+        # LOWEST_VAL ranks checkpoints by val_loss (components/checkpoint/utils.py
+        # read_checkpoint_metric); val_accuracy is top-1 pooled over the TTT steps and tau_sim
+        # (the accept length with the bonus token, eagle/core.py) is logged, never saved
+        card.best_metric, card.best_score = "val_loss", float(losses["val_loss"])
+        card.notes.append(
+            "losses.json holds val_loss and val_accuracy (top-1 pooled over the draft steps, not "
+            "an acceptance); NeMo AutoModel logs its accept length (val_tau_sim, bonus token "
+            "included) to the training log and W&B only, so no trainer acceptance is shown"
+        )
+    if not card.has_model_config:
+        card.notes.append("the step holds no consolidated export (model/consolidated/)")
+    return card
+
+
+def _yaml_section(text: str, key: str) -> str:
+    """The block under a top-level `key:` of a block-style YAML text ('' when absent)."""
+    m = re.search(rf"^{re.escape(key)}:[ \t]*\n((?:[ \t]+.*\n?|\n)*)", text, re.M)
+    return m[1] if m else ""
 
 
 def _train_command_version(path: Path) -> str | None:
@@ -454,11 +589,21 @@ def _ints(x: object) -> tuple[int, ...] | None:
     return None
 
 
-def export_command(card: Provenance) -> str:
-    """How to turn a SpecForge step folder into a model folder eagle3dash and SGLang read."""
+def no_model_message(card: Provenance) -> str:
+    """Why a run's checkpoint cannot be read as a draft, and what makes it readable."""
+    if card.trainer == "nemo-automodel":
+        step = Path(card.checkpoint).parent.parent
+        return (
+            f"{step}: a NeMo AutoModel checkpoint without a consolidated export (no "
+            f"{card.checkpoint}/config.json): consolidate it first (bash {step}/model/"
+            "consolidate.sh, or train with checkpoint.save_consolidated), then give the run or "
+            "that folder again"
+        )
     return (
-        f"specforge export --to sglang --checkpoint {card.checkpoint} --draft-config "
-        "<the draft config.json the run trained with> --output-dir <new folder>"
+        f"{card.checkpoint}: a SpecForge training checkpoint (training_state.pt, no config.json): "
+        f"export it first: specforge export --to sglang --checkpoint {card.checkpoint} "
+        "--draft-config <the draft config.json the run trained with> --output-dir <new folder>; "
+        "or give the draft's config.json (--draft-config) to read the draft from the state dict"
     )
 
 

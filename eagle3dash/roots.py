@@ -45,19 +45,26 @@ def _resolved(path: str | os.PathLike[str]) -> Path:
 
 
 def within_roots(
-    path: str | os.PathLike[str], roots: Iterable[Path], label: str, also: Iterable[Path] = ()
+    path: str | os.PathLike[str],
+    roots: Iterable[Path],
+    label: str,
+    also: Iterable[Path] = (),
+    upload: str | None = None,
 ) -> str:
-    """The path, resolved, if it lies in one of `roots` (or of `also`, folders allowed without
-    being named); else OutsideRootsError naming the roots and how to add one. The path is not
-    inspected, so the answer never tells whether it exists."""
-    roots = tuple(roots)
-    allowed = tuple(_resolved(root) for root in (*roots, *also))
+    """The path, resolved, if it lies in one of `roots` or `also` (folders the app reads besides
+    the roots, e.g. the demo's models); else OutsideRootsError naming every one of them and how to
+    add a root (and `upload`, the upload that replaces the path, where the page has one). The
+    path is not inspected, so the answer never tells whether it exists."""
+    allowed = tuple(dict.fromkeys(_resolved(root) for root in (*roots, *also)))
     resolved = _resolved(path)
-    names = ", ".join(str(root) for root in roots)
+    names = ", ".join(str(root) for root in allowed)
     how = (
-        f"to use another folder, add it to {ROOTS_ENV} (folders separated by '{os.pathsep}') and "
-        "restart the app, or upload the files"
+        f"to read another folder, restart the app with it added to {ROOTS_ENV} (folders "
+        f"separated by '{os.pathsep}'): `eagle3dash app --data-root FOLDER` or "
+        f"`{ROOTS_ENV}=FOLDER make run`"
     )
+    if upload:
+        how += f"; or {upload}"
     if not _inside(resolved, allowed):
         raise OutsideRootsError(
             f"{label}: the app reads only paths under its data roots ({names}); {how}"

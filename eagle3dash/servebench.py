@@ -30,14 +30,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TypedDict, Unpack
 
-from eagle3dash.engine import BenchRequests, EngineAdapter, GenerateResult
+from eagle3dash.engines.seam import BenchRequests, EngineAdapter, GenerateResult, ServedRequests
 from eagle3dash.errors import InputError
 from eagle3dash.http_client import EndpointError
+from eagle3dash.noise import ratio_noise
 
 __all__ = [
     "BUILTIN_PROMPT_SETS",
@@ -46,6 +48,7 @@ __all__ = [
     "Prompt",
     "PromptFileError",
     "RequestStat",
+    "Vocabulary",
     "compare_to_baseline",
     "load_prompts",
     "parse_prompt_lines",
@@ -116,7 +119,19 @@ MAX_PROMPT_LINE_BYTES = 2 << 20
 MAX_CATEGORY_CHARS = 64
 
 
-def _parse_line(obj: object, where: str) -> Prompt:
+# The largest token id any server takes: SGLang and vLLM hold input ids as int64 tensors.
+MAX_TOKEN_ID = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """The target's vocabulary where it is known: its size, and where that was read (a file)."""
+
+    size: int
+    source: str
+
+
+def _parse_line(obj: object, where: str, vocab: Vocabulary | None) -> Prompt:
     forms = (
         'expected {"prompt": "..."}, {"messages": [{"role": ..., "content": ...}, ...]} '
         'or {"input_ids": [int, ...]}, each with an optional "category": "..."'
@@ -134,10 +149,10 @@ def _parse_line(obj: object, where: str) -> Prompt:
             f'{where}: "category" must be a label of at most {MAX_CATEGORY_CHARS} printable '
             "characters (no control or terminal escape characters)"
         )
-    return dataclasses.replace(_parse_form(obj, where, forms), category=category)
+    return dataclasses.replace(_parse_form(obj, where, forms, vocab), category=category)
 
 
-def _parse_form(obj: dict, where: str, forms: str) -> Prompt:
+def _parse_form(obj: dict, where: str, forms: str, vocab: Vocabulary | None) -> Prompt:
     if "prompt" in obj:
         text = obj["prompt"]
         if not isinstance(text, str) or not text.strip():
@@ -158,15 +173,36 @@ def _parse_form(obj: dict, where: str, forms: str) -> Prompt:
         return Prompt(text=render_messages(pairs), messages=tuple(pairs))
     if "input_ids" in obj:
         ids = obj["input_ids"]
-        ok = isinstance(ids, list) and bool(ids) and all(isinstance(i, int) and i >= 0 for i in ids)
-        if not ok:
+        ok = isinstance(ids, list) and bool(ids)
+        if not ok or not all(type(i) is int and i >= 0 for i in ids):  # a bool is no token id
             raise PromptFileError(f'{where}: "input_ids" must be a non-empty list of token ids')
+        _check_ids(ids, where, vocab)
         return Prompt(text="", input_ids=tuple(ids))
     raise PromptFileError(f"{where}: {forms}")
 
 
-def parse_prompt_lines(lines: Sequence[str], name: str) -> list[Prompt]:
-    """Parse JSONL prompt lines (blank lines skipped); errors name `name` and the line number."""
+def _check_ids(ids: list[int], where: str, vocab: Vocabulary | None) -> None:
+    """Token ids a server can take: within int64 always, and within the target's vocabulary
+    where it is known (a server answers an id past either with a bare 400)."""
+    past = max(ids)
+    if past > MAX_TOKEN_ID:
+        raise PromptFileError(
+            f'{where}: "input_ids" holds {past}, past int64 (at most {MAX_TOKEN_ID}): no '
+            "tokenizer makes such an id; give the target's token ids"
+        )
+    if vocab is not None and past >= vocab.size:
+        raise PromptFileError(
+            f'{where}: "input_ids" holds {past}, outside the target\'s vocabulary of '
+            f"{vocab.size} tokens (ids 0..{vocab.size - 1}, {vocab.source}): give the target's "
+            "token ids"
+        )
+
+
+def parse_prompt_lines(
+    lines: Sequence[str], name: str, vocab: Vocabulary | None = None
+) -> list[Prompt]:
+    """Parse JSONL prompt lines (blank lines skipped), token ids checked against int64 and
+    `vocab` when known; errors name `name` and the line number."""
     prompts: list[Prompt] = []
     for lineno, line in enumerate(lines, start=1):
         if not line.strip():
@@ -188,7 +224,12 @@ def parse_prompt_lines(lines: Sequence[str], name: str) -> list[Prompt]:
             raise PromptFileError(f"{where}: not valid JSON ({exc.msg})") from None
         except RecursionError:
             raise PromptFileError(f"{where}: nested too deeply to be a prompt") from None
-        prompts.append(_parse_line(obj, where))
+        except ValueError:  # Python's int parsing refuses a number of over 4300 digits
+            raise PromptFileError(
+                f"{where}: holds a number of more than {sys.get_int_max_str_digits()} digits, "
+                f"past int64 (at most {MAX_TOKEN_ID}) and any token id"
+            ) from None
+        prompts.append(_parse_line(obj, where, vocab))
     if not prompts:
         raise PromptFileError(f"{name}: no prompts (one JSON object per line)")
     return prompts
@@ -205,9 +246,10 @@ def _round_robin(sets: Sequence[Sequence[Prompt]]) -> list[Prompt]:
     return [s[i] for i in range(longest) for s in sets if i < len(s)]
 
 
-def load_prompts(name_or_path: str | Path) -> list[Prompt]:
+def load_prompts(name_or_path: str | Path, vocab: Vocabulary | None = None) -> list[Prompt]:
     """A built-in prompt set (BUILTIN_PROMPT_SETS; "all" interleaves every category but long
-    context) or a JSONL file of prompts."""
+    context) or a JSONL file of prompts, its token ids within `vocab` when the target's is
+    known."""
     name = str(name_or_path)
     if name == "all":
         return _round_robin([_builtin_set(c) for c in PROMPT_CATEGORIES if c != LONG_CONTEXT])
@@ -224,10 +266,10 @@ def load_prompts(name_or_path: str | Path) -> list[Prompt]:
         raise PromptFileError(
             f"{path}: cannot read ({exc.strerror or type(exc).__name__})"
         ) from None
-    return parse_prompt_bytes(data, str(path))
+    return parse_prompt_bytes(data, str(path), vocab)
 
 
-def parse_prompt_bytes(data: bytes, name: str) -> list[Prompt]:
+def parse_prompt_bytes(data: bytes, name: str, vocab: Vocabulary | None = None) -> list[Prompt]:
     """A prompt file's bytes (read up to MAX_PROMPT_FILE_BYTES + 1) as prompts: the one bound
     for a typed path and an upload."""
     if len(data) > MAX_PROMPT_FILE_BYTES:
@@ -238,7 +280,7 @@ def parse_prompt_bytes(data: bytes, name: str) -> list[Prompt]:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise PromptFileError(f"{name}: not UTF-8 text (byte {e.start})") from None
-    return parse_prompt_lines(text.splitlines(), name)
+    return parse_prompt_lines(text.splitlines(), name, vocab)
 
 
 # --- results --------------------------------------------------------------------------------------
@@ -451,15 +493,20 @@ def run_bench(
 def bench_with_answers(
     engine: EngineAdapter,
     prompts: Sequence[Prompt],
-    *,
-    concurrency: int = 4,
-    max_new_tokens: int = 128,
-    warmup: int = 2,
-    progress: Progress | None = None,
-    temperature: float = 0.0,
+    **how: Unpack[BenchHow],
 ) -> tuple[BenchResult, list[GenerateResult | EndpointError]]:
     """`run_bench`, and each measured request's answer (or its error) in the order sent: a
     greedy benchmark's completions are what a serving capture would generate again."""
+    served = engine.serve_requests(_requests(prompts, how, how.get("progress")))
+    return _measured(engine.url, [served], how), served.answers
+
+
+def _requests(prompts: Sequence[Prompt], how: BenchHow, progress: Progress | None) -> BenchRequests:
+    """What the engine is sent for these prompts (`run_bench`'s settings checked), with a
+    callback that counts the measured requests done."""
+    full = _filled(how)
+    concurrency, max_new_tokens = full["concurrency"], full["max_new_tokens"]
+    warmup, temperature = full["warmup"], full["temperature"]
     if not prompts:
         raise ValueError("run_bench needs at least one prompt")
     if concurrency < 1 or max_new_tokens < 1 or warmup < 0:
@@ -474,27 +521,105 @@ def bench_with_answers(
         if progress is not None:
             progress(done, total)
 
-    requests = BenchRequests(
-        [p.sent() for p in prompts], concurrency, max_new_tokens, warmup, temperature, one_done
-    )
-    served = engine.serve_requests(requests)
-    stats = [_stat(i, answer) for i, answer in enumerate(served.answers)]
+    sent = [p.sent() for p in prompts]
+    return BenchRequests(sent, concurrency, max_new_tokens, warmup, temperature, one_done)
+
+
+def _measured(url: str, waves: Sequence[ServedRequests], how: BenchHow) -> BenchResult:
+    """One benchmark from the waves of requests it was sent in (the warmup before the first):
+    the requests numbered in the order sent, the waves' wall times added. Accept length comes
+    from each answer's statistics; where none carries them and the engine reads its server's
+    counters, from those (per wave, its rounds are its completion tokens over its accept length).
+
+    Raises EndpointError when every measured request failed."""
+    full = _filled(how)
+    answers = [a for served in waves for a in served.answers]
     result = _summarize(
-        engine.url, stats, concurrency, max_new_tokens, warmup, served.wall_s, temperature
+        url,
+        [_stat(i, answer) for i, answer in enumerate(answers)],
+        full["concurrency"],
+        full["max_new_tokens"],
+        full["warmup"],
+        sum(served.wall_s for served in waves),
+        full["temperature"],
     )
     if result.errors == result.num_requests:
         raise EndpointError(
             f"all {result.num_requests} benchmark requests failed; first error: "
             f"{result.error_messages[0]}",
-            url=engine.url,
+            url=url,
             kind=EndpointError.SERVER_ERROR,
         )
-    if result.accept_length is None and served.server_wide is not None:
-        counted = served.server_wide()
-        result.accept_length = counted.accept_length
-        result.correct_drafts_histogram = counted.histogram
+    counters = [served.server_wide for served in waves]
+    if result.accept_length is None and all(c is not None for c in counters):
+        counted = [c() for c in counters if c is not None]
+        tokens = [_completion_tokens(served) for served in waves]
+        lengths = [c.accept_length for c in counted]
+        rounds = sum(t / a for t, a in zip(tokens, lengths, strict=True) if a)
+        known = rounds and all(lengths)
+        result.accept_length = sum(tokens) / rounds if known else None
+        hists = [c.histogram for c in counted]
+        whole = [h for h in hists if h is not None]
+        result.correct_drafts_histogram = (
+            sum_histograms(whole) if len(whole) == len(hists) else None
+        )
         result.acceptance_source = "metrics-delta"
-    return result, served.answers
+    return result
+
+
+def _completion_tokens(served: ServedRequests) -> int:
+    """The tokens a wave's answered requests generated."""
+    return sum(a.completion_tokens or 0 for a in served.answers if isinstance(a, GenerateResult))
+
+
+BENCH_DEFAULTS = BenchHow(concurrency=4, max_new_tokens=128, warmup=2, temperature=0.0)
+
+
+def _filled(how: BenchHow) -> dict:
+    """A benchmark's settings, each one not given its BENCH_DEFAULTS value."""
+    return {**BENCH_DEFAULTS, **how}
+
+
+# A pair's progress: (the side a wave was sent to, requests done on both sides, requests in all).
+PairProgress = Callable[[str, int, int], None]
+ENDPOINT_SIDE, BASELINE_SIDE = "endpoint", "baseline"
+
+
+def bench_pair(
+    engine: EngineAdapter,
+    baseline: EngineAdapter,
+    prompts: Sequence[Prompt],
+    *,
+    wave: int,
+    paired: PairProgress | None = None,
+    **how: Unpack[BenchHow],
+) -> tuple[BenchResult, list[GenerateResult | EndpointError], BenchResult]:
+    """The endpoint and its baseline on the same prompts, in alternating waves of `wave` prompts
+    (the endpoint's first): a machine or an accelerator shared with other work then loads both
+    alike, so their ratio keeps to what the two servers do. Each side is one benchmark of all
+    its waves (`_measured`), its warmup requests sent before its first wave only; returns (the
+    endpoint's benchmark, its answers in the order sent, the baseline's benchmark)."""
+    if wave < 1:
+        raise ValueError("a wave holds at least one prompt")
+    total, done = 2 * len(prompts), 0
+    waves: dict[str, list[ServedRequests]] = {ENDPOINT_SIDE: [], BASELINE_SIDE: []}
+    for start in range(0, len(prompts), wave):
+        for side, adapter in ((ENDPOINT_SIDE, engine), (BASELINE_SIDE, baseline)):
+
+            def one(_done: int, _total: int, side: str = side) -> None:
+                nonlocal done
+                done += 1
+                if paired is not None:
+                    paired(side, done, total)
+
+            sent = BenchHow(**how)
+            if start:
+                sent["warmup"] = 0
+            requests = _requests(prompts[start : start + wave], sent, one)
+            waves[side].append(adapter.serve_requests(requests))
+    measured = _measured(engine.url, waves[ENDPOINT_SIDE], how)
+    answers = [a for served in waves[ENDPOINT_SIDE] for a in served.answers]
+    return measured, answers, _measured(baseline.url, waves[BASELINE_SIDE], how)
 
 
 def join_benches(first: BenchResult, then: BenchResult) -> BenchResult:
@@ -521,6 +646,11 @@ def compare_to_baseline(spec_result: BenchResult, baseline_result: BenchResult) 
     speedup = (
         s.output_tok_s_aggregate / b.output_tok_s_aggregate if b.output_tok_s_aggregate else None
     )
+    spread = (
+        None
+        if speedup is None
+        else ratio_noise(speedup, s.output_tok_s_per_request, b.output_tok_s_per_request)
+    )
     p50 = b.latency_p50 / s.latency_p50 if s.latency_p50 and b.latency_p50 else None
     warnings = [
         f"{name} differs: {getattr(s, name)} vs baseline {getattr(b, name)}"
@@ -531,6 +661,8 @@ def compare_to_baseline(spec_result: BenchResult, baseline_result: BenchResult) 
         warnings.append(f"failed requests: {s.errors} speculative, {b.errors} baseline")
     return {
         "speedup": speedup,
+        # ± noise.NOISE_SE standard errors, from both sides' per-request tok/s
+        "speedup_noise": spread,
         "spec_output_tok_s": s.output_tok_s_aggregate,
         "baseline_output_tok_s": b.output_tok_s_aggregate,
         "latency_p50_speedup": p50,

@@ -1,7 +1,8 @@
 """Where can this draft be served? For one checkpoint: every engine release whose rules are read
-(SGLang's KNOWN_SGLANG_VERSIONS, vLLM 0.33 with each model runner) and the taps it feeds the
-draft's slots, against the training side with its evidence level; which serve it as trained,
-which shift it, the config that fixes each, and the dual-key config for one file served on both.
+(SGLang's KNOWN_SGLANG_VERSIONS, vLLM's KNOWN_VLLM_VERSIONS with each model runner the release
+has: no V1 from 0.34.0) and the taps it feeds the draft's slots, against the training side with
+its evidence level; which serve it as trained, which shift it, the config that fixes each (as
+many ids as the draft's fc takes), and the dual-key config for one file served on both.
 
 Predictions from the rules (sglang_rules, vllm_rules): no server is asked.
 """
@@ -10,8 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from eagle3dash import engine_rules, sglang_rules, vllm_rules
-from eagle3dash.engine_rules import DualKeyFix, ServingEngine
+from eagle3dash.engines import rules as engine_rules
+from eagle3dash.engines.rules import DualKeyFix, ServingEngine
+from eagle3dash.engines.sglang import rules as sglang_rules
+from eagle3dash.engines.vllm import rules as vllm_rules
 from eagle3dash.evidence_levels import CONFIG, DECLARED, source_level
 from eagle3dash.layout import Layout, LayoutResult, diff
 from eagle3dash.spec import DraftSpec
@@ -94,7 +97,7 @@ class ServingMatrix:
     arch: str
     training: TrainingSide
     rows: list[MatrixRow] = field(default_factory=list)
-    dual_key: DualKeyFix | None = None  # one config.json for the newest SGLang and vLLM 0.33
+    dual_key: DualKeyFix | None = None  # one config.json for the newest SGLang and vLLM read
 
     def to_dict(self) -> dict:
         """JSON form."""
@@ -108,11 +111,13 @@ class ServingMatrix:
 
 
 def engines() -> list[ServingEngine]:
-    """The engine releases whose rules are read: SGLang's, then vLLM's with each runner."""
+    """The engine releases whose rules are read: SGLang's, then vLLM's by runner (each release
+    that has it), so that the releases of one runner sit together."""
     return [ServingEngine("sglang", v) for v in sglang_rules.KNOWN_SGLANG_VERSIONS] + [
         ServingEngine("vllm", v, runner)
-        for v in vllm_rules.KNOWN_VLLM_VERSIONS
         for runner in vllm_rules.RUNNERS
+        for v in vllm_rules.KNOWN_VLLM_VERSIONS
+        if runner in vllm_rules.runners_of(v)
     ]
 
 
@@ -139,10 +144,7 @@ def _fix(
         )
         if v_fix.ids is None:
             return None, v_fix.why_not
-        keys: dict = {vllm_rules.TOP_LEVEL_KEY: v_fix.ids}
-        if vllm_rules.fc_width(spec) != len(v_fix.ids):
-            keys["num_aux_hidden_states"] = len(v_fix.ids)
-        return keys, None
+        return v_fix.keys(), None
     version = sglang_rules.parse_version(engine.rules_version())
     s_fix = sglang_rules.find_fix(target, spec, num_layers, version, arch)
     if s_fix.ids is None and s_fix.eager_ids is not None:
@@ -168,8 +170,8 @@ def _row(
     arch: str,
 ) -> MatrixRow:
     served = engine_rules.serving_layout(engine, spec, num_layers, arch)
-    defaults = engine_rules.default_capture(engine, num_layers, arch)
-    fell_back = engine_rules.reads_no_ids(engine, spec)
+    rules = engine_rules.rules_for(engine)
+    defaults, fell_back = rules.default_capture(num_layers, arch), rules.reads_no_ids(spec)
     kind = diff(training, served.layout, defaults if fell_back else None).kind
     decode = served.decode_layout
     decode_kind = diff(training, decode, defaults).kind if decode not in (None, training) else None

@@ -12,7 +12,7 @@ from typing import Literal
 BadgeColor = Literal["red", "orange", "blue", "green", "gray"]  # those st.badge takes, in use
 UNKNOWN_RANK = -1  # a stored text that is no Severity ranks below every level
 UNKNOWN_COLOR: BadgeColor = "gray"
-UNKNOWN_ICON = "•"
+UNKNOWN_ICON = ":material/circle:"
 
 
 class Severity(StrEnum):
@@ -34,7 +34,7 @@ class Severity(StrEnum):
 
     @property
     def icon(self) -> str:
-        """The emoji before its word."""
+        """The Material icon before its word (`:material/name:`, as Streamlit draws it)."""
         return _ICON[self]
 
     @classmethod
@@ -52,7 +52,11 @@ _COLOR: dict[Severity, BadgeColor] = {
     Severity.WARNING: "orange",
     Severity.INFO: "blue",
 }
-_ICON = {Severity.CRITICAL: "🛑", Severity.WARNING: "⚠️", Severity.INFO: "ℹ️"}
+_ICON = {
+    Severity.CRITICAL: ":material/error:",
+    Severity.WARNING: ":material/warning:",
+    Severity.INFO: ":material/info:",
+}
 
 
 def severity_rank(text: str | None) -> int:

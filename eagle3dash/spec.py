@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-FORMATS = ("specforge", "speculators", "eagle", "export")
+FORMATS = ("specforge", "speculators", "eagle", "export", "nemo-automodel")
 AUX_IDS_LOCATIONS = ("eagle_config", "top-level", "missing")
 # Layer-id keys besides eagle_aux_hidden_state_layer_ids (top-level and nested) that vLLM 0.33
 # reads (v1/worker/gpu/spec_decode/eagle/eagle3_utils.py, v1/worker/gpu_model_runner.py); a dot

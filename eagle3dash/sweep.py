@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from eagle3dash import jobs
+from eagle3dash.diagnosis.stored_run import StoredRun, read_runs
 from eagle3dash.errors import InputError
+from eagle3dash.home_files import saved_capture
 from eagle3dash.store import Store
 
 SWEEP_KIND = "sweep-eval"
@@ -49,6 +51,35 @@ class SweepEntry:
     sim_serving: float | None  # simulated accept length under the serving layout
     error: str | None
     placement: dict | None  # where it ran (Ray), else None
+
+
+@dataclass(frozen=True)
+class ServedRun:
+    """A diagnosed run that kept its serving capture: the states its server fed the draft,
+    which a sweep evaluates every checkpoint on (with the run's endpoint, target and steps)."""
+
+    run: StoredRun
+    capture: str
+
+    @property
+    def target(self) -> str | None:
+        """The run's local target (its embedding, for drafts without their own)."""
+        return None if self.run.options is None else self.run.options.target
+
+    @property
+    def steps(self) -> int:
+        """The draft steps the run evaluated (the server's), else the sweep's default."""
+        return DEFAULT_STEPS if self.run.options is None else self.run.options.steps
+
+
+def served_runs(store: Store, limit: int = 200) -> list[ServedRun]:
+    """The home's latest runs that kept a serving capture, newest first."""
+    found = []
+    for run in read_runs(store, limit=limit).runs:
+        capture = saved_capture(store.home, run.id)
+        if capture is not None:
+            found.append(ServedRun(run, str(capture)))
+    return found
 
 
 def sweep_checkpoints(source: str | Sequence[str]) -> list[SweepCheckpoint]:
@@ -157,6 +188,11 @@ def _rank_key(e: SweepEntry) -> tuple[Any, ...]:
     missing = score is None or math.isnan(score)
     step = e.step if e.step is not None else math.inf
     return (missing, 0.0 if missing else -float(score or 0.0), step, e.checkpoint)
+
+
+def unfinished(entries: Sequence[SweepEntry]) -> bool:
+    """Whether any of a sweep's evaluations is still queued or running."""
+    return any(e.status not in jobs.FINISHED for e in entries)
 
 
 def sweep_endpoint(store: Store, sweep_id: str) -> str | None:

@@ -1,4 +1,5 @@
-"""A target model on disk, read without torch: its config, decoder depth and weight size.
+"""A target model on disk, read without torch: its config, decoder depth, vocabulary and weight
+size.
 
 Used to propose the served model's local folder as the target path (on the GPU box the endpoint's
 model path is often a folder here) and to tell the target's depth without loading it.
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eagle3dash.errors import InputError
+from eagle3dash.servebench import Vocabulary
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
 
@@ -45,6 +47,23 @@ def num_layers(target_path: str | Path) -> int:
         f"{cfg}: no integer num_hidden_layers (top level or in text_config); "
         "cannot tell how many decoder blocks the target has"
     )
+
+
+def vocabulary(target_path: str | Path | None) -> Vocabulary | None:
+    """The target's vocabulary (config.json `vocab_size`, top level or in `text_config` /
+    `language_config`); None without a local target or a readable config that says it (a
+    folder of tokenizer files only)."""
+    if not target_path:
+        return None
+    try:
+        cfg, config = read_config(Path(target_path).expanduser())
+    except TargetError:
+        return None
+    for where in (config, config.get("text_config"), config.get("language_config")):
+        size = where.get("vocab_size") if isinstance(where, dict) else None
+        if isinstance(size, int) and not isinstance(size, bool) and size > 0:
+            return Vocabulary(size, f"vocab_size in {cfg}")
+    return None
 
 
 @dataclass(frozen=True)

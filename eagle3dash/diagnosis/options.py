@@ -17,12 +17,13 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Literal
 
+from eagle3dash.engines.protocol import FALLBACK_ARCH
+from eagle3dash.engines.sglang.rules import parse_version, version_text
 from eagle3dash.errors import InputError
 from eagle3dash.http_client import normalize_url
 from eagle3dash.layout import Layout, format_layout, parse_layout
 from eagle3dash.profile import parse_temperatures
 from eagle3dash.servebench import BUILTIN_PROMPT_SETS
-from eagle3dash.sglang_rules import FALLBACK_ARCH, parse_version, version_text
 from eagle3dash.trainers import SPECFORGE_SGLANG_VERSION, TRAINERS
 
 DEVICES = ("cpu", "cuda")
@@ -322,9 +323,9 @@ class DiagnoseOptions:
     profile: bool = _option(
         True,
         "Acceptance profile",
-        "profile acceptance per category, prompt format, temperature and draft steps: one more "
-        "benchmark per temperature and per prompt format, on as many prompts as its numbers need "
-        "(four of them or more), and a capture: 1.4-2x the run's time; off skips it",
+        "the acceptance profile per category, prompt format, temperature and draft steps (on by "
+        "default; --no-profile skips it): one more benchmark per temperature and per prompt "
+        "format, on as many prompts as their numbers need (four or more), and a capture",
         kind=Kind.SWITCH,
     )
     temperatures: tuple[float, ...] = _option(

@@ -7,8 +7,10 @@ of evidence, strongest first:
   > the layout detective's best layout from the tensors (target at hand) > the config under a
   trainer's convention (assumed);
 - serving: the states the server returned, each slot identified by slot matching against the
-  target's taps (target at hand), or matched to a training dump's slots by scale; else SGLang's
-  rules for the server's version and architecture (predicted). The prediction is kept beside the
+  target's taps (target at hand), or matched to a training dump's slots by scale; else, with no
+  served state to capture, the layout whose simulated acceptance per draft position matches the
+  server's measured one (target at hand); else the engine's rules for the server's release and
+  runner (predicted). The prediction is kept beside the
   observation, never instead of it.
 
 `Diagnosis.to_dict()` is the one JSON form, with a `schema` number: the store keeps it, and
@@ -26,8 +28,9 @@ from typing import TYPE_CHECKING, Any
 
 from eagle3dash.checkpoint import InspectReport
 from eagle3dash.diagnosis.options import DiagnoseOptions
-from eagle3dash.engine import ServerReport
+from eagle3dash.engines.seam import ServerReport
 from eagle3dash.evidence_levels import (
+    ACCEPTANCE_MATCHED,
     CONFIG,
     DECLARED,
     DETECTIVE,
@@ -35,6 +38,7 @@ from eagle3dash.evidence_levels import (
     MEASURED_SOURCES,
     OBSERVED,
     PREDICTED,
+    RUN_RECORD,
     TRAINING_DUMP,
     checked,
     source_level,
@@ -49,16 +53,19 @@ from eagle3dash.servebench import BenchResult, compare_to_baseline
 from eagle3dash.severity import Severity
 
 if TYPE_CHECKING:
+    from eagle3dash.detective import AcceptanceMatch
     from eagle3dash.metrics import DraftEval
 
 
 __all__ = [
+    "ACCEPTANCE_MATCHED",
     "CONFIG",
     "DECLARED",
     "DETECTIVE",
     "DUMP_MATCHED",
     "OBSERVED",
     "PREDICTED",
+    "RUN_RECORD",
     "TRAINING_DUMP",
     "Diagnosis",
     "NotChecked",
@@ -90,6 +97,8 @@ class Side:
     steps: int | None = None  # draft steps the accept length is simulated at
     slot_margins: list[float] | None = None  # slot matching: best minus second-best score per slot
     capture_error: str | None = None  # why no states of this side could be evaluated
+    # Serving, inferred from the measured acceptance: every candidate against the measurement.
+    acceptance_match: AcceptanceMatch | None = None
 
     @property
     def measured(self) -> bool:
@@ -129,6 +138,9 @@ class Side:
             "sim_accept_length": self.sim_accept_length,
             "slot_margins": self.slot_margins,
             "capture_error": self.capture_error,
+            "acceptance_match": None
+            if self.acceptance_match is None
+            else self.acceptance_match.to_dict(),
         }
 
 
@@ -141,6 +153,7 @@ class NotChecked:
     option: str | None = None  # the DiagnoseOptions field that enables it (the CLI names the flag,
     #                            the app its form field)
     action: str | None = None  # what to do when no option does it (a server flag, a path)
+    error: str | None = None  # the error that stopped it (a server's bad reply), shown with it
 
     def to_dict(self) -> dict:
         """JSON form."""
@@ -149,6 +162,7 @@ class NotChecked:
             "reason": self.reason,
             "option": self.option,
             "action": self.action,
+            "error": self.error,
         }
 
 
@@ -259,6 +273,7 @@ class Diagnosis:
             "training_source": self.training.source,
             "serving_source": self.serving.source,
             "speedup": speedup.get("speedup"),
+            "speedup_noise": speedup.get("speedup_noise"),
             "not_checked": [n.check for n in self.not_checked],
         }
 

@@ -23,23 +23,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Unpack
 
-from eagle3dash import engine_rules
 from eagle3dash.checkpoint import InspectReport, inspect_draft
 from eagle3dash.diagnosis.options import SCHEMA, DiagnoseOptions
 from eagle3dash.diagnosis.result import (
+    ACCEPTANCE_MATCHED,
     CONFIG,
     DECLARED,
     DETECTIVE,
     DUMP_MATCHED,
     OBSERVED,
     PREDICTED,
+    RUN_RECORD,
     TRAINING_DUMP,
     Diagnosis,
     NotChecked,
     Side,
 )
-from eagle3dash.endpoints import detect_engine, engine_adapter, open_engine
-from eagle3dash.engine import (
+from eagle3dash.engines import rules as engine_rules
+from eagle3dash.engines.endpoints import detect_engine, engine_adapter, open_engine
+from eagle3dash.engines.protocol import target_arch
+from eagle3dash.engines.seam import (
     REFERENCE_TAIL,
     VLLM,
     CaptureRequest,
@@ -51,7 +54,8 @@ from eagle3dash.errors import InputError
 from eagle3dash.findings import Evidence, Finding, diagnose
 from eagle3dash.http_client import EndpointError
 from eagle3dash.identity import DraftIdentity, compare_drafts, is_local_url
-from eagle3dash.layout import Layout, LayoutResult, Tap, bracketed, diff
+from eagle3dash.layout import Layout, LayoutResult, Tap, bracketed, describe_layout, diff
+from eagle3dash.modelled_cost import above_ceiling
 from eagle3dash.prediction import LayoutComparison, predict_layouts
 from eagle3dash.profile import (
     MAX_ADVICE_STEPS,
@@ -72,23 +76,23 @@ from eagle3dash.profile import (
 )
 from eagle3dash.provenance import json_digests
 from eagle3dash.servebench import (
+    BASELINE_SIDE,
     BENCH_TIMEOUT,
+    ENDPOINT_SIDE,
     BenchHow,
     BenchResult,
     Prompt,
+    bench_pair,
     bench_with_answers,
+    compare_to_baseline,
     join_benches,
     load_prompts,
-    run_bench,
 )
-from eagle3dash.sglang_rules import (
-    DEFAULT_SGLANG_VERSION,
-    target_arch,
-)
+from eagle3dash.target import vocabulary
 
 if TYPE_CHECKING:
     from eagle3dash.capture import Capture
-    from eagle3dash.detective import Detection
+    from eagle3dash.detective import AcceptanceMatch, Detection
     from eagle3dash.draft import Draft
     from eagle3dash.metrics import DraftEval
 
@@ -246,13 +250,26 @@ class Stages:
     def report(self, stage: str, within: float = 0.0, detail: str | None = None) -> None:
         """Report progress `within` (0..1) of `stage` (one of `names`); a new stage closes the
         timing of the one before."""
+        start, span = self._span[stage]
+        self._show(stage, start + span * min(max(within, 0.0), 1.0), detail)
+
+    def _show(self, stage: str, fraction: float, detail: str | None) -> None:
+        """Run `stage`'s clock and put the bar at `fraction`."""
         if stage != self._current:
             self.close()
             self._current, self._since = stage, time.perf_counter()
-        start, span = self._span[stage]
         number = self.names.index(stage) + 1
-        fraction = start + span * min(max(within, 0.0), 1.0)
         self.progress(fraction, f"stage {number}/{len(self.names)}: {detail or stage}")
+
+    def together(self, stages: tuple[str, ...], label: str) -> Callable[[str, int, int], None]:
+        """A (stage, done, total) callback for stages whose requests interleave (adjacent in
+        `names`; `done` and `total` count all of theirs): each stage's clock runs while its
+        requests do, and the bar crosses their spans together, so it never moves back."""
+        start = self._span[stages[0]][0]
+        span = sum(self._span[s][1] for s in stages)
+        return lambda stage, done, total: self._show(
+            stage, start + span * min(done / total, 1.0), f"{label} ({done}/{total} requests)"
+        )
 
     def close(self) -> None:
         """Add the running stage's wall time to `timings`."""
@@ -387,6 +404,16 @@ class _Run:
         """The training layout the user declared."""
         return self.options.training_layout
 
+    @property
+    def words(self) -> engine_rules.EngineWords:
+        """How the endpoint's engine is told things (its flags, in every remedy)."""
+        return engine_rules.words(self.server.engine)
+
+    def steps_flags(self, num_steps: int) -> str:
+        """The endpoint's engine's flags for `num_steps` draft steps with the served draft."""
+        served = self.server.speculative.draft_model_path if self.server.speculative else None
+        return self.words.steps_flags(num_steps, served or str(self.options.draft))
+
 
 def _start(options: DiagnoseOptions, stages: Stages) -> _Run:
     """Inspect the checkpoint, probe the endpoint, predict both layouts."""
@@ -400,7 +427,7 @@ def _start(options: DiagnoseOptions, stages: Stages) -> _Run:
         engine.close()
     depth = target_depth(options, server)
     arch = target_arch(options.arch, server.architectures, server.model_type)
-    version = server.version or DEFAULT_SGLANG_VERSION
+    version = server.rules_engine().rules_version()
     card = report.provenance
     prediction = predict_layouts(
         report.spec,
@@ -444,14 +471,15 @@ def serving_tokens(run: _Run, prompts: list[Prompt]) -> None:
         run.capture_error = "the endpoint runs no speculative decoding, so it feeds no draft"
     elif server.engine == VLLM and not run.options.capture_server:
         run.capture_error = "vLLM returns no hidden states from generate"
+        on_cpu = server.device == "cpu"  # no capture server runs there: nothing to pass
         run.not_checked.append(
             NotChecked(
                 "serving-states",
-                "the states the vLLM server feeds the draft are predicted from vLLM's rules, "
-                "not captured",
-                option="capture_server",
-                action="start a capture server of the same target with --speculative-config "
-                '\'{"method": "extract_hidden_states", ...}\' (README: vLLM) and give its URL',
+                "the states the vLLM server feeds the draft are not captured (vLLM returns "
+                "none from generate): they are inferred from the measured acceptance when the "
+                "target is given, else predicted from vLLM's rules",
+                option=None if on_cpu else "capture_server",
+                action=run.words.capture_action(server.device),
             )
         )
     elif server.engine != VLLM and server.hidden_states is None:
@@ -476,7 +504,8 @@ def serving_tokens(run: _Run, prompts: list[Prompt]) -> None:
             )
         )
     elif predicted.error:
-        run.capture_error = f"SGLang {run.version} would not capture these taps: {predicted.error}"
+        label = run.server.rules_engine().label()
+        run.capture_error = f"{label} would not capture these taps: {predicted.error}"
     if not run.capture_error:
         run.tokens = _fit_chunk(run, run.tokens)
 
@@ -498,6 +527,7 @@ def capture_serving(run: _Run, served: list[GenerateResult | None] | None) -> No
                 "serving-states",
                 "the server refused or failed the capture of the states it feeds the draft",
                 action=_capture_remedy(run),
+                error=run.capture_error,
             )
         )
         return
@@ -523,7 +553,8 @@ def _served(run: _Run, timeout: float | None = None) -> closing[EngineAdapter]:
 
 def _capture_remedy(run: _Run) -> str:
     """The one thing that lets a refused serving capture run: a larger prefill chunk when the
-    capture sequences do not fit the server's, else the server's log."""
+    capture sequences do not fit the server's, else a fix of what its error (carried by the
+    not-checked item) names."""
     chunk = run.server.chunked_prefill_size
     generated = run.options.max_new_tokens + REFERENCE_TAIL
     longest = max((len(ids) for ids in run.tokens), default=0) + generated
@@ -532,7 +563,7 @@ def _capture_remedy(run: _Run) -> str:
             f"restart the server with --chunked-prefill-size {longest} or more (or ask for fewer "
             "new tokens)"
         )
-    return "read the capture error below, fix the server or the prompts, and run again"
+    return "fix the server or the prompts, and run again"
 
 
 def _fit_chunk(run: _Run, tokens: list[list[int]]) -> list[list[int]]:
@@ -625,7 +656,7 @@ def capture_target(run: _Run) -> None:
             mine.loss_mask = theirs.loss_mask  # score the same rows on both sides
         capture.meta["served_tokens"] = run.serving_capture.meta.get("served_tokens")
     elif prompt_lengths is not None:
-        # the rows a serving capture scores (capture/from_sglang.py): from the prompt's end on
+        # the rows a serving capture scores (engines/sglang/capture.py): from the prompt's end on
         for seq, length in zip(capture.sequences, prompt_lengths, strict=True):
             seq.loss_mask = (torch.arange(len(seq.input_ids)) >= length + 1).to(torch.int64)
         capture.meta["served_tokens"] = run.options.max_new_tokens
@@ -679,9 +710,11 @@ def _evaluate(
 
 
 def training_side(run: _Run) -> Side:
-    """The training side from its strongest evidence: dump > declared > detective > config."""
+    """The training side from its strongest evidence: dump > declared > detective > the run's
+    record of its capture ids (under the trainer's convention) > config."""
     config = run.prediction.training
     declared, detection = run.declared, run.detection
+    card = run.report.provenance
     if run.dump is not None:
         layout = declared or config.layout
         detail = f"the training features in {run.options.train_states}, taps {bracketed(layout)}"
@@ -707,10 +740,14 @@ def training_side(run: _Run) -> Side:
         side = Side("training", best, DETECTIVE, detail, config.layout)
         side.eval = _evaluate(run, run.target_capture, best)
     else:
-        detail = config.rule
+        detail, source = config.rule, CONFIG
+        if card is not None and card.capture_layers is not None:  # the ids predict_layouts read
+            ids = list(card.capture_layers)
+            detail = f"ids {ids} recorded in the run's {card.capture_record}; {detail}"
+            source = RUN_RECORD
         if detection is not None:  # every layout scores alike: the tensors decide nothing
             detail += "; the layout detective found no clearly better layout"
-        side = Side("training", config.layout, CONFIG, detail, config.layout)
+        side = Side("training", config.layout, source, detail, config.layout)
         side.eval = _evaluate(run, run.target_capture, config.layout)
     side.steps = run.steps
     if side.eval is None:
@@ -718,8 +755,13 @@ def training_side(run: _Run) -> Side:
         run.not_checked.append(
             NotChecked(
                 "training-side",
-                "the training side is assumed from the config and not evaluated: no target "
-                "states at its taps",
+                "the training side is "
+                + (
+                    "taken from the run's record"
+                    if side.source == RUN_RECORD
+                    else "assumed from the config"
+                )
+                + " and not evaluated: no target states at its taps",
                 option="target",
                 action="give a local copy of the target (or a training dump)",
             )
@@ -748,14 +790,87 @@ def _dump_matched(run: _Run, training: Side) -> tuple[Layout, list[float]] | Non
     return tuple(layout), margins
 
 
-def serving_side(run: _Run, training: Side) -> Side:
+def _acceptance_match(run: _Run, measured: BenchResult | None) -> AcceptanceMatch | None:
+    """The sweep's candidates (each engine reading's layout among them) against the acceptance
+    per draft position the server measured, when no served state was captured."""
+    from eagle3dash.detective import match_acceptance
+
+    histogram = measured.correct_drafts_histogram if measured is not None else None
+    if run.serving_capture is not None or run.detection is None or not histogram:
+        return None
+    sp = run.server.speculative
+    if sp is None or (sp.algorithm or "EAGLE3").upper() != "EAGLE3":
+        return None  # EAGLE or NEXTN feed the draft no aux layout at all
+    readings = {
+        reading.label(): result.layout
+        for reading, result in engine_rules.serving_readings(
+            run.server.rules_engine(),
+            run.report.spec,
+            run.depth,
+            run.arch,
+            not run.server.disable_cuda_graph,
+        )
+        if result.error is None
+    }
+    shares = measured.per_position if measured is not None else None
+    return match_acceptance(run.detection.rows, shares or [], sum(histogram), readings)
+
+
+def _inferred_detail(run: _Run, match: AcceptanceMatch) -> str:
+    """How the served layout was inferred, in one line with its numbers."""
+    best = match.best
+    assert best is not None
+    n = run.depth
+    text = (
+        f"{bracketed(best.layout)} ({describe_layout(best.layout, n)}) on the served completions: "
+        "rounds accepting at least 1, 2, "
+        f"... drafts simulated {', '.join(f'{s:.0%}' for s in best.shares)}, measured "
+        f"{', '.join(f'{s:.0%}' for s in match.measured)} of {match.rounds} rounds (distance "
+        f"{best.distance:.3f}, within the noise {match.noise:.3f})"
+    )
+    if best.reading is not None:
+        text += f"; {best.reading} feeds it"
+    if match.tied:
+        others = "; ".join(f"{bracketed(r.layout)} ({r.name})" for r in match.tied)
+        text += f". Fits as well: {others}"
+    return text + "."
+
+
+def inferred_runner(serving: Side) -> str | None:
+    """The vLLM runner whose reading the served layout was inferred to be (it names it), when
+    the server does not say its runner; None otherwise."""
+    match = serving.acceptance_match
+    reading = match.best.reading if match is not None and match.best is not None else None
+    for runner in ("v1", "v2"):
+        if reading is not None and f"({runner.upper()} runner)" in reading:
+            return runner
+    return None
+
+
+def serving_side(run: _Run, training: Side, measured: BenchResult | None = None) -> Side:
     """The serving side from its strongest evidence: slot matching against the target's taps >
-    matching against the training dump's slots > SGLang's rules (predicted)."""
+    matching against the training dump's slots > the layout the measured acceptance matches >
+    the engine's rules (predicted)."""
     predicted = run.prediction.serving
     capture = run.serving_capture
     served_layout = tuple(capture.taps) if capture is not None else predicted.layout
     match = run.detection.slot_match if run.detection is not None else None
     matched = _dump_matched(run, training)
+    by_acceptance = _acceptance_match(run, measured)
+    if by_acceptance is not None and by_acceptance.best is not None:
+        layout = by_acceptance.best.layout
+        side = Side(
+            "serving",
+            layout,
+            ACCEPTANCE_MATCHED,
+            _inferred_detail(run, by_acceptance),
+            predicted.layout,
+            acceptance_match=by_acceptance,
+        )
+        side.eval = _evaluate(run, run.target_capture, layout)
+        side.steps = run.steps
+        side.capture_error = run.capture_error
+        return side
     if match is not None and "serving" in match.sides:
         scores = match.sides["serving"]
         layout = match.best("serving")
@@ -768,6 +883,7 @@ def serving_side(run: _Run, training: Side) -> Side:
         side.slot_margins = matched[1]
     else:
         side = Side("serving", predicted.layout, PREDICTED, predicted.rule, predicted.layout)
+        side.acceptance_match = by_acceptance  # measured, but no candidate fits it
         if capture is not None:
             run.not_checked.append(
                 NotChecked(
@@ -811,24 +927,36 @@ def _as_ids(prompts: list[Prompt], tokens: list[list[int]]) -> list[Prompt]:
 def benchmark(
     run: _Run, prompts: list[Prompt]
 ) -> tuple[BenchResult, BenchResult | None, list[GenerateResult | None] | None]:
-    """The endpoint's tok/s and accept length, then the baseline's right after it (when given),
-    each after BENCH_WARMUP requests; and the endpoint's answers for the serving capture to keep
-    (None when it cannot run). When it can, both send the prompts as the capture's token ids."""
+    """The endpoint's tok/s and accept length, and the baseline's (when given) in alternating
+    waves with it (`servebench.bench_pair`), each after BENCH_WARMUP requests; and the endpoint's
+    answers for the serving capture to keep (None when it cannot run). When it can, both send
+    the prompts as the capture's token ids."""
     options = run.options
     sent = prompts if run.capture_error else _as_ids(prompts, run.tokens)
-
-    def how(stage: str) -> BenchHow:
-        """The endpoint and the baseline alike: the same requests, after the same warmup."""
-        return BenchHow(
-            concurrency=options.concurrency,
-            max_new_tokens=options.max_new_tokens,
-            warmup=BENCH_WARMUP,
-            progress=run.stages.steps(stage, "benchmarking", "requests"),
-        )
-
+    how = BenchHow(
+        concurrency=options.concurrency,
+        max_new_tokens=options.max_new_tokens,
+        warmup=BENCH_WARMUP,
+    )
     run.stages.report(BENCHMARK, 0.0, f"benchmarking {options.endpoint}")
+    baseline = None
     with _served(run, BENCH_TIMEOUT) as engine:
-        measured, answers = bench_with_answers(engine, sent, **how(BENCHMARK))
+        if options.baseline:
+            # The baseline may be served by the other engine: each is benchmarked through its
+            # own API.
+            engine_name = detect_engine(options.baseline, timeout=options.timeout)
+            with closing(engine_adapter(engine_name, options.baseline, BENCH_TIMEOUT)) as other:
+                measured, answers, baseline = bench_pair(
+                    engine,
+                    other,
+                    sent,
+                    wave=PAIR_WAVE_BATCHES * options.concurrency,
+                    paired=_paired(run.stages),
+                    **how,
+                )
+        else:
+            how["progress"] = run.stages.steps(BENCHMARK, "benchmarking", "requests")
+            measured, answers = bench_with_answers(engine, sent, **how)
     if measured.acceptance_source == "metrics-delta":
         run.warnings.append(
             "accept length measured from the vLLM server's /metrics counters around the "
@@ -836,13 +964,17 @@ def benchmark(
             "this benchmark's only if nothing else used the server meanwhile; start vLLM with "
             "--per-request-spec-decode-metrics summary to measure per request"
         )
-    baseline = None
-    if options.baseline:
-        run.stages.report(BASELINE, 0.0, f"{BASELINE} {options.baseline}")
-        # The baseline may be served by the other engine: each is benchmarked through its own API.
-        engine_name = detect_engine(options.baseline, timeout=options.timeout)
-        with closing(engine_adapter(engine_name, options.baseline, BENCH_TIMEOUT)) as other:
-            baseline = run_bench(other, sent, **how(BASELINE))
+    if baseline is not None:
+        speedup = compare_to_baseline(measured, baseline)
+        beyond = above_ceiling(
+            run.server.server_info,
+            run.steps,
+            measured.accept_length,
+            speedup["speedup"],
+            speedup["speedup_noise"],
+        )
+        if beyond is not None:
+            run.warnings.append(beyond)
     else:
         run.not_checked.append(
             NotChecked(
@@ -854,6 +986,18 @@ def benchmark(
         )
     served = None if run.capture_error else [_answer(a) for a in answers]
     return measured, baseline, served
+
+
+# Prompts per wave of the endpoint's and the baseline's alternating benchmarks, in batches of the
+# run's concurrency: two, so a wave's tail of an unfilled batch is a small part of it.
+PAIR_WAVE_BATCHES = 2
+
+
+def _paired(stages: Stages) -> Callable[[str, int, int], None]:
+    """The paired benchmarks' progress: each side's stage clock, one bar over both."""
+    step = stages.together((BENCHMARK, BASELINE), "benchmarking the endpoint and the baseline")
+    names = {ENDPOINT_SIDE: BENCHMARK, BASELINE_SIDE: BASELINE}
+    return lambda side, done, total: step(names[side], done, total)
 
 
 def _answer(answer: GenerateResult | EndpointError) -> GenerateResult | None:
@@ -883,13 +1027,16 @@ def _bench_answers(
             return bench, [_answer(a) for a in answers]
     except EndpointError as e:
         run.warnings.append(f"profile: a benchmark of {options.endpoint} failed: {e}")
-        failed = NotChecked(
-            "profile-benchmark",
-            "a benchmark of the acceptance profile failed, so part of the profile is missing",
-            action="read the warning below and run the diagnosis again",
-        )
-        if failed not in run.not_checked:
-            run.not_checked.append(failed)
+        if all(n.check != "profile-benchmark" for n in run.not_checked):  # the first one says why
+            run.not_checked.append(
+                NotChecked(
+                    "profile-benchmark",
+                    "a benchmark of the acceptance profile failed, so part of the profile is "
+                    "missing",
+                    action="run the diagnosis again",
+                    error=str(e),
+                )
+            )
         return None, None
 
 
@@ -1015,6 +1162,7 @@ def profile_formats(
                         f"the serving capture of the {variant.format} prompts failed, so that "
                         "row has no simulated accept length",
                         action=_capture_remedy(run),
+                        error=str(e),
                     )
                 )
             else:
@@ -1085,14 +1233,17 @@ def profile_stage(
             )
         )
     profile.steps_advice, profile.recommended = steps_advice(
-        steps, measured, serving.eval, profile.step_costs
+        steps, measured, serving.eval, profile.step_costs, flags=run.steps_flags
     )
-    if serving.eval is None:
+    if serving.eval is None:  # what stopped the serving side stops this part too
+        states = next((n for n in run.not_checked if n.check == "serving-states"), None)
         profile.not_profiled.append(
             NotProfiled(
                 "steps_advice",
                 "settings past the server's steps need the standalone draft on the served states",
-                action="restart the server with --enable-return-hidden-states",
+                option=None if states is None else states.option,
+                action=None if states is None else states.action,
+                error=serving.capture_error,
             )
         )
     return profile
@@ -1111,8 +1262,9 @@ def effective_layouts(run: _Run, training: Side, serving: Side) -> LayoutCompari
     )
     trained = LayoutResult(training.layout, training.detail.rstrip(".") + ".")
     engine = run.server.rules_engine()
-    fell_back = engine_rules.reads_no_ids(engine, run.report.spec) and serving.source == PREDICTED
-    defaults = engine_rules.default_capture(engine, run.depth, run.arch)
+    rules = engine_rules.rules_for(engine)
+    fell_back = rules.reads_no_ids(run.report.spec) and serving.source == PREDICTED
+    defaults = rules.default_capture(run.depth, run.arch)
     decode = predicted.decode_layout
     return LayoutComparison(
         trained,
@@ -1132,7 +1284,7 @@ def find(run: _Run, diagnosis: Diagnosis) -> list[Finding]:
             arch=run.arch,
             server=run.server,
             engine=run.server.engine,
-            vllm_runner=run.server.rules_engine().runner,
+            vllm_runner=run.server.rules_engine().runner or inferred_runner(diagnosis.serving),
             layouts=effective_layouts(run, diagnosis.training, diagnosis.serving),
             prediction=run.prediction,
             training=diagnosis.training,
@@ -1148,6 +1300,7 @@ def find(run: _Run, diagnosis: Diagnosis) -> list[Finding]:
             measured=diagnosis.measured,
             baseline=diagnosis.baseline,
             profile=diagnosis.profile,
+            prompt_tokens=run.tokens or None,
         )
     )
 
@@ -1179,9 +1332,11 @@ def run_diagnosis(
     importing = threading.Thread(target=_import_torch_stack, name="eagle3dash-imports", daemon=True)
     importing.start()
     stages = Stages(plan_stages(options), progress, expected_seconds(options, costs))
+    # Read before any request, so that a bad line (a token id past the target's vocabulary or
+    # int64) is named by its file and line rather than by a server's bare 400.
+    prompts = load_prompts(options.prompts, vocabulary(options.target))[: options.num_prompts]
     run = _start(options, stages)
     run.importing = importing
-    prompts = load_prompts(options.prompts)[: options.num_prompts]
     serving_tokens(run, prompts)
     measured, baseline, served = benchmark(run, prompts)
     capture_serving(run, served)
@@ -1192,7 +1347,7 @@ def run_diagnosis(
     run_detective(run)
     run.stages.report(EVALUATE)
     training = training_side(run)
-    serving = serving_side(run, training)
+    serving = serving_side(run, training, measured)
     identity = draft_identity(run)
     profile = (
         profile_stage(run, prompts, training, serving, measured, baseline)

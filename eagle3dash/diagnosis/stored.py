@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from eagle3dash.detective import AcceptanceMatch
 from eagle3dash.diagnosis.options import DiagnoseOptions
 from eagle3dash.diagnosis.result import (
     HEALTHY,
@@ -37,7 +38,7 @@ from eagle3dash.diagnosis.result import (
     NotChecked,
     verdict_status,
 )
-from eagle3dash.engine import ServerReport
+from eagle3dash.engines.seam import ServerReport
 from eagle3dash.errors import InputError
 from eagle3dash.evidence_levels import checked, source_level, weaker
 from eagle3dash.findings import Finding
@@ -161,6 +162,23 @@ def _to_schema_4(d: dict) -> None:
             finding["data"] = _detected_layout_data(finding.get("id"), finding.get("data"))
 
 
+# What a refused serving capture's not-checked item said before it carried its error (issue 37):
+# a pointer to an error the CLI never printed.
+_POINTER_BELOW = "read the capture error below, "
+
+
+def _carry_capture_error(d: dict) -> None:
+    """A refused serving capture's not-checked item with its error (the serving side's), in
+    place of the pointer to it that earlier versions stored."""
+    error = (d.get("serving") or {}).get("capture_error")
+    would_check = (d.get("layout_diff") or {}).get("would_check") or []
+    for item in [*(d.get("not_checked") or []), *would_check]:
+        action = item.get("action") or ""
+        if item.get("check") == "serving-states" and action.startswith(_POINTER_BELOW) and error:
+            item["action"] = action.removeprefix(_POINTER_BELOW)
+            item.setdefault("error", error)
+
+
 def schema_of(d: Json) -> int:
     """The schema a stored diagnosis was written in (module docstring)."""
     if "schema" in d:
@@ -183,6 +201,7 @@ def upgrade(raw: Json) -> dict:
         _to_schema_3(d)
     if schema < 4:
         _to_schema_4(d)
+    _carry_capture_error(d)
     d["schema"] = SCHEMA
     return d
 
@@ -241,6 +260,7 @@ class StoredSide:
     slot_margins: list[float] | None
     capture_error: str | None
     measured: bool
+    acceptance_match: AcceptanceMatch | None = None
 
     @classmethod
     def from_dict(cls, d: Json) -> StoredSide:
@@ -260,6 +280,9 @@ class StoredSide:
             slot_margins=d.get("slot_margins"),
             capture_error=d.get("capture_error"),
             measured=bool(d.get("measured")),
+            acceptance_match=None
+            if not d.get("acceptance_match")
+            else AcceptanceMatch.from_dict(d["acceptance_match"]),
         )
 
 
@@ -336,6 +359,7 @@ class StoredVerdict:
     serving_source: str | None
     speedup: float | None
     not_checked: list[str]
+    speedup_noise: float | None = None  # ± NOISE_SE standard errors; None: stored before it
 
     @classmethod
     def from_dict(cls, d: Json) -> StoredVerdict:
@@ -355,6 +379,7 @@ class StoredVerdict:
             serving_source=d.get("serving_source"),
             speedup=d.get("speedup"),
             not_checked=list(d.get("not_checked") or []),
+            speedup_noise=d.get("speedup_noise"),
         )
 
 
@@ -471,6 +496,9 @@ def _layout_result(d: Json | None) -> LayoutResult | None:
         notes=list(d.get("notes") or []),
         decode_layout=None if decode is None else layout_from_json(decode),
         error=d.get("error"),
+        alternatives=tuple(
+            (str(a["label"]), layout_from_json(a["layout"])) for a in d.get("alternatives") or []
+        ),
     )
 
 
@@ -482,6 +510,7 @@ class Speedup:
     spec_output_tok_s: float | None
     baseline_output_tok_s: float | None
     latency_p50_speedup: float | None = None
+    speedup_noise: float | None = None  # ± NOISE_SE standard errors; None: stored before it
     warnings: list[str] = field(default_factory=list)
 
 

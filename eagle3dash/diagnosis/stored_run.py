@@ -112,6 +112,16 @@ class StoredRun:
             row=dict(row),
         )
 
+    @property
+    def speedup_noise(self) -> float | None:
+        """The speedup's noise (± NOISE_SE standard errors) as its verdict stored it; None for a
+        run stored before it, or without a speedup."""
+        if self.verdict is not None:
+            return self.verdict.speedup_noise
+        document = self.diagnosis_document
+        verdict = document.get("verdict") if isinstance(document, Mapping) else None
+        return _number(verdict.get("speedup_noise")) if isinstance(verdict, Mapping) else None
+
     def diagnosis(self) -> StoredDiagnosis | None:
         """Its stored diagnosis through the one loader (any schema), None before it finished."""
         raw = self.diagnosis_document

@@ -24,16 +24,22 @@ from eagle3dash.findings.layout_rules import (
     rule_aux_ids_not_read,
     rule_capture_rule_version,
     rule_detected_layout,
+    rule_final_state_id,
+    rule_gpt_oss_boundary_version,
     rule_layout_mismatch,
     rule_server_feeds_other_taps,
     rule_vllm_ids_not_read,
+    rule_vllm_no_ids,
 )
 from eagle3dash.findings.measurement_rules import (
+    rule_fp8_kv_cache,
     rule_low_acceptance,
     rule_measured_above_simulated,
     rule_measured_below_simulated,
+    rule_random_token_prompts,
     rule_slower_than_baseline,
     rule_training_serving_gap,
+    slowdown_causes,
 )
 from eagle3dash.findings.profile_rules import (
     rule_category_far_below,
@@ -42,19 +48,25 @@ from eagle3dash.findings.profile_rules import (
 )
 from eagle3dash.findings.server_rules import (
     rule_algorithm_eagle,
+    rule_disaggregated,
     rule_draft_differs,
     rule_draft_quantized,
     rule_draft_tokens_capped,
+    rule_draft_window_ignored,
+    rule_engine_release_not_read,
     rule_hidden_states_last_only,
     rule_hidden_states_off,
     rule_hidden_states_truncated,
     rule_no_speculation,
     rule_server_claims_implausible,
+    rule_spec_v2_tree,
     rule_speculative_adaptive,
+    rule_vllm_draft_quantization,
 )
 from eagle3dash.findings.training_rules import (
     rule_draft_for_another_target,
     rule_ids_beyond_target,
+    rule_record_ids_differ,
     rule_training_readings,
 )
 
@@ -64,10 +76,14 @@ __all__ = ["RULES", "SEVERITIES", "Evidence", "Finding", "diagnose"]
 RULES: tuple[Callable[[Evidence], list[Finding]], ...] = (
     rule_weights_not_finite,
     rule_vllm_ids_not_read,
+    rule_vllm_no_ids,
+    rule_final_state_id,
+    rule_gpt_oss_boundary_version,
     rule_layout_mismatch,
     rule_server_feeds_other_taps,
     rule_detected_layout,
     rule_draft_for_another_target,
+    rule_record_ids_differ,
     rule_training_readings,
     rule_algorithm_eagle,
     rule_no_speculation,
@@ -81,8 +97,13 @@ RULES: tuple[Callable[[Evidence], list[Finding]], ...] = (
     rule_norm_before_residual,
     rule_eagle31_ignored,
     rule_draft_tokens_capped,
+    rule_spec_v2_tree,
     rule_speculative_adaptive,
     rule_draft_quantized,
+    rule_vllm_draft_quantization,
+    rule_draft_window_ignored,
+    rule_random_token_prompts,
+    rule_disaggregated,
     rule_measured_above_simulated,
     rule_measured_below_simulated,
     rule_hidden_states_off,
@@ -91,6 +112,8 @@ RULES: tuple[Callable[[Evidence], list[Finding]], ...] = (
     rule_ids_beyond_target,
     rule_hidden_states_truncated,
     rule_prompt_format_gap,
+    rule_fp8_kv_cache,
+    rule_engine_release_not_read,
 )
 
 
@@ -106,13 +129,15 @@ SUMMARY_RULES: tuple[Callable[[Evidence, list[Finding]], list[Finding]], ...] = 
 
 
 def diagnose(evidence: Evidence) -> list[Finding]:
-    """Run every rule; findings sorted by severity, then by the order of RULES."""
-    found: list[tuple[int, int, int, Finding]] = []
+    """Run every rule; a critical slowdown's causes made critical (`slowdown_causes`); findings
+    sorted by severity, then by the order of RULES (so the root cause, the first critical one, is
+    what explains the rest)."""
+    found: list[tuple[int, int, Finding]] = []
     for r, rule in enumerate(RULES):
-        for k, finding in enumerate(rule(evidence)):
-            found.append((-finding.severity.rank, r, k, finding))
+        found += [(r, k, finding) for k, finding in enumerate(rule(evidence))]
     first = [f for *_, f in found]
     for r, summary in enumerate(SUMMARY_RULES, start=len(RULES)):
-        for k, finding in enumerate(summary(evidence, first)):
-            found.append((-finding.severity.rank, r, k, finding))
-    return [f for *_, f in sorted(found, key=lambda x: x[:3])]
+        found += [(r, k, finding) for k, finding in enumerate(summary(evidence, first))]
+    weighed = slowdown_causes([f for *_, f in found])
+    order = sorted(zip(found, weighed, strict=True), key=lambda x: (-x[1].severity.rank, *x[0][:2]))
+    return [f for _, f in order]

@@ -1,7 +1,7 @@
 """Rules over the draft checkpoint: what SGLang's loader and draft do with its tensors and config.
 
 Sources: SGLang's models/llama_eagle3.py (load_weights, fc_norm / norm_output from 0.5.12,
-eagle_config.norm_before_fc from 0.5.20), eagle_worker.py / eagle_worker_v2.py (lm_head, d2t).
+eagle_config.norm_before_fc from 0.5.17), eagle_worker.py / eagle_worker_v2.py (lm_head, d2t).
 """
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from eagle3dash import vllm_rules
-from eagle3dash.checkpoint_problems import ProblemCode
+from eagle3dash.checkpoint_formats import norm_output_feeds_back
+from eagle3dash.checkpoint_problems import ProblemCode, problem_lines
+from eagle3dash.engines.rules import SGLANG, rules_for
 from eagle3dash.evidence_levels import LEVEL_ASSUMED
 from eagle3dash.findings.core import Evidence, Finding
 from eagle3dash.severity import Severity
-from eagle3dash.sglang_rules import EAGLE31_SINCE, NORM_BEFORE_FC_SINCE
 
 if TYPE_CHECKING:
     from eagle3dash.checkpoint import InspectReport
@@ -150,9 +150,9 @@ def rule_norm_before_residual(e: Evidence) -> list[Finding]:
     out with True (vllm 0.33 transformers_utils/configs/speculators/algos.py).
     """
     spec = e.spec
-    if spec is not None and e.engine == "vllm":
-        if vllm_rules.runs_norm_before_residual(spec) == spec.norm_before_residual:
-            return []
+    if spec is None or e.rules().runs_norm_before_residual(spec) == spec.norm_before_residual:
+        return []
+    if e.engine == "vllm":
         return [
             Finding(
                 "norm-before-residual",
@@ -167,8 +167,6 @@ def rule_norm_before_residual(e: Evidence) -> list[Finding]:
                 basis=LEVEL_ASSUMED,
             )
         ]
-    if spec is None or not spec.norm_before_residual:
-        return []
     return [
         Finding(
             "norm-before-residual",
@@ -187,37 +185,40 @@ def rule_eagle31_ignored(e: Evidence) -> list[Finding]:
     """Eagle 3.1 options the serving SGLang ignores, and the `norm_output` meaning clash.
 
     llama_eagle3.py reads fc_norm / norm_output from 0.5.12 and eagle_config.norm_before_fc from
-    0.5.20; SpecForge's `norm_output` = final norm before lm_head, SGLang's = post-norm feedback.
+    0.5.17; SpecForge's `norm_output` = final norm before lm_head, SGLang's = post-norm feedback.
     """
     spec = e.spec
     if spec is None:
         return []
-    version = e.version_tuple()
+    rules = e.rules()
     v = e.version() or "(version unknown)"
     raw = _raw_config(e.report)
     nested = raw.get("eagle_config")
     nested = nested if isinstance(nested, dict) else {}
     nested_nbf = bool(nested.get("norm_before_fc"))
+    # what SGLang reads, whichever engine serves (this rule is about SGLang's draft)
+    nbf_since = rules_for(SGLANG).first_release("norm_before_fc")
     ignored, fixes = [], []
-    if version is not None and version < EAGLE31_SINCE:
+    if rules.has("eagle31") is False:
         if spec.fc_norm:
             ignored.append(f"fc_norm (per-aux RMSNorm) is read only from 0.5.12, not by {v}")
         if spec.feedback_post_norm:
             ignored.append(f"norm_output (post-norm feedback) is read only from 0.5.12, not by {v}")
         if spec.fc_norm or spec.feedback_post_norm:
             fixes.append("upgrade SGLang to 0.5.12 or later")
-    if spec.norm_before_fc and not nested_nbf:
+    if e.engine == "sglang" and spec.norm_before_fc and not nested_nbf:
+        # SGLang's key only: vLLM 0.32's llama_eagle3.py reads eagle_config's, else the top level
         ignored.append(
             "norm_before_fc is set at the top level of config.json, which SGLang never reads "
-            "(it reads eagle_config.norm_before_fc, from 0.5.20)"
+            f"(it reads eagle_config.norm_before_fc, from {nbf_since})"
         )
         fixes.append(
             'add "eagle_config": {"norm_before_fc": true} to config.json and serve with SGLang '
-            "0.5.20 or later"
+            f"{nbf_since} or later"
         )
-    elif nested_nbf and version is not None and version < NORM_BEFORE_FC_SINCE:
-        ignored.append(f"eagle_config.norm_before_fc is read only from 0.5.20, not by {v}")
-        fixes.append("upgrade SGLang to 0.5.20 or later")
+    elif nested_nbf and rules.has("norm_before_fc") is False:
+        ignored.append(f"eagle_config.norm_before_fc is read only from {nbf_since}, not by {v}")
+        fixes.append(f"upgrade SGLang to {nbf_since} or later")
     out: list[Finding] = []
     if ignored:
         out.append(
@@ -233,10 +234,9 @@ def rule_eagle31_ignored(e: Evidence) -> list[Finding]:
             )
         )
     if (
-        spec.format != "speculators"
+        not norm_output_feeds_back(spec.format)
         and spec.norm_output_key is True
-        and version is not None
-        and version >= EAGLE31_SINCE
+        and rules.has("eagle31")
     ):
         out.append(
             Finding(
@@ -256,12 +256,13 @@ def rule_eagle31_ignored(e: Evidence) -> list[Finding]:
 
 
 # The problems a rule of their own reports: rule_unknown_tensors, rule_lm_head_missing,
-# rule_weights_not_finite, rule_d2t_missing.
+# rule_weights_not_finite, rule_d2t_missing, training_rules.rule_record_ids_differ.
 _DEDICATED_PROBLEMS = (
     ProblemCode.UNKNOWN_TENSOR,
     ProblemCode.LM_HEAD_MISSING,
     ProblemCode.NOT_FINITE,
     ProblemCode.D2T_MISSING,
+    ProblemCode.RECORD_IDS_DIFFER,
 )
 
 
@@ -273,7 +274,7 @@ def rule_checkpoint_problems(e: Evidence) -> list[Finding]:
     """
     if e.report is None:
         return []
-    rest = [p.text for p in e.report.problems if p.code not in _DEDICATED_PROBLEMS]
+    rest = problem_lines([p for p in e.report.problems if p.code not in _DEDICATED_PROBLEMS])
     if not rest:
         return []
     return [

@@ -10,17 +10,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from eagle3dash import vllm_rules
-from eagle3dash.engine_rules import ServingEngine
+from eagle3dash.engines.protocol import EngineRules, target_arch
+from eagle3dash.engines.rules import EngineWords, ServingEngine, rules_for
+from eagle3dash.engines.rules import words as engine_words
 from eagle3dash.evidence_levels import LEVEL_PREDICTED, source_level, weaker
 from eagle3dash.layout import Layout
 from eagle3dash.severity import Severity
-from eagle3dash.sglang_rules import target_arch, try_parse_version
 
 if TYPE_CHECKING:
     from eagle3dash.checkpoint import InspectReport
     from eagle3dash.detective import Detection
-    from eagle3dash.engine import ServerReport
+    from eagle3dash.engines.seam import ServerReport
     from eagle3dash.identity import DraftIdentity
     from eagle3dash.metrics import DraftEval
     from eagle3dash.prediction import LayoutComparison
@@ -116,6 +116,7 @@ class Evidence:
     target_json_sha256: dict | None = None  # the local target's JSON files -> sha256, when given
     detection: Detection | None = None  # the layout detective's case: what the tensors say
     profile: Profile | None = None  # acceptance by category, prompt format, temperature, steps
+    prompt_tokens: list[list[int]] | None = None  # the benchmark's prompts as the server saw them
 
     @property
     def spec(self) -> DraftSpec | None:
@@ -128,27 +129,30 @@ class Evidence:
         return self.server.speculative if self.server is not None else None
 
     def version(self) -> str | None:
-        """The serving engine's version as text, None when unknown or unparseable."""
+        """The serving engine's version as text, None when unknown or its rules cannot read it."""
         text = self.sglang_version or (self.server.version if self.server is not None else None)
-        if not text:
+        if not text or rules_for(ServingEngine(self.engine)).parse_version(text) is None:
             return None
-        if self.engine == "vllm":
-            try:
-                vllm_rules.parse_version(text)
-            except ValueError:
-                return None
-            return text
-        return text if try_parse_version(text) is not None else None
+        return text
 
     def version_tuple(self) -> tuple[int, int, int] | None:
         """The serving SGLang version, parsed (None on vLLM)."""
         text = self.version()
-        return try_parse_version(text) if text and self.engine == "sglang" else None
+        return self.rules().parse_version(text) if text and self.engine == "sglang" else None
 
     def serving_engine(self) -> ServingEngine:
         """The engine whose rules decide what the server feeds, with its version and runner."""
         runner = self.vllm_runner if self.engine == "vllm" else None
         return ServingEngine(self.engine, self.version(), runner)
+
+    def rules(self) -> EngineRules:
+        """What the rules ask of the serving engine: its room's answers for its release and
+        runner (engines.protocol.EngineRules)."""
+        return rules_for(self.serving_engine())
+
+    def words(self) -> EngineWords:
+        """How the serving engine is told things: its flags, for every fix."""
+        return engine_words(self.engine)
 
     def engine_label(self) -> str:
         """'SGLang 0.5.23', 'SGLang (version unknown)', 'vLLM 0.33.0 (V2 runner)', 'vLLM (version

@@ -4,11 +4,17 @@ against the draft's simulated accept length.
 
 from __future__ import annotations
 
-import math
+import dataclasses
 
 from eagle3dash.checkpoint_problems import ProblemCode
 from eagle3dash.findings.core import Evidence, Finding, _fmt, critical_ids
-from eagle3dash.noise import MATERIAL_ACCEPT_LENGTH, MATERIAL_TOP1, noise, relative_noise
+from eagle3dash.noise import (
+    MATERIAL_ACCEPT_LENGTH,
+    MATERIAL_TOP1,
+    noise,
+    ratio_noise,
+)
+from eagle3dash.prompt_sets import token_spread
 from eagle3dash.severity import Severity
 
 # Measured above the serving simulation by at least this much (and beyond the bench's spread).
@@ -25,7 +31,17 @@ EXPLAINS_GAP = (
     "norm-before-residual",
     "eagle31-ignored",
     "norm-output-clash",
+    "vllm-no-ids",
+    "final-state-id",
+    "gpt-oss-boundary-ids",
+    "draft-window-ignored",
+    "draft-lm-head-quantized",
 )
+
+
+# Findings short of critical that lower the accept length: a critical slowdown they explain is
+# their cost, so they become critical with it (`slowdown_causes`) and one of them the root cause.
+EXPLAINS_SLOWDOWN = ("prompt-format-gap", "measured-below-simulated", "draft-quantized")
 
 
 def _speedup(e: Evidence) -> float | None:
@@ -38,12 +54,12 @@ def _speedup(e: Evidence) -> float | None:
 
 
 def _speedup_noise(e: Evidence, speedup: float) -> float:
-    """The speedup's noise: its relative noise over the per-request tok/s of both benchmarks."""
-    parts = [
-        relative_noise(getattr(bench, "output_tok_s_per_request", None) or []) or 0.0
-        for bench in (e.measured, e.baseline)
-    ]
-    return speedup * math.hypot(*parts)
+    """The speedup's noise, from the per-request tok/s of both benchmarks."""
+    return ratio_noise(
+        speedup,
+        getattr(e.measured, "output_tok_s_per_request", None) or [],
+        getattr(e.baseline, "output_tok_s_per_request", None) or [],
+    )
 
 
 def rule_slower_than_baseline(e: Evidence, found: list[Finding]) -> list[Finding]:
@@ -66,6 +82,7 @@ def rule_slower_than_baseline(e: Evidence, found: list[Finding]) -> list[Finding
     if concurrency:
         evidence += f"; concurrency {concurrency}"
     if speedup + spread < 1:
+        causes = _slowdown_causes(found)
         return [
             Finding(
                 "slower-than-baseline",
@@ -73,8 +90,8 @@ def rule_slower_than_baseline(e: Evidence, found: list[Finding]) -> list[Finding
                 f"Speculative decoding makes the endpoint slower: {speedup:.2f}x the baseline's "
                 "tok/s.",
                 evidence + ".",
-                _slowdown_fix(e, found),
-                {"speedup": speedup, "noise": spread},
+                _slowdown_fix(e, causes),
+                {"speedup": speedup, "noise": spread, "explained_by": causes},
             )
         ]
     title = (
@@ -83,48 +100,114 @@ def rule_slower_than_baseline(e: Evidence, found: list[Finding]) -> list[Finding
         else f"Speculative decoding may make the endpoint slower ({speedup:.2f}x the baseline's "
         "tok/s), within the per-request noise."
     )
+    steps = _steps_change(e)
     return [
         Finding(
             "slower-than-baseline",
             Severity.INFO,
             title,
             evidence + ".",
-            f"Raise the accept length (see the other findings) or try {_steps_flags(e)}; "
-            "speculation pays most at low concurrency.",
+            f"Raise the accept length{_see(found)}"
+            + (f" or try {steps}" if steps else "")
+            + "; speculation pays most at low concurrency.",
             {"speedup": speedup, "noise": spread},
         )
     ]
 
 
-def _steps_flags(e: Evidence) -> str:
-    """The steps setting to try: the profile's fastest predicted one, else a shallower chain."""
-    best = e.profile.recommended if e.profile is not None else None
-    if best is not None:
-        return f"{best.flags} (the steps advice's fastest setting)"
-    return "--speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4"
+def _see(found: list[Finding]) -> str:
+    """' (see <the critical findings, which cap the accept length>)' when there are any, else
+    nothing: the pointer names findings that are there."""
+    causes = critical_ids(found)
+    return f" (see {', '.join(causes)})" if causes else ""
 
 
-def _slowdown_fix(e: Evidence, found: list[Finding]) -> str:
-    """What to do about a slowdown: the critical findings that cap the accept length first; when
-    there are none, say whether the accept length or the cost is the problem."""
-    cost = (
-        f"lower the batch or draft cost: {_steps_flags(e)}, and keep --cuda-graph-max-bs at "
-        "least the request concurrency"
-    )
-    critical = critical_ids(found)
-    if critical:
-        caps = "they cap" if len(critical) > 1 else "it caps"
-        return (
-            f"Fix {', '.join(critical)} first ({caps} the accept length); if accept length is "
-            f"already good, {cost}."
+def _slowdown_causes(found: list[Finding]) -> list[str]:
+    """The findings that explain a slowdown: the critical ones, and those that lower the accept
+    length (EXPLAINS_SLOWDOWN), in the order found."""
+    return list(
+        dict.fromkeys(
+            f.id for f in found if f.severity is Severity.CRITICAL or f.id in EXPLAINS_SLOWDOWN
         )
-    accept, steps = e.measured.accept_length if e.measured else None, e.simulation_steps()
-    if accept is not None and steps and accept < 0.5 * (steps + 1):
+    )
+
+
+def slowdown_causes(found: list[Finding]) -> list[Finding]:
+    """The findings with a critical slowdown's causes made critical: the slowdown is their cost,
+    so the verdict's root cause is one of them, never the slowdown they explain."""
+    causes = {
+        cause
+        for f in found
+        if f.id == "slower-than-baseline" and f.severity is Severity.CRITICAL
+        for cause in f.data.get("explained_by") or ()
+    }
+    return [
+        dataclasses.replace(
+            f,
+            severity=Severity.CRITICAL,
+            evidence=f"{f.evidence.rstrip('.')}; with it the endpoint is slower than without "
+            "speculation (slower-than-baseline).",
+        )
+        if f.id in causes and f.severity is not Severity.CRITICAL
+        else f
+        for f in found
+    ]
+
+
+def _steps_change(e: Evidence) -> str | None:
+    """The steps setting to try, in the serving engine's flags: the steps advice's
+    recommendation when it changes the served setting (None when the advice keeps it: no remedy
+    asks for what the server already runs); without the advice, a chain shallower than the
+    served one (None at one step)."""
+    advice = e.profile.recommended if e.profile is not None else None
+    if advice is not None:
+        return f"{advice.flags} (the steps advice's recommendation)" if advice.changes else None
+    served = e.simulation_steps()
+    if served is not None and served <= 1:
+        return None
+    sp = e.speculative
+    draft = sp.draft_model_path if sp is not None else e.draft_path
+    return e.words().steps_flags(min(3, served - 1) if served else 3, draft)
+
+
+def _slowdown_fix(e: Evidence, causes: list[str]) -> str:
+    """What to do about a slowdown: the findings that cap the accept length first; when there are
+    none, say whether the accept length or the cost is the problem, and ask only for evidence the
+    run does not have."""
+    concurrency = getattr(e.measured, "concurrency", None)
+    batch = e.words().batch_cost_flags(concurrency)
+    steps = _steps_change(e)
+    costs = [
+        *([steps] if steps else []),
+        *([f"{batch} (the request concurrency)"] if batch else []),
+    ]
+    cost = (
+        f"lower the batch or draft cost: {' and '.join(costs)}"
+        if costs
+        else "the steps advice keeps the served setting, so the cost is the engine's"
+    )
+    if causes:
+        # The steps advice rests on today's acceptance, which the fix changes: no setting to
+        # paste until then, only the order to work in.
+        caps = "they cap" if len(causes) > 1 else "it caps"
         return (
-            f"The accept length is the cause ({_fmt(accept)} of at most {steps + 1}) and no check "
-            "that ran explains it: measure the training side (a local copy of the target, or a "
-            "training dump) to see whether serving feeds the draft other states than training "
-            "did, then run the diagnosis again."
+            f"Fix {', '.join(causes)} first ({caps} the accept length), then run the diagnosis "
+            "again: its steps advice rests on the acceptance that fix changes."
+        )
+    accept, served = e.measured.accept_length if e.measured else None, e.simulation_steps()
+    if accept is not None and served and accept < 0.5 * (served + 1):
+        low = f"The accept length is the cause ({_fmt(accept)} of at most {served + 1})"
+        if e.training_eval is None:
+            return (
+                f"{low} and no check that ran explains it: measure the training side (a local "
+                "copy of the target, or a training dump) to see whether serving feeds the draft "
+                "other states than training did, then run the diagnosis again."
+            )
+        return (
+            f"{low}, and no check that ran explains it: training and serving feed the draft "
+            "alike, so it accepts this little on these prompts. Compare the prompts' domain and "
+            "rendering with the draft's training data, and whether it was trained for this "
+            "target."
         )
     return f"The accept length is not the cause; {cost}."
 
@@ -152,16 +235,22 @@ def rule_measured_below_simulated(e: Evidence) -> list[Finding]:
     gap = simulated - measured
     if gap <= 0.5 or gap <= 0.15 * simulated:
         return []
-    checks = [
-        "requests at temperature 0 (target-only sampling at temperature > 0 accepts fewer)",
-        "SGLANG_SIMULATE_ACC_LEN unset in the server's environment (it fakes the accept length)",
-    ]
+    words = e.words()
+    checks = ["requests at temperature 0 (target-only sampling at temperature > 0 accepts fewer)"]
+    if words.FAKE_ACCEPT_ENV:
+        checks.append(
+            f"{words.FAKE_ACCEPT_ENV} unset in the server's environment (it fakes the accept "
+            "length)"
+        )
     server = e.server
+    unquantized = words.unquantized_draft_flags()
     if server is not None and server.quantization:
         dq = sp.draft_quantization if sp is not None else None
-        checks.append(f"quantization: target {server.quantization}, draft {dq or 'same'}")
-    else:
-        checks.append("draft quantization (--speculative-draft-model-quantization)")
+        # SGLang's draft inherits the target's; vLLM's loads as its checkpoint says
+        inherited = "same" if unquantized is not None else "as its checkpoint says"
+        checks.append(f"quantization: target {server.quantization}, draft {dq or inherited}")
+    elif unquantized is not None:
+        checks.append(f"draft quantization ({unquantized.split()[0]})")
     if sp is not None:
         th = [
             f"{name}={val}"
@@ -220,7 +309,7 @@ def rule_measured_above_simulated(e: Evidence) -> list[Finding]:
             f"measured {_fmt(measured)} (Σcompletion_tokens / Σspec_verify_ct over "
             f"the benchmark's requests, spread ±{_fmt(spread)}); "
             f"simulated {_fmt(simulated)} at {steps} steps on the serving capture.",
-            "Check that the server's --speculative-draft-model-path holds this very checkpoint "
+            f"Check that the server's {e.words().DRAFT_PATH_SETTING} holds this very checkpoint "
             "(not another epoch behind the same path), and that it returns the states it feeds "
             "(no patched capture); then run the diagnosis again.",
             {"measured": measured, "simulated": simulated, "spread": spread},
@@ -248,19 +337,17 @@ def rule_training_serving_gap(e: Evidence, found: list[Finding]) -> list[Finding
         f"{(s.top1 or 0):.1%}; gap {_fmt(accept_gap)} tokens per round, "
         f"{100 * top1_gap:.1f} points."
     )
-    if explained:
-        fix = "Apply the fix of " + ", ".join(explained) + " above, then run the diagnosis again."
+    if explained:  # named, not placed: a warning among them is listed after this critical one
+        fixes = "the fixes of findings " if len(explained) > 1 else "the fix of finding "
+        fix = f"Apply {fixes}{', '.join(explained)}, then run the diagnosis again."
     else:
         checked = (
-            "layouts (training vs serving taps), the server's capture against SGLang's rules, "
+            "layouts (training vs serving taps), the server's capture against "
+            f"{e.words().ENGINE}'s rules, "
             "the speculative algorithm, the draft's norm options and tensor names"
         )
         evidence += f" Checked without a cause: {checked}."
-        fix = (
-            "Collect the next evidence: a training dump (the features training really used) and "
-            "a local copy of the target, so both sides are measured on the same taps; compare "
-            "the prompt format and sampling of training and serving."
-        )
+        fix = _next_evidence(e)
     return [
         Finding(
             "training-serving-gap",
@@ -272,6 +359,26 @@ def rule_training_serving_gap(e: Evidence, found: list[Finding]) -> list[Finding
             {"accept_gap": accept_gap, "top1_gap": top1_gap, "explained_by": explained},
         )
     ]
+
+
+def _next_evidence(e: Evidence) -> str:
+    """What to collect next about a gap no check explains: only what the run does not have."""
+    missing = []
+    if e.training is None or e.training.source != "training-dump":
+        missing.append("a training dump (the features training really used)")
+    if e.target_json_sha256 is None:
+        missing.append("a local copy of the target")
+    formats = e.profile.prompt_format if e.profile is not None else []
+    measured = [r for r in formats if r.measured_accept_length is not None]
+    compare = "sampling" if len(measured) >= 2 else "prompt format and sampling"
+    collect = (
+        f"Collect the next evidence: {' and '.join(missing)}, so both sides are measured on the "
+        "same taps; "
+        if missing
+        else ""
+    )
+    text = f"{collect}compare the {compare} of training and serving."
+    return text[0].upper() + text[1:]
 
 
 def _likely_causes(e: Evidence) -> list[tuple[str, str]]:
@@ -294,7 +401,7 @@ def _likely_causes(e: Evidence) -> list[tuple[str, str]]:
             (
                 1,
                 "wrong draft: the server runs another checkpoint than this one",
-                "running the diagnosis where the server's --speculative-draft-model-path is "
+                f"running the diagnosis where the server's {e.words().DRAFT_PATH_SETTING} is "
                 "readable compares the weights' digests",
             )
         )
@@ -320,13 +427,16 @@ def _likely_causes(e: Evidence) -> list[tuple[str, str]]:
         )
     server = e.server
     quantized = server is not None and bool(server.quantization)
+    unquantized = e.words().unquantized_draft_flags()
     causes.append(
         (
             1 if quantized else 3,
             "quantization: the draft or the target runs quantized"
             + (f" ({server.quantization})" if quantized and server is not None else ""),
-            "a run with --speculative-draft-model-quantization unquant (and the target "
-            "unquantized, if you can)",
+            f"a run with {unquantized} (and the target unquantized, if you can)"
+            if unquantized
+            else "a run with the target unquantized, if you can (the draft loads as its own "
+            "checkpoint says)",
         )
     )
     return [(c, how) for _, c, how in sorted(causes, key=lambda x: x[0])]
@@ -363,5 +473,73 @@ def rule_low_acceptance(e: Evidence, found: list[Finding]) -> list[Finding]:
             ),
             f"Check the first: {causes[0][1]}; then run the diagnosis again.",
             {"accept_length": accept, "causes": [c for c, _ in causes]},
+        )
+    ]
+
+
+def rule_fp8_kv_cache(e: Evidence) -> list[Finding]:
+    """A hint: the KV cache is FP8 and the measured acceptance is materially below the training
+    side's simulation. sglang PR #14466 (Mistral-Large-3 with EAGLE): "low AR for FP8 kv cache",
+    worked around with --kv-cache-dtype auto; the cause was not found. The KV cache's dtype is
+    SGLang's --kv-cache-dtype (/server_info), vLLM's cache_dtype (/server_info, or /metrics
+    `vllm:cache_config_info`)."""
+    server, ev, measured = e.server, e.training_eval, e.measured
+    dtype = getattr(server, "kv_cache_dtype", None) if server is not None else None
+    if not dtype or "fp8" not in str(dtype).lower() or ev is None or e.adaptive_steps():
+        return []
+    if measured is None or measured.accept_length is None:
+        return []
+    steps = min(e.simulation_steps() or ev.steps, ev.steps)
+    trained = ev.simulated_accept_length(steps)
+    if trained - measured.accept_length < MATERIAL_ACCEPT_LENGTH:
+        return []
+    flags = e.words().kv_cache_flags()
+    return [
+        Finding(
+            "fp8-kv-cache",
+            Severity.INFO,
+            f"The KV cache is {dtype} and the measured accept length "
+            f"{_fmt(measured.accept_length)} is below the training side's "
+            f"{_fmt(trained)}: an FP8 KV cache is known to lower acceptance.",
+            f"kv cache dtype {dtype}; measured {_fmt(measured.accept_length)} against "
+            f"{_fmt(trained)} simulated on the training layout at {steps} steps. sglang PR "
+            "#14466: 'low AR for FP8 kv cache' with an EAGLE draft (cause not found), worked "
+            "around with the model's dtype.",
+            f"Restart with {flags} and measure again: acceptance that recovers names the KV cache "
+            "as the cause.",
+            {"kv_cache_dtype": dtype, "measured": measured.accept_length, "trained": trained},
+        )
+    ]
+
+
+def rule_random_token_prompts(e: Evidence) -> list[Finding]:
+    """The benchmark's prompts are random tokens (prompt_sets.token_spread): every draft accepts
+    about nothing on them (sglang PR #25359: accept rate 0.755 on GSM8K, 0.13-0.27 on
+    `random 1024/1024`; InferenceX PR #1737: raw prompts "collapse acceptance to ~1"), so the
+    measurement says nothing about the draft."""
+    spec, tokens = e.spec, e.prompt_tokens
+    if spec is None or not tokens:
+        return []
+    spread = token_spread(tokens, spec.vocab_size)
+    if spread is None or not spread.random:
+        return []
+    return [
+        Finding(
+            "random-token-prompts",
+            Severity.WARNING,
+            "The prompts are random tokens, on which any draft accepts almost nothing: the "
+            "accept length measured here says nothing about this draft.",
+            f"{spread.tokens} prompt ids over a vocabulary of {spread.vocab_size}: "
+            f"{spread.uniform_distance:.3f} from uniform (Kolmogorov-Smirnov) and "
+            f"{spread.distinct_share:.0%} of the distinct ids uniform draws give; text repeats "
+            "a few ids and leans to the frequent ones. sglang PR #25359: accept rate 0.755 on "
+            "GSM8K, 0.13-0.27 on random 1024/1024 prompts.",
+            "Benchmark on real prompts of the kind the draft was trained on, in the chat format "
+            "it was trained with (a built-in set, or a JSONL file of real conversations).",
+            {
+                "tokens": spread.tokens,
+                "uniform_distance": spread.uniform_distance,
+                "distinct_share": spread.distinct_share,
+            },
         )
     ]

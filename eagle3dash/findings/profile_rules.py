@@ -12,6 +12,7 @@ import math
 import statistics
 
 from eagle3dash.findings.core import Evidence, Finding, _fmt, critical_ids
+from eagle3dash.prompt_format import RAW
 from eagle3dash.severity import Severity
 
 # A category or format this far below the others (absolute, and as a share of theirs).
@@ -144,7 +145,10 @@ def _category_finding(
 def rule_prompt_format_gap(e: Evidence) -> list[Finding]:
     """The same prompts accept far less in one prompt format (raw, chat template, thinking on or
     off) than in another, beyond the noise of either row's requests: the draft was trained on
-    another format than it is served with (SpecForge#296, sglang#4716, InferenceX#1737)."""
+    another format than it is served with (SpecForge#296, sglang#4716, InferenceX#1737).
+    Critical when the worse format is the benchmark's own (raw): the gap, at least FAR_BELOW (a
+    material one, noise.MATERIAL_ACCEPT_LENGTH), then holds down what the run measured, its
+    speedup included."""
     profile = e.profile
     if profile is None:
         return []
@@ -165,7 +169,7 @@ def rule_prompt_format_gap(e: Evidence) -> list[Finding]:
     return [
         Finding(
             "prompt-format-gap",
-            Severity.WARNING,
+            Severity.CRITICAL if worst.format == RAW else Severity.WARNING,
             "The draft was trained on another prompt format than it is served with: it accepts "
             f"{_fmt(high)} on {best.format} prompts but {_fmt(low)} on {worst.format} prompts.",
             f"accept length of the same prompts per format: {numbers}",
@@ -177,7 +181,7 @@ def rule_prompt_format_gap(e: Evidence) -> list[Finding]:
 
 
 def rule_num_steps_advice(e: Evidence, found: list[Finding]) -> list[Finding]:
-    """Another --speculative-num-steps is predicted faster than the served one beyond the
+    """Another number of draft steps is predicted faster than the served one beyond the
     per-request noise, from the measured acceptance per position and the run's own verify and
     draft-step costs (SafeAILab/EAGLE#132, sglang#13212). Withheld while a critical finding
     stands: the acceptance it rests on changes once that is fixed."""
@@ -196,7 +200,7 @@ def rule_num_steps_advice(e: Evidence, found: list[Finding]) -> list[Finding]:
         Finding(
             "num-steps-advice",
             Severity.INFO,
-            f"--speculative-num-steps {best.num_steps} is predicted {best.gain:.0%} faster than "
+            f"{e.words().STEPS_KNOB} {best.num_steps} is predicted {best.gain:.0%} faster than "
             f"the served {best.current_num_steps}{interval}.",
             f"predicted {best.predicted_tok_s:.1f} tok/s at {best.num_steps} steps (accept "
             f"length {_fmt(best.predicted_accept_length)}) against {best.current_tok_s:.1f} "

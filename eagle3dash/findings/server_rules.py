@@ -9,15 +9,10 @@ from __future__ import annotations
 import os
 import re
 
+from eagle3dash.evidence_levels import LEVEL_PREDICTED
 from eagle3dash.findings.core import Evidence, Finding, _fmt
 from eagle3dash.identity import compare_drafts, is_local_url
 from eagle3dash.severity import Severity
-from eagle3dash.sglang_rules import (
-    DRAFT_QUANT_FLAG_SINCE,
-    HIDDEN_STATES_FIX,
-    hidden_states_mode,
-    version_text,
-)
 
 
 def rule_algorithm_eagle(e: Evidence) -> list[Finding]:
@@ -25,7 +20,7 @@ def rule_algorithm_eagle(e: Evidence) -> list[Finding]:
 
     llama_eagle3.py runs fc only when the widths differ; sglang PR #21272 (closed unmerged).
     """
-    if e.engine == "vllm":  # an SGLang server's settings and refusals
+    if e.engine != "sglang":  # an SGLang server's settings and refusals
         return []
     sp, spec = e.speculative, e.spec
     if sp is None or spec is None:
@@ -63,7 +58,8 @@ def rule_server_claims_implausible(e: Evidence) -> list[Finding]:
         Finding(
             "server-claims-implausible",
             Severity.WARNING,
-            f"The server reports speculative settings no SGLang server runs with ({claims}), so "
+            f"The server reports speculative settings no {e.words().ENGINE} server runs with "
+            f"({claims}), so "
             "they were not used: the draft steps come from the form or the defaults.",
             f"{e.server.url if e.server else 'the server'} /server_info: {claims}.",
             "Check that the URL points at the SGLang server you started, and give the draft "
@@ -76,32 +72,24 @@ def rule_server_claims_implausible(e: Evidence) -> list[Finding]:
 def rule_no_speculation(e: Evidence) -> list[Finding]:
     """The endpoint runs without speculative decoding.
 
-    server_args.py, --speculative-algorithm defaults to None (speculative_algorithm null).
+    SGLang server_args.py: --speculative-algorithm defaults to None (speculative_algorithm null);
+    vLLM: no speculative config, so /metrics exports no vllm:spec_decode counters.
     """
     if e.server is None or e.server.speculative is not None:
         return []
     draft = e.draft_path or (e.report.path if e.report is not None else "<draft>")
-    if e.engine == "vllm":
-        return [
-            Finding(
-                "no-speculation",
-                Severity.CRITICAL,
-                "The endpoint does not run speculative decoding, so no draft is used at all.",
-                f"{e.server.url} /metrics: no vllm:spec_decode counters "
-                f"(model {e.server.model_path}).",
-                "Restart vLLM with --speculative-config "
-                f'\'{{"method": "eagle3", "model": "{draft}", "num_speculative_tokens": 3}}\'.',
-            )
-        ]
+    shown = (
+        "/metrics: no vllm:spec_decode counters"
+        if e.engine == "vllm"
+        else "/server_info: speculative_algorithm is null"
+    )
     return [
         Finding(
             "no-speculation",
             Severity.CRITICAL,
             "The endpoint does not run speculative decoding, so no draft is used at all.",
-            f"{e.server.url} /server_info: speculative_algorithm is null "
-            f"(model {e.server.model_path}).",
-            "Restart the server with --speculative-algorithm EAGLE3 "
-            f"--speculative-draft-model-path {draft}.",
+            f"{e.server.url} {shown} (model {e.server.model_path}).",
+            e.words().speculation_flags(draft),
         )
     ]
 
@@ -110,7 +98,10 @@ def rule_draft_tokens_capped(e: Evidence) -> list[Finding]:
     """topk == 1 forces num_draft_tokens = num_steps + 1: a short chain whatever was asked.
 
     server_args.py (0.5.23 arg_groups/speculative_hook.py) adjusts num_draft_tokens when topk == 1.
+    SGLang's flags only: vLLM's one num_speculative_tokens is the chain, with nothing to cap.
     """
+    if e.engine != "sglang":
+        return []
     sp = e.speculative
     if sp is None or sp.eagle_topk != 1 or sp.num_steps is None or sp.num_draft_tokens is None:
         return []
@@ -160,10 +151,13 @@ def rule_draft_tokens_capped(e: Evidence) -> list[Finding]:
 def rule_draft_quantized(e: Evidence) -> list[Finding]:
     """The draft inherits the target's --quantization.
 
-    server_args.py, --speculative-draft-model-quantization (0.5.8+; default = the target's).
+    server_args.py, --speculative-draft-model-quantization (0.5.8+; default = the target's; sglang
+    PR #28196, open, would load a draft without a quant config unquantized). An engine whose
+    drafts load as their own checkpoint says (vLLM, `words.unquantized_draft_flags` None) has
+    nothing to say here: rule_vllm_draft_quantization says what vLLM loads.
     """
     sp, server = e.speculative, e.server
-    if sp is None or server is None:
+    if sp is None or server is None or e.words().unquantized_draft_flags() is None:
         return []
     quant = server.quantization
     if not quant or str(quant).lower() in ("none", "unquant"):
@@ -171,8 +165,7 @@ def rule_draft_quantized(e: Evidence) -> list[Finding]:
     draft_q = sp.draft_quantization
     if draft_q is not None and draft_q != quant:
         return []
-    version = e.version_tuple()
-    if version is not None and version < DRAFT_QUANT_FLAG_SINCE:
+    if e.rules().has("draft_quantization_flag") is False:
         fix = (
             f"SGLang {e.version()} has no flag for it: upgrade to 0.5.8 or later and restart with "
             "--speculative-draft-model-quantization unquant."
@@ -191,6 +184,11 @@ def rule_draft_quantized(e: Evidence) -> list[Finding]:
             fix,
         )
     ]
+
+
+def _serve(e: Evidence, draft: str) -> str:
+    """The serving engine's flags that load this draft (at the served steps)."""
+    return e.words().draft_flags(draft, e.simulation_steps())
 
 
 def _norm_path(p: str) -> str:
@@ -223,7 +221,7 @@ def rule_draft_differs(e: Evidence) -> list[Finding]:
                 f"server speculative_draft_model_path={sp.draft_model_path}; checkpoint={mine}; "
                 f"{identity.reason} (weights {(identity.served_digest or '')[:12]} vs "
                 f"{(identity.checkpoint_digest or '')[:12]}).",
-                f"Restart the server with --speculative-draft-model-path {mine} (or diagnose the "
+                f"Restart the server with {_serve(e, mine)} (or diagnose the "
                 f"checkpoint at {sp.draft_model_path}).",
                 {"server_path": sp.draft_model_path, "checkpoint_path": mine},
             )
@@ -246,7 +244,7 @@ def rule_draft_differs(e: Evidence) -> list[Finding]:
             Severity.WARNING,
             "The endpoint names another draft than the checkpoint under diagnosis.",
             f"server speculative_draft_model_path={sp.draft_model_path}; checkpoint={mine}; {how}.",
-            f"Restart the server with --speculative-draft-model-path {mine} (or diagnose the "
+            f"Restart the server with {_serve(e, mine)} (or diagnose the "
             f"checkpoint at {sp.draft_model_path}).",
             {"server_path": sp.draft_model_path, "checkpoint_path": mine},
         )
@@ -257,19 +255,21 @@ def rule_hidden_states_off(e: Evidence) -> list[Finding]:
     """A speculative server started without --enable-return-hidden-states: the states it feeds
     the draft cannot be captured, so the serving side is predicted, not measured
     (tokenizer_manager.py refuses return_hidden_states)."""
-    if e.engine == "vllm":  # an SGLang server's settings and refusals
+    if e.engine != "sglang":  # an SGLang server's settings and refusals
         return []
     server = e.server
     if server is None or server.speculative is None:
         return []
-    if hidden_states_mode(server.enable_return_hidden_states, server.return_hidden_states_mode):
+    if e.rules().hidden_states_mode(
+        server.enable_return_hidden_states, server.return_hidden_states_mode
+    ):
         return []
     return [
         Finding(
             "hidden-states-off",
             Severity.WARNING,
             "The server does not return hidden states, so what it feeds the draft cannot be "
-            "captured and the serving side is only predicted.",
+            "captured: the serving side is at best inferred from the measured acceptance.",
             f"{server.url} /server_info: enable_return_hidden_states is false.",
             "Restart the server with --enable-return-hidden-states (SGLang 0.5.20+: or "
             "--return-hidden-states-mode full, not last), then run the diagnosis again.",
@@ -281,12 +281,14 @@ def rule_hidden_states_last_only(e: Evidence) -> list[Finding]:
     """A speculative server started with --return-hidden-states-mode last: hidden states look
     enabled, but /generate refuses return_hidden_states=true ("exceeds the server maximum"), so
     the states it feeds the draft cannot be captured (tokenizer_manager.py, 0.5.20+)."""
-    if e.engine == "vllm":  # an SGLang server's settings and refusals
+    if e.engine != "sglang":  # an SGLang server's settings and refusals
         return []
     server = e.server
     if server is None or server.speculative is None:
         return []
-    mode = hidden_states_mode(server.enable_return_hidden_states, server.return_hidden_states_mode)
+    mode = e.rules().hidden_states_mode(
+        server.enable_return_hidden_states, server.return_hidden_states_mode
+    )
     if mode != "last":
         return []
     return [
@@ -294,7 +296,8 @@ def rule_hidden_states_last_only(e: Evidence) -> list[Finding]:
             "hidden-states-last-only",
             Severity.WARNING,
             "The server returns only the last token's hidden state, so what it feeds the draft "
-            "cannot be captured and the serving side is only predicted.",
+            "cannot be captured: the serving side is at best inferred from the measured "
+            "acceptance.",
             f"{server.url} /server_info: enable_return_hidden_states="
             f"{str(server.enable_return_hidden_states).lower()}, return_hidden_states_mode=last; "
             "SGLang refuses return_hidden_states=true above the server's mode (\"The requested "
@@ -312,14 +315,18 @@ def rule_hidden_states_truncated(e: Evidence) -> list[Finding]:
     sglang issue #26163; 0.5.14+ managers/scheduler_components/batch_result_processor.py keeps
     one row per emitted token of a verify round.
     """
-    if e.engine == "vllm":  # an SGLang server's settings and refusals
+    if e.engine != "sglang":  # an SGLang server's settings and refusals
         return []
-    server, version = e.server, e.version_tuple()
-    if server is None or server.speculative is None or version is None:
+    server, rules = e.server, e.rules()
+    fixed = rules.has("hidden_states_per_token")
+    if server is None or server.speculative is None or fixed is None:
         return []
-    mode = hidden_states_mode(server.enable_return_hidden_states, server.return_hidden_states_mode)
-    if version >= HIDDEN_STATES_FIX or mode != "full":
+    mode = rules.hidden_states_mode(
+        server.enable_return_hidden_states, server.return_hidden_states_mode
+    )
+    if fixed or mode != "full":
         return []
+    release = rules.first_release("hidden_states_per_token")
     return [
         Finding(
             "hidden-states-truncated",
@@ -329,9 +336,9 @@ def rule_hidden_states_truncated(e: Evidence) -> list[Finding]:
             "can be trusted.",
             f"SGLang {e.version()} with --enable-return-hidden-states and "
             f"{server.speculative.algorithm}: decode rows are indexed per request, not per "
-            f"accepted token (sglang issue #26163, fixed by {version_text(HIDDEN_STATES_FIX)}).",
+            f"accepted token (sglang issue #26163, fixed by {release}).",
             "Read only the prefill block (meta_info.hidden_states[0], as this tool's endpoint "
-            f"capture does), or upgrade SGLang to {version_text(HIDDEN_STATES_FIX)} or later.",
+            f"capture does), or upgrade SGLang to {release} or later.",
         )
     ]
 
@@ -360,5 +367,203 @@ def rule_speculative_adaptive(e: Evidence) -> list[Finding]:
             "Restart the server without --speculative-adaptive, with a fixed "
             "--speculative-num-steps, to diagnose the draft; turn it back on afterwards.",
             {"num_steps": sp.num_steps},
+        )
+    ]
+
+
+def rule_engine_release_not_read(e: Evidence) -> list[Finding]:
+    """The server runs a release newer than (or, on vLLM, between) the releases whose rules were
+    read: another release's rules stand in, so what it feeds the draft is a prediction at best
+    (EngineRules.releases: engines/sglang/rules.py KNOWN_SGLANG_VERSIONS, engines/vllm/rules.py
+    KNOWN_VLLM_VERSIONS)."""
+    if e.server is None:
+        return []
+    engine = e.serving_engine()
+    stand_in = engine.stand_in()
+    if stand_in is None or engine.version is None:
+        return []
+    words = e.words()
+    read = e.rules().releases()
+    newer = stand_in == read[-1]  # an older or in-between vLLM stands in by its own release
+    how = "newer than" if newer else "not one of"
+    what = (
+        f"the newest release read, {stand_in}"
+        if newer
+        else f"the releases read ({', '.join(read)})"
+    )
+    return [
+        Finding(
+            "engine-release-not-read",
+            Severity.INFO,
+            f"{words.ENGINE} {engine.version} is {how} {what}: {stand_in}'s rules stand in for "
+            "it, so what it feeds the draft is predicted, not known.",
+            f"{e.server.url} reports {words.ENGINE} {engine.version}; the rules of "
+            f"{words.ENGINE} {stand_in} decide the taps predicted for it.",
+            f"Measure what it feeds: {words.capture_action(e.server.device)}.",
+            {"version": engine.version, "rules_release": stand_in},
+            LEVEL_PREDICTED,
+        )
+    ]
+
+
+def rule_spec_v2_tree(e: Evidence) -> list[Finding]:
+    """EAGLE-3 trees (--speculative-eagle-topk > 1) on SGLang's spec v2 (overlap) worker.
+
+    Read in the wheels: before 0.5.9 (0.5.6's server_args.py) SGLANG_ENABLE_SPEC_V2=1 turns the
+    overlap worker on for EAGLE3 with no topk check, which assumed a chain (sglang issue #14077:
+    tensor errors, then gibberish); 0.5.9 refuses topk > 1 at start under spec v2; 0.5.11 and
+    0.5.12 fall back to the v1 worker for topk > 1 ("spec v2 currently only supports topk = 1";
+    PR #26866), whatever the page size; from 0.5.13 (arg_groups/speculative_hook.py) every EAGLE
+    server runs the v2 worker, trees included, topk > 1 with page size > 1 only on the flashinfer,
+    fa3 and triton backends (refused at start on others)."""
+    sp, server, rules = e.speculative, e.server, e.rules()
+    refused = rules.has("spec_v2_topk_refused")
+    if e.engine != "sglang" or sp is None or server is None or refused is None:
+        return []
+    if str(sp.algorithm or "").upper() != "EAGLE3" or not sp.eagle_topk or sp.eagle_topk <= 1:
+        return []
+    v = e.version()
+    if not refused and server.disable_overlap_schedule is False:
+        return [
+            Finding(
+                "spec-v2-tree",
+                Severity.CRITICAL,
+                f"SGLang {v} runs a tree of topk {sp.eagle_topk} on its spec v2 (overlap) worker, "
+                "which assumes a chain: drafts fail with tensor errors or decode gibberish, and "
+                "the accept length measured here is not the draft's.",
+                f"speculative_eagle_topk={sp.eagle_topk}, disable_overlap_schedule=false: spec v2 "
+                f"is on (SGLANG_ENABLE_SPEC_V2), which SGLang {v} does not check against topk "
+                "(server_args.py; sglang issue #14077). 0.5.9 refuses it at start, 0.5.11 falls "
+                "back to the v1 worker (PR #26866).",
+                f"Restart without SGLANG_ENABLE_SPEC_V2, or with {e.words().steps_flags(3)}.",
+                {"eagle_topk": sp.eagle_topk},
+            )
+        ]
+    if rules.has("spec_v2_topk_fallback") and not rules.has("spec_v2_worker_only"):
+        return [
+            Finding(
+                "spec-v2-tree",
+                Severity.INFO,
+                f"SGLang {v} serves the topk {sp.eagle_topk} tree on its v1 worker without the "
+                "overlap scheduler (spec v2 runs chains only), so its speed is the v1 worker's.",
+                f"speculative_eagle_topk={sp.eagle_topk}: server_args.py falls back to spec v1 "
+                '("spec v2 currently only supports topk = 1", PR #26866), whatever the page '
+                "size; from 0.5.13 the v2 worker drafts trees too.",
+                f"Upgrade SGLang to {rules.first_release('spec_v2_worker_only')} or later for "
+                f"trees on the v2 worker, or draft a chain ({e.words().steps_flags(3)}).",
+                {"eagle_topk": sp.eagle_topk},
+            )
+        ]
+    return []
+
+
+def rule_disaggregated(e: Evidence) -> list[Finding]:
+    """A prefill/decode-disaggregated server: with EAGLE-3 the decode side's first round needs
+    the aux states the prefill side captured, whose transfer sglang issue #10059 (open) leaves
+    unconfirmed (PR #9976 only stopped the error; PR #13590 sized the buffers by the draft)."""
+    server = e.server
+    if server is None or server.speculative is None or server.disaggregation_mode is None:
+        return []
+    words = e.words()
+    return [
+        Finding(
+            "pd-disaggregated",
+            Severity.WARNING,
+            f"This server is the {server.disaggregation_mode} side of a prefill/decode split: "
+            "whether its decode node drafts from the right states is unconfirmed, so its "
+            "acceptance may not be the draft's.",
+            f"{server.url}: {words.DISAGGREGATION_SETTING} puts it on the "
+            f"{server.disaggregation_mode} side. sglang issue #10059 (PD with EAGLE-3) is open: "
+            "the prefill side's aux states went to a decode buffer of another size, and the "
+            "fix that stopped the error (PR #9976) was merged 'only to avoid raising an error'.",
+            f"Diagnose the same draft on a colocated server (no {words.DISAGGREGATION_SETTING}) "
+            "and compare the accept lengths; a first round that accepts less than the later "
+            "ones points at the transferred states.",
+            {"disaggregation_mode": server.disaggregation_mode},
+        )
+    ]
+
+
+def rule_vllm_draft_quantization(e: Evidence) -> list[Finding]:
+    """What a vLLM server loads the draft as: its own checkpoint's quantization, never the
+    target's (model_executor/models/utils.py get_draft_quant_config, 0.32.0-0.34.0; vllm PR #40849,
+    open, would pass online quantization on to external drafts); and a draft lm_head quantized by
+    --speculative-config draft_lm_head_quantization (0.33.0+), which config/speculative.py says
+    changes the acceptance length."""
+    sp, server = e.speculative, e.server
+    if e.engine != "vllm" or sp is None or server is None:
+        return []
+    out: list[Finding] = []
+    head = getattr(sp, "draft_lm_head_quantization", None)  # stored reports predate it
+    draft = sp.draft_model_path or "<draft>"
+    if head:
+        out.append(
+            Finding(
+                "draft-lm-head-quantized",
+                Severity.WARNING,
+                f"The draft's lm_head runs quantized ({head}), which changes its acceptance: "
+                "the draft measured here is not the one trained.",
+                f"--speculative-config draft_lm_head_quantization={head} (vLLM "
+                f"{e.rules().first_release('draft_lm_head_quantization')} and later, "
+                "config/speculative.py: 'acceptance length can change').",
+                "Restart with the speculative config without draft_lm_head_quantization: "
+                f"{e.words().speculation_flags(draft, sp.num_steps or 3)}.",
+                {"draft_lm_head_quantization": head},
+            )
+        )
+    quant = server.quantization
+    if quant and str(quant).lower() not in ("none", "unquant"):
+        loaded = sp.draft_quantization or "its checkpoint's dtype (no quantization config)"
+        out.append(
+            Finding(
+                "draft-not-quantized-like-target",
+                Severity.INFO,
+                f"vLLM loads the draft as its own checkpoint says ({loaded}), not with the "
+                f"target's {quant}: its acceptance is the trained draft's; its memory is not "
+                "the target's saving.",
+                f"quantization={quant} on the target; vLLM builds an external draft with its own "
+                "quantization config (models/utils.py get_draft_quant_config), where SGLang "
+                "would inherit the target's (server_args.py; sglang PR #28196). vllm PR #40849 "
+                "(open) would pass online quantization on.",
+                "Nothing to change for acceptance.",
+                {"target_quantization": quant, "draft_quantization": sp.draft_quantization},
+            )
+        )
+    return out
+
+
+def rule_draft_window_ignored(e: Evidence) -> list[Finding]:
+    """A sliding-window draft (layer_types) served as full attention: SGLang's llama_eagle3.py
+    takes the window from --speculative-draft-window-size alone (0.5.12+), never from the draft's
+    config; vLLM (models/llama.py, qwen3_eagle3.py, 0.32.0-0.34.0) follows layer_types. A draft
+    trained with a window loses acceptance with context when served without it (speculators PR
+    #684: accept length 2.30 at 2k tokens, 1.08 at 20k)."""
+    spec, sp = e.spec, e.speculative
+    if spec is None or spec.sliding_window is None or sp is None:
+        return []
+    words = e.words()
+    flags = words.draft_window_flags(spec.sliding_window)
+    if flags is None or sp.draft_window_size == spec.sliding_window:
+        return []
+    served = f"a window of {sp.draft_window_size}" if sp.draft_window_size else "full attention"
+    fix = f"Restart with {flags}."
+    if e.rules().has("draft_window_flag") is False:
+        fix = (
+            f"SGLang {e.version()} has no flag for it: upgrade to "
+            f"{e.rules().first_release('draft_window_flag')} or later and restart with {flags}."
+        )
+    return [
+        Finding(
+            "draft-window-ignored",
+            Severity.WARNING,
+            f"The draft was trained with a sliding window of {spec.sliding_window} tokens "
+            f"(layer_types), and {words.ENGINE} serves it with {served}: its acceptance falls "
+            "as the context grows.",
+            f"config.json layer_types: sliding_attention, sliding_window={spec.sliding_window}; "
+            f"{words.ENGINE}'s EAGLE-3 draft takes its window from the server's flag only. "
+            "speculators PR #684: a draft served without its window accepted 2.30 tokens a "
+            "round at 2k tokens of context and 1.08 at 20k.",
+            fix,
+            {"sliding_window": spec.sliding_window, "served_window": sp.draft_window_size},
         )
     ]

@@ -8,6 +8,7 @@ verifier` in models/eagle3/config.py), and SGLang's rules by version (sglang_rul
 
 from __future__ import annotations
 
+from eagle3dash.checkpoint_problems import ProblemCode
 from eagle3dash.evidence_levels import LEVEL_ASSUMED
 from eagle3dash.findings.core import Evidence, Finding, _fmt
 from eagle3dash.layout import format_layout, taps_phrase
@@ -187,5 +188,35 @@ def rule_ids_beyond_target(e: Evidence) -> list[Finding]:
             "Write the three ids the run trained with (its training_state.pt capture layers), "
             f"each below {n}.",
             {"ids": list(ids or ()), "num_layers": n},
+        )
+    ]
+
+
+def rule_record_ids_differ(e: Evidence) -> list[Finding]:
+    """The run folder records other capture ids than its exported config.json holds
+    (run_record.record_problems): SpecForge 0.2's training_state.pt capture_layers
+    (training/provenance.py), speculators' run.yaml target_layer_ids, NeMo AutoModel's
+    config.yaml recipe_args.aux_layer_ids. Training read the record, the engines read the config."""
+    found = [
+        p
+        for p in (e.report.problems if e.report else [])
+        if p.code is ProblemCode.RECORD_IDS_DIFFER
+    ]
+    if not found:
+        return []
+    d = found[0].data
+    return [
+        Finding(
+            "record-ids-differ",
+            Severity.WARNING,
+            f"The run's record says training captured layer ids {d['recorded']}, but the "
+            f"exported config.json says {d['exported']}.",
+            f"Training (the run's record, {d['record']}): {d['recorded']}. Serving (config.json "
+            f"{d['key']}, what the engines read): {d['exported']}. The training side is taken "
+            "from the record.",
+            f"Export the draft again with the draft config the run trained with, or write "
+            f"{d['recorded']} into config.json's {d['key']}; the layout findings say which taps "
+            "each engine then feeds.",
+            dict(d),
         )
     ]

@@ -15,7 +15,9 @@ backend copies it:
   when it could not say (killed, lost), the backend's reason with the end of its log;
 - logs: a job's output goes to `logs/<job>.log` in the home (`queue.job_log` reads it);
 - store faults: a lock held past the busy timeout or a full disk ends no backend; `serve` logs
-  one line, backs off and tries again (`store_faults`).
+  one line, backs off and tries again (`store_faults`). A full disk at a job's own write (its
+  claim, the record of its executor, its progress, its result, its settle) fails that job and
+  its run in one line naming the disk, written in the room the home's reserve makes.
 
 A backend supplies only where a job executes: `launch`, `wait`, `interrupt`, `release`, and what
 it knows of executors that another instance left behind (`lost`, `reap_orphan`). The local worker
@@ -288,6 +290,15 @@ class _Loop:
             handle = self.backend.launch(self.store, job, ref)
         except LaunchError as e:
             lifecycle.settle_job(self.store, job_id, Status.FAILED, error=str(e))
+            self.finished += 1
+            return False
+        except (sqlite3.Error, OSError) as e:  # the store refused the launch's record
+            fault = classify(e, self.store.db_path)
+            if fault is None:
+                raise
+            line = str(fault)
+            log.warning("job %s failed: %s", job_id, line)
+            lifecycle.settle_job(self.store, job_id, Status.FAILED, error=line, message=line)
             self.finished += 1
             return False
         self.running[job_id] = Execution(job=job, handle=handle)

@@ -9,6 +9,10 @@ Every status change of a job or a run is made here, in one transaction with what
   a `Recordable` result (a run's diagnosis) is recorded first, by the process that settles the job:
   the local worker's child, or the Ray driver for a task on another node (which writes nothing).
 
+A full disk never leaves a job running: a claim or a settle that the disk refuses deletes the
+home's reserve (`store_faults.RESERVE_NAME`) and fails the job and its run in that room, with the
+one line naming the disk (a success's result may not fit there, so it is not recorded).
+
 A transition only ever leaves an unfinished status: a finished job or run never changes again, so
 a late writer (a child settling after recovery failed its job, a second backend) changes nothing.
 The backends, the demo seed and the pages call these; a job kind writes no status (its backend
@@ -24,7 +28,7 @@ from collections.abc import Iterable
 from typing import Any, Protocol, runtime_checkable
 
 from eagle3dash.store import Store, decode_row, now_iso, to_json
-from eagle3dash.store_faults import is_disk_full, release_reserve
+from eagle3dash.store_faults import classify, is_disk_full, release_reserve
 
 
 class Status(enum.StrEnum):
@@ -90,9 +94,22 @@ WHERE id = (SELECT run_id FROM jobs WHERE id = ?) AND status IN {_UNFINISHED_SQL
 def claim_job(store: Store, worker_pid: int, worker_host: str | None = None) -> dict | None:
     """Atomically take the oldest startable queued job (GPU jobs one at a time, and no server
     measured by two jobs at once) and start its run; the job's row, or None when nothing can
-    start."""
+    start. On a full disk that job fails at once with its run (one line naming the disk, in the
+    room the home's reserve makes), and None."""
     now = now_iso()
     host = socket.gethostname() if worker_host is None else worker_host
+    try:
+        return _claim(store, worker_pid, host, now)
+    except sqlite3.Error as e:
+        line = _room_for_failure(store, e)
+        with store.transaction():  # claimed and failed in one commit: it never runs
+            job = _claim(store, worker_pid, host, now)
+            if job is not None:
+                _settle(store, job["id"], _failed(line), line)
+        return None
+
+
+def _claim(store: Store, worker_pid: int, host: str, now: str) -> dict | None:
     with store.transaction() as db:
         cur = db.conn.execute(_CLAIM, (worker_pid, host, now, now))
         rows = cur.fetchall()
@@ -214,30 +231,48 @@ def settle_job(
 
     Its unfinished run ends with it: succeeded with the job, or failed / cancelled with `reason`
     (else `error`, else `message`) as the run's error, so no page shows a dead run as running.
-    A `Recordable` result is recorded first, unless the job has ended already.
+    A `Recordable` result is recorded in the same commit, unless the job has ended already.
+    On a full disk the home's reserve makes room for the end: a failure or a cancel as asked; a
+    success (whose result may not fit that room) as a failure naming the disk.
     """
     if status not in FINISHED:
         final = ", ".join(sorted(FINISHED))
         raise ValueError(f"a job settles as one of {final}, not {str(status)!r}")
-    if status == Status.SUCCEEDED and isinstance(result, Recordable):
-        row = store.db.execute("SELECT status FROM jobs WHERE id = ?", (job_id,)).fetchone()
-        if row is None or Status(row[0]) in FINISHED:
-            return False
-        result = result.record(store)
     fields: dict[str, Any] = {"status": status, "finished_at": now_iso(), "error": error}
     if message is not None:
         fields["message"] = message
-    if status == Status.SUCCEEDED:
-        fields["result_json"] = to_json(result if result is not None else {})
-        fields["progress"] = 1.0
     run_error = None if status == Status.SUCCEEDED else reason or error or message
     try:
+        with store.transaction():
+            if status == Status.SUCCEEDED:
+                if isinstance(result, Recordable):
+                    row = store.db.execute(
+                        "SELECT status FROM jobs WHERE id = ?", (job_id,)
+                    ).fetchone()
+                    if row is None or Status(row[0]) in FINISHED:
+                        return False
+                    result = result.record(store)
+                fields["result_json"] = to_json(result if result is not None else {})
+                fields["progress"] = 1.0
+            return _settle(store, job_id, fields, run_error)
+    except (sqlite3.Error, OSError) as e:
+        line = _room_for_failure(store, e)
+        if status == Status.SUCCEEDED:
+            fields, run_error = _failed(line), line
         return _settle(store, job_id, fields, run_error)
-    except sqlite3.OperationalError as e:
-        # A full disk would leave the job running for ever: the reserve makes room for its end.
-        if not is_disk_full(e) or not release_reserve(store.home):
-            raise
-        return _settle(store, job_id, fields, run_error)
+
+
+def _room_for_failure(store: Store, error: BaseException) -> str:
+    """The one line of a full disk, once the home's reserve is deleted to record it; `error`
+    re-raised when it is no full disk or there is no reserve to delete."""
+    if not is_disk_full(error) or not release_reserve(store.home):
+        raise error
+    return str(classify(error, store.db_path))
+
+
+def _failed(line: str) -> dict[str, Any]:
+    """A job's fields when it fails with one line."""
+    return {"status": Status.FAILED, "finished_at": now_iso(), "error": line, "message": line}
 
 
 def _settle(store: Store, job_id: int, fields: dict[str, Any], run_error: str | None) -> bool:

@@ -358,7 +358,12 @@ class RayBackend(JobBackend):
             ).remote(job_id, fn_ref, params, str(store.home), shipped)
         except Exception as e:  # noqa: BLE001 - Ray refused the task: the job fails with why
             raise LaunchError(f"Ray refused the job's task: {e}") from None
-        lifecycle.record_child(store, job_id, None, rel)
+        try:
+            lifecycle.record_child(store, job_id, None, rel)
+        except BaseException:  # the store refused: the job fails (`serve`) and never runs
+            with contextlib.suppress(Exception):
+                ray.cancel(gen, force=True)
+            raise
         return _Task(job={**job, "log_path": rel}, store=store, gen=gen)
 
     def _ship(self, store: Store, params: dict[str, Any]) -> dict[str, Any]:

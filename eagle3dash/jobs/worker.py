@@ -148,8 +148,10 @@ class LocalProcessBackend(JobBackend):
         child = _Child(job=job, proc=proc, log=logf, log_path=path)
         try:
             lifecycle.record_child(store, job_id, proc.pid, rel)
-        except BaseException:  # the store refused: the child's own parent watch ends it
+        except BaseException:  # the store refused: the job fails (`serve`) and never runs
             self.interrupt(child, force=True)
+            proc.wait(None)
+            self.release(child, Status.FAILED)
             raise
         log.info("job %s (%s) started, pid %s", job_id, job["kind"], proc.pid)
         return child

