@@ -16,7 +16,7 @@ from eagle3dash.testing.sglang_double import RunningDouble, start_double
 from eagle3dash.testing.sglang_double_engine import DoubleConfig
 
 ROOT = Path(__file__).resolve().parent.parent
-APP = str(ROOT / "app.py")
+APP = str(ROOT / "eagle3dash" / "dashboard" / "app.py")
 TIMEOUT = 60
 TEXT_KINDS = (
     "title",

@@ -9,6 +9,7 @@ the tests after it must not inherit.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import signal
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import unicodedata
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -112,7 +114,7 @@ def serving_app(
     home: Path,
     logs: Path,
     *,
-    script: str = "app.py",
+    script: str = "eagle3dash/dashboard/app.py",
     host: str = "127.0.0.1",
     worker: bool = False,
     env: dict[str, str] | None = None,
@@ -296,3 +298,114 @@ def screenshot(page: Page, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(path), full_page=True)
     page.set_viewport_size({"width": WIDTH, "height": HEIGHT})
+
+
+# --- what a page draws: its glyphs and whether anything is cut off ------------------------------
+
+# The page's text as the browser has it: every text node but scripts, styles and the Material
+# icons' ligature names (drawn by Streamlit's icon font, checked below).
+PAGE_TEXT_JS = """() => {
+  const walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  const out = [];
+  for (let node; (node = walk.nextNode()); ) {
+    const parent = node.parentElement;
+    if (parent && !parent.closest('script, style, noscript, [data-testid="stIconMaterial"]')) {
+      out.push(node.textContent);
+    }
+  }
+  return out.join('\\n');
+}"""
+ICON_FONT_JS = """() => {
+  const icons = [...document.querySelectorAll('[data-testid="stIconMaterial"]')];
+  const loaded = [...document.fonts].some(
+    (f) => /Material Symbols/.test(f.family) && f.status === 'loaded');
+  const unstyled = icons.filter((e) => !/Material Symbols/.test(getComputedStyle(e).fontFamily));
+  return {icons: icons.length, loaded, unstyled: unstyled.map((e) => e.textContent)};
+}"""
+# What is drawn wider than the box that shows it, so the rest is cut off: a data frame (its grid
+# scrolls sideways, with no visible bar), a static table, a code block's line, a chart, a text
+# cut with an ellipsis. Each named by the heading above it.
+CLIPPED_JS = """() => {
+  const headings = [...document.querySelectorAll('h1, h2, h3, h4, h5, h6')];
+  const under = (e) => {
+    const above = headings.filter(
+      (h) => h.compareDocumentPosition(e) & Node.DOCUMENT_POSITION_FOLLOWING);
+    return above.length ? above[above.length - 1].textContent.trim() : '(the top)';
+  };
+  const wider = (e) => e.clientWidth > 0 && e.scrollWidth > e.clientWidth + 1;
+  const out = [];
+  const check = (selector, what) => {
+    for (const e of document.querySelectorAll(selector)) {
+      if (wider(e)) {
+        out.push(`${what} under "${under(e)}": ${e.scrollWidth} px drawn in ${e.clientWidth} px`
+                 + ` (${e.textContent.trim().slice(0, 80)})`);
+      }
+    }
+  };
+  check('[data-testid="stDataFrame"] .dvn-scroller', 'a table');
+  check('[data-testid="stTable"], [data-testid="stTable"] *', 'a table');
+  check('[data-testid="stCode"] pre', 'a code block');
+  check('[data-testid="stVegaLiteChart"]', 'a chart');
+  check('[data-testid="stMainBlockContainer"]', 'the page');
+  for (const e of document.querySelectorAll('[data-testid="stMain"] *')) {
+    if (getComputedStyle(e).textOverflow === 'ellipsis' && wider(e)) {
+      out.push(`a text cut short under "${under(e)}": ${e.textContent.trim().slice(0, 80)}`);
+    }
+  }
+  return out;
+}"""
+
+
+UNDRAWN = {"Zs", "Zl", "Zp", "Cc", "Cf"}  # Unicode categories with no glyph to draw
+
+
+@functools.cache
+def font_coverage() -> frozenset[int]:
+    """Every code point some installed font draws (fontconfig: what Chromium falls back on)."""
+    listed = subprocess.run(
+        ["fc-list", "--format", "%{charset}\\n"], capture_output=True, text=True, check=True
+    ).stdout
+    covered: set[int] = set()
+    for span in listed.split():
+        low, _, high = span.partition("-")
+        covered.update(range(int(low, 16), int(high or low, 16) + 1))
+    return frozenset(covered)
+
+
+def is_emoji(ch: str) -> bool:
+    """An emoji or a pictograph the app must not draw (it depends on the viewer's emoji font):
+    the emoji planes, the miscellaneous symbols and dingbats, and the emoji variation selector."""
+    code = ord(ch)
+    return (
+        0x1F000 <= code <= 0x1FAFF
+        or 0x2300 <= code <= 0x23FF
+        or 0x2600 <= code <= 0x27BF
+        or 0x2B00 <= code <= 0x2BFF
+        or ch in "\ufe0f\u2139"
+    )
+
+
+def glyph_problems(page: Page) -> list[str]:
+    """What the page draws without a glyph: an emoji (the app draws none), a character no
+    installed font has (a blank box), or Material icons without their font (their names as
+    words)."""
+    text = page.evaluate(PAGE_TEXT_JS)
+    # drawn: all but spaces, controls and format characters (zero-width: nothing to draw)
+    drawn = sorted({ch for ch in text if unicodedata.category(ch) not in UNDRAWN})
+    covered = font_coverage()
+    problems = [
+        f"no installed font draws {ch!r} (U+{ord(ch):04X} {unicodedata.name(ch, '?')})"
+        for ch in drawn
+        if ord(ch) not in covered
+    ]
+    problems += [f"an emoji: {ch!r} (U+{ord(ch):04X})" for ch in drawn if is_emoji(ch)]
+    icons = page.evaluate(ICON_FONT_JS)
+    if icons["icons"] and not icons["loaded"]:
+        problems.append(f"{icons['icons']} Material icons, but their font did not load")
+    problems += [f"a Material icon not in its font: {name}" for name in icons["unstyled"]]
+    return problems
+
+
+def clipped(page: Page) -> list[str]:
+    """What the page draws wider than its box (see CLIPPED_JS)."""
+    return page.evaluate(CLIPPED_JS)

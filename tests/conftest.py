@@ -1,7 +1,7 @@
 """Shared test set-up: one torch thread (2-core machines thrash with more), and the one test world
 built once per run: the tiny target and its drafts, the SGLang API doubles serving them, the
-session's Chromium (tests/browserkit.py) and the Ray cluster; and the bad-input tests' `draft`
-and `place`."""
+session's Chromium (tests/browserkit.py), the Ray cluster and the real vLLM servers; and the
+bad-input tests' `draft` and `place`."""
 
 from __future__ import annotations
 
@@ -171,6 +171,25 @@ def seeded_demo(tmp_path_factory) -> tuple[Path, list]:
     return home, seed(home, num_prompts=2, max_new_tokens=32, worker=True)
 
 
+@pytest.fixture(scope="session")
+def real_vllm(tmp_path_factory) -> Iterator[dict]:
+    """The real-engine lane's four real vLLM servers of the demo (tests/vllmkit.py LANE: plain,
+    draft A, draft B as shipped, draft B fixed), started at once by the first test that asks and
+    stopped at the session's end; the test skips, saying why, where vLLM's venv is not installed
+    (`make vllm`). {"home": the folder of their logs and the fixed draft, "servers": {name:
+    RealVLLM}}."""
+    from tests.vllmkit import skip_without_vllm, start_lane
+
+    skip_without_vllm()
+    home = tmp_path_factory.mktemp("real-vllm")
+    servers = start_lane(home)
+    try:
+        yield {"home": home, "servers": servers}
+    finally:
+        for server in servers.values():
+            server.stop()
+
+
 @pytest.fixture(scope="module")
 def app_world(tmp_path_factory, served_models, eagle3_double, fixed_double):
     """The world's models and its two doubles (the draft's and the fixed draft's), and a fresh
@@ -233,12 +252,17 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 # the modules of one world run on the same worker. A module that starts using one joins its list
 # (collection says so).
 WORLD_MODULES = {
-    "seeded_demo": ("tests/test_browser_verdict.py", "tests/test_demo.py"),
+    "seeded_demo": (
+        "tests/test_browser_pages.py",
+        "tests/test_browser_verdict.py",
+        "tests/test_demo.py",
+    ),
     "ray_cluster": (
         "tests/test_backend_conformance.py",
         "tests/test_ray_backend.py",
         "tests/test_sweep.py",
     ),
+    "real_vllm": ("tests/test_real_vllm.py",),
 }
 
 
@@ -276,3 +300,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                     f"{module} uses the {world} fixture: add it to WORLD_MODULES in "
                     "tests/conftest.py, so that make test's workers build that world once"
                 )
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Say which real vLLM the real-engine lane ran and which CPU kernels it loaded (its test
+    records them as a "real_vllm" property, which reaches this process from any xdist worker)."""
+    said = {
+        str(value)
+        for reports in terminalreporter.stats.values()
+        for report in reports
+        for name, value in getattr(report, "user_properties", ())
+        if name == "real_vllm"
+    }
+    for line in sorted(said):
+        terminalreporter.write_line(line)

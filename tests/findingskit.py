@@ -29,6 +29,8 @@ class Spec:
     accept_threshold_single: float | None = 1.0
     accept_threshold_acc: float | None = 1.0
     adaptive: bool = False
+    draft_window_size: int | None = None
+    draft_lm_head_quantization: str | None = None
 
 
 @dataclass
@@ -59,6 +61,9 @@ class Server:
     avg_spec_accept_length: float | None = None
     healthy: bool = True
     server_info: dict = field(default_factory=dict)
+    kv_cache_dtype: str | None = None
+    disaggregation_mode: str | None = None
+    disable_overlap_schedule: bool | None = None
 
 
 @dataclass

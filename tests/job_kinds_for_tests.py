@@ -1,6 +1,6 @@
 """Job kinds for the job tests: JOB_KINDS is the table a test passes to `run_worker`;
 ALL_KINDS adds those of the backend conformance suite (`once`, `gated`) and the store-fault
-cases (`fill`).
+cases (`fill`, `fill-then`).
 
 The worker's child process imports each kind's function by name, as it does for
 eagle3dash.job_kinds.
@@ -13,10 +13,12 @@ import os
 import signal
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from eagle3dash.jobs import JobFn, ProgressFn
 from eagle3dash.jobs.backend import JobBackend
+from eagle3dash.store import Store, to_json, update_run
 
 log = logging.getLogger("tests.job_kinds")
 
@@ -122,6 +124,49 @@ def fill(params: dict, progress: ProgressFn) -> dict:
             f.flush()
 
 
+def fill_disk(path: str | os.PathLike[str]) -> None:
+    """Write `path` until its disk has no byte left (ever smaller writes after the first
+    ENOSPC), as another program filling the disk would: the next write anyone makes there that
+    needs room fails."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        size = 64 << 10
+        while size:
+            try:
+                os.write(fd, b"\0" * size)
+            except OSError:
+                size //= 2
+    finally:
+        os.close(fd)
+
+
+@dataclass(frozen=True)
+class RunNote:
+    """A job's result that writes onto its run when recorded (as a run's diagnosis does)."""
+
+    run_id: int
+
+    def record(self, store: Store) -> dict:
+        """Write a note onto the run; the job's result."""
+        update_run(store, self.run_id, diagnosis_json=to_json({"note": "recorded"}))
+        return {"run_id": self.run_id}
+
+
+def fill_then(params: dict, progress: ProgressFn) -> dict | RunNote:
+    """Fill the disk (`params["path"]`), then make the job's next write: `params["then"]` is
+    "progress" (a progress report), "result" (a result recorded onto the run) or "settle" (a
+    plain result, written as the job settles)."""
+    progress(0.1, "about to fill the disk")
+    fill_disk(params["path"])
+    then = params["then"]
+    if then == "progress":
+        progress(0.5, "the disk is full")
+        return {}
+    if then == "result":
+        return RunNote(int(params["run_id"]))
+    return {"filled": params["path"]}
+
+
 def dies_once(params: dict, progress: ProgressFn) -> dict:
     """Die by SIGKILL the first time (its marker missing), succeed the next: a retried job."""
     marker = Path(params["marker"])
@@ -146,6 +191,7 @@ ALL_KINDS: dict[str, JobFn] = {
     "test-once": once,
     "test-gated": gated,
     "test-fill": fill,
+    "test-fill-then": fill_then,
     "test-opens-store": opens_store,
 }
 

@@ -44,3 +44,36 @@ def start_worker(home: Path, env: dict[str, str] | None = None) -> subprocess.Po
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+
+
+_ONCE_SCRIPT = """
+import sys
+from eagle3dash.jobs import lifecycle
+from eagle3dash.jobs.worker import run_worker
+from tests.job_kinds_for_tests import ALL_KINDS, fill_disk
+if len(sys.argv) > 2:  # fill the disk just before the worker's next lifecycle.<write>, once
+    write, path = sys.argv[2], sys.argv[3]
+    real = getattr(lifecycle, write)
+    def filled_first(*args, **kwargs):
+        setattr(lifecycle, write, real)
+        fill_disk(path)
+        return real(*args, **kwargs)
+    setattr(lifecycle, write, filled_first)
+run_worker(sys.argv[1], ALL_KINDS, poll_interval=0.05, once=True)
+"""
+
+
+def run_worker_once(
+    home: Path, timeout: float, fill_before: tuple[str, Path] | None = None
+) -> subprocess.CompletedProcess:
+    """`worker --once` over the test kinds in its own process; with `fill_before` (a
+    `lifecycle` function's name, a file on the home's disk), another program fills that disk
+    just before the worker's next call of that function."""
+    fill = [] if fill_before is None else [fill_before[0], str(fill_before[1])]
+    return subprocess.run(
+        [sys.executable, "-c", _ONCE_SCRIPT, str(home), *fill],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

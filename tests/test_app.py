@@ -184,11 +184,13 @@ def test_the_verdict_banner_opens_the_run_page(world_home) -> None:
     # First of all: the root cause in one sentence (red), then the accept lengths and the speedup,
     # then what was not checked with the one form field that enables it; then the findings.
     assert drawn[0] == ("error", f"**{ROOT_CAUSE}**")
-    # The root cause's fix in one line to copy, right under it (the SGLang double is 0.5.23).
+    # The root cause's fix to paste, right under it (the SGLang double is 0.5.23): a whole JSON
+    # object, what to do with it and what -1 means beside it.
     assert plain(at.caption[0].value) == (
-        "The fix, to copy (in the draft's config.json, served by SGLang 0.5.23):"
+        "The fix, to paste. Merge into the draft's config.json, served by SGLang 0.5.23. "
+        "-1 = the embedding output."
     )
-    assert at.code[0].value == '"eagle_config": {"eagle_aux_hidden_state_layer_ids": [-1, 0, 1]}'
+    assert at.code[0].value == '{"eagle_config": {"eagle_aux_hidden_state_layer_ids": [-1, 0, 1]}}'
     assert [kind for kind, _ in drawn[1:5]] == ["metric"] * 4
     assert drawn[5][0] == "info"
     assert drawn[5][1].startswith(
@@ -249,11 +251,13 @@ def test_a_finished_run_shows_findings_first_then_table_layout_charts_export(wor
     assert table.loc["baseline tok/s (no speculation)", "serving"] == "—"  # no baseline given
     assert table.loc["speedup vs baseline", "serving"] == "—"
     assert "Draft on the endpoint: the endpoint serves this checkpoint's draft" in texts(at)
-    # The layout diff as the diagnosis classified it: red box, the slot table, the diagram.
+    # The layout diff as the diagnosis classified it, in words (not its kind's id): red box,
+    # the slot table, the diagram.
     assert (
-        "**off-by-one**: Serving feeds every slot one block later than training; embedding "
-        "output only in training." in texts(at, "error")
+        "\nServing feeds every slot one block later than training; embedding output only in "
+        "training. How it is known:" in texts(at, "error")
     )
+    assert "off-by-one" not in texts(at, "error")
     diff = frame_with(at, "serving feeds")
     assert diff["training tap"].tolist() == ["0", "1", "2"]
     assert diff["serving tap"].tolist() == ["1", "2", "3"]
@@ -331,7 +335,7 @@ def test_a_diagnosis_without_problems_but_unchecked_parts_is_incomplete_not_gree
     drawn = in_order(at)
     assert drawn[0] == (
         "info",
-        "**No critical problem found in what was checked; not checked: speedup.**",
+        "**No critical problem found in what was checked; not checked: the speedup.**",
     )
     assert drawn[6] == ("header", "Findings")
     assert "No findings." in texts(at, "caption")
@@ -520,7 +524,7 @@ def test_the_runs_page_lists_runs_with_links_and_headline_numbers(world_home) ->
     assert set(runs["run"]) == ids
     assert {f"run?run={i}" for i in ids} == set(runs["open"])
     row = runs.set_index("run").loc[world_home["mismatch"]]
-    assert row["status"] == "✅ succeeded" and row["verdict"] == f"🛑 {ROOT_CAUSE}"
+    assert row["status"] == "succeeded" and row["verdict"] == f"critical: {ROOT_CAUSE}"
     assert row["measured"] > 1.0 and row["checkpoint"] == "draft"
     # Filters: search and status.
     at.text_input(key="runs_search").set_value(f"#{world_home['matching']}").run()
@@ -888,14 +892,14 @@ def test_finding_text_is_escaped_never_html(home) -> None:
     no_exception(at)
     shown = [m.value for m in at.markdown if "script" in m.value]
     assert shown and all("\\<script\\>" in s and "<script>" not in s for s in shown)
-    assert any(c.value == evil for c in at.code)  # the fix, verbatim in a code block
+    # the fix is prose: escaped in the text beside, never in a block to paste
+    assert any("Fix: " in s for s in shown) and not any(evil in c.value for c in at.code)
     assert md_escape("a*b_c<d>") == "a\\*b\\_c\\<d\\>"
 
 
 def test_no_page_allows_unsafe_html() -> None:
     sources = [
-        ROOT / "app.py",
-        *(ROOT / "views").glob("*.py"),
+        *(ROOT / "eagle3dash/dashboard").rglob("*.py"),
         *(ROOT / "eagle3dash/ui").glob("*.py"),
     ]
     for path in sources:
@@ -1010,8 +1014,9 @@ def test_loopback_asks_nothing_and_a_network_address_needs_the_gate(home, monkey
         no_exception(at)
         assert texts(at, "error") == (
             "This app listens on 0.0.0.0, a network address, without its access gate (uploads "
-            "and media would be open to anyone): start it with `make run BIND=...` or "
-            "`streamlit run serve.py`, or serve on 127.0.0.1 and reach it through an SSH tunnel."
+            "and media would be open to anyone): start it with `eagle3dash app --bind ...`, "
+            "`make run BIND=...` or `streamlit run serve.py`, or serve on 127.0.0.1 and reach it "
+            "through an SSH tunnel."
         )
         assert "Runs" not in [t.value for t in at.title]
         monkeypatch.setattr(access, "_gates", [object()])  # a gate in front, but no cookie

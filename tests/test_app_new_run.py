@@ -86,7 +86,13 @@ def test_try_it_on_the_demo_fills_the_form_and_reaches_the_mismatch(home, demo_s
     ]
     assert [plain(m.value) for m in baseline] == ["0.5.23", "none", "—", "off"]
     assert at.number_input(key="opt_steps").value == 4
-    assert "No problems found in the server's settings or against this checkpoint." in shown
+    # Never a green light before the run, which finds the mismatch: what was checked, and not.
+    assert "No problems found in the server's settings" not in shown
+    assert "Nothing wrong in what a probe can check. Checked: the server's settings" in shown
+    assert (
+        "whether the server serves this checkpoint (the weight files are byte-identical)" in shown
+    )
+    assert "Not checked until the run: which taps the server feeds the draft" in shown
     # A rerun reuses the endpoints; the same click again keeps them.
     at.button(key="demo_try").click().run()
     assert (
@@ -156,7 +162,7 @@ def test_hidden_states_off_is_a_warning_before_submit(world, home) -> None:
     (warning,) = [w.value for w in at.warning]
     assert plain(warning).startswith(
         "**The server does not return hidden states, so what it feeds the draft cannot be "
-        "captured and the serving side is only predicted.**"
+        "captured: the serving side is at best inferred from the measured acceptance.**"
     )
     assert "Fix: Restart the server with --enable-return-hidden-states" in plain(warning)
     assert at.error == []  # the server serves this very checkpoint
@@ -270,7 +276,7 @@ def test_a_checkpoint_lists_its_runs_and_starts_a_new_run_with_it(world, home) -
         f"run={runs[0]}",
     ]
     assert any(
-        label.startswith(f"Run #{runs[1]} · ✅ succeeded · ")
+        label.startswith(f"Run #{runs[1]} · :material/check_circle: succeeded · ")
         and label.endswith(" · demo: mismatched, fixed by run #9 · endpoint stopped")
         for label, _ in links
     )
@@ -314,3 +320,41 @@ def test_the_served_models_local_folder_is_proposed_as_the_target(world, home) -
     no_exception(at)
     assert at.text_input(key="opt_target").value == target
     assert not [i for i in at.info if "served model is on this machine" in i.value]
+
+
+# --- the local target box ----------------------------------------------------------------------
+
+
+def test_the_target_box_says_what_it_found_as_it_is_typed(world, home, tmp_path) -> None:
+    """A model folder: its depth and weights under the box; a folder with only the config and
+    the tokenizer: why that measures no training side; and, beside the box, why a target is not
+    uploaded."""
+    at = app("new_run")
+    captions = texts(at, "caption")
+    assert "A target is not uploaded: the training side is measured by running the target" in (
+        captions
+    )
+    target = world["target"]
+    weights = sum(f.stat().st_size for f in target.glob("*.safetensors"))
+    at.text_input(key="opt_target").set_value(str(target)).run()
+    no_exception(at)
+    assert at.error == []
+    size = f"{weights / 1e6:,.1f} MB" if weights >= 1e6 else f"{weights / 1e3:,.0f} KB"
+    assert f"Target at {target}: 4 decoder blocks, {size} of weights" in texts(at, "caption")
+
+    bare = tmp_path / "target-config-only"
+    bare.mkdir()
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        (bare / name).write_bytes((target / name).read_bytes())
+    at.text_input(key="opt_target").set_value(str(bare)).run()
+    no_exception(at)
+    assert texts(at, "error") == (
+        f"Local target path (for training-side states): {bare} holds no weights (*.safetensors "
+        "or *.bin): the training side is measured by running the target on the served tokens, "
+        "which needs its weights; its config and tokenizer alone do not measure it"
+    )
+    at.text_input(key="opt_target").set_value(str(tmp_path / "nope")).run()
+    assert texts(at, "error") == (
+        f"Local target path (for training-side states): {tmp_path / 'nope'} does not exist on "
+        "this machine"
+    )

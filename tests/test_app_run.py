@@ -15,7 +15,6 @@ import re
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
-import pandas as pd
 import pytest
 from streamlit.dataframe_util import convert_arrow_bytes_to_pandas_df
 from streamlit.testing.v1 import AppTest
@@ -26,7 +25,7 @@ from eagle3dash.diagnosis.options import DiagnoseOptions
 from eagle3dash.diagnosis.stages import plan_stages, target_depth
 from eagle3dash.diagnosis.stored import StoredDiagnosis, load_diagnosis
 from eagle3dash.diagnosis.stored_run import StoredRun, run_from_row
-from eagle3dash.engine import ServerReport
+from eagle3dash.engines.seam import ServerReport
 from eagle3dash.errors import InputError
 from eagle3dash.findings import Finding
 from eagle3dash.jobs import JobRow
@@ -194,7 +193,7 @@ def test_the_header_says_what_the_job_does_not_the_stale_run_row(home) -> None:
     at = app("run", run=str(run_id))
     no_exception(at)
     header = next(m.value for m in at.markdown if "checkpoint" in m.value and "endpoint" in m.value)
-    assert plain(header).startswith("🔄 running · checkpoint")
+    assert plain(header).startswith(":material/autorenew: running · checkpoint")
     assert "queued" not in texts(at, "markdown")
 
 
@@ -230,7 +229,7 @@ def test_a_cancelled_run_is_said_neutrally_not_as_an_error(home) -> None:
     assert texts(at, "info").startswith(
         "This run was cancelled while it ran, so it has no results. Start it again from New run."
     )
-    assert "⏹️ cancelled · checkpoint" in texts(at, "markdown")
+    assert ":material/stop_circle: cancelled · checkpoint" in texts(at, "markdown")
     assert words.stopped_text("cancelled", "terminated (SIGTERM)").startswith(
         "This run was cancelled, so"
     )  # whatever the worker recorded, a cancel reads as one
@@ -335,15 +334,19 @@ def test_the_runs_table_leads_with_its_key_columns_and_shows_no_none(world_home)
     ]
     rows = runs.set_index("run")
     full, bare = rows.loc[world_home["full"]], rows.loc[world_home["bare"]]
-    assert full["verdict"] == f"🛑 {ROOT_CAUSE}" and full["status"] == "✅ succeeded"
-    assert full["speedup"] > 0 and pd.isna(bare["speedup"])  # no baseline: no speedup
+    assert full["verdict"] == f"critical: {ROOT_CAUSE}" and full["status"] == "succeeded"
+    # the speedup with its interval; no baseline: no speedup
+    assert re.fullmatch(r"\d+\.\d\dx ±\d+\.\d\d", full["speedup"]) and bare["speedup"] == "—"
     assert full["findings"].startswith("layout-mismatch")
     assert table.proto.placeholder == "—"  # a missing number shows a dash, never "None"
     assert table.proto.row_height > 64  # tall enough for a long verdict to wrap
     config = json.loads(table.proto.columns)
     assert config["verdict"]["width"] >= 250 and "help" in config["verdict"]
-    key = list(runs.columns)[:10]
-    assert sum(config[c]["width"] for c in key) <= 940  # what a table gets at 1400 px
+    shown = [c for c in runs.columns if not config.get(c, {}).get("hidden")]
+    assert shown == [*list(runs.columns)[:10], "findings"]  # endpoint, engine, created, ran on
+    # hidden until the column menu shows them; the shown ones fit what a table gets at 1400 px
+    # (the navigation on top: 1400 - 2 x 80 px of margin, less its 2 px of border)
+    assert sum(config[c]["width"] for c in shown) == 1238
 
 
 def test_a_runs_verdict_in_words() -> None:
@@ -351,24 +354,24 @@ def test_a_runs_verdict_in_words() -> None:
     cause = {"root_cause": {**shifted, "evidence": "", "fix": ""}, "problems_found": True}
     warned = {"root_cause": None, "problems_found": True, "not_checked": []}
     clean = {"root_cause": None, "problems_found": False, "not_checked": ["speedup"]}
-    assert words.run_verdict(run_row({"verdict": cause})) == "🛑 It is shifted."
+    assert words.run_verdict(run_row({"verdict": cause})) == "critical: It is shifted."
     odd = {"worst_finding_title": "Odd.", "worst_severity": "warning"}
-    assert words.run_verdict(run_row({"verdict": warned, **odd})) == "⚠️ Odd."
+    assert words.run_verdict(run_row({"verdict": warned, **odd})) == "warning: Odd."
     # Stored before statuses (schema 1), whose problems_found counted info notes too: a run
     # whose worst finding is an info note reads healthy, as its Run page says.
     note = {"worst_finding_title": "Weak novel.", "worst_severity": "info"}
     assert words.run_verdict(run_row({"verdict": warned, **note})) == (
-        "✅ healthy: every check ran and found nothing at warning or worse"
+        "healthy: every check ran and found nothing at warning or worse"
     )
     # Nothing found but something not checked: incomplete, never a green light.
     assert words.run_verdict(run_row({"verdict": clean})) == (
-        "➖ no critical problem in what was checked (not checked: speedup)"
+        "incomplete: no critical problem in what was checked (not checked: the speedup)"
     )
     # An info note is never the verdict: a healthy run reads healthy.
     healthy = {"root_cause": None, "problems_found": False, "not_checked": [], "status": "healthy"}
     assert words.run_verdict(
         run_row({"verdict": healthy, "worst_finding_title": "Weak novel."})
-    ) == ("✅ healthy: every check ran and found nothing at warning or worse")
+    ) == ("healthy: every check ran and found nothing at warning or worse")
     assert (
         words.run_verdict(run_row({"status": "failed", "error": "boom\ntraceback"}))
         == "failed: boom"
@@ -383,14 +386,14 @@ def test_compare_shows_the_speedup_above_the_table_and_keeps_the_match_column(wo
     no_exception(at)
     metrics = {m.label: m.value for m in at.metric}
     full = db.get_run(world_home["store"], a)
-    assert metrics[f"Speedup, run A #{a}"] == f"{full['speedup']:.2f}x"
+    assert metrics[f"Speedup, run A #{a}"].startswith(f"{full['speedup']:.2f}x ±")
     assert metrics[f"Speedup, run B #{b}"] == "—"
     assert f"Measured accept length, run B #{b}" in metrics
     # The comparison is a static table: long text wraps instead of hiding in a scroll box.
     (table,) = [plain_frame(t.value) for t in at.table]
     assert table.columns.tolist() == ["quantity", "run A", "run B", "change (B - A)"]
     speedup = table.set_index("quantity").loc["speedup"].tolist()
-    assert speedup == [f"{full['speedup']:.2f}x", "—", "—"]
+    assert speedup[0] == metrics[f"Speedup, run A #{a}"] and speedup[1:] == ["—", "—"]
     # Each run's slot table, half a page wide: the match right after the slot, taps in words.
     slot_tables = [d for d in at.dataframe if "match" in d.value.columns]
     assert len(slot_tables) == 2
@@ -497,8 +500,9 @@ def test_a_run_on_the_double_says_its_speed_is_modelled(world_home) -> None:
     at = app("run", run=str(world_home["full"]))
     no_exception(at)
     captions = [plain(c.value) for c in at.caption]
-    assert f"ℹ️ {DOUBLE_NOTE}" in captions  # under the banner's speedup, and under tok/s
-    assert captions.count(f"ℹ️ {DOUBLE_NOTE}") == 2
+    assert f":material/info: {DOUBLE_NOTE}" in captions  # under the banner's speedup
+    # once on the page: not again under the tok/s chart and each of the profile's tables
+    assert texts(at).count("This endpoint is eagle3dash's") == 1
 
 
 def test_a_real_server_gets_no_double_note(world, home) -> None:
@@ -555,8 +559,8 @@ def test_a_vllm_runs_predictions_are_worded_as_vllms(world, home) -> None:
     )
     shown = texts(at) + "\n".join(f.to_csv() for f in frames(at))
     assert "serving side predicted from vLLM's rules, not checked" in shown
-    assert "vLLM version" in shown
-    assert "SGLang's rules" not in shown and "SGLang version" not in shown
+    assert "vLLM 0.33.0" in shown  # the server table's engine row
+    assert "SGLang's rules" not in shown
 
 
 def test_the_runs_table_says_which_runs_numbers_the_doubles_cost_shaped(world, home) -> None:
@@ -569,8 +573,9 @@ def test_the_runs_table_says_which_runs_numbers_the_doubles_cost_shaped(world, h
     at = app()
     no_exception(at)
     expected = (
-        f"ℹ️ Runs #{full}, #{bare}: their tok/s and speedup are shaped by the demo double (the "
-        f"accept lengths count tokens: its cost does not touch them). {DOUBLE_NOTE}"
+        f":material/info: Runs #{full}, #{bare}: their tok/s and speedup are shaped by the demo "
+        "double (the accept lengths count tokens: its cost does not touch them). "
+        f"{DOUBLE_NOTE}"
     )
     assert [plain(c.value) for c in at.caption if "double" in c.value] == [expected]
 
@@ -586,21 +591,22 @@ def test_a_library_error_names_the_form_field_beside_the_flag() -> None:
     )
 
 
-def test_the_fix_line_to_copy() -> None:
+def test_the_fix_to_paste() -> None:
     def finding(fix: str, data: dict | None = None) -> Finding:
         return Finding("some-rule", "critical", "A title.", "", fix, data or {})
 
     ids = finding("Set ...", {"config_ids": [-1, 0, 1], "sglang_version": "0.5.23"})
-    assert words.fix_line(ids) == (
-        "in the draft's config.json, served by SGLang 0.5.23",
-        '"eagle_config": {"eagle_aux_hidden_state_layer_ids": [-1, 0, 1]}',
+    assert words.fix_block(ids) == words.FixBlock(
+        "Merge into the draft's config.json, served by SGLang 0.5.23.",
+        '{"eagle_config": {"eagle_aux_hidden_state_layer_ids": [-1, 0, 1]}}',
+        "json",
+        "-1 = the embedding output",
     )
+    # A server flag without the server's model: no command can be made whole.
     flag = finding("Restart the server with --chunked-prefill-size 88 or more, then run again.")
-    assert words.fix_line(flag) == ("on the server's command line", "--chunked-prefill-size 88")
-    bare = finding("Restart it with --enable-return-hidden-states and run the diagnosis again.")
-    assert words.fix_line(bare) == ("on the server's command line", "--enable-return-hidden-states")
+    assert words.fix_block(flag) is None
     prose = finding("Retrain the draft. Then serve it.")
-    assert words.fix_line(prose) == ("what to do", "Retrain the draft")
+    assert words.fix_block(prose) is None  # prose stays prose
 
 
 def test_the_layout_comparison_follows_its_weaker_side() -> None:
@@ -635,3 +641,69 @@ def test_the_layout_comparison_follows_its_weaker_side() -> None:
     observed = diff("off-by-one", "observed", True, "observed", "observed")
     assert words.layout_comparison(observed)[:2] == ("error", "off-by-one")
     assert words.slot_word(observed, False) == "DIFFERS"
+
+
+# --- words, not ids; hover help ---------------------------------------------------------------
+
+
+def test_finding_evidence_opens_with_one_sentence_its_numbers_behind_an_expander(
+    world_home,
+) -> None:
+    at = app("run", run=str(world_home["full"]))
+    no_exception(at)
+    stored = [f["evidence"] for f in db.get_findings(world_home["store"], world_home["full"])]
+    leads = [plain(m.value).removeprefix("Evidence: ") for m in at.markdown]
+    leads = [m for m in leads if any(e.startswith(m.rstrip(".")) for e in stored)]
+    assert leads, "no finding's evidence is shown"
+    for lead in leads:  # one sentence: no full stop before a capital, no semicolon
+        assert not re.search(r"\.\s+[A-Z\[(]|;", lead), lead
+    numbers = [e for e in at.expander if e.label == "The numbers behind it"]
+    assert numbers  # the layout finding's evidence runs on past its first sentence
+    shown = " ".join(plain(m.value) for e in numbers for m in e.markdown)
+    assert "slot 0: after block 1" in shown  # its serving side, no longer in the lead
+
+
+def test_evidence_parts_split_at_the_first_sentence_or_semicolon() -> None:
+    assert words.evidence_parts(
+        "Training: slot 0: tap 0. best of 6. Serving on SGLang 0.5.23."
+    ) == (
+        "Training: slot 0: tap 0. best of 6.",
+        "Serving on SGLang 0.5.23.",
+    )
+    assert words.evidence_parts("a 3.14, top-1 87.5%; b 1.23; gap 1.91.") == (
+        "a 3.14, top-1 87.5%.",
+        "b 1.23; gap 1.91.",
+    )
+    assert words.evidence_parts("One sentence (e.g. this one).") == (
+        "One sentence (e.g. this one).",
+        "",
+    )
+
+
+def test_no_internal_id_in_the_pages_sentences(world_home) -> None:
+    """What was not checked (tests/test_stored_pages.py: the verdicts), and the layout
+    comparison's kind, in words: not 'serving-taps' or 'off-by-one'."""
+    at = app("run", run=str(world_home["full"]))
+    no_exception(at)
+    said = texts(at, "error", "warning", "success", "info", "markdown")
+    for kind in ("off-by-one", "shifted-slot", "different-width", "defaults-used", "post-norm"):
+        assert kind not in said
+    assert words.check_words(["draft-identity", "profile-chat-template-capture"]) == (
+        "whether the endpoint serves this draft, the capture of the chat-template prompts"
+    )
+
+
+def test_the_pages_terms_have_hover_help(world_home) -> None:
+    """'taps', 'fc slot', 'top-1' and 'sim training / sim serving' explained where the Run page's
+    sides and layout use them, and on the Runs table's columns."""
+    at = app("run", run=str(world_home["full"]))
+    no_exception(at)
+    helps = {h.value: h.proto.help for h in at.header}
+    for term in ("taps", "fc slot", "top-1", "sim training / sim serving"):
+        assert f"**{term}**: " in helps["Training vs serving"], term
+    assert "**fc slot**: One of the draft's fc inputs" in helps["Layer layout"]
+    at = app()
+    no_exception(at)
+    columns = json.loads(at.dataframe[0].proto.columns)
+    for column in ("sim training", "sim serving"):
+        assert columns[column]["help"].startswith("**sim training / sim serving**: The simulated")

@@ -1,5 +1,6 @@
 """ARCHITECTURE.md's map names rooms that exist, a run's status is changed in one room only, only
-the serving-engine adapters import an engine's HTTP client, and no test module imports another."""
+the serving-engine adapters import an engine's HTTP client, the findings, the detective and the
+profile ask the engine through its protocol, and no test module imports another."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ def the_map() -> str:
 
 def test_the_map_names_rooms_that_exist() -> None:
     modules = {p.name for p in [*ROOT.glob("eagle3dash/**/*.py"), *ROOT.glob("*.py")]}
-    folders = {p.name for p in (ROOT / "eagle3dash").rglob("*") if p.is_dir()} | {"views"}
+    folders = {p.name for p in (ROOT / "eagle3dash").rglob("*") if p.is_dir()}
     named_modules = set(re.findall(r"\b(\w+\.py)\b", the_map()))
     named_folders = set(re.findall(r"\b(\w+)/", the_map()))
     assert {"lifecycle.py", "backend.py", "worker.py", "store_faults.py"} <= named_modules
@@ -33,7 +34,7 @@ def test_the_map_names_rooms_that_exist() -> None:
 
 
 def test_only_the_lifecycle_room_writes_a_status() -> None:
-    product = [*ROOT.glob("eagle3dash/**/*.py"), *ROOT.glob("views/*.py"), ROOT / "app.py"]
+    product = list(ROOT.glob("eagle3dash/**/*.py"))  # the dashboard's app.py and views/ too
     writers = {
         str(path.relative_to(ROOT)): STATUS_WRITES.findall(path.read_text())
         for path in product
@@ -52,17 +53,14 @@ def test_no_test_module_imports_another() -> None:
     assert found == []
 
 
-# The serving-engine seam's adapters (ARCHITECTURE.md, "The serving-engine seam"): the only
-# modules that may import an engine's HTTP client class.
-ENGINE_CLIENTS = {"eagle3dash.sglang": "SGLangClient", "eagle3dash.vllm": "VLLMClient"}
-ADAPTER_ROOMS = {
-    "eagle3dash/sglang.py",
-    "eagle3dash/sglang_engine.py",
-    "eagle3dash/capture/from_sglang.py",
-    "eagle3dash/vllm.py",
-    "eagle3dash/vllm_engine.py",
-    "eagle3dash/capture/from_vllm.py",
+# Each engine's room (ARCHITECTURE.md, "The serving engines"): only its own modules import its
+# HTTP client class; everything else reaches a server through the seam's adapter.
+ENGINE_CLIENTS = {
+    "eagle3dash.engines.sglang.client": "SGLangClient",
+    "eagle3dash.engines.vllm.client": "VLLMClient",
 }
+ENGINES = ROOT / "eagle3dash" / "engines"
+SGLANG_CLIENT = "eagle3dash.engines.sglang.client.SGLangClient"
 
 
 def _absolute(node: ast.ImportFrom, module: str) -> str:
@@ -74,9 +72,10 @@ def _absolute(node: ast.ImportFrom, module: str) -> str:
 
 
 def client_imports(source: str, module: str) -> list[str]:
-    """Each engine client class that `module`'s source imports ('eagle3dash.sglang.SGLangClient'):
-    by name, by `*`, or with its whole module (`import eagle3dash.sglang`, `from eagle3dash import
-    sglang`), under TYPE_CHECKING or inside a function too."""
+    """Each engine client class that `module`'s source imports
+    ('eagle3dash.engines.sglang.client.SGLangClient'): by name, by `*`, or with its whole module
+    (`import eagle3dash.engines.vllm.client`, `from eagle3dash.engines.sglang import client`),
+    under TYPE_CHECKING or inside a function too."""
     reached: list[str] = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.ImportFrom):
@@ -91,35 +90,133 @@ def client_imports(source: str, module: str) -> list[str]:
     return [f"{name}.{ENGINE_CLIENTS[name]}" for name in reached]
 
 
-def test_only_the_engine_adapters_import_an_engine_client() -> None:
-    modules = {str(p.relative_to(ROOT)): p for p in ROOT.glob("eagle3dash/**/*.py")}
-    importers = {
-        name: client_imports(path.read_text(), name.removesuffix(".py").replace("/", "."))
-        for name, path in modules.items()
-        if name not in ADAPTER_ROOMS
+def _module(path) -> str:
+    return str(path.relative_to(ROOT)).removesuffix(".py").replace("/", ".")
+
+
+def test_only_an_engines_own_room_imports_its_client() -> None:
+    found = {}
+    for path in ROOT.glob("eagle3dash/**/*.py"):
+        module = _module(path)
+        foreign = [
+            name
+            for name in client_imports(path.read_text(), module)
+            if not module.startswith(name.rsplit(".", 2)[0] + ".")
+        ]
+        if foreign:
+            found[module] = foreign
+    assert found == {}
+    assert {p.name for p in ENGINES.iterdir() if p.is_dir() and p.name != "__pycache__"} == {
+        "sglang",
+        "vllm",
     }
-    assert {name: found for name, found in importers.items() if found} == {}
-    assert sorted(ADAPTER_ROOMS - modules.keys()) == []
-    # ARCHITECTURE.md's seam section names the same rooms
-    seam = (ROOT / "ARCHITECTURE.md").read_text().split("## The serving-engine seam", 1)[1]
-    named = set(re.findall(r"`(eagle3dash/[\w/]+\.py)`", seam.split("\n## ", 1)[0]))
-    assert named == ADAPTER_ROOMS
+
+
+def _imports(path) -> set[str]:
+    """Every eagle3dash module a file imports (from-imports resolved to their module)."""
+    return _imports_in(path.read_text(), _module(path))
+
+
+def _imports_in(source: str, module: str) -> set[str]:
+    """Every eagle3dash name `module`'s source imports: each from-import's module (a relative
+    one resolved) and that module dotted with each name, under TYPE_CHECKING or in a function
+    too."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            base = _absolute(node, module)
+            names |= {base} | {f"{base}.{alias.name}" for alias in node.names}
+        elif isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+    return {n for n in names if n.startswith("eagle3dash")}
+
+
+def test_the_capture_package_imports_no_engine() -> None:
+    # capture/ is below the engines: an engine's capture builds on its format, never the reverse
+    # (the circle capture -> from_sglang -> engine -> capture is gone).
+    found = {
+        _module(path): sorted(n for n in _imports(path) if n.startswith("eagle3dash.engines"))
+        for path in (ROOT / "eagle3dash" / "capture").glob("*.py")
+    }
+    assert {module: names for module, names in found.items() if names} == {}
+
+
+# One engine's room: what only the engines' own code and the dispatch (engines/rules.py) import.
+ENGINE_ROOMS = ("eagle3dash.engines.sglang", "eagle3dash.engines.vllm")
+# What asks the run's engine through engines/protocol.py's EngineRules (Evidence.rules(),
+# engines.rules.rules_for), so that a third engine needs no branch in them.
+ASK_THE_ENGINE = ("eagle3dash/findings/*.py", "eagle3dash/detective.py", "eagle3dash/profile.py")
+
+
+def room_imports(source: str, module: str) -> list[str]:
+    """The names under an engine's room that `module`'s source imports."""
+    return sorted(
+        name
+        for name in _imports_in(source, module)
+        if any(name == room or name.startswith(room + ".") for room in ENGINE_ROOMS)
+    )
+
+
+def test_findings_the_detective_and_the_profile_import_no_engines_room() -> None:
+    paths = [path for pattern in ASK_THE_ENGINE for path in ROOT.glob(pattern)]
+    assert len(paths) > 3  # findings/*.py found, beside the two modules
+    found = {_module(path): room_imports(path.read_text(), _module(path)) for path in paths}
+    assert {module: names for module, names in found.items() if names} == {}
 
 
 @pytest.mark.parametrize(
     ("line", "expected"),
     [
-        ("from eagle3dash.sglang import SGLangClient", ["eagle3dash.sglang.SGLangClient"]),
-        ("from eagle3dash.vllm import VLLMClient as C", ["eagle3dash.vllm.VLLMClient"]),
-        ("from eagle3dash import sglang", ["eagle3dash.sglang.SGLangClient"]),
-        ("import eagle3dash.vllm", ["eagle3dash.vllm.VLLMClient"]),
-        ("from ..sglang import SGLangClient", ["eagle3dash.sglang.SGLangClient"]),
-        ("from .. import vllm", ["eagle3dash.vllm.VLLMClient"]),
-        ("from eagle3dash.sglang import *", ["eagle3dash.sglang.SGLangClient"]),
-        ("from eagle3dash.sglang import parse_generate", []),
-        ("from eagle3dash.vllm import VLLMSettings, acceptance_between", []),
-        ("from eagle3dash.vllm_engine import VLLMEngine", []),
-        ("from eagle3dash.sglang_rules import target_arch", []),
+        (
+            "from eagle3dash.engines.sglang.rules import find_fix",
+            ["eagle3dash.engines.sglang.rules", "eagle3dash.engines.sglang.rules.find_fix"],
+        ),
+        (
+            "from eagle3dash.engines.vllm import rules as vllm_rules",
+            ["eagle3dash.engines.vllm", "eagle3dash.engines.vllm.rules"],
+        ),
+        ("from eagle3dash.engines import vllm", ["eagle3dash.engines.vllm"]),
+        ("import eagle3dash.engines.sglang.rules", ["eagle3dash.engines.sglang.rules"]),
+        (
+            "from ..engines.sglang import rules",
+            ["eagle3dash.engines.sglang", "eagle3dash.engines.sglang.rules"],
+        ),
+        ("from eagle3dash.engines.rules import rules_for", []),
+        ("from eagle3dash.engines.protocol import TOP_LEVEL_KEY", []),
+        ("from eagle3dash.engines import rules", []),
+        ("from eagle3dash.engines.sglang_notes import facts", []),  # another module's prefix
+    ],
+)
+def test_the_room_check_sees_every_form_of_import(line: str, expected: list[str]) -> None:
+    """An engine room reached by name, by module, by package or relatively, inside a function
+    too, is caught; the protocol and the dispatch are not."""
+    source = f"def later():\n    {line}\n"
+    assert room_imports(source, "eagle3dash.findings.core") == expected
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        (
+            "from eagle3dash.engines.sglang.client import SGLangClient",
+            ["eagle3dash.engines.sglang.client.SGLangClient"],
+        ),
+        (
+            "from eagle3dash.engines.vllm.client import VLLMClient as C",
+            ["eagle3dash.engines.vllm.client.VLLMClient"],
+        ),
+        (
+            "from eagle3dash.engines.sglang import client",
+            [SGLANG_CLIENT],
+        ),
+        ("import eagle3dash.engines.vllm.client", ["eagle3dash.engines.vllm.client.VLLMClient"]),
+        ("from ..engines.sglang.client import SGLangClient", [SGLANG_CLIENT]),
+        ("from ..engines.vllm import client", ["eagle3dash.engines.vllm.client.VLLMClient"]),
+        ("from eagle3dash.engines.sglang.client import *", [SGLANG_CLIENT]),
+        ("from eagle3dash.engines.sglang.client import parse_generate", []),
+        ("from eagle3dash.engines.vllm.client import acceptance_between", []),
+        ("from eagle3dash.engines.vllm.adapter import VLLMEngine", []),
+        ("from eagle3dash.engines.sglang.rules import target_arch", []),
         ("from .sglang import SGLangClient", []),  # eagle3dash.demo.sglang: another module
     ],
 )

@@ -31,12 +31,13 @@ import pytest
 
 from eagle3dash import jobs as jobq
 from eagle3dash import store as db
+from eagle3dash.demo import FIXTURES
 from eagle3dash.servebench import PromptFileError, load_prompts
 from eagle3dash.uploads import UploadError, UploadLimits, register_upload
 from tests.appkit import app, no_exception, texts
 from tests.badinputkit import CALL_S, SPEC, cli_error
 from tests.httpserver import Reply, closed_port_url, serve
-from tests.jobkit import start_worker, wait_until
+from tests.jobkit import run_worker_once, start_worker, wait_until
 from tests.specs import ROOT
 from tests.uploadkit import Upload, tar_of, zip_of
 
@@ -409,6 +410,58 @@ def test_a_bad_prompt_file(text, says, place) -> None:
     assert says in str(err.value) and "\n" not in str(err.value)
 
 
+INT64_MAX = 9223372036854775807  # 2^63 - 1: SGLang and vLLM hold input ids as int64
+TOKEN_IDS = {
+    # name: (the second line's ids, the target's vocab_size (None: no --target), what follows
+    # "<file>, line 2: ")
+    "10^29": (
+        [5, 10**29],
+        None,
+        '"input_ids" holds 100000000000000000000000000000, past int64 (at most '
+        f"{INT64_MAX}): no tokenizer makes such an id; give the target's token ids",
+    ),
+    "2^63": (
+        [2**63],
+        None,
+        f'"input_ids" holds 9223372036854775808, past int64 (at most {INT64_MAX}): no '
+        "tokenizer makes such an id; give the target's token ids",
+    ),
+    "the-vocabulary-size": (
+        [7, 256, 3],
+        256,
+        '"input_ids" holds 256, outside the target\'s vocabulary of 256 tokens (ids 0..255, '
+        "vocab_size in TARGET): give the target's token ids",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(TOKEN_IDS))
+def test_a_prompt_id_past_the_vocabulary_or_int64_is_refused_before_any_request(
+    case, draft, place, capsys
+) -> None:
+    ids, vocab, says = TOKEN_IDS[case]
+    prompts = place / "p.jsonl"
+    prompts.write_text(json.dumps({"input_ids": [1, 2, 3]}) + "\n" + json.dumps({"input_ids": ids}))
+    (place / "target").mkdir()
+    config = place / "target" / "config.json"
+    config.write_text(json.dumps({"vocab_size": vocab, "num_hidden_layers": 4}))
+    target = ["--target", str(place / "target")] if vocab else []
+    with serve(lambda r: Reply(404)) as served, nothing_written(place):
+        argv = ["diagnose", "--draft", str(draft), "--endpoint", served.url, *target]
+        line = cli_error([*argv, "--prompts", str(prompts)], capsys)
+    assert line == f"error: {prompts}, line 2: {says.replace('TARGET', str(config))}"
+    assert served.requests == []
+
+
+def test_token_ids_up_to_the_last_of_the_vocabulary_and_of_int64_are_taken(place) -> None:
+    from eagle3dash.servebench import Vocabulary
+
+    (place / "p.jsonl").write_text(json.dumps({"input_ids": [0, 255]}))
+    assert load_prompts(place / "p.jsonl", Vocabulary(256, "x"))[0].input_ids == (0, 255)
+    (place / "p.jsonl").write_text(json.dumps({"input_ids": [INT64_MAX]}))
+    assert load_prompts(place / "p.jsonl")[0].input_ids == (INT64_MAX,)
+
+
 # --- uploads -----------------------------------------------------------------------------------
 
 
@@ -553,10 +606,14 @@ def outside(tmp_path, monkeypatch) -> Path:
     return tmp_path
 
 
-def _roots_line(home: db.Store) -> str:
+def _roots_line(home: db.Store, label: str = "Checkpoint folder") -> str:
+    """The refusal of a path outside the roots: every root named (the home and the demo's
+    models here), and how to add one."""
     return (
-        f"Checkpoint folder: the app reads only paths under its data roots ({home.home}); to use "
-        "another folder, add it to EAGLE3DASH_DATA_ROOTS"
+        f"{label}: the app reads only paths under its data roots ({home.home}, {FIXTURES}); to "
+        "read another folder, restart the app with it added to EAGLE3DASH_DATA_ROOTS (folders "
+        "separated by ':'): `eagle3dash app --data-root FOLDER` or "
+        "`EAGLE3DASH_DATA_ROOTS=FOLDER make run`"
     )
 
 
@@ -571,6 +628,37 @@ def test_the_draft_box_refuses_paths_outside_the_roots_alike(home, draft, outsid
         shown.append(texts(at, "error"))
         assert shown[-1].startswith(_roots_line(home)) and at.success == []
     assert len(set(shown)) == 1  # one answer whether the path exists or not: nothing is told
+
+
+def test_every_path_box_refuses_as_it_is_typed_naming_each_root(
+    home, draft, outside, tmp_path_factory, monkeypatch
+) -> None:
+    """The local target, the training states and the draft config are refused as they are typed
+    (before 'Run the diagnosis'), naming every data root and how to add one; only a box the page
+    can replace with an upload offers it."""
+    at = app("new_run")
+    at.text_input(key="opt_target").set_value(str(draft)).run()
+    no_exception(at)
+    assert texts(at, "error") == _roots_line(home, "Local target path (for training-side states)")
+    at.text_input(key="opt_train_states").set_value(str(outside / "dump")).run()
+    at.text_input(key="opt_draft_config").set_value(str(draft / "config.json")).run()
+    no_exception(at)
+    assert texts(at, "error").split("\n") == [
+        _roots_line(home, "Local target path (for training-side states)"),
+        _roots_line(home, "Training states folder"),
+        _roots_line(home, "Draft config (for a SpecForge step folder)"),
+    ]
+    at.text_input(key="ckpt_path").set_value(str(draft)).run()
+    assert texts(at, "error").split("\n")[0] == (
+        _roots_line(home) + "; or upload the checkpoint's files instead ('An upload' above)"
+    )
+    # the folders EAGLE3DASH_DATA_ROOTS lists are named too, in its order
+    first, second = tmp_path_factory.mktemp("root-a"), tmp_path_factory.mktemp("root-b")
+    monkeypatch.setenv("EAGLE3DASH_DATA_ROOTS", f"{first}:{second}")
+    at = app("new_run")
+    at.text_input(key="opt_target").set_value(str(outside / "t")).run()
+    assert f"data roots ({home.home}, {first}, {second}, {FIXTURES});" in texts(at, "error")
+    assert db.list_runs(home) == []
 
 
 def test_the_target_and_prompt_boxes_refuse_paths_outside_the_roots(home, draft, outside):
@@ -768,6 +856,40 @@ def test_a_disk_that_fills_during_a_job_fails_its_run_in_one_line(tmp_path) -> N
             assert (run["status"], run["error"]) == ("failed", line)
             fill.unlink()  # space again: the worker takes the next job
             serves_on(store)
+
+
+# The writes of a job's life: the worker's claim and its record of the child (the disk filled by
+# another program just before), the job's progress, its recorded result and its settle (the job
+# fills the disk, then makes that write).
+JOB_WRITES = {"claim": "claim_job", "child-record": "record_child"}
+
+
+@pytest.mark.parametrize("write", ["claim", "child-record", "progress", "result", "settle"])
+def test_a_full_disk_at_any_write_of_a_job_fails_the_job_and_its_run(write, tmp_path) -> None:
+    with small_disk(tmp_path / "disk") as disk, db.open_store(disk / "home") as store:
+        filler = disk / "filler.bin"
+        line = (
+            f"the disk holding {store.home} is full (database or disk is full): free some "
+            "space there, then run it again"
+        )
+        run_id = db.create_run(store, None, None)
+        if write in JOB_WRITES:
+            job_id = jobq.submit_job(store, "test-echo", {}, run_id=run_id)
+            out = run_worker_once(store.home, CALL_S, (JOB_WRITES[write], filler))
+        else:
+            params = {"path": str(filler), "then": write, "run_id": run_id}
+            job_id = jobq.submit_job(store, "test-fill-then", params, run_id=run_id)
+            out = run_worker_once(store.home, CALL_S)
+        assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+        job = jobq.job_status(store, job_id)
+        assert (job["status"], job["message"], job["error"]) == ("failed", line, line)
+        run = db.get_run(store, run_id)
+        assert (run["status"], run["error"], run["diagnosis_json"]) == ("failed", line, None)
+        assert db.list_runs(store, status="running") == []
+        filler.unlink()  # space again: the next worker takes the next job
+        after = jobq.submit_job(store, "test-echo", {})
+        assert run_worker_once(store.home, CALL_S).returncode == 0
+        assert jobq.job_status(store, after)["status"] == "succeeded"
 
 
 @pytest.mark.parametrize("how", ["garbage", "garbage-before-first-open", "dropped-table"])

@@ -22,27 +22,28 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from eagle3dash import store as db
 from eagle3dash.checkpoint import inspect, save
 from eagle3dash.checkpoint_problems import ProblemCode
+from eagle3dash.engines.sglang.client import EndpointError, SGLangClient, parse_server_report
+from eagle3dash.engines.sglang.states_json import ReplyError, StatesReader
 from eagle3dash.findings import diagnose
 from eagle3dash.findings.core import Evidence
 from eagle3dash.roots import OutsideRootsError, within_roots
 from eagle3dash.servebench import PromptFileError, load_prompts, parse_prompt_bytes
-from eagle3dash.sglang import EndpointError, SGLangClient, parse_server_report
-from eagle3dash.states_json import ReplyError, StatesReader
 from eagle3dash.testing.tensors import random_tensors
 from eagle3dash.text import ascii_int, one_line, printable
 from eagle3dash.ui import access
 from eagle3dash.uploads import MAX_UPLOAD_FILE_MB, UploadError, register_upload
-from tests.appkit import app, no_exception, texts
+from tests.appkit import app, double, no_exception, options, plain, texts
 from tests.badinputkit import CALL_S, cli_error
 from tests.browserkit import network_address, serving_app
 from tests.httpserver import Reply, serve
-from tests.specs import ROOT, tiny_spec
+from tests.specs import ROOT, served_draft_spec, tiny_spec
 from tests.uploadkit import Upload
 
 TOKEN = "correct-horse-battery-staple"
@@ -470,6 +471,20 @@ PROMPT_CASES = {
         "or terminal escape characters)",
     ),
     "not-utf-8": (b'{"prompt": "\xff"}\n', ": not UTF-8 text (byte 12)"),
+    "a-token-id-past-int64": (
+        b'{"input_ids": [1, 9223372036854775808]}\n',
+        ', line 1: "input_ids" holds 9223372036854775808, past int64 (at most '
+        "9223372036854775807): no tokenizer makes such an id; give the target's token ids",
+    ),
+    "a-token-id-of-5000-digits": (
+        b'{"prompt": "hi"}\n{"input_ids": [' + b"9" * 5000 + b"]}\n",
+        ", line 2: holds a number of more than 4300 digits, past int64 (at most "
+        "9223372036854775807) and any token id",
+    ),
+    "a-token-id-true": (
+        b'{"input_ids": [true]}\n',
+        ', line 1: "input_ids" must be a non-empty list of token ids',
+    ),
 }
 
 
@@ -538,6 +553,11 @@ BLOCK_CASES = {
         [[1.0, 2.0], [3.0, None]],
         "holds a value that is not a finite float32 number (null, NaN, or beyond ±3.4e38) in row 1",
     ),
+    "nan": (  # what Python's json.dumps writes for a NaN: no JSON literal
+        [[1.0, 2.0], [float("nan"), 4.0]],
+        "holds a value that is not a finite float32 number (NaN, which JSON has no literal for) "
+        "in row 1",
+    ),
     "beyond-float32": (
         [[1.0, 2.0], [1e39, 4.0]],
         "holds a value that is not a finite float32 number (null, NaN, or beyond ±3.4e38) in row 1",
@@ -580,6 +600,141 @@ def test_the_run_page_shows_why_a_side_was_not_evaluated_under_its_number(home) 
     at = app("run", run=str(run))
     no_exception(at)
     assert f"Not evaluated: {why}" in texts(at, "caption")
+
+
+# A server's hidden-states reply, bad in each way issue 37 lists (the SGLang double's
+# hidden_states_fault), and what the refused capture's not-checked line must carry: the reason.
+WIDE = 3 * served_draft_spec().target_hidden_size + 1  # one number past the 3 taps' width
+NOT_FINITE = "not a finite float32 number (null, NaN, or beyond ±3.4e38) in row 0"
+STATES_FAULTS = {
+    "wide": f"the aux block is {WIDE} wide, not a multiple of the 3 taps of the serving layout",
+    "ragged": "meta_info.hidden_states[0] is not a [tokens][width] block of numbers (its rows "
+    "differ in length (ragged) or from the first row's width)",
+    "nan": "meta_info.hidden_states[0] holds a value that is not a finite float32 number (NaN, "
+    "which JSON has no literal for) in row 0",
+    "null": f"meta_info.hidden_states[0] holds a value that is {NOT_FINITE}",
+    "huge": f"meta_info.hidden_states[0] holds a value that is {NOT_FINITE}",
+    "fewer-rows": "none of them cached (cached_tokens=0): the server returns fewer hidden-state "
+    "rows than the tokens it prefilled",
+    "more-rows": "meta_info.hidden_states[0] has more rows than the",
+    "not-a-list": "meta_info.hidden_states is neither a list nor null",
+    "drip": "/generate is slow: no complete answer within 3 s",
+}
+REFUSED = "the server refused or failed the capture of the states it feeds the draft ("
+FIX = "): fix the server or the prompts, and run again"
+
+
+@pytest.mark.parametrize("fault", list(STATES_FAULTS))
+def test_a_bad_hidden_states_reply_is_said_on_its_not_checked_line(
+    fault, served_models, home, capsys
+) -> None:
+    from eagle3dash import cli
+    from eagle3dash.diagnosis.record import record_diagnosis
+    from eagle3dash.diagnosis.stages import run_diagnosis
+    from eagle3dash.diagnosis.stored import load_diagnosis
+
+    says = STATES_FAULTS[fault]
+    with double(served_models, hidden_states_fault=fault) as server:
+        # 3 s per request: the dripping reply's deadline (a run's own is 120 s)
+        asked = dict(target=None, num_prompts=2, max_new_tokens=8, timeout=3.0)
+        diagnosis = run_diagnosis(options(served_models, server.url, **asked))
+    cli._print_diagnosis(load_diagnosis(diagnosis.to_dict()))  # what `diagnose` prints
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if REFUSED in line]
+    assert [line[: line.index(REFUSED)] for line in lines] == ["  to check it: ", "not checked: "]
+    assert all(line.endswith(FIX) and says in line for line in lines), lines
+    assert "below" not in out and "above" not in out  # nothing points at what is not printed
+    run = db.create_run(home, None, server.url, None, {})
+    record_diagnosis(home, run, diagnosis)
+    db.update_run(home, run, status="succeeded")
+    at = app("run", run=str(run))
+    no_exception(at)
+    boxes = [plain(str(box.value)) for box in at.info if REFUSED in plain(str(box.value))]
+    assert len(boxes) == 1 and boxes[0].startswith("Not checked: " + REFUSED)
+    assert boxes[0].endswith(FIX) and says in boxes[0]
+
+
+def test_a_sweep_whose_capture_was_refused_says_why(home) -> None:
+    from eagle3dash.cli import _kept_capture
+    from eagle3dash.errors import InputError
+
+    run = db.create_run(home, None, "http://gpubox:30000", None, {})
+    db.capture_dir(home.home, run)  # queued with its capture folder, which stayed empty
+    why = "POST http://gpubox:30000/generate: meta_info.hidden_states is neither a list nor null"
+    diagnosis = db.to_json(_stored_with(capture_error=why))
+    db.update_run(home, run, status="succeeded", diagnosis_json=diagnosis)
+    with pytest.raises(InputError) as refused:
+        _kept_capture(home, run)
+    assert str(refused.value) == f"run #{run} (succeeded) saved no serving capture: {why}"
+
+
+def test_a_run_stored_with_the_old_pointer_carries_the_capture_error_instead(home) -> None:
+    run = db.create_run(home, None, "http://gpubox:30000", None, {})
+    why = "POST http://gpubox:30000/generate: meta_info.hidden_states is neither a list nor null"
+    diagnosis = _stored_with(capture_error=why)
+    diagnosis["not_checked"] = [
+        {
+            "check": "serving-states",
+            "reason": "the server refused or failed the capture of the states it feeds the draft",
+            "option": None,
+            "action": "read the capture error below, fix the server or the prompts, and run again",
+        }
+    ]
+    db.update_run(home, run, status="succeeded", diagnosis_json=db.to_json(diagnosis))
+    at = app("run", run=str(run))
+    no_exception(at)
+    assert f"Not checked: {REFUSED}{why}{FIX}" in texts(at, "info")
+    assert "below" not in texts(at, "info")
+
+
+@pytest.mark.parametrize("diagnosed", [True, False])
+def test_the_sweep_points_at_the_sides_table_only_when_it_is_drawn(home, diagnosed) -> None:
+    from eagle3dash import jobs as jobq
+
+    stored = json.loads((ROOT / "tests/fixtures/stored/schema1.json").read_text())
+    run = db.create_run(home, None, "http://gpubox:30000", None, {})
+    if diagnosed:
+        db.update_run(home, run, status="succeeded", diagnosis_json=db.to_json(stored))
+    else:  # a run that failed, with a detect job of its own that succeeded
+        db.update_run(home, run, status="failed", error="boom")
+        job = jobq.submit_job(home, "detect", {}, run_id=run)
+        home.db.execute(
+            "UPDATE jobs SET status = 'succeeded', result_json = ? WHERE id = ?",
+            (json.dumps(stored["detective"]), job),
+        )
+    at = app("run", run=str(run))
+    no_exception(at)
+    ranking = [c for c in texts(at, "caption").splitlines() if c.startswith("Ranked by")]
+    assert len(ranking) == 1
+    assert ("above" in ranking[0]) is diagnosed  # it points at the table only when drawn
+    assert ("Training vs serving" in [h.value for h in at.header]) is diagnosed
+
+
+def test_a_gap_names_the_findings_that_explain_it_without_placing_them() -> None:
+    from eagle3dash.findings import Finding
+    from eagle3dash.findings.measurement_rules import rule_training_serving_gap
+    from eagle3dash.severity import Severity
+
+    training = SimpleNamespace(source="config", sim_accept_length=3.0, top1=0.8)
+    serving = SimpleNamespace(source="observed", sim_accept_length=1.5, top1=0.4)
+    # a warning (a mismatch graded down) is listed after the critical gap, not above it
+    mismatch = Finding("layout-mismatch", Severity.WARNING, "t", "e", "f")
+    gap = rule_training_serving_gap(Evidence(training=training, serving=serving), [mismatch])
+    assert gap[0].severity == Severity.CRITICAL
+    assert gap[0].fix == "Apply the fix of finding layout-mismatch, then run the diagnosis again."
+
+
+def test_a_small_gain_points_at_other_findings_only_when_there_are_some() -> None:
+    from tests.findingskit import Bench, Server, Spec, report
+
+    def fix(server: Server) -> str:
+        gain = {"measured": Bench(110.0, 2.0, 1), "baseline": Bench(100.0)}  # 1.10x
+        found = diagnose(Evidence(report=report(), server=server, **gain))
+        return next(f.fix for f in found if f.id == "slower-than-baseline")
+
+    assert fix(Server()).startswith("Raise the accept length or try ")
+    eagle = Server(speculative=Spec(algorithm="EAGLE"))  # critical: EAGLE feeds no aux states
+    assert fix(eagle).startswith("Raise the accept length (see algorithm-eagle) or try ")
 
 
 def test_a_stored_diagnosis_cut_short_is_one_message_on_the_run_page(home) -> None:

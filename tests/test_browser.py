@@ -84,8 +84,9 @@ def _expect_finished_run(page: Page, run_id: int) -> None:
     expect(title).to_have_text(LAYOUT_TITLE)
     expect(title).to_contain_text("Serving feeds the draft")
     expect(page.get_by_role("heading", name="Layer layout")).to_be_visible()
-    diff = page.get_by_test_id("stAlert").filter(has_text=re.compile(r"off-by-one|shifted-slot"))
+    diff = page.get_by_test_id("stAlert").filter(has_text="How it is known:")
     expect(diff).to_contain_text("Serving feeds every slot one block later than training")
+    expect(diff).not_to_contain_text("off-by-one")  # the sentence, not the kind's id
     slots = page.get_by_test_id("stDataFrame").filter(has_text="serving feeds")
     expect(slots).to_contain_text("DIFFERS")  # the slot table
     expect(page.locator('[data-testid="stVegaLiteChart"]').first).to_be_visible()
@@ -207,7 +208,7 @@ def test_a_deep_link_goes_through_the_apps_navigation(world, browser, logs_on_fa
         page.goto(f"{world['url']}/new_run")
         expect(page.get_by_role("heading", name="New run")).to_be_visible()
         idle(page)
-        nav = page.get_by_test_id("stSidebarNav")
+        nav = page.get_by_test_id("stTopNav")  # on top: the tables get the window's width
         expect(nav).to_contain_text("Checkpoints", timeout=5000)  # st.Page titles, not file names
         expect(nav.get_by_text("app", exact=True)).to_have_count(0, timeout=1000)
         width = page.get_by_test_id("stMainBlockContainer").bounding_box()["width"]

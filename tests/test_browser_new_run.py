@@ -18,6 +18,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from eagle3dash import store as db
+from eagle3dash.jobs import cancel_run
 from eagle3dash.uploads import register_path
 from tests.browserkit import (
     RUN_S,
@@ -113,7 +114,9 @@ def test_the_demo_in_one_click_reaches_the_mismatched_verdict(
     to_top(page)
     expect(fix).to_be_in_viewport(ratio=1, timeout=RUN_S * 1000)  # polled: a rerun moves things
     expect(
-        page.get_by_text(re.compile(r"^The fix, to copy \(in the draft's config\.json"))
+        page.get_by_text(
+            re.compile(r"^The fix, to paste\. Merge into the draft's config\.json")
+        ).first  # the banner's, then the finding's
     ).to_be_visible()
     no_exception_shown(page)
     page.context.close()
@@ -261,5 +264,41 @@ def test_the_vllm_demo_in_one_click_reaches_the_shifted_verdict(
     expect(page.get_by_text(re.compile(r"^rule ")).first).to_have_text("rule layout-mismatch")
     fix = page.get_by_test_id("stCode").filter(has_text="[1, 2, 3]").first
     expect(fix).to_contain_text('"eagle_aux_hidden_state_layer_ids": [1, 2, 3]')
+    no_exception_shown(page)
+    page.context.close()
+
+
+def test_run_clicked_while_the_demo_starts_submits_nothing_and_keeps_the_filled_form(
+    world,
+    browser,
+    logs_on_failure,
+) -> None:
+    """A newcomer presses Run the diagnosis at once after Try it on the demo, while its doubles
+    start (a deployment no other test serves: a start of a few seconds). That click carries the
+    form the browser still shows, empty. Before: the filling run was cut short at its first
+    Streamlit call, its session writes lost, and the click got "Draft checkpoint is required"
+    over an empty form (with fast reruns, the start ran on beside it and filled nothing)."""
+    page = _new_run(browser, world)
+    page.get_by_test_id("stSelectbox").filter(has_text="Demo deployment").click()
+    page.get_by_role("option", name=re.compile(r"^correct: draft B")).click()
+    idle(page)
+    page.get_by_role("button", name="Try it on the demo").click()
+    page.get_by_role("button", name="Run the diagnosis").click()
+    idle(page, RUN_S * 1000)
+    assert "/run?" not in page.url  # nothing submitted
+    expect(_alert(page, "The form was still being filled in when you clicked")).to_be_visible()
+    expect(_alert(page, "The demo runs on this machine")).to_contain_text("correct: draft B")
+    endpoint = page.get_by_label(ENDPOINT, exact=True).input_value()
+    assert endpoint.startswith("http://127.0.0.1:")
+    expect(page.get_by_test_id("stAlert").filter(has_text="is required")).to_have_count(0)
+    page.get_by_role("button", name="Run the diagnosis").click()  # now, what the form shows
+    page.wait_for_url(re.compile(r"/run\?run=\d+$"))
+    run_id = int(page.url.rsplit("=", 1)[1])
+    run = db.get_run(world["store"], run_id)
+    cancel_run(world["store"], run_id)  # its verdict is another test's; the worker moves on
+    assert run is not None and run["endpoint_url"] == endpoint
+    assert run["baseline_url"].startswith("http://127.0.0.1:")
+    assert run["options"]["target"].endswith("target")
+    assert run["options"]["draft"].endswith("draft-b")
     no_exception_shown(page)
     page.context.close()

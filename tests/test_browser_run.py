@@ -55,8 +55,8 @@ KEY_HELP = {  # the key columns with a header tooltip, and a word of it
     "checkpoint": "The draft checkpoint diagnosed.",
     "verdict": "The root cause",
     "measured": "Measured accept length",
-    "sim training": "on the training layout",
-    "sim serving": "on the states the server",
+    "sim training": "of the taps training fed it (sim training)",
+    "sim serving": "of the taps the server feeds it (sim serving)",
     "speedup": "over the baseline's",
 }
 

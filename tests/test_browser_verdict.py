@@ -31,7 +31,7 @@ from tests.browserkit import (
 
 skip_without_chromium()
 
-HEALTHY = "✅ healthy: every check ran and found nothing at warning or worse"
+HEALTHY = "healthy: every check ran and found nothing at warning or worse"
 
 
 def _without_target(home) -> int:
@@ -113,7 +113,7 @@ def test_a_run_without_the_target_is_incomplete_and_says_what_would_check_it(
     expect(page.get_by_test_id("stAlertContentSuccess")).to_have_count(0)
     banner = page.get_by_test_id("stAlertContentInfo").first
     expect(banner).to_contain_text("No critical problem found in what was checked")
-    expect(banner).to_contain_text("not checked: training-side, serving-taps")
+    expect(banner).to_contain_text("not checked: the training side, which taps the server feeds")
     no_exception_shown(page)
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / "verdict_incomplete.png"))

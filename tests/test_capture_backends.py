@@ -19,10 +19,7 @@ import torch
 from safetensors.torch import save_file
 
 from eagle3dash.capture import (
-    REFERENCE_TAIL,
     CaptureError,
-    capture_aux_layers_from_sglang,
-    capture_from_sglang,
     capture_with_transformers,
     load_capture,
     num_target_layers,
@@ -30,9 +27,10 @@ from eagle3dash.capture import (
     save_capture,
 )
 from eagle3dash.draft import counted_rows
-from eagle3dash.engine import GenerateResult
+from eagle3dash.engines.seam import REFERENCE_TAIL, GenerateResult
+from eagle3dash.engines.sglang.capture import capture_aux_layers_from_sglang, capture_from_sglang
+from eagle3dash.engines.sglang.client import EndpointError, SGLangClient
 from eagle3dash.layout import Tap
-from eagle3dash.sglang import EndpointError, SGLangClient
 from tests.httpserver import Reply, Request, serve
 
 V, H, N = 64, 32, 3

@@ -7,6 +7,8 @@ marker and dash, and that each side keeps its Okabe-Ito colour and marker in eve
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 import pytest
 
@@ -226,7 +228,7 @@ def test_layout_chart_links_each_slot_and_marks_the_ones_that_differ() -> None:
         }
     )
     spec = charts.layout_chart(points, num_layers=4).to_dict()
-    rules, dots, labels = spec["layer"]
+    rules, dots, *labels = spec["layer"]
     links = sorted(
         (r["slot"], r["training"], r["serving"], r["match"]) for r in layer_data(spec, rules)
     )
@@ -246,8 +248,20 @@ def test_layout_chart_links_each_slot_and_marks_the_ones_that_differ() -> None:
         "range": [BLUE, ORANGE],
     }
     assert dots["encoding"]["shape"]["scale"]["range"] == ["circle", "triangle-up"]
-    assert labels["encoding"]["text"]["field"] == "feeds"
     assert spec["height"] == 140 + 40 * 2
+    # Each label beside its own marker, not under it: on the marker's row (the side's offset,
+    # as the dots), past its radius (size 160: ~7 px), into the plot (right of a marker in the
+    # left half of the 0..4 depths, left of one in the right half).
+    assert dots["encoding"]["yOffset"]["field"] == "side"
+    assert [label["encoding"]["text"]["field"] for label in labels] == ["feeds", "feeds"]
+    assert [label["encoding"]["yOffset"]["field"] for label in labels] == ["side", "side"]
+    marks = [(label["mark"]["align"], label["mark"]["dx"]) for label in labels]
+    assert marks == [("left", 12), ("right", -12)]
+    assert [label["transform"][0]["filter"] for label in labels] == [
+        "(datum.depth <= 2.0)",
+        "(datum.depth > 2.0)",
+    ]
+    assert (160 / math.pi) ** 0.5 < 12
     assert charts.layout_chart(points.iloc[:0]) is None
 
 

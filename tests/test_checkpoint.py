@@ -28,7 +28,7 @@ from eagle3dash.checkpoint import (
 from eagle3dash.checkpoint_formats import FORMAT_TABLE, detect_format
 from eagle3dash.checkpoint_problems import ProblemCode
 from eagle3dash.spec import FORMATS, DraftSpec, expected_shapes
-from eagle3dash.testing.tensors import random_tensors
+from eagle3dash.testing.tensors import random_tensors, write_headers_only
 
 ARCH = {
     "speculators": "Eagle3DraftModel",
@@ -456,22 +456,13 @@ def test_inspect_reads_only_headers(tmp_path):
         vocab_size=128256,
         draft_vocab_size=32000,
     )
-    header, offset = {}, 0
-    for name, shape in expected_shapes(spec).items():
-        dtype, size = ("I64", 8) if name == "d2t" else ("BOOL", 1) if name == "t2d" else ("F32", 4)
-        nbytes = math.prod(shape) * size
-        disk_name = name.replace("layers.0.", "midlayer.")
-        header[disk_name] = {
-            "dtype": dtype,
-            "shape": list(shape),
-            "data_offsets": [offset, offset + nbytes],
-        }
-        offset += nbytes
-    text = json.dumps(header).encode()
+    codes = {"d2t": "I64", "t2d": "BOOL"}
+    headers = {
+        name.replace("layers.0.", "midlayer."): (list(shape), codes.get(name, "F32"))
+        for name, shape in expected_shapes(spec).items()
+    }
     ckpt = save(spec, {}, tmp_path, "specforge")  # writes config.json (and an empty file)
-    with open(ckpt / SAFETENSORS, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text)
-        f.truncate(8 + len(text) + offset)  # a sparse hole: no disk blocks behind the data
+    offset = write_headers_only(ckpt / SAFETENSORS, headers)
     assert offset > 3e9
 
     def bytes_read() -> int:
@@ -566,10 +557,14 @@ def test_every_format_is_one_row_of_the_format_table():
         "export": "LlamaForCausalLMEagle3",
         "eagle": "LlamaForCausalLM",
         "specforge": "LlamaForCausalLMEagle3",
+        "nemo-automodel": "LlamaEagle3DraftModel",
     }
     # detect: the speculators key beats export's names, which beat eagle's .bin; else SpecForge
     key, fused, binary = {"speculators_model_type": "eagle3"}, ["model.fc.weight"], [Path("w.bin")]
     assert detect_format(key, fused, binary).name == "speculators"
+    # NeMo AutoModel's prefixed names are export's too: its architecture decides first
+    nemo = {"architectures": ["LlamaEagle3DraftModel"]}
+    assert detect_format(nemo, fused, [Path("model.safetensors")]).name == "nemo-automodel"
     assert detect_format({}, fused, binary).name == "export"
     assert detect_format({}, ["fc.weight"], binary).name == "eagle"
     assert detect_format({}, ["fc.weight"], [Path("model.safetensors")]).name == "specforge"
@@ -588,6 +583,12 @@ def test_every_format_is_one_row_of_the_format_table():
     assert sorted(FORMAT_TABLE["specforge"].to_disk(canonical))[0] == "lm_head.weight"
     assert "midlayer.self_attn.q_proj.weight" in FORMAT_TABLE["eagle"].to_disk(canonical)
     assert FORMAT_TABLE["speculators"].to_disk(canonical).keys() == canonical.keys()
+    assert sorted(FORMAT_TABLE["nemo-automodel"].to_disk(canonical)) == [
+        "lm_head.weight",
+        "model.layers.0.self_attn.k_proj.weight",
+        "model.layers.0.self_attn.q_proj.weight",
+        "model.layers.0.self_attn.v_proj.weight",
+    ]
     # a row that cannot hold an option refuses it rather than drop it
     with pytest.raises(ValueError, match="speculators configs cannot express norm_before_lm_head"):
         save(

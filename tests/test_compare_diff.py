@@ -4,7 +4,6 @@ ids before -> after, the baseline that measured differently, the modelled-cost c
 from __future__ import annotations
 
 from eagle3dash.diagnosis.stored import StoredDiagnosis, load_diagnosis
-from eagle3dash.diagnosis.stored_run import StoredRun, run_from_row
 from eagle3dash.ui.compare import baseline_note, cost_notes, differences, ids_change
 
 
@@ -71,17 +70,48 @@ def test_server_settings_prompts_and_the_modelled_cost_are_listed() -> None:
     assert len(cost_notes(a, a)) == 1
 
 
-def run(**row) -> StoredRun:
-    """A run as the store lists it, with only `row`'s columns set."""
-    return run_from_row({"id": 1, **row})
+def with_baseline(url: str, tok_s: float, per_request: list[float]) -> StoredDiagnosis:
+    """A stored diagnosis whose baseline at `url` measured `tok_s`, per request `per_request`."""
+    return load_diagnosis(
+        {
+            "schema": 4,
+            "training": {},
+            "serving": {},
+            "options": {"draft": "/d", "endpoint": "e", "baseline": url},
+            "baseline": {
+                "url": url,
+                "num_requests": len(per_request),
+                "concurrency": 1,
+                "max_new_tokens": 32,
+                "warmup": 1,
+                "wall_s": 1.0,
+                "completion_tokens": 64,
+                "output_tok_s_aggregate": tok_s,
+                "output_tok_s_per_request": per_request,
+            },
+        }
+    )
 
 
-def test_the_same_baseline_measured_differently_gets_a_note() -> None:
-    a = run(baseline_url="http://b:30001", baseline_tok_s=57.1)
-    b = run(baseline_url="http://b:30001", baseline_tok_s=49.2)
-    note = baseline_note(a, b)
-    assert note is not None and "measured 57.1 tok/s in run A and 49.2 tok/s in run B" in note
-    # 57.1 vs 55.0 is 3.7% of their mean: within the drift, no note; other URLs: no note.
-    assert baseline_note(a, run(baseline_url="http://b:30001", baseline_tok_s=55.0)) is None
-    assert baseline_note(a, run(baseline_url="http://c:30001", baseline_tok_s=49.2)) is None
-    assert baseline_note(a, run(baseline_url="http://b:30001", baseline_tok_s=None)) is None
+def test_baselines_apart_beyond_their_noise_get_a_note() -> None:
+    # Run A's baseline: 57.1 tok/s, requests at 56 and 58: 2 standard errors of 1.0 over their
+    # mean of 57 is 3.5%, 2.00 tok/s; run B's: 49.2, requests at 49.0 and 49.4: 0.4 tok/s. They
+    # are 7.9 tok/s apart (16% of 49.2), beyond the noise of both, hypot(2.00, 0.40) = 2.04.
+    a = with_baseline("http://b:30001", 57.1, [56.0, 58.0])
+    b = with_baseline("http://b:30001", 49.2, [49.0, 49.4])
+    assert baseline_note(a, b) == (
+        "The same baseline endpoint (http://b:30001) measured 57.1 tok/s in run A and 49.2 "
+        "tok/s in run B, 16% apart, beyond their noise (±2.0 tok/s): the server, its load or "
+        "the machine changed between the runs, so compare the speedups (each against its own "
+        "baseline), not the tok/s."
+    )
+    # Each run's own baseline (the demo's): said as well.
+    other = with_baseline("http://c:30001", 49.2, [49.0, 49.4])
+    note = baseline_note(a, other)
+    assert note is not None and note.startswith(
+        "The baselines measured 57.1 tok/s in run A (http://b:30001) and 49.2 tok/s in run B "
+        "(http://c:30001), 16% apart"
+    )
+    # 55.5 with requests at 55 and 56 (noise 1.0): 1.6 tok/s apart, within hypot(2.00, 1.0).
+    assert baseline_note(a, with_baseline("http://b:30001", 55.5, [55.0, 56.0])) is None
+    assert baseline_note(a, diagnosis([1, 2, 3])) is None  # no baseline: nothing to compare

@@ -36,8 +36,8 @@ from eagle3dash.demo.language import (
 from eagle3dash.demo.train import step_tokens, ttt_forward
 from eagle3dash.diagnosis.stored_run import read_runs
 from eagle3dash.draft import build_draft, evaluate_capture
+from eagle3dash.engines.sglang.rules import config_ids_for, serving_layout
 from eagle3dash.layout import Tap
-from eagle3dash.sglang_rules import config_ids_for, serving_layout
 from eagle3dash.trainers import training_layout
 
 A_TRAIN = (Tap(0), Tap(1), Tap(2))
@@ -428,11 +428,33 @@ def test_seeded_demo_meets_the_gaps(seeded_demo):
         listed = {r.id: r for r in read_runs(store).runs}
         for name in ("correct", "fixed"):
             assert run_verdict(listed[ids[name]]) == (
-                "✅ healthy: every check ran and found nothing at warning or worse"
+                "healthy: every check ran and found nothing at warning or worse"
             )
-        assert run_verdict(listed[ids["mismatched"]]).startswith("🛑 Serving feeds the draft")
+        assert run_verdict(listed[ids["mismatched"]]).startswith(
+            "critical: Serving feeds the draft"
+        )
         assert seeded(store)
     assert seed(home, progress=lambda m: None) == []  # made once
+
+
+def test_the_seeded_speedups_lie_within_the_doubles_modelled_ceilings(seeded_demo):
+    """A round of 4 draft steps (2 ms each) and a verify (10 ms) costs 1.8 forwards, so a double
+    accepting `a` tokens a round is at most a / 1.8 times as fast as its plain baseline while
+    both keep to their floors (demo/__init__.py): a seeded speedup whose interval lies above that
+    is the machine showing through the cost model (issue 36: "correct" read 2.72x at accept
+    length 3.28, where the model allows 1.82x)."""
+    from eagle3dash.demo import DELAY_S, DRAFT_STEP_S, NUM_STEPS
+
+    _, made = seeded_demo
+    assert (DELAY_S, DRAFT_STEP_S, NUM_STEPS) == (0.01, 0.002, 4)  # the 1.8 above
+    for run in made:
+        d = run.diagnosis
+        assert d is not None and d.measured is not None and d.speedup is not None
+        speedup, noise = d.speedup.speedup, d.speedup.speedup_noise
+        accept = d.measured.accept_length
+        assert speedup is not None and noise is not None and accept is not None
+        assert speedup - noise <= accept / 1.8, (run.deployment, speedup, noise, accept)
+        assert not [w for w in d.warnings if "modelled cost allows" in w], d.warnings
 
 
 def test_a_seed_cut_short_leaves_no_run_waiting_on_its_gone_endpoints(tmp_path):

@@ -295,7 +295,7 @@ def test_the_run_page_shows_the_detective_when_a_detect_job_succeeded(
         db.update_run(store, run_id, status="succeeded")
     finally:
         store.close()
-    app = str(Path(__file__).resolve().parents[1] / "app.py")
+    app = str(Path(__file__).resolve().parents[1] / "eagle3dash" / "dashboard" / "app.py")
     at = AppTest.from_file(app, default_timeout=30)
     at.switch_page("views/run.py")
     at.query_params["run"] = str(run_id)

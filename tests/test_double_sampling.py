@@ -15,8 +15,8 @@ import torch
 from transformers import LlamaForCausalLM
 
 from eagle3dash.demo import FIXTURES, deployments
+from eagle3dash.engines.sglang.adapter import SGLangEngine
 from eagle3dash.servebench import load_prompts, run_bench
-from eagle3dash.sglang_engine import SGLangEngine
 from eagle3dash.testing.double_maths import (
     TOP_K_ALL,
     Sampling,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from eagle3dash import store as db
 from eagle3dash.diagnosis.stored_run import read_runs, run_from_row
-from eagle3dash.engine import ServerReport
+from eagle3dash.engines.seam import ServerReport
 from eagle3dash.ui import tables, words
 
 STORED = Path(__file__).parent / "fixtures" / "stored"
@@ -29,9 +29,23 @@ def report(d: dict) -> ServerReport:
 
 
 def test_engine_words() -> None:
+    # stored before the runner was read from the server: V2 was assumed, and says so
     assert words.engine_words(report(VLLM_V2_ASSUMED)) == "vLLM 0.33.0 (V2 runner, assumed)"
     said = {**VLLM_V2_ASSUMED, "vllm": {"runner": "v1", "runner_said": True}}
     assert words.engine_words(report(said)) == "vLLM 0.33.0 (V1 runner)"
+    cpu = {
+        **VLLM_V2_ASSUMED,
+        "version": "0.32.0",
+        "vllm": {"runner": "v1", "runner_source": "platform", "runner_detail": "device cpu"},
+    }
+    assert words.engine_words(report(cpu)) == "vLLM 0.32.0 (V1 runner)"
+    assert words.runner_words(report(cpu)) == "V1: its device decides (device cpu)"
+    unknown = {
+        **VLLM_V2_ASSUMED,
+        "vllm": {"runner": None, "runner_source": "unknown", "runner_detail": "dev endpoints off"},
+    }
+    assert words.engine_words(report(unknown)) == "vLLM 0.33.0 (runner not known)"
+    assert words.runner_words(report(unknown)).startswith("not known (dev endpoints off)")
     # a report stored before engines were told apart is SGLang's
     assert words.engine_words(report({"url": URL, "version": "0.5.23"})) == "SGLang 0.5.23"
 
@@ -48,6 +62,15 @@ def test_the_form_asks_only_what_the_server_does_not_say() -> None:
     assert words.unsaid_by_server(report(told)) is None
     sglang = {"url": URL, "engine": "sglang", "speculative": {"algorithm": "EAGLE3"}}
     assert words.unsaid_by_server(report(sglang)) is None
+    runner_unknown = {
+        **told,
+        "vllm": {"runner": None, "runner_source": "unknown", "runner_detail": "dev endpoints off"},
+    }
+    assert words.unsaid_by_server(report(runner_unknown)) == (
+        "This vLLM server does not say its model runner (each runner's reading is kept; the "
+        "measured acceptance picks one when the target is given): start it with "
+        "VLLM_SERVER_DEV_MODE=1 to let /server_info tell."
+    )
 
 
 def test_runs_column_compare_and_search(tmp_path) -> None:

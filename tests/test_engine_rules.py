@@ -10,9 +10,11 @@ import json
 
 import pytest
 
-from eagle3dash import engine_rules, sglang_rules, vllm_rules
 from eagle3dash.checkpoint import inspect, save
-from eagle3dash.engine_rules import ServingEngine
+from eagle3dash.engines import rules as engine_rules
+from eagle3dash.engines.rules import ServingEngine
+from eagle3dash.engines.sglang import rules as sglang_rules
+from eagle3dash.engines.vllm import rules as vllm_rules
 from eagle3dash.layout import Tap
 from eagle3dash.testing.tensors import random_tensors
 from tests.specs import SPECFORGE_GPT_OSS
@@ -66,7 +68,7 @@ def test_dual_key_fix_embedding_tap():
 
 def test_dual_key_fix_without_a_vllm_side():
     """A post-norm tap: no ids on either engine; the config holds nothing."""
-    fix = engine_rules.dual_key_fix((Tap(2), Tap(24, True)), NESTED, 24, "llama")
+    fix = engine_rules.dual_key_fix((Tap(2), Tap(12), Tap(24, True)), NESTED, 24, "llama")
     assert fix.nested_ids is None and fix.top_level_ids is None and not fix.complete
     assert fix.config() == {}
     assert fix.vllm_why_not is not None and "final-normed" in fix.vllm_why_not
@@ -86,7 +88,9 @@ def test_dual_key_config_round_trips_through_a_checkpoint(tmp_path):
     read = report.spec
     assert depths(sglang_rules.serving_layout(read, 24, "0.5.23").layout) == [2, 12, 22]
     for runner in ("v1", "v2"):
-        assert depths(vllm_rules.serving_layout(read, 24, runner=runner).layout) == [2, 12, 22]
+        served = vllm_rules.serving_layout(read, 24, "0.33.0", runner=runner)
+        assert depths(served.layout) == [2, 12, 22]
+    assert depths(vllm_rules.serving_layout(read, 24, "0.34.0").layout) == [2, 12, 22]
 
 
 def test_cli_layout_on_vllm_runners(tmp_path):
@@ -100,7 +104,11 @@ def test_cli_layout_on_vllm_runners(tmp_path):
     d = json.loads(v2.stdout)
     assert [t["depth"] for t in d["serving"]] == [2, 12, 21]
     assert d["diff"]["kind"] == "defaults-used"
-    v1 = run_cli(*base, "--vllm-runner", "v1", "--json")
+    v1 = run_cli(*base, "--vllm-version", "0.33.0", "--vllm-runner", "v1", "--json")
     assert [t["depth"] for t in json.loads(v1.stdout)["serving"]] == [1, 11, 21]
     bad = run_cli(*base, "--vllm-runner", "v3")
     assert bad.returncode != 0 and "v3" in bad.stderr
+    # the default release is the newest read, 0.34.0, which has no V1 runner: one line
+    gone = run_cli(*base, "--vllm-runner", "v1")
+    assert gone.returncode == 1 and "Traceback" not in gone.stderr
+    assert "vLLM 0.34.0 has no V1 model runner" in gone.stderr

@@ -13,12 +13,12 @@ import pytest
 from eagle3dash.demo.vllm import vllm_deployment
 from eagle3dash.diagnosis.options import DiagnoseOptions
 from eagle3dash.diagnosis.stages import run_diagnosis
-from eagle3dash.engine import CaptureRequest
+from eagle3dash.engines.seam import CaptureRequest
+from eagle3dash.engines.vllm.adapter import VLLMEngine
 from eagle3dash.http_client import EndpointError
 from eagle3dash.job_kinds import job_serve_bench
 from eagle3dash.layout import Tap
 from eagle3dash.testing.vllm_double import VLLMDoubleConfig, start_vllm_double
-from eagle3dash.vllm_engine import VLLMEngine
 from tests.httpserver import closed_port_url
 
 # Token-id prompts of the tiny target's vocabulary (256): 6 new tokens each, ignore_eos.

@@ -18,16 +18,17 @@ from pathlib import Path
 import pytest
 
 from eagle3dash.checkpoint_problems import CheckpointProblem, ProblemCode
+from eagle3dash.engines.rules import ServingEngine
+from eagle3dash.engines.sglang.rules import serving_layout
 from eagle3dash.findings import RULES, SEVERITIES, SUMMARY_RULES, Evidence, Finding, diagnose
 from eagle3dash.layout import Tap
 from eagle3dash.prediction import predict_layouts
-from eagle3dash.sglang_rules import serving_layout
 from tests.findingskit import GOOD, POOR, Bench, Server, Spec, draft, report
 
 
 def test_stand_ins_match_the_real_dataclasses() -> None:
     """The attribute names used here exist on the real objects (when their modules import)."""
-    sglang = pytest.importorskip("eagle3dash.sglang")
+    sglang = pytest.importorskip("eagle3dash.engines.sglang.client")
     servebench = pytest.importorskip("eagle3dash.servebench")
     real = {f.name for f in dataclasses.fields(sglang.ServerReport)}
     assert {f.name for f in dataclasses.fields(Server)} <= real
@@ -277,7 +278,7 @@ FIRES: list = [
         ),
         "eagle31-ignored",
         "warning",
-        id="nested-norm-before-fc-before-0.5.20",
+        id="nested-norm-before-fc-before-0.5.17",
     ),
     pytest.param(
         lambda p: Evidence(
@@ -403,6 +404,16 @@ FIRES: list = [
 
 QUIET: list = [
     pytest.param(lambda p: Evidence(), "*", id="empty-evidence"),
+    # vLLM 0.32.0's llama_eagle3.py reads eagle_config's norm_before_fc, else the top level's
+    pytest.param(
+        lambda p: Evidence(
+            report=report(draft(format="speculators", norm_before_fc=True)),
+            engine="vllm",
+            sglang_version="0.32.0",
+        ),
+        "eagle31-ignored",
+        id="top-level-norm-before-fc-on-vllm",
+    ),
     pytest.param(
         lambda p: Evidence(report=report(), server=Server()), "algorithm-eagle", id="eagle3"
     ),
@@ -651,6 +662,34 @@ def test_aux_ids_top_level_fix_gives_nested_ids_for_training_taps() -> None:
     assert '"eagle_config": {"eagle_aux_hidden_state_layer_ids": [3, 31, 59]}' in f.fix
 
 
+def test_detected_layout_fix_turns_capture_on_for_a_draft_that_has_it_off() -> None:
+    """The detective's best taps 3, 13, 23 on a Llama target are SGLang ids [2, 12, 22] (id i
+    feeds the state after i + 1 blocks); a config with use_aux_hidden_state false captures
+    nothing from 0.5.8 on whatever its ids, so the fix writes the flag on beside them (the fix the
+    layout findings give), not the ids alone."""
+    from eagle3dash.detective import Detection, SweepRow
+
+    spec = draft(aux_layer_ids=(1, 11, 21), use_aux_hidden_state=False)
+    serving = ServingEngine("sglang", "0.5.23")
+    layouts = predict_layouts(spec, N, engine=serving, arch="llama")
+    claimed, best = tuple(layouts.training.layout), (Tap(3), Tap(13), Tap(23))
+    rows = [SweepRow("best", best, 0.6, 2.5, 0.0), SweepRow("config", claimed, 0.2, 1.3, 0.0)]
+    detection = Detection("/ckpt", N, rows, best, None, serving, [2, 12, 22], ["Best."] * 3)
+    e = Evidence(
+        report=report(spec),
+        num_target_layers=N,
+        arch="llama",
+        server=Server(version="0.5.23"),
+        layouts=layouts,
+        detection=detection,
+    )
+    f = only(diagnose(e), "detected-layout")
+    entry = '{"eagle_aux_hidden_state_layer_ids": [2, 12, 22], "use_aux_hidden_state": true}'
+    assert f'"eagle_config": {entry}' in f.fix
+    assert f.fix.endswith("Record that layout with the checkpoint.")
+    assert f.data["fix_ids"] == [2, 12, 22]
+
+
 def test_cuda_graph_finding_offers_upgrade_and_disable_flag() -> None:
     f = only(diagnose(_llama("0.5.10", ids=(2, 16, 29))), "capture-rule-version")
     assert "0.5.11" in f.fix and "--disable-cuda-graph" in f.fix
@@ -790,7 +829,14 @@ def test_findings_sorted_by_severity_then_rule_order() -> None:
     assert ranks == sorted(ranks)
     # With --speculative-algorithm EAGLE no aux states are captured at all: the layout is moot
     # until the algorithm is fixed, so the algorithm comes first and no layout finding is made.
-    assert ids_of(found)[:3] == ["algorithm-eagle", "d2t-missing", "slower-than-baseline"]
+    # The fp8 draft lowers the accept length: the slowdown it explains is its cost, so it is
+    # critical beside the slowdown, before it (issue 36).
+    assert ids_of(found)[:4] == [
+        "algorithm-eagle",
+        "d2t-missing",
+        "draft-quantized",
+        "slower-than-baseline",
+    ]
     assert "layout-mismatch" not in ids_of(found)
     assert ids_of(found)[-1] == "hidden-states-truncated"
 
@@ -961,3 +1007,20 @@ def test_rules_match_problems_by_code_not_by_their_words() -> None:
     assert found["checkpoint-problems"].data == {
         "problems": ["shape mismatch: fc.weight is [1], config implies [2]"]
     }
+
+
+def test_a_predicted_mismatch_the_measurement_does_not_bear_out_is_a_warning() -> None:
+    # No training side was measured: the seed's mismatch is the rules' prediction. At 3 server
+    # steps (at most 4 tokens a round) an endpoint accepting 2.6 shows no such cost (a draft fed
+    # other taps than its training's accepts near 1): a warning; at 1.3 it bears it out.
+    speculating = Server(version="0.5.23", speculative=Spec(num_steps=3))
+    healthy = seed("0.5.23", server=speculating, measured=Bench(90.0, accept_length=2.6))
+    (finding,) = [f for f in diagnose(healthy) if f.id == "layout-mismatch"]
+    assert finding.severity == "warning"
+    assert (
+        "But the endpoint's measured accept length, 2.60 of at most 4, does not show the cost a "
+        "mismatch would have: a warning until the training side is measured."
+    ) in finding.evidence
+    low = seed("0.5.23", server=speculating, measured=Bench(40.0, accept_length=1.3))
+    (finding,) = [f for f in diagnose(low) if f.id == "layout-mismatch"]
+    assert finding.severity == "critical"

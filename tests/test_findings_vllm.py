@@ -7,7 +7,9 @@ V1 reads it as stored; both read the top-level key first; SGLang's Llama id i fe
 
 from __future__ import annotations
 
-from eagle3dash.engine_rules import ServingEngine
+import json
+
+from eagle3dash.engines.rules import ServingEngine
 from eagle3dash.findings import Evidence, Finding, diagnose
 from eagle3dash.layout import Tap
 from eagle3dash.prediction import predict_layouts
@@ -147,16 +149,16 @@ def test_speculators_without_norm_before_residual_warns_on_vllm_only() -> None:
     assert "norm-before-residual" not in sglang
 
 
-def test_fix_line_copies_the_dual_key_config() -> None:
-    from eagle3dash.ui.words import fix_line
+def test_the_fix_block_is_the_whole_dual_key_config() -> None:
+    from eagle3dash.ui.words import fix_block
 
-    f = diagnose(evidence(NESTED, "v2"))[0]
-    where, line = fix_line(f) or ("", "")
-    assert "SGLang and vLLM" in where
-    assert line == (
-        '"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 11, 21]}, '
-        '"eagle_aux_hidden_state_layer_ids": [2, 12, 22]'
-    )
+    block = fix_block(diagnose(evidence(NESTED, "v2"))[0])
+    assert block is not None and "SGLang and vLLM" in block.where
+    assert json.loads(block.code) == {
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 11, 21]},
+        "eagle_aux_hidden_state_layer_ids": [2, 12, 22],
+    }
+    assert block.note is None  # no -1 among the ids
 
 
 def test_evidence_reads_a_vllm_version_and_runner() -> None:

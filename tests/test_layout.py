@@ -8,6 +8,13 @@ from __future__ import annotations
 
 import pytest
 
+from eagle3dash.engines.protocol import FALLBACK_ARCH, target_arch
+from eagle3dash.engines.sglang.rules import (
+    arch_family,
+    eagle_config_json,
+    parse_version,
+    serving_layout,
+)
 from eagle3dash.layout import (
     Tap,
     convert,
@@ -20,14 +27,6 @@ from eagle3dash.layout import (
     parse_layout,
 )
 from eagle3dash.prediction import predict_layouts
-from eagle3dash.sglang_rules import (
-    FALLBACK_ARCH,
-    arch_family,
-    eagle_config_json,
-    parse_version,
-    serving_layout,
-    target_arch,
-)
 from eagle3dash.spec import DraftSpec
 from eagle3dash.trainers import training_layout
 from tests.specs import tiny_spec
@@ -228,7 +227,9 @@ def test_deepseek_index_zero(version: str, crashes: bool) -> None:
     "version, expected, error",
     [
         ("0.5.16", [25, 31], "outside"),  # +1 -> [25, 31, 37]: 37 is past the 36 blocks
-        ("0.5.20", [24, 30, 36], None),  # PR #32334: max id == N -> verbatim, boundary captured
+        # PR #32334, in the 0.5.17 wheel: max id == N -> verbatim, the boundary captured
+        ("0.5.17", [24, 30, 36], None),
+        ("0.5.20", [24, 30, 36], None),
         ("0.5.23", [24, 30, 36], None),
     ],
 )
@@ -279,9 +280,12 @@ def test_newer_version_assumes_latest_rules() -> None:
     assert depths(r.layout) == [2, 16, 29] and any("newer" in n for n in r.notes)
 
 
-def test_fc_width_mismatch_note() -> None:
+def test_fc_width_mismatch_fails() -> None:
+    """Three states (SGLang's defaults: top-level ids are not read) for an fc of four: the
+    joined states do not fit fc, so the capture is an error, not a note."""
     r = serving_layout(spec([5, 9, 20, 28], "top-level", "speculators", num_aux=4), 32)
-    assert len(r.layout) == 3 and any("4 slots" in n for n in r.notes)
+    assert len(r.layout) == 3
+    assert r.error == "SGLang captures 3 states but the draft's fc takes 4: shape mismatch at fc"
 
 
 # --- training --------------------------------------------------------------------------------

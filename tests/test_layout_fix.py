@@ -10,8 +10,8 @@ from dataclasses import replace
 
 import pytest
 
+from eagle3dash.engines.sglang.rules import config_ids_for, serving_layout
 from eagle3dash.layout import Tap, default_layout
-from eagle3dash.sglang_rules import config_ids_for, serving_layout
 from tests.specs import tiny_spec
 
 SPEC = tiny_spec(aux_layer_ids=(2, 30, 58), aux_ids_location="eagle_config")
@@ -39,13 +39,14 @@ def reproduces(ids, layout, n, version, arch, cuda_graph=True) -> bool:
         # DeepSeek/Kimi 0.5.5-0.5.12: +1 always
         (taps(3, 31, 59), 61, "0.5.12", "kimi", [2, 30, 58]),
         # DeepSeek/Kimi >= 0.5.13: first id 1 -> +1, else verbatim (PR #25454)
-        (taps(2, 30, 58), 61, "0.5.13", "DeepseekV3ForCausalLM", [1, 29, 57]),
+        # (the config's own ids [2, 30, 58] come first when they feed the layout)
+        (taps(2, 30, 58), 61, "0.5.13", "DeepseekV3ForCausalLM", [2, 30, 58]),
         (taps(3, 31, 59), 61, "0.5.13", "kimi", [3, 31, 59]),
         (taps(2, 30, 57), 61, "0.5.23", "kimi", [1, 29, 56]),
         # ... and the embedding (index 0) from 0.5.16 (communicator residual = hidden_states)
         (taps(0, 3, 31), 61, "0.5.16", "kimi", [0, 3, 31]),
         (taps(0, 3, 31), 61, "0.5.23", "kimi", [0, 3, 31]),
-        # gpt-oss 0.5.20+: ids kept when max(ids) == N (the final boundary, PR #32334)
+        # gpt-oss 0.5.17+: ids kept when max(ids) == N (the final boundary, PR #32334)
         (taps(24, 30, 36), 36, "0.5.20", "GptOssForCausalLM", [23, 29, 35]),
     ],
 )

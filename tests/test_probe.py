@@ -4,14 +4,15 @@ them, against the recorded SGLang 0.5.23 answers."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 from eagle3dash.checkpoint import save
 from eagle3dash.cli import main
+from eagle3dash.engines.sglang.client import EndpointError, parse_server_report
 from eagle3dash.probe import ServedDraft, probe, probe_and_record, served_draft
-from eagle3dash.sglang import EndpointError, parse_server_report
 from eagle3dash.store import get_endpoint, list_endpoints, open_store
 from eagle3dash.testing.tensors import random_tensors
 from tests.httpserver import closed_port_url, serve
@@ -178,16 +179,21 @@ def test_the_cli_prints_the_mode_and_the_draft(tmp_path: Path, capsys) -> None:
     with serve(replay_app(info)) as served:
         assert main(["probe", served.url]) == 0
     out = capsys.readouterr().out
-    assert (
-        "return hidden states         last token only: no capture (enable_return_hidden_states "
-        "True, return_hidden_states_mode last)"
-    ) in out
-    assert "chunked prefill size         4096" in out
-    assert "adaptive steps               False" in out
-    assert (
-        f"draft checkpoint             read here from {draft.resolve()}: specforge format, aux "
-        "layer ids [1, 2, 3] (eagle_config)"
-    ) in out
+    rows = dict(
+        re.split(r"\s{2,}", line.strip(), maxsplit=1)
+        for line in out.splitlines()
+        if line.startswith("  ") and re.search(r"\S\s{2,}\S", line)
+    )
+    assert rows["return hidden states"] == (
+        "last token only: no capture (enable_return_hidden_states True, "
+        "return_hidden_states_mode last)"
+    )
+    assert rows["chunked prefill size"] == "4096"
+    assert rows["adaptive steps"] == "False"
+    assert rows["draft checkpoint"] == (
+        f"read here from {draft.resolve()}: specforge format, aux layer ids [1, 2, 3] "
+        "(eagle_config)"
+    )
     assert "[warning] hidden-states-last-only" in out
 
 

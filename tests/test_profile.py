@@ -10,6 +10,8 @@ from dataclasses import replace
 
 import pytest
 
+from eagle3dash.engines.sglang.words import steps_flags as flags_for
+from eagle3dash.engines.vllm import words as vllm_words
 from eagle3dash.profile import (
     FROM_BASELINE,
     MEASURED,
@@ -19,7 +21,6 @@ from eagle3dash.profile import (
     accept_length_on_first,
     accept_lengths_by_steps,
     category_rows,
-    flags_for,
     parse_temperatures,
     per_position,
     rows_settled,
@@ -255,7 +256,7 @@ def test_steps_advice_prices_each_setting_and_prefers_fewer_steps_within_one_per
     requests = [RequestStat(0, completion_tokens=64, spec_verify_ct=21, latency_s=0.3)]
     measured = bench(requests, histogram=SHARES_HISTOGRAM, tok_s=100.0)
     costs = StepCosts(verify_s=0.01, draft_step_s=0.001, request_fixed_s=0.02, source="x")
-    rows, best = steps_advice(4, measured, Sim([0.0] * 8, SIM), costs)
+    rows, best = steps_advice(4, measured, Sim([0.0] * 8, SIM), costs, flags=flags_for)
     # time(s) = 0.02 + 63 / E(s) * (0.01 + s * 0.001); tok/s(s) = 100 * time(4) / time(s)
     expected = {1: 77.531, 2: 93.731, 3: 100.48, 4: 100.0, 5: 100.749, 6: 99.219, 8: 91.77}
     got = {r.num_steps: round(r.predicted_tok_s, 3) for r in rows}
@@ -282,7 +283,7 @@ def _costly_drafts(per_request_tok_s: list[float]):
         output_tok_s_per_request=per_request_tok_s,
     )
     costs = StepCosts(verify_s=0.01, draft_step_s=0.005, request_fixed_s=0.02, source="x")
-    return steps_advice(4, measured, None, costs)[1]
+    return steps_advice(4, measured, None, costs, flags=flags_for)[1]
 
 
 def test_steps_advice_changes_the_setting_only_above_the_noise():
@@ -301,16 +302,33 @@ def test_steps_advice_changes_the_setting_only_above_the_noise():
     assert _costly_drafts([60.0, 140.0]) == noisy
 
 
+def test_each_predicted_setting_carries_its_interval():
+    # Per-request tok/s 95 and 105: two standard errors are 10% of their mean, so 1 step's
+    # 119.27 tok/s is ±11.93 and the served 4 steps' 100.0 is ±10.0 (the chart's error bars).
+    requests = [RequestStat(0, completion_tokens=64, spec_verify_ct=21, latency_s=0.3)]
+    measured = replace(
+        bench(requests, histogram=SHARES_HISTOGRAM, tok_s=100.0),
+        output_tok_s_per_request=[95.0, 105.0],
+    )
+    costs = StepCosts(verify_s=0.01, draft_step_s=0.005, request_fixed_s=0.02, source="x")
+    rows, _ = steps_advice(4, measured, None, costs, flags=flags_for)
+    assert [r.tok_s_noise for r in rows] == pytest.approx([11.927, 11.927, 11.159, 10.0], abs=1e-3)
+
+
 def test_steps_advice_without_costs_predicts_accept_length_only():
     measured = bench([], histogram=SHARES_HISTOGRAM)
-    rows, best = steps_advice(4, measured, None, None)
+    rows, best = steps_advice(4, measured, None, None, flags=flags_for)
     assert [r.predicted_tok_s for r in rows] == [None] * 4
     assert best is None
 
 
-def test_flags_for_chain_drafting():
+def test_each_engine_has_its_own_flags_for_chain_drafting():
     assert flags_for(1) == (
         "--speculative-num-steps 1 --speculative-eagle-topk 1 --speculative-num-draft-tokens 2"
+    )
+    assert vllm_words.steps_flags(2, "/m/d") == (
+        '--speculative-config \'{"method": "eagle3", "model": "/m/d", '
+        '"num_speculative_tokens": 2}\''
     )
 
 
@@ -333,7 +351,7 @@ def test_parse_temperatures_refuses(text, message):
 
 def test_profile_round_trips_through_its_json_form():
     measured = bench([], histogram=SHARES_HISTOGRAM)
-    rows, _ = steps_advice(4, measured, None, None)
+    rows, _ = steps_advice(4, measured, None, None, flags=flags_for)
     profile = Profile(steps=4, per_position=per_position(4, None, None, measured))
     profile.steps_advice = rows
     again = Profile.from_dict(profile.to_dict())
@@ -476,7 +494,7 @@ def test_a_slowdown_fix_names_the_steps_advice_setting():
     from eagle3dash.findings.measurement_rules import rule_slower_than_baseline
     from eagle3dash.profile import Recommendation
 
-    best = Recommendation(1, 1.2, 62.8, 4, 47.1, flags_for(1))
+    best = Recommendation(1, 1.2, 62.8, 4, 47.1, flags_for(1), 1, 0.33, 0.2, 0.46, True)
     e = Evidence(
         measured=bench([], tok_s=50.0),
         baseline=bench([], tok_s=100.0),
@@ -486,8 +504,29 @@ def test_a_slowdown_fix_names_the_steps_advice_setting():
     assert finding.fix == (
         "The accept length is not the cause; lower the batch or draft cost: "
         "--speculative-num-steps 1 --speculative-eagle-topk 1 --speculative-num-draft-tokens 2 "
-        "(the steps advice's fastest setting), and keep --cuda-graph-max-bs at least the request "
-        "concurrency."
+        "(the steps advice's recommendation) and --cuda-graph-max-bs 1 (the request "
+        "concurrency)."
+    )
+
+
+def test_a_slowdown_fix_never_asks_for_the_served_steps():
+    """The advice keeps the served 4 steps (1 step predicts +3%, within the noise): the fix names
+    no steps setting, never the 4 the server runs as "the fastest" (issue 36)."""
+    from eagle3dash.findings import Evidence
+    from eagle3dash.findings.measurement_rules import rule_slower_than_baseline
+    from eagle3dash.profile import Recommendation
+
+    keep = Recommendation(4, 1.6, 50.0, 4, 50.0, flags_for(4), 1, 0.03, -0.1, 0.16, False)
+    e = Evidence(
+        measured=bench([], tok_s=50.0),
+        baseline=bench([], tok_s=100.0),
+        profile=profile_with(recommended=keep),
+    )
+    (finding,) = rule_slower_than_baseline(e, [])
+    assert "--speculative-num-steps" not in finding.fix
+    assert finding.fix == (
+        "The accept length is not the cause; lower the batch or draft cost: --cuda-graph-max-bs "
+        "1 (the request concurrency)."
     )
 
 

@@ -100,6 +100,10 @@ def test_a_draft_trained_on_the_chat_template_is_caught_served_raw(diagnosed) ->
     finding = next(f for f in d["findings"] if f["id"] == "prompt-format-gap")
     assert finding["data"] == {"best": "chat-template", "worst": "raw"}
     assert "trained on another prompt format" in finding["title"]
+    # The benchmark sent raw prompts, the worse format: the gap is the run's root cause (issue 36),
+    # and no remedy asks for the training side the local target measured.
+    assert d["verdict"]["root_cause"]["id"] == "prompt-format-gap"
+    assert not any("measure the training side" in f["fix"] for f in d["findings"])
 
 
 def test_the_profile_file_and_its_csv(diagnosed) -> None:

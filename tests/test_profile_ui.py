@@ -156,6 +156,7 @@ def test_the_profile_csv_is_one_value_a_line_with_empty_nulls() -> None:
         'not_profiled,prompt_format,reason,"no chat template, so raw only"',
         "not_profiled,prompt_format,option,",
         "not_profiled,prompt_format,action,",
+        "not_profiled,prompt_format,error,",
     ]
 
 
@@ -275,10 +276,10 @@ def test_rows_on_fewer_prompts_than_the_benchmark_say_why() -> None:
     assert words.rows_prompts_note(stopped, None) is None  # no benchmark
 
 
-def test_the_steps_chart_marks_the_current_and_recommended_settings() -> None:
+def test_the_steps_chart_marks_its_one_recommendation() -> None:
     spec = ui.steps_chart(profile(**SAMPLE), "predicted tok/s").to_dict()
     assert spec["title"] == STEPS_TITLES[0]
-    rules, labels, line, points = spec["layer"]
+    rules, labels, line, points = spec["layer"]  # no noise stored: no error bars
     assert [(r["num_steps"], r["predicted tok/s"]) for r in rows_of(spec, line)] == [
         (1, 70.0),
         (2, 84.0),
@@ -299,21 +300,44 @@ def test_the_steps_chart_marks_the_current_and_recommended_settings() -> None:
         "domain": [FROM_HISTOGRAM, FROM_DRAFT],
         "range": [GREEN, ORANGE],
     }
-    assert [(r["setting"], r["num_steps"]) for r in rows_of(spec, rules)] == [
-        ("recommended", 2),
-        ("current", 3),
+    # One mark: the recommendation, naming the served setting it replaces.
+    assert [(r["num_steps"], r["label"]) for r in rows_of(spec, rules)] == [
+        (2, "recommended: 2 (served: 3)")
     ]
-    assert rules["encoding"]["strokeDash"]["scale"] == {
-        "domain": ["recommended", "current"],
-        "range": [[1, 0], [6, 3]],
-    }
     assert labels["encoding"]["text"]["field"] == "label"
     assert line["encoding"]["x"]["scale"]["domain"] == [0.5, 4.5]
-    # The server already runs the best setting: one mark says so.
+    # The server already runs the recommended setting: the one mark says so.
     assert ui.settings_frame(profile(**SMALL)).values.tolist() == [
-        ["current = recommended", 1, "current = recommended: 1"]
+        ["recommended", 1, "recommended: 1 (the served setting)"]
     ]
     assert ui.steps_chart(profile(steps_advice=[])) is None
+
+
+def test_the_steps_chart_draws_each_prediction_with_its_interval() -> None:
+    """The issue's chart: 1 step predicted fastest, the served 4 kept as the recommendation, and
+    error bars (± the measured per-request noise) showing the gap within it."""
+    rows = [
+        {
+            "num_steps": n,
+            "predicted_accept_length": 1.5,
+            "predicted_tok_s": t,
+            "source": "measured",
+            "tok_s_noise": t * 0.2,
+        }
+        for n, t in ((1, 65.0), (2, 60.0), (4, 50.0))
+    ]
+    keep = {**SAMPLE["recommended"], "num_steps": 4, "current_num_steps": 4, "changes": False}
+    spec = ui.steps_chart(
+        profile(**{**SAMPLE, "steps_advice": rows, "recommended": keep})
+    ).to_dict()
+    rules, labels, bars, line, points = spec["layer"]
+    assert [(r["num_steps"], r["low"], r["high"]) for r in rows_of(spec, bars)] == [
+        (1, pytest.approx(52.0), pytest.approx(78.0)),
+        (2, pytest.approx(48.0), pytest.approx(72.0)),
+        (4, pytest.approx(40.0), pytest.approx(60.0)),
+    ]
+    assert (bars["encoding"]["y"]["field"], bars["encoding"]["y2"]["field"]) == ("low", "high")
+    assert [r["label"] for r in rows_of(spec, rules)] == ["recommended: 4 (the served setting)"]
 
 
 def test_the_steps_advice_and_not_profiled_in_words() -> None:
@@ -333,7 +357,7 @@ def test_the_steps_advice_and_not_profiled_in_words() -> None:
         {"schema": 3, "training": {}, "serving": {}, "verdict": {"root_cause": root}, **OPTIONS}
     )
     assert words.recommendation_text(profile(**SAMPLE), broken) == (
-        "After fixing layout-mismatch the acceptance changes: measure again. Recommended: 2 draft "
+        "After fixing the root cause the acceptance changes: measure again. Recommended: 2 draft "
         "steps (predicted 84.0 tok/s, accept length 1.50, +5% (+1% to +9%)) instead of the "
         "current 3 (80.0 tok/s) — holds only while that finding stands."
     )
@@ -415,8 +439,13 @@ def test_the_run_page_shows_the_profile_after_the_charts(real_diagnosis, home) -
     titles = chart_titles(at)
     assert titles[-4:] == [PER_POSITION_TITLE, CATEGORY_TITLE, *STEPS_TITLES]
     assert titles.count(PER_POSITION_TITLE) == 1
-    assert "⚠️ Weakest category: novel, measured accept length 1.20" in texts(at, "markdown")
-    assert [c.value for c in at.code if c.language == "bash"] == [FLAGS]
+    assert ":material/warning: Weakest category: novel, measured accept length 1.20" in texts(
+        at, "markdown"
+    )
+    # the recommended flags as the whole command that serves the run's model (issue 36)
+    (command,) = [c.value for c in at.code if c.language == "bash"]
+    assert command.startswith("python -m sglang.launch_server --model-path ")
+    assert command.endswith(f" {FLAGS}")
     assert (
         f"Not profiled, prompt format: no local tokenizer with a chat template: fill in "
         f"'{TARGET_LABEL}' on New run (give a local copy of the target)"

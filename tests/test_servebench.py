@@ -9,14 +9,20 @@ from pathlib import Path
 
 import pytest
 
+from eagle3dash.engines.seam import GenerateResult, ServedRequests, ServerWideAcceptance
+from eagle3dash.engines.sglang.adapter import SGLangEngine
+from eagle3dash.engines.sglang.client import EndpointError
 from eagle3dash.servebench import (
     BUILTIN_PROMPT_SETS,
     PROMPT_CATEGORIES,
     PROMPTS_DIR,
+    BenchHow,
     Prompt,
     PromptFileError,
     RequestStat,
+    _measured,
     _summarize,
+    bench_pair,
     compare_to_baseline,
     join_benches,
     load_prompts,
@@ -25,8 +31,6 @@ from eagle3dash.servebench import (
     shares_at_least,
     sum_histograms,
 )
-from eagle3dash.sglang import EndpointError
-from eagle3dash.sglang_engine import SGLangEngine
 from tests.httpserver import Reply, Request, closed_port_url, serve
 
 WARMUP_VERIFY_CT = 1  # what the fake reports for warm-up requests: would skew Σ/Σ if counted
@@ -330,6 +334,73 @@ def test_two_waves_join_into_one_benchmark() -> None:
     assert joined.accept_length_per_request == [2.0, 4.0]
     assert joined.output_tok_s_aggregate == pytest.approx(16.0)  # 32 tokens / 2 s
     assert joined.temperature == 0.7
+
+
+def test_the_endpoint_and_its_baseline_alternate_in_waves() -> None:
+    """Each side's warmup before its first wave, then waves of 3 prompts in turn (the endpoint's
+    first), each side one benchmark of its waves: a load on the machine meets both alike."""
+    arrivals: list[tuple[str, str]] = []
+
+    def logged(name: str, fake: FakeGenerate):
+        def app(req: Request) -> Reply:
+            arrivals.append((name, req.json()["text"]))
+            return fake(req)
+
+        return app
+
+    calls: list[tuple[str, int, int]] = []
+    endpoint, plain = (
+        FakeGenerate(warmup=1, delay=0.0),
+        FakeGenerate(warmup=1, delay=0.0, spec=False),
+    )
+    with serve(logged("endpoint", endpoint)) as e, serve(logged("baseline", plain)) as b:
+        measured, answers, baseline = bench_pair(
+            SGLangEngine(e.url),
+            SGLangEngine(b.url),
+            PROMPTS[:7],
+            wave=3,
+            paired=lambda side, done, total: calls.append((side, done, total)),
+            concurrency=1,
+            max_new_tokens=16,
+            warmup=1,
+        )
+    waves = [
+        ("endpoint", ["p0", "p0", "p1", "p2"]),  # a warmup request, then the first wave
+        ("baseline", ["p0", "p0", "p1", "p2"]),
+        ("endpoint", ["p3", "p4", "p5"]),
+        ("baseline", ["p3", "p4", "p5"]),
+        ("endpoint", ["p6"]),
+        ("baseline", ["p6"]),
+    ]
+    assert arrivals == [(side, text) for side, texts in waves for text in texts]
+    assert [r.index for r in measured.requests] == list(range(7))
+    assert measured.num_requests == baseline.num_requests == 7 and measured.warmup == 1
+    assert measured.accept_length == pytest.approx(94 / 39)  # p0..p6: Σ completion / Σ verify
+    assert baseline.accept_length is None and baseline.completion_tokens == 94
+    assert [len(a.output_ids) for a in answers] == [16, 16, 12, 16, 8, 16, 10]
+    assert calls[-1] == ("baseline", 14, 14) and [c[1] for c in calls] == list(range(1, 15))
+    assert [c[0] for c in calls][:6] == ["endpoint"] * 3 + ["baseline"] * 3
+
+
+def answer(tokens: int) -> GenerateResult:
+    """An answer without per-request speculative statistics (vLLM with them off)."""
+    return GenerateResult(
+        [7] * tokens, "", 3, tokens, None, None, None, "length", None, None, None, None, {}, 0.5
+    )
+
+
+def test_waves_read_from_server_counters_join_by_their_rounds() -> None:
+    """Two waves whose acceptance only the server's counters tell: 20 tokens at 2.0 (10 rounds)
+    and 30 at 3.0 (10 rounds) are 50 tokens in 20 rounds, 2.5; their histograms add up."""
+    waves = [
+        ServedRequests([answer(20)], 1.0, lambda: ServerWideAcceptance(2.0, [1, 2])),
+        ServedRequests([answer(30)], 1.0, lambda: ServerWideAcceptance(3.0, [3])),
+    ]
+    result = _measured("http://x", waves, BenchHow(concurrency=1, warmup=0))
+    assert result.accept_length == pytest.approx(2.5)
+    assert result.correct_drafts_histogram == [4, 2]
+    assert result.acceptance_source == "metrics-delta"
+    assert result.output_tok_s_aggregate == pytest.approx(25.0)  # 50 tokens in 2 s
 
 
 def test_percentile_interpolates_like_numpy() -> None:

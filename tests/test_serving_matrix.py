@@ -102,8 +102,8 @@ def test_words_group_releases_and_never_show_a_green_light():
     assert engines == [
         "SGLang 0.5.4 to 0.5.10",
         "SGLang 0.5.11 to 0.5.23",
-        "vLLM 0.33.0, V1 runner",
-        "vLLM 0.33.0, V2 runner (the default)",
+        "vLLM 0.32.0 to 0.33.0, V1 runner",
+        "vLLM 0.32.0 to 0.34.0, V2 runner (the default)",
     ]
     frame = matrix_frame(m)
     assert all("(predicted)" in v for v in frame["Against training"])
@@ -135,7 +135,7 @@ def test_cli_matrix(tiny_draft):
     assert d["dual_key"]["top_level_ids"] == [2, 12, 22]
     text = run_cli("matrix", "--draft", str(tiny_draft), "--target-layers", "24")
     assert text.returncode == 0, text.stderr
-    assert "vLLM 0.33.0, V2 runner (the default): 2,12,21" in text.stdout
+    assert "vLLM 0.32.0 to 0.34.0, V2 runner (the default): 2,12,21" in text.stdout
     assert '"eagle_aux_hidden_state_layer_ids": [2, 12, 22]' in text.stdout
 
 
@@ -155,9 +155,8 @@ def test_checkpoints_page_shows_the_matrix(home, tiny_draft):
     at.number_input(key=f"matrix_{checkpoint_id}_layers").set_value(24).run()
     no_exception(at)
     frame = frame_with(at, "Against training").set_index("Engine")
-    assert frame.loc["vLLM 0.33.0, V2 runner (the default)", "Taps fed to the slots"].startswith(
-        "2,12,21"
-    )
+    v2 = frame.loc["vLLM 0.32.0 to 0.34.0, V2 runner (the default)", "Taps fed to the slots"]
+    assert v2.startswith("2,12,21")
     assert frame.loc["SGLang 0.5.11 to 0.5.23", "Against training"] == "as trained (predicted)"
     assert '"eagle_aux_hidden_state_layer_ids": [2, 12, 22]' in texts(at, "code")
     at.text_input(key=f"matrix_{checkpoint_id}_taps").set_value("2,x").run()

@@ -13,7 +13,11 @@ def test_each_level_has_its_rank_colour_and_icon() -> None:
     assert [s.value for s in Severity] == ["critical", "warning", "info"]  # as stored
     assert [s.rank for s in Severity] == [3, 2, 1]
     assert [s.color for s in Severity] == ["red", "orange", "blue"]
-    assert [s.icon for s in Severity] == ["🛑", "⚠️", "ℹ️"]
+    assert [s.icon for s in Severity] == [
+        ":material/error:",
+        ":material/warning:",
+        ":material/info:",
+    ]
 
 
 def test_stored_text_reads_back_and_other_text_ranks_lowest() -> None:
@@ -23,7 +27,8 @@ def test_stored_text_reads_back_and_other_text_ranks_lowest() -> None:
     assert severity_rank("critical") > severity_rank("warning") > severity_rank("info")
     assert severity_rank("info") > severity_rank("no such level") == -1
     assert severity_color("warning") == "orange" and severity_color("bogus") == "gray"
-    assert severity_label("info") == "ℹ️ info" and severity_label("odd") == "• odd"
+    assert severity_label("info") == ":material/info: info"
+    assert severity_label("odd") == ":material/circle: odd"
     assert severity_label(None) == ""
 
 

@@ -15,10 +15,10 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from eagle3dash import sglang
+from eagle3dash.engines.sglang import client as sglang
+from eagle3dash.engines.sglang.client import EndpointError, SGLangClient, normalize_url
 from eagle3dash.errors import InputError
 from eagle3dash.http_client import server_key
-from eagle3dash.sglang import EndpointError, SGLangClient, normalize_url
 from tests.httpserver import Reply, Request, Served, closed_port_url, serve
 from tests.sglangkit import (
     HIDDEN_STATES_MESSAGE_0_5_20,

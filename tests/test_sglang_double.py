@@ -19,12 +19,13 @@ import torch
 from transformers import LlamaForCausalLM
 
 from eagle3dash import checkpoint
+from eagle3dash.engines.sglang.adapter import SGLangEngine
+from eagle3dash.engines.sglang.client import SGLangClient
+from eagle3dash.engines.sglang.rules import serving_layout
 from eagle3dash.layout import Tap
 from eagle3dash.servebench import Prompt, run_bench
-from eagle3dash.sglang import SGLangClient
-from eagle3dash.sglang_engine import SGLangEngine
-from eagle3dash.sglang_rules import serving_layout
 from eagle3dash.spec import DraftSpec
+from eagle3dash.testing import sglang_double_engine as double_engine
 from eagle3dash.testing.sglang_double import main, start_double
 from eagle3dash.testing.sglang_double_engine import (
     HIDDEN_STATES_ABOVE_LAST,
@@ -32,6 +33,7 @@ from eagle3dash.testing.sglang_double_engine import (
     TEMPLATE_PATH,
     TOPK1_WARNING,
     DoubleConfig,
+    DoubleEngine,
     DoubleStartError,
 )
 from eagle3dash.testing.tensors import random_tensors
@@ -231,6 +233,64 @@ def test_plain_greedy_without_speculation_and_stop_tokens(models):
             },
         ).json()
         assert chat["object"] == "chat.completion" and chat["usage"]["completion_tokens"] == 4
+
+
+def fed_lengths(engine: DoubleEngine, prompt: list[int], n: int) -> tuple[list[int], list[int]]:
+    """(the output, the number of tokens each target forward of one greedy request was fed)."""
+    fed: list[int] = []
+
+    def count(_module, args, kwargs) -> None:
+        fed.append(int(kwargs["input_ids"].shape[-1]))
+
+    hook = engine.model.register_forward_pre_hook(count, with_kwargs=True)
+    try:
+        result = engine.generate(prompt, n, set(), want_hidden=False)
+    finally:
+        hook.remove()
+    return result.output_ids, fed
+
+
+def test_every_path_decodes_on_a_kv_cache(models):
+    """A decode forward is fed only its new tokens (one without a draft, seq[-1] and the drafts
+    with one), as a server decodes, so the plain path's compute stays inside its floor as the
+    speculative path's does; the tokens stay transformers' greedy ones."""
+    hf, prompt, n = models["hf"], PROMPTS[1], 12
+    plain = DoubleEngine(DoubleConfig(models["target"]))
+    output, fed = fed_lengths(plain, prompt, n)
+    assert output == greedy(hf, prompt, n)
+    assert fed == [len(prompt)] + [1] * (n - 1)  # the prefill gives the first token
+    speculative = DoubleEngine(DoubleConfig(models["target"], models["draft"], "EAGLE3"))
+    output, fed = fed_lengths(speculative, prompt, n)
+    assert output == greedy(hf, prompt, n)
+    assert fed[0] == len(prompt) and set(fed[1:]) == {1 + 3}  # seq[-1] and 3 drafts a round
+
+
+class FakeClock:
+    """time.perf_counter and time.sleep on a clock that moves only when told."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.slept: list[float] = []
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+def test_a_forward_that_overran_is_made_up_by_the_next(monkeypatch):
+    """A request pays the sum of its forwards' floors: 25 ms of compute in a 10 ms forward,
+    then two forwards of 2 ms, take 30 ms in all (a per-forward deadline: 25 + 10 + 10)."""
+    clock = FakeClock()
+    monkeypatch.setattr(double_engine, "time", clock)
+    pace = double_engine._Pace(clock.perf_counter())
+    for compute in (0.025, 0.002, 0.002):
+        with pace.costs(0.010):
+            clock.now += compute
+    assert clock.now == pytest.approx(0.030)
+    assert clock.slept == [pytest.approx(0.001)]
 
 
 def constant_draft(models, token: int) -> Path:

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from eagle3dash.layout import Tap
-from eagle3dash.sglang_rules import (
+from eagle3dash.engines.sglang.rules import (
     EAGLE3_CAPTURE_ARCHS,
     NO_EAGLE3_CAPTURE_ARCHS,
     capture_layout,
@@ -17,6 +16,7 @@ from eagle3dash.sglang_rules import (
     lookup_arch,
     serving_layout,
 )
+from eagle3dash.layout import Tap
 from tests.specs import tiny_spec
 
 
@@ -138,9 +138,11 @@ def test_gemma_captures_the_last_block(arch: str) -> None:
 
 def test_llama_still_never_captures_the_last_block() -> None:
     r = serving_layout(nested(1, 12, 25), 26, "0.5.23", "LlamaForCausalLM")
+    # two states reach an fc of three: the first request fails too (models/llama_eagle3.py)
     assert r.error == (
         "index 26 is the last block's output, which SGLang 0.5.23 never captures for "
-        "llama-family targets"
+        "llama-family targets; SGLang captures 2 states but the draft's fc takes 3: shape "
+        "mismatch at fc"
     )
     assert config_ids_for(taps(2, 13, 26), NO_IDS, 26, "0.5.23", "LlamaForCausalLM") is None
 
@@ -166,7 +168,8 @@ def test_minimax_m3_captures_the_last_block_from_0_5_23() -> None:
     old = serving_layout(nested(1, 30, 61), 62, "0.5.22", arch)
     assert old.error == (
         "index 62 is the last block's output, which SGLang 0.5.22 never captures for "
-        "minimax-m3-family targets"
+        "minimax-m3-family targets; SGLang captures 2 states but the draft's fc takes 3: shape "
+        "mismatch at fc"
     )
     fix = find_fix(taps(2, 31, 62), NO_IDS, 62, (0, 5, 22), arch)
     assert fix.ids is None
@@ -204,7 +207,8 @@ def test_minimax_m3_vl_has_no_eagle3_before_0_5_20() -> None:
 # --- the one fix search: ids for this server, else the newest release, else none --------------
 # Expected ids are hand-derived from the rules cited in sglang_rules.py: Llama adds 1 to every id
 # (models/llama.py); DeepSeek adds 1 up to 0.5.12 and, from 0.5.13 (PR #25454), only when the
-# first id is 1; gpt-oss captures the last block's output (index N) from 0.5.20 (PR #32334).
+# first id is 1; gpt-oss captures the last block's output (index N) from 0.5.17 (PR #32334: in the
+# 0.5.17 wheel's gpt_oss.py, not in 0.5.16's).
 
 
 def test_fix_search_llama_ids_on_this_server() -> None:
@@ -227,17 +231,17 @@ def test_fix_search_deepseek_state_after_block_1_leads_only_before_0_5_13() -> N
     )
 
 
-def test_fix_search_gpt_oss_last_block_from_0_5_20() -> None:
+def test_fix_search_gpt_oss_last_block_from_0_5_17() -> None:
     arch = "GptOssForCausalLM"
-    on_19 = find_fix(taps(2, 12, 24), NO_IDS, 24, (0, 5, 19), arch)
-    assert on_19.ids is None
-    assert on_19.why_not == (
-        "SGLang 0.5.19 does not capture the last block's output for gpt-oss-family targets "
-        "(from 0.5.20)"
+    on_16 = find_fix(taps(2, 12, 24), NO_IDS, 24, (0, 5, 16), arch)
+    assert on_16.ids is None
+    assert on_16.why_not == (
+        "SGLang 0.5.16 does not capture the last block's output for gpt-oss-family targets "
+        "(from 0.5.17)"
     )
-    assert (on_19.release, on_19.release_ids) == ("0.5.23", [1, 11, 23])
-    assert on_19.releases == ["0.5.20", "0.5.21", "0.5.22", "0.5.23"]
-    assert find_fix(taps(2, 12, 24), NO_IDS, 24, (0, 5, 20), arch).ids == [1, 11, 23]
+    assert (on_16.release, on_16.release_ids) == ("0.5.23", [1, 11, 23])
+    assert on_16.releases == ["0.5.20", "0.5.21", "0.5.22", "0.5.23"]  # the releases listed
+    assert find_fix(taps(2, 12, 24), NO_IDS, 24, (0, 5, 17), arch).ids == [1, 11, 23]
 
 
 def test_fix_search_no_release_feeds_a_post_norm_tap() -> None:

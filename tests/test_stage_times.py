@@ -79,6 +79,34 @@ def test_timings_add_each_stages_wall_time(monkeypatch) -> None:
     assert bar.timings == {"benchmark": 1.75, "baseline": 2.5}
 
 
+def test_interleaved_benchmarks_time_each_side_on_one_bar(monkeypatch) -> None:
+    """The endpoint's and the baseline's waves alternate: each side's clock runs during its own
+    waves, and the bar crosses both stages' spans by the requests done, never moving back."""
+    # Stages starts at 99.0; each switch reads the clock twice (the one ending, the one starting)
+    clock = iter([99.0, 100.0, 101.0, 101.0, 103.0, 103.0, 104.0, 104.0, 106.5])
+    monkeypatch.setattr(stages.time, "perf_counter", lambda: next(clock))
+    seen: list[tuple[float, str]] = []
+    bar = Stages(
+        (INSPECT, BENCHMARK, BASELINE),
+        lambda f, m: seen.append((f, m)),
+        {"inspect": 2, "benchmark": 4, "baseline": 4},
+    )
+    step = bar.together((BENCHMARK, BASELINE), "pair")
+    step(BENCHMARK, 1, 4)  # the endpoint's first wave from 100.0
+    step(BASELINE, 2, 4)  # the baseline's from 101.0
+    step(BENCHMARK, 3, 4)  # the endpoint again from 103.0
+    step(BASELINE, 4, 4)  # the baseline again from 104.0
+    bar.close()  # at 106.5
+    assert bar.timings == {"benchmark": 2.0, "baseline": 4.5}
+    assert [f for f, _ in seen] == pytest.approx([0.4, 0.6, 0.8, 1.0])  # 0.2 + 0.8 * done/4
+    assert [m for _, m in seen] == [
+        "stage 2/3: pair (1/4 requests)",
+        "stage 3/3: pair (2/4 requests)",
+        "stage 2/3: pair (3/4 requests)",
+        "stage 3/3: pair (4/4 requests)",
+    ]
+
+
 def test_earlier_runs_teach_the_cost_of_a_unit() -> None:
     # Two earlier runs benchmarked 16 prompts x 64 tokens (the defaults) and 8 x 64, each after
     # one warmup request of 64 tokens: 21.76 s over 1088 tokens and 5.76 s over 576 are 0.02 and

