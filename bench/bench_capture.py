@@ -122,9 +122,10 @@ CAPTURE = (
     + """
 import sys, tempfile, time
 sys.path.insert(0, {root!r})
-from eagle3dash.capture import capture_from_sglang, save_capture
+from eagle3dash.capture import save_capture
+from eagle3dash.engines.sglang.capture import capture_from_sglang
 from eagle3dash.layout import Tap
-from eagle3dash.sglang import SGLangClient
+from eagle3dash.engines.sglang.client import SGLangClient
 rss_imports = peak_mb()
 client = SGLangClient({url!r}, timeout=600)
 t0 = time.perf_counter()

@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from eagle3dash import store as db  # noqa: E402
 
-APP = str(ROOT / "app.py")
+APP = str(ROOT / "eagle3dash" / "dashboard" / "app.py")
 SIZES = (100, 10_000)
 STATUSES = ("succeeded", "succeeded", "succeeded", "failed", "running", "queued", "cancelled")
 FINDINGS = (

@@ -10,9 +10,15 @@ again --hog-repeats times while a CPU hog (one busy process per core, stopped af
 after --hog-limit seconds) loads the machine. Prints the load average before each part.
 
 `--pairing` measures only the two benchmarks a diagnosis sends (the endpoint's and the
-baseline's, the seeded run's prompts), alternately one after the other (as a diagnosis sends
-them) and at the same time (a way not taken: see README "The time budget"), --repeats times
-each: the speedup's spread and the wall time of each way, side by side in one run.
+baseline's, the seeded run's prompts), three ways in turn: in alternating waves (as a diagnosis
+sends them, `servebench.bench_pair`), one after the other, and at the same time, --repeats times
+each: the speedup's spread and the wall time of each way, side by side in one run (`--hog`:
+beside the CPU hog).
+
+`--ceilings` runs the seeded demo's three deployments (mismatched, correct, fixed) with their
+seeded options beside the CPU hog, --hog-repeats times each, and prints each speedup with its
+noise beside the speedup the doubles' modelled cost allows at its accept length
+(`modelled_cost.py`); it exits 1 when one lies above it beyond its noise.
 
 The doubles' tok/s are a modelled cost, a floor per forward with the tiny models' compute inside
 it (eagle3dash/testing/sglang_double_engine.py), so they repeat while that compute fits in the
@@ -59,13 +65,13 @@ def speedups(options, repeats: int) -> list[float]:
 
 
 def pairing(options, repeats: int) -> None:
-    """The endpoint's and the baseline's benchmarks one after the other vs at the same time,
-    alternately: each way's speedups, their spread, and its median wall time."""
+    """The endpoint's and the baseline's benchmarks in alternating waves, one after the other,
+    and at the same time, in turn: each way's speedups, their spread, and its median wall time."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from eagle3dash.diagnosis.stages import BENCH_WARMUP
-    from eagle3dash.endpoints import open_engine
-    from eagle3dash.servebench import BENCH_TIMEOUT, load_prompts, run_bench
+    from eagle3dash.diagnosis.stages import BENCH_WARMUP, PAIR_WAVE_BATCHES
+    from eagle3dash.engines.endpoints import open_engine
+    from eagle3dash.servebench import BENCH_TIMEOUT, bench_pair, load_prompts, run_bench
 
     prompts = load_prompts(options.prompts)[: options.num_prompts]
     how = {"concurrency": options.concurrency, "max_new_tokens": options.max_new_tokens}
@@ -77,8 +83,16 @@ def pairing(options, repeats: int) -> None:
         engine = open_engine(options.baseline, BENCH_TIMEOUT)
         return run_bench(engine, prompts, warmup=BENCH_WARMUP, **how)
 
+    def waves():
+        mine = open_engine(options.endpoint, BENCH_TIMEOUT)
+        theirs = open_engine(options.baseline, BENCH_TIMEOUT)
+        wave = PAIR_WAVE_BATCHES * options.concurrency
+        measured, _, base = bench_pair(mine, theirs, prompts, wave=wave, warmup=BENCH_WARMUP, **how)
+        return measured, base
+
     endpoint()  # warm, as the serving capture leaves it
-    ways: dict[str, tuple[list[float], list[float]]] = {"one after the other": ([], [])}
+    ways: dict[str, tuple[list[float], list[float]]] = {"in alternating waves": ([], [])}
+    ways["one after the other"] = ([], [])
     ways["at the same time"] = ([], [])
     for _ in range(repeats):
         for way, (ratios, seconds) in ways.items():
@@ -87,6 +101,8 @@ def pairing(options, repeats: int) -> None:
                 with ThreadPoolExecutor(1) as pool:
                     beside = pool.submit(baseline)
                     mine, theirs = endpoint(), beside.result()
+            elif way == "in alternating waves":
+                mine, theirs = waves()
             else:
                 mine, theirs = endpoint(), baseline()
             seconds.append(time.perf_counter() - start)
@@ -94,6 +110,59 @@ def pairing(options, repeats: int) -> None:
             print(f"    {way}: {ratios[-1]:.3f}x ({seconds[-1]:.1f} s)", flush=True)
     for way, (ratios, seconds) in ways.items():
         report(f"{way}, median {statistics.median(seconds):.1f} s", ratios)
+
+
+def ceilings(repeats: int) -> bool:
+    """The seeded deployments' speedups (with their noise) against the speedup the doubles'
+    modelled cost allows at each run's accept length; whether every one lies within it."""
+    from eagle3dash.demo import DEPLOYMENT_NAMES
+    from eagle3dash.modelled_cost import ModelledCost
+
+    within = True
+    home = Path(tempfile.mkdtemp(prefix="ceilings-"))
+    for name in DEPLOYMENT_NAMES:
+        demo = start_demo(name, home)
+        try:
+            options = dataclasses.replace(demo.options(), profile=False)  # not the speedup's
+            for _ in range(repeats):
+                d = run_diagnosis(options)
+                speedup = d.speedup or {}
+                ratio, noise = speedup["speedup"], speedup["speedup_noise"] or 0.0
+                accept = d.measured.accept_length if d.measured else None
+                cost = ModelledCost.read(d.server.server_info)
+                assert cost is not None and accept is not None
+                ceiling = cost.speedup_ceiling(accept, d.steps)
+                ok = ratio - noise <= ceiling
+                within = within and ok
+                print(
+                    f"  {name:10} speedup {ratio:.2f}x ±{noise:.2f}, accept length {accept:.2f}, "
+                    f"modelled ceiling {ceiling:.2f}x: {'within' if ok else 'ABOVE'} "
+                    f"({d.timings['total']:.0f} s)",
+                    flush=True,
+                )
+        finally:
+            demo.stop()
+    return within
+
+
+def hogging(limit: float) -> list[multiprocessing.Process]:
+    """One busy process per core, started, each stopping by itself after `limit` seconds."""
+    hogs = [
+        multiprocessing.Process(target=_spin, args=(time.monotonic() + limit,))
+        for _ in range(os.cpu_count() or 2)
+    ]
+    for hog in hogs:
+        hog.start()
+    time.sleep(2.0)
+    print(f"with {len(hogs)} busy processes: load average {os.getloadavg()}", flush=True)
+    return hogs
+
+
+def stop(hogs: list[multiprocessing.Process]) -> None:
+    """Stop the busy processes."""
+    for hog in hogs:
+        hog.terminate()
+        hog.join()
 
 
 def report(name: str, values: list[float], story_slower: bool = True) -> bool:
@@ -116,32 +185,37 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hog-repeats", type=int, default=3)
     parser.add_argument("--hog-limit", type=float, default=600.0, help="seconds, at most")
     parser.add_argument("--pairing", action="store_true", help="only the two benchmarks")
+    parser.add_argument("--hog", action="store_true", help="--pairing beside the CPU hog")
+    parser.add_argument(
+        "--ceilings", action="store_true", help="the seeded runs against their modelled ceilings"
+    )
     parser.add_argument("--deployment", choices=DEMO_NAMES, default="mismatched")
     args = parser.parse_args(argv)
+    if args.ceilings:
+        hogs = hogging(args.hog_limit)
+        try:
+            return 0 if ceilings(args.hog_repeats) else 1
+        finally:
+            stop(hogs)
     demo = start_demo(args.deployment, Path(tempfile.mkdtemp(prefix="steadiness-")))
     try:
         options = dataclasses.replace(demo.options(), profile=False)
         if args.pairing:
-            print(f"load average {os.getloadavg()}", flush=True)
-            pairing(options, args.repeats)
-            print(f"load average {os.getloadavg()}", flush=True)
+            hogs = hogging(args.hog_limit) if args.hog else []
+            try:
+                print(f"load average {os.getloadavg()}", flush=True)
+                pairing(options, args.repeats)
+                print(f"load average {os.getloadavg()}", flush=True)
+            finally:
+                stop(hogs)
             return 0
         print(f"quiet part: load average {os.getloadavg()}", flush=True)
         quiet = speedups(options, args.repeats)
-        hogs = [
-            multiprocessing.Process(target=_spin, args=(time.monotonic() + args.hog_limit,))
-            for _ in range(os.cpu_count() or 2)
-        ]
-        for hog in hogs:
-            hog.start()
+        hogs = hogging(args.hog_limit)
         try:
-            time.sleep(2.0)
-            print(f"with {len(hogs)} busy processes: load average {os.getloadavg()}", flush=True)
             hogged = speedups(options, args.hog_repeats)
         finally:
-            for hog in hogs:
-                hog.terminate()
-                hog.join()
+            stop(hogs)
     finally:
         demo.stop()
     slower = args.deployment in SLOWER

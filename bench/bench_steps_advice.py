@@ -25,8 +25,8 @@ sys.path.insert(0, str(ROOT))
 from eagle3dash.demo import DELAY_S, DRAFT_STEP_S, deployments  # noqa: E402
 from eagle3dash.demo.serve import demo_options, serve_baseline  # noqa: E402
 from eagle3dash.diagnosis.stages import run_diagnosis  # noqa: E402
+from eagle3dash.engines.sglang.adapter import SGLangEngine  # noqa: E402
 from eagle3dash.servebench import load_prompts, run_bench  # noqa: E402
-from eagle3dash.sglang_engine import SGLangEngine  # noqa: E402
 from eagle3dash.testing.sglang_double import start_double  # noqa: E402
 
 TOLERANCE = 0.15

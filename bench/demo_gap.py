@@ -21,17 +21,21 @@ sys.path.insert(0, str(ROOT))
 
 from eagle3dash.demo import FIXTURES  # noqa: E402
 from eagle3dash.demo.seed import MAX_NEW_TOKENS, NUM_PROMPTS, seed  # noqa: E402
+from eagle3dash.diagnosis.stored import StoredDiagnosis  # noqa: E402
 
 
-def checks(runs: dict[str, dict], seed_s: float, build_s: float) -> list[tuple[str, str, bool]]:
+def checks(
+    runs: dict[str, StoredDiagnosis], seed_s: float, build_s: float
+) -> list[tuple[str, str, bool]]:
     """(target, measured, met) for each target of the demo issue."""
     mis, cor = runs["mismatched"], runs["correct"]
-    top1_gap = mis["training"]["top1"] - mis["serving"]["top1"]
-    sim_gap = mis["training"]["sim_accept_length"] - mis["serving"]["sim_accept_length"]
-    mis_err = abs(mis["measured"]["accept_length"] - mis["serving"]["sim_accept_length"])
-    cor_err = abs(cor["measured"]["accept_length"] - cor["training"]["sim_accept_length"])
-    first = mis["findings"][0]["id"] if mis["findings"] else "none"
-    correct_ids = [f["id"] for f in cor["findings"]]
+    assert mis.measured is not None and cor.measured is not None  # seeded with a baseline
+    top1_gap = (mis.training.top1 or 0.0) - (mis.serving.top1 or 0.0)
+    sim_gap = (mis.training.sim_accept_length or 0.0) - (mis.serving.sim_accept_length or 0.0)
+    mis_err = abs((mis.measured.accept_length or 0.0) - (mis.serving.sim_accept_length or 0.0))
+    cor_err = abs((cor.measured.accept_length or 0.0) - (cor.training.sim_accept_length or 0.0))
+    first = mis.findings[0].id if mis.findings else "none"
+    correct_ids = [f.id for f in cor.findings]
     return [
         ("mismatched: top-1 gap >= 15 points", f"{top1_gap * 100:.1f} points", top1_gap >= 0.15),
         ("mismatched: simulated accept gap >= 0.5", f"{sim_gap:.2f}", sim_gap >= 0.5),
@@ -77,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         json.dump(
             {
                 "runs": {
-                    name: {k: d[k] for k in ("training", "serving", "measured", "speedup")}
+                    name: {k: d.document[k] for k in ("training", "serving", "measured", "speedup")}
                     for name, d in runs.items()
                 },
                 "checks": [{"target": t, "value": v, "met": m} for t, v, m in results],
@@ -93,13 +97,15 @@ def main(argv: list[str] | None = None) -> int:
         header = f"{'deployment':<11}{'top-1 train/serve':>20}{'sim accept train/serve':>25}"
         print(header + f"{'measured':>10}{'tok/s':>8}{'baseline':>10}{'speedup':>9}  first finding")
         for name, d in runs.items():
-            t, s, m, sp = d["training"], d["serving"], d["measured"], d["speedup"] or {}
+            t, s, m, sp = d.training, d.serving, d.measured, d.speedup
+            assert m is not None and sp is not None  # seeded with a baseline
+            noise = f" ±{sp.speedup_noise:.2f}" if sp.speedup_noise is not None else ""
             print(
-                f"{name:<11}{t['top1']:>11.1%} / {s['top1']:<6.1%}"
-                f"{t['sim_accept_length']:>16.2f} / {s['sim_accept_length']:<6.2f}"
-                f"{m['accept_length']:>10.2f}{m['output_tok_s_aggregate']:>8.1f}"
-                f"{sp.get('baseline_output_tok_s', 0):>10.1f}{sp.get('speedup', 0):>8.2f}x"
-                f"  {d['findings'][0]['id'] if d['findings'] else '-'}"
+                f"{name:<11}{t.top1 or 0:>11.1%} / {s.top1 or 0:<6.1%}"
+                f"{t.sim_accept_length or 0:>16.2f} / {s.sim_accept_length or 0:<6.2f}"
+                f"{m.accept_length or 0:>10.2f}{m.output_tok_s_aggregate:>8.1f}"
+                f"{sp.baseline_output_tok_s or 0:>10.1f}{sp.speedup or 0:>8.2f}x{noise}"
+                f"  {d.findings[0].id if d.findings else '-'}"
             )
         print()
         for target, value, met in results:
