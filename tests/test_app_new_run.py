@@ -71,6 +71,7 @@ def test_try_it_on_the_demo_fills_the_form_and_reaches_the_mismatch(home, demo_s
     numbers = {k: at.number_input(key=k).value for k in ("opt_num_prompts", "opt_concurrency")}
     assert numbers == {"opt_num_prompts": 8, "opt_concurrency": 1}
     shown = texts(at)
+    assert "The form was still being filled in" not in shown  # Run was not pressed
     assert "16 prompts in " + str(FIXTURES / "prompts.jsonl") in shown
     assert (
         f"The demo runs on this machine: endpoint {demo.endpoint.url} (mismatched: draft A" in shown
@@ -111,6 +112,27 @@ def test_try_it_on_the_demo_fills_the_form_and_reaches_the_mismatch(home, demo_s
     assert diagnosis["findings"][0]["id"] == "layout-mismatch"
     assert "[-1, 0, 1]" in diagnosis["findings"][0]["fix"]
     assert diagnosis["speedup"]["speedup"] < 1.0  # slower than no speculation, as in the incident
+
+
+def test_run_pressed_with_try_it_in_one_rerun_submits_nothing(home, demo_stopped_after):
+    """Streamlit folds a Run click that reaches the server before the "Try it" click's run has
+    started into that run: both triggers are set, beside the widgets' old, empty values. Nothing
+    is submitted, and the form stays filled, with a line saying why. (Seen in Chromium on a
+    loaded machine: the two clicks in one run submitted run 4 at once.)"""
+    at = app("new_run")
+    at.button(key="demo_try").click()
+    at.button(key="submit").click().run()
+    no_exception(at)
+    assert db.list_runs(home) == []
+    assert "The form was still being filled in when you clicked, so nothing was submitted" in texts(
+        at
+    )
+    assert at.text_input(key="ckpt_path").value == str(FIXTURES / "draft-a")
+    at.button(key="submit").click().run()  # now, what the form shows
+    no_exception(at)
+    (run,) = db.list_runs(home)
+    assert run["checkpoint_name"] == "draft-a"
+    assert "The form was still being filled in" not in texts(at)
 
 
 def test_try_it_on_the_demo_serves_the_deployment_picked(home, demo_stopped_after):

@@ -40,10 +40,9 @@ STEPS_FROM_SERVER = "_steps_from_server"  # the steps value last taken from a pr
 DEMO_ON = "_demo_urls"  # (endpoint, baseline, deployment) of the demo this session started
 REAL_ON = "_real_vllm"  # (endpoint, baseline, RealVLLMFacts JSON) of the real vLLM filled in
 # What a "Try it" button is filling in ({"options": DiagnoseOptions, "shown": {DEMO_ON: ...}}),
-# kept until the whole form has been drawn with it; and whether this run drew it again after a
-# click had cut the filling run short.
+# kept until the whole form has been drawn with it; and whether this run filled the form.
 FILLING = "_form_filling"
-REFILLED = "_form_refilled"
+FILLED_NOW = "_form_filled_now"
 
 DOUBLE_WORDS = (
     f"the SGLang API double, a test and demo double that answers like SGLang {SGLANG_VERSION} "
@@ -202,7 +201,7 @@ def _filling() -> dict[str, Any]:
 
 def _fill_in(box: dict[str, Any]) -> None:
     """Put a started demo's options into New run's widgets (before they are drawn in this run)
-    and its banner's state into the session."""
+    and its banner's state into the session, noting that this run filled the form."""
     options: DiagnoseOptions = box["options"]
     for key, value in box["shown"].items():
         if value is None:
@@ -223,6 +222,7 @@ def _fill_in(box: dict[str, Any]) -> None:
             "opt_concurrency": options.concurrency,
             "opt_steps": options.steps,
             STEPS_FROM_SERVER: options.steps,
+            FILLED_NOW: True,
         }
     )
 
@@ -278,18 +278,18 @@ def refill_cut_short() -> None:
     box = st.session_state.get(FILLING)
     if box and "shown" in box:
         _fill_in(box)
-        st.session_state[REFILLED] = True
 
 
-def demo_banner(slot: Any) -> bool:
+def demo_banner(slot: Any, submitted: bool) -> bool:
     """Say in `slot` which demo deployment serves the filled-in form. Called once the whole form
     and its Run button are drawn: a banner shown earlier invited a click on widgets the browser
     had not redrawn yet, which sent their old, empty values with it (seen in Chromium: a demo run
-    without its baseline and target). True when this run drew again a fill that a click had cut
-    short: that click's values were the old ones, and New run does not submit them."""
+    without its baseline and target). True when this run filled the form: a Run click in it
+    carried the values the browser showed before (a click that cut a fill short, or one that
+    Streamlit folded into the "Try it" click's run), and New run does not submit them."""
     st.session_state.pop(FILLING, None)  # the whole form is drawn with it
-    refilled = bool(st.session_state.pop(REFILLED, False))
-    if refilled:
+    filled_now = bool(st.session_state.pop(FILLED_NOW, False))
+    if filled_now and submitted:
         slot = slot.container()
         slot.warning(
             "The form was still being filled in when you clicked, so nothing was submitted: "
@@ -297,7 +297,7 @@ def demo_banner(slot: Any) -> bool:
             icon=icons.NOTE,
         )
     _say_what_serves_the_form(slot)
-    return refilled
+    return filled_now
 
 
 def _say_what_serves_the_form(slot: Any) -> None:

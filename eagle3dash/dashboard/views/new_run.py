@@ -129,8 +129,8 @@ with st.expander("Options", expanded=False):
 
 # Submit.
 submit = st.button("Run the diagnosis", type="primary", key="submit")
-refilled = newrun.demo_banner(demo_slot)  # a click that cut a fill short: its values are old
-if submit and not refilled:
+filled_now = newrun.demo_banner(demo_slot, submit)  # a click in a filling run: old values
+if submit and not filled_now:
     try:
         if endpoint.strip() and probe is None:
             raise InputError("the endpoint did not answer a probe; fix the URL or the server first")
