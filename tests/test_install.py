@@ -262,3 +262,13 @@ def test_the_apps_data_roots_and_home_reach_its_children(tmp_path, monkeypatch) 
     env = environment(AppSettings(home=str(tmp_path / "h"), data_roots=(str(tmp_path / "d"),)))
     assert env["EAGLE3DASH_HOME"] == str(tmp_path / "h")
     assert env["EAGLE3DASH_DATA_ROOTS"] == f"/srv/models:{tmp_path / 'd'}"
+
+
+def test_the_checkouts_top_level_dashboard_files_are_links_into_the_package() -> None:
+    """app.py, views/, serve.py and .streamlit/ at the top of a checkout are the packaged
+    dashboard's own: a move inside the package that leaves one dangling fails here."""
+    dashboard = ROOT / "eagle3dash" / "dashboard"
+    for name in ("app.py", "views", "serve.py", ".streamlit"):
+        link = ROOT / name
+        assert link.is_symlink(), name
+        assert link.resolve() == dashboard.resolve() / name, name

@@ -1,0 +1,1 @@
+eagle3dash/dashboard/app.py
