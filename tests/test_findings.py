@@ -706,6 +706,30 @@ def test_llama_off_by_one_fix_ids() -> None:
     assert f.data["config_ids"] == [1, 15, 28]
 
 
+def test_d2t_missing_names_the_engine_that_serves() -> None:
+    # Both engines read draft id i as target id i without a d2t: SGLang leaves hot_token_id None
+    # (eagle_worker.py), vLLM 0.32.0 keeps draft_id_to_target_id at its zeros (llama_eagle3.py).
+    # A vLLM run's finding was worded for SGLang.
+    small_vocab = report(draft(draft_vocab_size=320))
+    (on_vllm,) = [
+        f
+        for f in diagnose(
+            Evidence(report=small_vocab, engine="vllm", sglang_version="0.32.0", vllm_runner="v1")
+        )
+        if f.id == "d2t-missing"
+    ]
+    assert "so vLLM 0.32.0 (V1 runner) reads draft id i as target id i" in on_vllm.title
+    assert "SGLang" not in on_vllm.title + on_vllm.evidence
+    assert "draft_id_to_target_id starts as zeros" in on_vllm.evidence
+    (on_sglang,) = [
+        f
+        for f in diagnose(Evidence(report=small_vocab, sglang_version="0.5.23"))
+        if f.id == "d2t-missing"
+    ]
+    assert "so SGLang 0.5.23 reads draft id i as target id i" in on_sglang.title
+    assert "hot_token_id only when d2t is loaded" in on_sglang.evidence
+
+
 def test_capture_error_fix_says_to_upgrade() -> None:
     f = only(
         diagnose(_llama("0.5.21", ids=(-1, 15, 28), training=(Tap(0), Tap(16), Tap(29)))),

@@ -120,22 +120,31 @@ def rule_unknown_tensors(e: Evidence) -> list[Finding]:
 
 
 def rule_d2t_missing(e: Evidence) -> list[Finding]:
-    """draft_vocab_size < vocab_size without d2t: draft ids are read as target ids.
+    """draft_vocab_size < vocab_size without d2t: draft ids are read as target ids, on either
+    engine.
 
-    eagle_worker.py: `hot_token_id` stays None without a loaded d2t.
+    SGLang eagle_worker.py: `hot_token_id` stays None without a loaded d2t. vLLM 0.32.0
+    model_executor/models/llama_eagle3.py: `draft_id_to_target_id` starts as zeros and stays so.
     """
     spec = e.spec
     if spec is None or spec.draft_vocab_size >= spec.vocab_size or spec.has_d2t:
         return []
+    if e.engine == "vllm":
+        why = (
+            "vLLM's draft_id_to_target_id starts as zeros and stays so without a d2t "
+            "(llama_eagle3.py), so target id = draft id."
+        )
+    else:
+        why = "SGLang applies hot_token_id only when d2t is loaded (llama_eagle3.py)."
     return [
         Finding(
             "d2t-missing",
             Severity.CRITICAL,
             f"The draft predicts over {spec.draft_vocab_size} tokens but has no d2t mapping, so "
-            f"SGLang reads draft id i as target id i (the first {spec.draft_vocab_size} target "
-            "ids) and almost no draft token is accepted.",
+            f"{e.engine_label()} reads draft id i as target id i (the first "
+            f"{spec.draft_vocab_size} target ids) and almost no draft token is accepted.",
             f"draft_vocab_size={spec.draft_vocab_size}, vocab_size={spec.vocab_size}, no d2t "
-            "tensor; SGLang applies hot_token_id only when d2t is loaded (llama_eagle3.py).",
+            f"tensor; {why}",
             f"Add the training vocab mapping to the safetensors as d2t (int64 "
             f"[{spec.draft_vocab_size}], target id = draft id + d2t[draft id]).",
         )
