@@ -7,7 +7,7 @@ export EAGLE3DASH_HOME ?= $(CURDIR)/.eagle3dash
 # browser session for EAGLE3DASH_TOKEN (eagle3dash/ui/access.py).
 BIND ?= 127.0.0.1
 
-.PHONY: install browser vllm test lint typecheck run bench
+.PHONY: install browser vllm trainers test lint typecheck run bench
 
 $(STAMP): requirements.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -51,6 +51,48 @@ vllm:
 	@$(MAKE) --no-print-directory $(VLLM_STAMP) || \
 	  echo "vllm: $(VLLM_VENV) could not be installed (above): the real-vLLM tests skip"
 
+# The trainers lane (tests/test_trainer_*.py): speculators 0.9.0, SpecForge 0.2.0 and NeMo
+# AutoModel 0.7.0, each in a venv of its own (their pins disagree), each training tiny drafts for
+# real on this CPU through a small shim (tests/trainerlane/). speculators declares torchvision
+# and torchaudio, whose index builds break beside this torch, and trains without them. SpecForge's
+# own requirements pin a CUDA torch and sglang: it goes in with --no-deps beside what it imports.
+# Where one cannot be installed, this says so and `make test` goes on: its tests skip, saying why.
+SPECULATORS_VENV := .venv-speculators
+SPECULATORS_STAMP := $(SPECULATORS_VENV)/.installed-$(shell sha1sum requirements-speculators.txt | cut -c1-12)
+SPECFORGE_VENV := .venv-specforge
+SPECFORGE_STAMP := $(SPECFORGE_VENV)/.installed-$(shell sha1sum requirements-specforge.txt | cut -c1-12)
+NEMO_VENV := .venv-nemo-automodel
+NEMO_STAMP := $(NEMO_VENV)/.installed-$(shell sha1sum requirements-nemo-automodel.txt | cut -c1-12)
+
+$(SPECULATORS_STAMP): requirements-speculators.txt
+	test -x $(SPECULATORS_VENV)/bin/python || python3 -m venv $(SPECULATORS_VENV)
+	$(SPECULATORS_VENV)/bin/python -m pip install -q --disable-pip-version-check -r requirements-speculators.txt
+	$(SPECULATORS_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio
+	$(SPECULATORS_VENV)/bin/python -c "import speculators.train"
+	rm -f $(SPECULATORS_VENV)/.installed-*
+	touch $(SPECULATORS_STAMP)
+
+$(SPECFORGE_STAMP): requirements-specforge.txt
+	test -x $(SPECFORGE_VENV)/bin/python || python3 -m venv $(SPECFORGE_VENV)
+	$(SPECFORGE_VENV)/bin/python -m pip install -q --disable-pip-version-check -r requirements-specforge.txt
+	$(SPECFORGE_VENV)/bin/python -m pip install -q --disable-pip-version-check --no-deps specforge==0.2.0
+	$(SPECFORGE_VENV)/bin/python -c "import specforge"
+	rm -f $(SPECFORGE_VENV)/.installed-*
+	touch $(SPECFORGE_STAMP)
+
+$(NEMO_STAMP): requirements-nemo-automodel.txt
+	test -x $(NEMO_VENV)/bin/python || python3 -m venv $(NEMO_VENV)
+	$(NEMO_VENV)/bin/python -m pip install -q --disable-pip-version-check -r requirements-nemo-automodel.txt
+	$(NEMO_VENV)/bin/python -c "import nemo_automodel"
+	rm -f $(NEMO_VENV)/.installed-*
+	touch $(NEMO_STAMP)
+
+trainers:
+	@for stamp in $(SPECULATORS_STAMP) $(SPECFORGE_STAMP) $(NEMO_STAMP); do \
+	  $(MAKE) --no-print-directory $$stamp || \
+	    echo "trainers: $${stamp%%/*} could not be installed (above): its lane's tests skip"; \
+	done
+
 lint: install
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
@@ -63,7 +105,7 @@ typecheck: install
 # app, the browser), so two overlap on two cores; a worker runs whole modules, and the modules of
 # one heavy world together (tests/conftest.py). TEST_WORKERS=0 runs it in this one process.
 TEST_WORKERS ?= 2
-test: lint typecheck browser vllm
+test: lint typecheck browser vllm trainers
 	$(PY) -m pytest -q -n $(TEST_WORKERS)
 
 # `eagle3dash app` (eagle3dash/dashboard/launch.py): the app on :8501 at once, beside one worker

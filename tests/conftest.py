@@ -190,6 +190,33 @@ def real_vllm(tmp_path_factory) -> Iterator[dict]:
             server.stop()
 
 
+@pytest.fixture(scope="session")
+def speculators_run(tmp_path_factory) -> dict:
+    """The trainers lane's speculators 0.9.0 run, trained once per test run on this CPU
+    (tests/trainerlane/speculators.py); skips, saying why, without `.venv-speculators`."""
+    from tests.trainerlane.speculators import train
+
+    return train(tmp_path_factory.mktemp("speculators-run"))
+
+
+@pytest.fixture(scope="session")
+def specforge_run(tmp_path_factory) -> dict:
+    """The trainers lane's SpecForge 0.2.0 runs, trained once per test run on this CPU
+    (tests/trainerlane/specforge.py); skips, saying why, without `.venv-specforge`."""
+    from tests.trainerlane.specforge import train
+
+    return train(tmp_path_factory.mktemp("specforge-run"))
+
+
+@pytest.fixture(scope="session")
+def nemo_run(tmp_path_factory) -> dict:
+    """The trainers lane's NeMo AutoModel 0.7.0 run, trained once per test run on this CPU
+    (tests/trainerlane/nemo_automodel.py); skips, saying why, without `.venv-nemo-automodel`."""
+    from tests.trainerlane.nemo_automodel import train
+
+    return train(tmp_path_factory.mktemp("nemo-run"))
+
+
 @pytest.fixture(scope="module")
 def app_world(tmp_path_factory, served_models, eagle3_double, fixed_double):
     """The world's models and its two doubles (the draft's and the fixed draft's), and a fresh
