@@ -19,7 +19,8 @@ The shapes, read from the released wheels:
   the best epoch; run.yaml's `verifier` group names the target (verifier_name_or_path).
 
 - NeMo AutoModel 0.7.0 (recipes/llm/train_eagle3.py save_checkpoint, components/checkpoint/
-  checkpointing.py, lifecycle.py): `epoch_{E}_step_{S}/` holding `model/consolidated/` (the
+  checkpointing.py, lifecycle.py): under the recipe's `output_dir`, `checkpoints/` (its
+  `_build_checkpointer` default) holds `epoch_{E}_step_{S}/` with `model/consolidated/` (the
   exported draft: config.json + safetensors), `config.yaml` (the recipe snapshot, yaml.dump block
   style: `recipe_args.aux_layer_ids`, `target_model_name_or_path`, `cached_target_path`,
   `target_model_backend`), `losses.json` ({val_loss, val_accuracy} when an epoch's eval ran) and
@@ -47,6 +48,8 @@ _PROVENANCE_KEY = "specforge_model_provenance"  # algorithms/common/providers.py
 _NEMO_STEP = re.compile(r"epoch_(?P<epoch>\d+)_step_(?P<step>\d+)")
 _NEMO_EXPORT = ("model", "consolidated")  # a NeMo step's exported draft, below the step folder
 _NEMO_INCOMPLETE = ".incomplete"  # components/checkpoint/utils.py: a save cut short
+_NEMO_CHECKPOINTS = "checkpoints"  # recipes/llm/train_eagle3.py: output_dir / "checkpoints"
+_NEMO_POINTERS = {"LOWEST_VAL": "best", "LATEST": "latest"}  # checkpoint/lifecycle.py
 
 
 class RunFolderError(InputError):
@@ -187,7 +190,9 @@ def is_run_folder(path: str | Path) -> bool:
         return False
     if (p / SPECFORGE_STATE).is_file() or _is_speculators(p) or _speculators_epoch(p):
         return True
-    return bool(_specforge_steps(p)) or _nemo_step_of(p) is not None or bool(_nemo_steps(p))
+    return (
+        bool(_specforge_steps(p)) or _nemo_step_of(p) is not None or bool(_nemo_steps(_nemo_run(p)))
+    )
 
 
 def _specforge_steps(root: Path) -> dict[int, Path]:
@@ -201,15 +206,24 @@ def _specforge_steps(root: Path) -> dict[int, Path]:
 
 
 def _nemo_step_of(folder: Path) -> Path | None:
-    """The NeMo step folder that `folder` is, or holds as its model/consolidated export."""
-    for step in (folder, folder.parent.parent):
+    """The NeMo step folder that `folder` is (or a pointer such as LATEST links to), or holds as
+    its model/consolidated export."""
+    real = folder.resolve()
+    for step in (real, real.parent.parent):
         if (
             _NEMO_STEP.fullmatch(step.name)
             and (step / "model").is_dir()
-            and (folder == step or folder.parts[-2:] == _NEMO_EXPORT)
+            and (real == step or real.parts[-2:] == _NEMO_EXPORT)
         ):
             return step
     return None
+
+
+def _nemo_run(folder: Path) -> Path:
+    """The folder holding a NeMo run's step folders: `folder`'s `checkpoints/` when `folder` is
+    the recipe's output_dir, else `folder` itself."""
+    checkpoints = folder / _NEMO_CHECKPOINTS
+    return checkpoints if checkpoints.is_dir() and _nemo_steps(checkpoints) else folder
 
 
 def _nemo_steps(root: Path) -> dict[int, Path]:
@@ -268,11 +282,12 @@ def read_run_folder(path: str | Path) -> Provenance:
         return _speculators(root.parent, root)
     step = _nemo_step_of(root) if root.is_dir() else None
     if step is not None:
-        return _nemo(step.parent, step, "given")
+        return _nemo(step.parent, step, _NEMO_POINTERS.get(root.name, "given"))
+    root = _nemo_run(root) if root.is_dir() else root
     nemo = _nemo_steps(root) if root.is_dir() else {}
     if nemo:
         chosen = {d.resolve(): d for d in nemo.values()}
-        for pointer, which in (("LOWEST_VAL", "best"), ("LATEST", "latest")):
+        for pointer, which in _NEMO_POINTERS.items():
             target = _nemo_pointer(root, pointer)
             if target in chosen:
                 return _nemo(root, chosen[target], which)
@@ -280,7 +295,7 @@ def read_run_folder(path: str | Path) -> Provenance:
     raise RunFolderError(
         f"{root}: not a SpecForge run folder ({{run_id}}-step{{N}}/{SPECFORGE_STATE}), a "
         "speculators run folder (run.yaml, {epoch}/model.safetensors) nor a NeMo AutoModel run "
-        "folder (epoch_{E}_step_{S}/model/consolidated)"
+        "folder (output_dir/checkpoints/epoch_{E}_step_{S}/model/consolidated)"
     )
 
 
@@ -292,7 +307,7 @@ def run_checkpoints(path: str | Path) -> tuple[dict[int, Path], Path | None]:
     if not steps and root.is_dir() and _is_speculators(root):
         steps = {int(d.name): d for d in root.iterdir() if d.name.isdigit() and d.is_dir()}
     if not steps and root.is_dir():
-        exports = {s: d.joinpath(*_NEMO_EXPORT) for s, d in _nemo_steps(root).items()}
+        exports = {s: d.joinpath(*_NEMO_EXPORT) for s, d in _nemo_steps(_nemo_run(root)).items()}
         steps = {s: d for s, d in exports.items() if (d / "config.json").is_file()}
     if not steps:
         raise RunFolderError(
