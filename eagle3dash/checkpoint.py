@@ -818,6 +818,13 @@ def _problems(
     for name in required:
         if name not in tensors:
             problem(ProblemCode.MISSING_TENSOR, tensor=name, expected=list(expected[name]))
+    held = _layer_indices(tensors)
+    if held and held == set(range(len(held))) and spec.num_layers > len(held):
+        # whole layers past the weights': vLLM 0.32.0 llama_eagle3.py builds range(
+        # num_hidden_layers) layers and its load_weights returns nothing, so none is checked
+        untrained = spec.num_layers - len(held)
+        depth = {"configured": spec.num_layers, "layers": len(held), "untrained": untrained}
+        problem(ProblemCode.UNTRAINED_LAYERS, **depth)
     if "lm_head.weight" not in tensors:
         problem(ProblemCode.LM_HEAD_MISSING)
     ids = spec.aux_layer_ids

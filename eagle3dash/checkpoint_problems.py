@@ -39,6 +39,8 @@ class ProblemCode(StrEnum):
     # NeMo AutoModel's consolidated export, as its serve scripts must rewrite it for serving
     UNREGISTERED_ARCHITECTURE = "unregistered-architecture"  # a name neither engine loads
     TARGET_DEPTH_LAYERS = "target-depth-layers"  # num_hidden_layers is the target's depth
+    # a flat config naming more decoder layers than its weights hold (serve_vllm.py's copy)
+    UNTRAINED_LAYERS = "untrained-layers"
     # A run's record of the layers its training captured, against the exported config's ids
     RECORD_IDS_DIFFER = "record-ids-differ"
 
@@ -121,6 +123,13 @@ _WORDS: dict[ProblemCode, str] = {
         "{configured} draft layers and runs the {untrained} extra ones untrained, and SGLang "
         "0.5.11 and earlier refuse to load it ('EAGLE3 currently only supports 1 layer'); for "
         'serving set "num_hidden_layers": {layers}'
+    ),
+    ProblemCode.UNTRAINED_LAYERS: (
+        "num_hidden_layers is {configured}, but the weights hold {layers} decoder layer(s): "
+        "vLLM 0.32.0 builds {configured} draft layers (llama_eagle3.py, one per "
+        "num_hidden_layers), loads the {layers} the weights hold and runs the {untrained} others "
+        "at their initial values, warning about nothing (NeMo AutoModel's serve_vllm.py keeps "
+        'the target\'s depth so); set "num_hidden_layers": {layers}'
     ),
     ProblemCode.RECORD_IDS_DIFFER: (
         "the run's record ({record}) says training captured layer ids {recorded}, but the "

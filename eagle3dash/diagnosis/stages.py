@@ -75,6 +75,7 @@ from eagle3dash.profile import (
     wave_end,
 )
 from eagle3dash.provenance import json_digests
+from eagle3dash.run_record import recorded_training
 from eagle3dash.servebench import (
     BASELINE_SIDE,
     BENCH_TIMEOUT,
@@ -428,16 +429,16 @@ def _start(options: DiagnoseOptions, stages: Stages) -> _Run:
     depth = target_depth(options, server)
     arch = target_arch(options.arch, server.architectures, server.model_type)
     version = server.rules_engine().rules_version()
-    card = report.provenance
+    trainer, recorded = recorded_training(report.provenance, options.trainer)
     prediction = predict_layouts(
         report.spec,
         depth,
-        trainer=options.trainer or (card.trainer if card is not None else None),
+        trainer=trainer,
         sglang_version=version,
         arch=arch,
         cuda_graph=not server.disable_cuda_graph,
         training_sglang_version=options.training_sglang_version,
-        training_ids=card.capture_layers if card is not None else None,
+        training_ids=recorded,
         engine=server.rules_engine(),
     )
     steps, eval_steps = simulation_steps(server, options)
@@ -711,10 +712,14 @@ def _evaluate(
 
 def training_side(run: _Run) -> Side:
     """The training side from its strongest evidence: dump > declared > detective > the run's
-    record of its capture ids (under the trainer's convention) > config."""
+    record of its capture ids (under the trainer's convention) > config; the detective outranks
+    the record only with a layout it tested against the recorded one."""
     config = run.prediction.training
     declared, detection = run.declared, run.detection
     card = run.report.provenance
+    recorded = card is not None and card.capture_layers is not None
+    if detection is not None and recorded and detection.row(config.layout) is None:
+        detection = None  # the sweep never tried the recorded layout: it decides nothing
     if run.dump is not None:
         layout = declared or config.layout
         detail = f"the training features in {run.options.train_states}, taps {bracketed(layout)}"

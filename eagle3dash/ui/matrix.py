@@ -31,6 +31,7 @@ _KIND_WORDS = {
 _LEVEL_WORDS = {
     "declared": "declared by you",
     "assumed": "assumed from the config",
+    "recorded": "recorded by the run",
 }
 
 
@@ -156,6 +157,8 @@ def training_text(matrix: ServingMatrix) -> str:
     n = matrix.num_layers
     level = _LEVEL_WORDS.get(side.level, side.level)
     who = f"{side.trainer}'s reading of the config" if side.trainer else "the layout you gave"
+    if side.record is not None:
+        who = f"{side.trainer}'s reading of the ids in the run's {side.record}"
     text = (
         f"Training fed {format_layout(side.layout)} ({describe_layout(side.layout, n)}): "
         f"{level}, {who}."
@@ -256,7 +259,12 @@ def matrix_section(path: str, key: str) -> None:
         if found is None:
             return
         matrix = widgets.guard(
-            serving_matrix, found.spec, int(n), arch.strip() or "llama", training=training
+            serving_matrix,
+            found.spec,
+            int(n),
+            arch.strip() or "llama",
+            training=training,
+            card=found.provenance,
         )
         if matrix is None:
             return

