@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from eagle3dash.engines import rules as engine_rules
-from eagle3dash.engines.rules import DualKeyFix, ServingEngine
+from eagle3dash.engines.rules import DualKeyFix
+from eagle3dash.engines.serving import ServingEngine
 from eagle3dash.engines.sglang import rules as sglang_rules
 from eagle3dash.engines.vllm import rules as vllm_rules
 from eagle3dash.evidence_levels import CONFIG, DECLARED, source_level

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 import pytest
 
 from eagle3dash.checkpoint import save
-from eagle3dash.engines.rules import ServingEngine
+from eagle3dash.engines.serving import ServingEngine
 from eagle3dash.engines.sglang.client import parse_server_report
 from eagle3dash.engines.vllm import rules as vllm_rules
 from eagle3dash.engines.vllm.client import cache_dtype_from_metrics, parse_vllm_report

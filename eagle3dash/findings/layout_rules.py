@@ -18,9 +18,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from eagle3dash.engines.protocol import TOP_LEVEL_KEY, ObservedMapping, ids_json, top_level_ids
-from eagle3dash.engines.rules import ServingEngine, dual_key_fix, rules_for
+from eagle3dash.engines.facts import TOP_LEVEL_KEY, ObservedMapping, ids_json, top_level_ids
+from eagle3dash.engines.rules import dual_key_fix, rules_for
 from eagle3dash.engines.rules import serving_layout as engine_serving_layout
+from eagle3dash.engines.serving import ServingEngine
 from eagle3dash.evidence_levels import (
     ACCEPTANCE_MATCHED,
     LEVEL_DETECTIVE,

@@ -44,7 +44,7 @@ import json
 import re
 from dataclasses import dataclass, field, replace
 
-from eagle3dash.engines.protocol import NESTED_KEY, TOP_LEVEL_KEY, Version, top_level_ids
+from eagle3dash.engines.facts import NESTED_KEY, TOP_LEVEL_KEY, Version, top_level_ids
 from eagle3dash.layout import (
     Layout,
     LayoutResult,
