@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from eagle3dash.checkpoint_formats import FORMAT_TABLE, CheckpointFormat, detect_format
 from eagle3dash.checkpoint_problems import CheckpointProblem, ProblemCode, problem_lines
+from eagle3dash.engines.vllm.rules import parallel_eagle_serving
 from eagle3dash.errors import InputError
 from eagle3dash.provenance import (
     Provenance,
@@ -101,9 +102,10 @@ def other_algorithm(names: list[str]) -> str | None:
         algorithm = _ALGORITHM_NAMES.get(re.sub(r"[^a-z0-9]", "", str(name).lower()))
         if algorithm is not None:
             how = OTHER_ALGORITHMS[algorithm]
+            engines = f"; {parallel_eagle_serving()}" if algorithm == "P-EAGLE" else ""
             return (
                 f"a {algorithm} draft{f' ({how})' if how else ''}: eagle3dash diagnoses "
-                "EAGLE-3 drafts only"
+                f"EAGLE-3 drafts only{engines}"
             )
     return None
 
