@@ -478,22 +478,39 @@ def rule_low_acceptance(e: Evidence, found: list[Finding]) -> list[Finding]:
 
 
 def rule_fp8_kv_cache(e: Evidence) -> list[Finding]:
-    """A hint: the KV cache is FP8 and the measured acceptance is materially below the training
-    side's simulation. sglang PR #14466 (Mistral-Large-3 with EAGLE): "low AR for FP8 kv cache",
-    worked around with --kv-cache-dtype auto; the cause was not found. The KV cache's dtype is
-    SGLang's --kv-cache-dtype (/server_info), vLLM's cache_dtype (/server_info, or /metrics
-    `vllm:cache_config_info`)."""
+    """The KV cache is FP8. sglang PR #14466 (Mistral-Large-3 with EAGLE): "low AR for FP8 kv
+    cache", worked around with --kv-cache-dtype auto; the cause was not found. Before the
+    acceptance is compared with the training side's simulation (a probe, Before you submit), a
+    note; after, a hint only where the measurement is materially below it, nothing where it is
+    not. The KV cache's dtype is SGLang's --kv-cache-dtype (/server_info), vLLM's cache_dtype
+    (/server_info, or /metrics `vllm:cache_config_info`)."""
     server, ev, measured = e.server, e.training_eval, e.measured
     dtype = getattr(server, "kv_cache_dtype", None) if server is not None else None
-    if not dtype or "fp8" not in str(dtype).lower() or ev is None or e.adaptive_steps():
+    if not dtype or "fp8" not in str(dtype).lower() or e.adaptive_steps():
         return []
-    if measured is None or measured.accept_length is None:
-        return []
+    flags = e.words().kv_cache_flags()
+    known = (
+        "sglang PR #14466: 'low AR for FP8 kv cache' with an EAGLE draft (cause not found), "
+        "worked around with the model's dtype."
+    )
+    if ev is None or measured is None or measured.accept_length is None:
+        return [
+            Finding(
+                "fp8-kv-cache",
+                Severity.INFO,
+                f"The KV cache is {dtype}: an FP8 KV cache is known to lower an EAGLE draft's "
+                "acceptance.",
+                f"kv cache dtype {dtype} (the server's report); the acceptance is not compared "
+                f"with the training side yet. {known}",
+                f"If the run measures acceptance below the training side, restart with {flags} "
+                "and measure again.",
+                {"kv_cache_dtype": dtype},
+            )
+        ]
     steps = min(e.simulation_steps() or ev.steps, ev.steps)
     trained = ev.simulated_accept_length(steps)
     if trained - measured.accept_length < MATERIAL_ACCEPT_LENGTH:
         return []
-    flags = e.words().kv_cache_flags()
     return [
         Finding(
             "fp8-kv-cache",
@@ -502,9 +519,7 @@ def rule_fp8_kv_cache(e: Evidence) -> list[Finding]:
             f"{_fmt(measured.accept_length)} is below the training side's "
             f"{_fmt(trained)}: an FP8 KV cache is known to lower acceptance.",
             f"kv cache dtype {dtype}; measured {_fmt(measured.accept_length)} against "
-            f"{_fmt(trained)} simulated on the training layout at {steps} steps. sglang PR "
-            "#14466: 'low AR for FP8 kv cache' with an EAGLE draft (cause not found), worked "
-            "around with the model's dtype.",
+            f"{_fmt(trained)} simulated on the training layout at {steps} steps. {known}",
             f"Restart with {flags} and measure again: acceptance that recovers names the KV cache "
             "as the cause.",
             {"kv_cache_dtype": dtype, "measured": measured.accept_length, "trained": trained},
