@@ -90,7 +90,7 @@ def rule_slower_than_baseline(e: Evidence, found: list[Finding]) -> list[Finding
                 f"Speculative decoding makes the endpoint slower: {speedup:.2f}x the baseline's "
                 "tok/s.",
                 evidence + ".",
-                _slowdown_fix(e, causes),
+                _slowdown_fix(e, causes, found),
                 {"speedup": speedup, "noise": spread, "explained_by": causes},
             )
         ]
@@ -170,10 +170,11 @@ def _steps_change(e: Evidence) -> str | None:
     return e.words().steps_flags(min(3, served - 1) if served else 3, draft)
 
 
-def _slowdown_fix(e: Evidence, causes: list[str]) -> str:
+def _slowdown_fix(e: Evidence, causes: list[str], found: list[Finding]) -> str:
     """What to do about a slowdown: the findings that cap the accept length first; when there are
     none, say whether the accept length or the cost is the problem, and ask only for evidence the
-    run does not have."""
+    run does not have. A difference between the sides that the run found (short of critical) is
+    named as not explaining it, never denied."""
     concurrency = getattr(e.measured, "concurrency", None)
     batch = e.words().batch_cost_flags(concurrency)
     steps = _steps_change(e)
@@ -203,11 +204,17 @@ def _slowdown_fix(e: Evidence, causes: list[str]) -> str:
                 "copy of the target, or a training dump) to see whether serving feeds the draft "
                 "other states than training did, then run the diagnosis again."
             )
+        differ = [f.id for f in found if f.id in EXPLAINS_GAP]
+        sides = (
+            f"training and serving feed the draft different taps ({', '.join(differ)}), but "
+            "at a cost that does not explain it"
+            if differ
+            else "training and serving feed the draft alike"
+        )
         return (
-            f"{low}, and no check that ran explains it: training and serving feed the draft "
-            "alike, so it accepts this little on these prompts. Compare the prompts' domain and "
-            "rendering with the draft's training data, and whether it was trained for this "
-            "target."
+            f"{low}, and no check that ran explains it: {sides}, so it accepts this little on "
+            "these prompts. Compare the prompts' domain and rendering with the draft's training "
+            "data, and whether it was trained for this target."
         )
     return f"The accept length is not the cause; {cost}."
 
