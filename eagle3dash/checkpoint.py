@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from eagle3dash.checkpoint_formats import FORMAT_TABLE, CheckpointFormat, detect_format
 from eagle3dash.checkpoint_problems import CheckpointProblem, ProblemCode, problem_lines
+from eagle3dash.engines.vllm.rules import parallel_eagle_serving
 from eagle3dash.errors import InputError
 from eagle3dash.provenance import (
     Provenance,
@@ -101,9 +102,10 @@ def other_algorithm(names: list[str]) -> str | None:
         algorithm = _ALGORITHM_NAMES.get(re.sub(r"[^a-z0-9]", "", str(name).lower()))
         if algorithm is not None:
             how = OTHER_ALGORITHMS[algorithm]
+            engines = f"; {parallel_eagle_serving()}" if algorithm == "P-EAGLE" else ""
             return (
                 f"a {algorithm} draft{f' ({how})' if how else ''}: eagle3dash diagnoses "
-                "EAGLE-3 drafts only"
+                f"EAGLE-3 drafts only{engines}"
             )
     return None
 
@@ -836,9 +838,18 @@ def _problems(
     # 0.33 reads the top-level list first (v1/worker/gpu_model_runner.py
     # `_get_eagle3_aux_layers_from_config`). A dual-key config names the same taps in each
     # engine's numbering: SGLang's id i (output of layer i) is vLLM's i + 1 (input of layer i + 1).
-    if ids is not None and top is not None and list(top) not in (list(ids), [i + 1 for i in ids]):
-        problem(ProblemCode.AUX_IDS_TWO_LISTS, ids=list(ids), top=list(top))
-    if ids is not None and list(ids) != sorted(set(ids)):
+    # Both gather the states in layer order, whatever the list's order: vLLM 0.32.0
+    # model_executor/models/interfaces.py keeps tuple(sorted(set(layers))) and appends in its
+    # layer walk (_maybe_add_hidden_state); SGLang's models/llama.py forward appends where
+    # `i in layers_to_capture`, walking the layers. So two lists name other states only as sets.
+    if ids is not None and top is not None:
+        named = sorted(set(top))
+        if named not in (sorted(set(ids)), sorted({i + 1 for i in ids})):
+            problem(ProblemCode.AUX_IDS_TWO_LISTS, ids=list(ids), top=list(top))
+    # A list out of layer order is no problem of the checkpoint: the engines gather in layer
+    # order, and whether training did is its trainer's (trainers.Trainer.ascending). A layer
+    # named twice is captured once.
+    if ids is not None and len(set(ids)) != len(ids):
         problem(ProblemCode.AUX_IDS_ORDER, ids=list(ids))
     # SpecForge 0.2.0 algorithms/model_providers.py resolve_eagle_capture_layers: exactly three
     # ints; training/capture_contract.py: unique. A negative id is no problem here: it is the

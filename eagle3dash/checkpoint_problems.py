@@ -27,7 +27,7 @@ class ProblemCode(StrEnum):
     LM_HEAD_MISSING = "lm-head-missing"
     AUX_IDS_COUNT = "aux-ids-count"  # the ids and fc's aux slots disagree in number
     AUX_IDS_TWO_LISTS = "aux-ids-two-lists"  # nested and top-level ids name other taps
-    AUX_IDS_ORDER = "aux-ids-order"  # not strictly ascending
+    AUX_IDS_ORDER = "aux-ids-order"  # a layer named twice (its name kept for stored reports)
     SPECFORGE_IDS = "specforge-ids"  # not three distinct ids, which SpecForge requires
     AUX_CAPTURE_OFF = "aux-capture-off"  # eagle_config.use_aux_hidden_state false
     D2T_MISSING = "d2t-missing"  # a smaller draft vocabulary without its mapping
@@ -78,8 +78,8 @@ _WORDS: dict[ProblemCode, str] = {
         "layers: keep one list, or write the top-level one as the nested ids + 1"
     ),
     ProblemCode.AUX_IDS_ORDER: (
-        "aux layer ids {ids} are not strictly ascending: servers capture in layer order, so fc "
-        "slots would receive the states in a different order than the ids say"
+        "aux layer ids {ids} name a layer more than once: servers capture each layer once, in "
+        "layer order, so fc would receive fewer states than the ids say"
     ),
     ProblemCode.SPECFORGE_IDS: (
         "aux layer ids {ids}: SpecForge trains only on exactly three distinct ids, so this "

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from eagle3dash.diagnosis.options import EXCLUSIVE, SCHEMA, DiagnoseOptions, Kind
-from eagle3dash.engines.protocol import target_arch
-from eagle3dash.engines.rules import ENGINES, ServingEngine
+from eagle3dash.engines.facts import target_arch
+from eagle3dash.engines.serving import ENGINES, ServingEngine
 from eagle3dash.engines.sglang.rules import DEFAULT_SGLANG_VERSION
 from eagle3dash.engines.vllm.rules import DEFAULT_RUNNER, DEFAULT_VLLM_VERSION, RUNNER_ENV, RUNNERS
 from eagle3dash.errors import InputError

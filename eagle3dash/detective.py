@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eagle3dash.checkpoint import InspectReport, inspect
-from eagle3dash.engines.protocol import FALLBACK_ARCH
-from eagle3dash.engines.rules import SGLANG, ServingEngine, rules_for, serving_layout
+from eagle3dash.engines.facts import FALLBACK_ARCH
+from eagle3dash.engines.rules import rules_for, serving_layout
+from eagle3dash.engines.serving import SGLANG, ServingEngine
 from eagle3dash.errors import InputError
 from eagle3dash.layout import (
     CONVENTIONS,

@@ -19,9 +19,9 @@ from eagle3dash.diagnosis.record import record_diagnosis
 from eagle3dash.diagnosis.result import Diagnosis
 from eagle3dash.diagnosis.stages import prompt_ids, run_diagnosis
 from eagle3dash.engines.endpoints import open_engine
-from eagle3dash.engines.protocol import target_arch
-from eagle3dash.engines.rules import ServingEngine
+from eagle3dash.engines.facts import target_arch
 from eagle3dash.engines.seam import CaptureRequest
+from eagle3dash.engines.serving import ServingEngine
 from eagle3dash.engines.sglang.rules import DEFAULT_SGLANG_VERSION
 from eagle3dash.jobs import JobFn
 from eagle3dash.layout import parse_layout

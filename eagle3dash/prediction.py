@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from eagle3dash.engines import rules as engine_rules
-from eagle3dash.engines.protocol import FALLBACK_ARCH
+from eagle3dash.engines.facts import FALLBACK_ARCH
+from eagle3dash.engines.serving import ServingEngine
 from eagle3dash.engines.sglang.rules import DEFAULT_SGLANG_VERSION
 from eagle3dash.layout import Layout, LayoutDiff, LayoutResult, diff
 from eagle3dash.spec import DraftSpec
@@ -44,7 +45,7 @@ def predict_layouts(
     training_override: Layout | None = None,
     training_sglang_version: str | None = None,
     training_ids: tuple[int, ...] | None = None,
-    engine: engine_rules.ServingEngine | None = None,
+    engine: ServingEngine | None = None,
 ) -> LayoutComparison:
     """Training and serving layouts of a draft and their diff (and the decode diff, if any);
     `training_ids`: the ids a run recorded capturing with (they stand for the config's);
@@ -59,7 +60,7 @@ def predict_layouts(
         recorded_ids=training_ids,
     )
     if engine is None:
-        engine = engine_rules.ServingEngine("sglang", sglang_version)
+        engine = ServingEngine("sglang", sglang_version)
     serving = engine_rules.serving_layout(engine, spec, num_layers, arch, cuda_graph)
     rules = engine_rules.rules_for(engine)
     defaults, fell_back = rules.default_capture(num_layers, arch), rules.reads_no_ids(spec)

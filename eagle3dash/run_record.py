@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 from eagle3dash.checkpoint_problems import CheckpointProblem, ProblemCode
 from eagle3dash.engines import rules as engine_rules
-from eagle3dash.engines.protocol import FALLBACK_ARCH
-from eagle3dash.engines.rules import ServingEngine
+from eagle3dash.engines.facts import FALLBACK_ARCH
+from eagle3dash.engines.serving import ServingEngine
 from eagle3dash.layout import LayoutResult, default_output_of_ids
 from eagle3dash.provenance import Provenance
 from eagle3dash.spec import DraftSpec

@@ -40,6 +40,7 @@ from eagle3dash.engines.seam import BenchRequests, EngineAdapter, GenerateResult
 from eagle3dash.errors import InputError
 from eagle3dash.http_client import EndpointError
 from eagle3dash.noise import ratio_noise
+from eagle3dash.target import Vocabulary
 
 __all__ = [
     "BUILTIN_PROMPT_SETS",
@@ -48,7 +49,6 @@ __all__ = [
     "Prompt",
     "PromptFileError",
     "RequestStat",
-    "Vocabulary",
     "compare_to_baseline",
     "load_prompts",
     "parse_prompt_lines",
@@ -121,14 +121,6 @@ MAX_CATEGORY_CHARS = 64
 
 # The largest token id any server takes: SGLang and vLLM hold input ids as int64 tensors.
 MAX_TOKEN_ID = 2**63 - 1
-
-
-@dataclass(frozen=True)
-class Vocabulary:
-    """The target's vocabulary where it is known: its size, and where that was read (a file)."""
-
-    size: int
-    source: str
 
 
 def _parse_line(obj: object, where: str, vocab: Vocabulary | None) -> Prompt:

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field, replace
 
 from eagle3dash.checkpoint_formats import NEMO_ARCHITECTURE
 from eagle3dash.engines import rules as engine_rules
-from eagle3dash.engines.rules import DualKeyFix, ServingEngine
+from eagle3dash.engines.rules import DualKeyFix
+from eagle3dash.engines.serving import ServingEngine
 from eagle3dash.engines.sglang import rules as sglang_rules
 from eagle3dash.engines.vllm import rules as vllm_rules
 from eagle3dash.evidence_levels import CONFIG, DECLARED, RUN_RECORD, source_level

@@ -12,9 +12,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eagle3dash.errors import InputError
-from eagle3dash.servebench import Vocabulary
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """The target's vocabulary where it is known: its size, and where that was read (a file)."""
+
+    size: int
+    source: str
 
 
 class TargetError(InputError):

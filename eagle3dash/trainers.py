@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from eagle3dash.engines.protocol import FALLBACK_ARCH
+from eagle3dash.engines.facts import FALLBACK_ARCH
 from eagle3dash.engines.sglang.rules import arch_family, capture_layout, nested_ids
 from eagle3dash.layout import (
     CONVENTIONS,

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from eagle3dash.checkpoint import InspectReport
+from eagle3dash.layout import Tap
 from eagle3dash.spec import DraftSpec
 from tests.specs import tiny_spec
 
@@ -130,3 +131,17 @@ def report(spec: DraftSpec | None = None, problems=(), path="/ckpt/kimi-eagle3",
 # A trained draft's acceptance per step, and an untrained one's.
 GOOD = Eval(acceptance=[0.8, 0.6, 0.45, 0.3, 0.2], accuracy=[0.8, 0.7, 0.6, 0.5, 0.4])
 POOR = Eval(acceptance=[0.05, 0.01, 0.0, 0.0, 0.0], accuracy=[0.05, 0.2, 0.2, 0.2, 0.2])
+
+
+@dataclass
+class Side:
+    """A diagnosis side as the findings read it (findings.core.SideView)."""
+
+    layout: tuple[Tap, ...]
+    source: str
+    detail: str = "served slots matched to the target's taps"
+    prediction: tuple[Tap, ...] | None = None
+    slot_margins: list[float] | None = field(default_factory=list)
+    measured: bool = True
+    top1: float | None = None
+    sim_accept_length: float | None = None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import re
+from pathlib import Path
 
 import pytest
 
@@ -225,3 +226,77 @@ def test_the_client_check_sees_every_form_of_import(line: str, expected: list[st
     other names from those modules are not."""
     source = f"def later():\n    {line}\n"
     assert client_imports(source, "eagle3dash.demo.build") == expected
+
+
+def _package_modules() -> dict[str, Path]:
+    """Every module of the package by its dotted name (a package by its own, not `__init__`)."""
+    modules = {}
+    for path in ROOT.glob("eagle3dash/**/*.py"):
+        modules[_module(path).removesuffix(".__init__")] = path
+    return modules
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Which package modules each module imports (`from package import submodule` as that
+    submodule), under TYPE_CHECKING or in a function too: a circle there is one to mypy and to
+    the reader even where Python would get away with it."""
+    modules = _package_modules()
+    graph = {}
+    for name, path in modules.items():
+        source = path.read_text()
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        reached = set()
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ImportFrom):
+                base = _absolute(node, f"{package}.__init__")
+                for alias in node.names:
+                    full = f"{base}.{alias.name}"
+                    reached.add(full if full in modules else base)
+            elif isinstance(node, ast.Import):
+                reached |= {alias.name for alias in node.names}
+        graph[name] = {m for m in reached if m in modules and m != name}
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm)."""
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        order[module] = low[module] = len(order)
+        stack.append(module)
+        for other in sorted(graph[module]):
+            if other not in order:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in stack:
+                low[module] = min(low[module], order[other])
+        if low[module] == order[module]:
+            group = []
+            while (top := stack.pop()) != module:
+                group.append(top)
+            if group:
+                circles.append(sorted([module, *group]))
+
+    for module in sorted(graph):
+        if module not in order:
+            visit(module)
+    return circles
+
+
+def test_no_import_goes_round_a_circle() -> None:
+    graph = import_graph()
+    assert import_circles(graph) == []
+    # The walk sees a TYPE_CHECKING import (protocol.py's ServingEngine).
+    assert "eagle3dash.engines.serving" in graph["eagle3dash.engines.protocol"]
+
+
+def test_the_circle_check_finds_a_circle() -> None:
+    """Three modules that import round are one circle; a module importing into it is not in
+    it, and a chain is no circle."""
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert import_circles(graph) == [["a", "b", "c"]]
+    assert import_circles({"a": {"b"}, "b": set()}) == []

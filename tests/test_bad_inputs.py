@@ -454,7 +454,7 @@ def test_a_prompt_id_past_the_vocabulary_or_int64_is_refused_before_any_request(
 
 
 def test_token_ids_up_to_the_last_of_the_vocabulary_and_of_int64_are_taken(place) -> None:
-    from eagle3dash.servebench import Vocabulary
+    from eagle3dash.target import Vocabulary
 
     (place / "p.jsonl").write_text(json.dumps({"input_ids": [0, 255]}))
     assert load_prompts(place / "p.jsonl", Vocabulary(256, "x"))[0].input_ids == (0, 255)

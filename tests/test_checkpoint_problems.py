@@ -27,8 +27,8 @@ def test_the_sentence_is_made_from_the_data() -> None:
     problem = CheckpointProblem(ProblemCode.QKV_ROWS, {"tensor": "qkv", "rows": 7, "q": 4, "kv": 2})
     assert problem.text == "shape mismatch: qkv has 7 rows, config implies 4+2+2 (q, k, v)"
     assert str(problem) == problem.text
-    ids = CheckpointProblem(ProblemCode.AUX_IDS_ORDER, {"ids": [5, 3]})
-    assert ids.text.startswith("aux layer ids [5, 3] are not strictly ascending")
+    ids = CheckpointProblem(ProblemCode.AUX_IDS_ORDER, {"ids": [5, 5]})
+    assert ids.text.startswith("aux layer ids [5, 5] name a layer more than once")
 
 
 def missing(tensor: str, shape: list[int]) -> CheckpointProblem:
@@ -40,7 +40,7 @@ def test_many_missing_tensors_fold_into_one_line() -> None:
     how many and where, beside the other problems in their order."""
     names = ["input_layernorm.weight", "self_attn.q_proj.weight", "mlp.down_proj.weight"]
     gone = [missing(f"layers.{i}.{n}", [8]) for i in range(1, 32) for n in names]
-    order = CheckpointProblem(ProblemCode.AUX_IDS_ORDER, {"ids": [5, 3]})
+    order = CheckpointProblem(ProblemCode.AUX_IDS_ORDER, {"ids": [5, 5]})
     lines = problem_lines([order, *gone, CheckpointProblem(ProblemCode.LM_HEAD_MISSING)])
     assert len(lines) == 3 and lines[0] == order.text and lines[2].startswith("lm_head.weight")
     assert lines[1].startswith(

@@ -330,3 +330,28 @@ def test_layout_eval_and_detect_take_their_options_from_the_one_schema(monkeypat
     assert capsys.readouterr().err.startswith("error: --dtype: must be one of float32, bfloat16")
     assert cli.main(["layout", "--draft", "d", "--target-layers", "8", "--trainer", "nope"]) == 1
     assert capsys.readouterr().err.startswith("error: --trainer: must be one of specforge, ")
+
+
+@pytest.mark.parametrize("command", ["inspect", "layout", "matrix"])
+def test_a_peagle_draft_is_refused_with_where_vllm_serves_it(tmp_path: Path, command: str) -> None:
+    """A speculators P-EAGLE export is refused in one line that says what the engines do with
+    it: vLLM 0.32.0 and 0.33.0 serve it on their V1 runner, 0.34.0 refuses it at load
+    (transformers_utils/configs/speculators/algos.py `update_peagle`, vllm 0.34.0)."""
+    out_dir = write_draft(tmp_path, "speculators")
+    cfg = json.loads((out_dir / "config.json").read_text())
+    cfg["speculators_model_type"] = "peagle"
+    (out_dir / "config.json").write_text(json.dumps(cfg))
+    args = (
+        [str(out_dir)]
+        if command == "inspect"
+        else ["--draft", str(out_dir), "--target-layers", "8"]
+    )
+    out = run_cli(command, *args)
+    assert out.returncode == 1 and out.stdout == ""
+    line = out.stderr.strip()
+    assert "\n" not in line and "a P-EAGLE draft" in line
+    assert "vLLM 0.32.0 and 0.33.0 serve it" in line
+    assert (
+        'vLLM 0.34.0 refuses it at load ("P-EAGLE (parallel drafting EAGLE-3) is not supported")'
+        in line
+    )

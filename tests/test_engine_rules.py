@@ -12,7 +12,7 @@ import pytest
 
 from eagle3dash.checkpoint import inspect, save
 from eagle3dash.engines import rules as engine_rules
-from eagle3dash.engines.rules import ServingEngine
+from eagle3dash.engines.serving import ServingEngine
 from eagle3dash.engines.sglang import rules as sglang_rules
 from eagle3dash.engines.vllm import rules as vllm_rules
 from eagle3dash.layout import Tap

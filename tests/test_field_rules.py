@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import pytest
 
 from eagle3dash.checkpoint import save
-from eagle3dash.engines.rules import ServingEngine
+from eagle3dash.engines.serving import ServingEngine
 from eagle3dash.engines.sglang.client import parse_server_report
 from eagle3dash.engines.vllm import rules as vllm_rules
 from eagle3dash.engines.vllm.client import cache_dtype_from_metrics, parse_vllm_report
@@ -25,7 +25,7 @@ from eagle3dash.prediction import predict_layouts
 from eagle3dash.prompt_sets import token_spread
 from eagle3dash.serving_matrix import AS_TRAINED, FAILS, SHIFTED, serving_matrix
 from eagle3dash.testing.tensors import random_tensors
-from tests.findingskit import GOOD, Bench, Server, Spec, report
+from tests.findingskit import GOOD, Bench, Server, Side, Spec, report
 from tests.specs import run_cli, tiny_spec
 
 
@@ -189,20 +189,6 @@ def test_an_sglang_0_5_24_server_names_its_stand_in() -> None:
 
 
 # --- 4. a fix that changes nothing is no fix ------------------------------------------------
-
-
-@dataclass
-class Side:
-    """A diagnosis side as the findings read it (findings.core.SideView)."""
-
-    layout: tuple[Tap, ...]
-    source: str
-    detail: str = "served slots matched to the target's taps"
-    prediction: tuple[Tap, ...] | None = None
-    slot_margins: list[float] | None = field(default_factory=list)
-    measured: bool = True
-    top1: float | None = None
-    sim_accept_length: float | None = None
 
 
 def departing(spec, engine: str, version: str, runner: str | None, fed: tuple[Tap, ...]):

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from eagle3dash.checkpoint_problems import CheckpointProblem, ProblemCode
-from eagle3dash.engines.rules import ServingEngine
+from eagle3dash.engines.serving import ServingEngine
 from eagle3dash.engines.sglang.rules import serving_layout
 from eagle3dash.findings import RULES, SEVERITIES, SUMMARY_RULES, Evidence, Finding, diagnose
 from eagle3dash.layout import Tap

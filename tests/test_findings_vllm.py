@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from eagle3dash.engines.rules import ServingEngine
+from eagle3dash.engines.serving import ServingEngine
 from eagle3dash.findings import Evidence, Finding, diagnose
 from eagle3dash.layout import Tap
 from eagle3dash.prediction import predict_layouts

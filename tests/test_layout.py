@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from eagle3dash.engines.protocol import FALLBACK_ARCH, target_arch
+from eagle3dash.engines.facts import FALLBACK_ARCH, target_arch
 from eagle3dash.engines.sglang.rules import (
     arch_family,
     eagle_config_json,

@@ -14,9 +14,10 @@ from eagle3dash.cli import main
 from eagle3dash.engines.sglang.client import EndpointError, parse_server_report
 from eagle3dash.probe import ServedDraft, probe, probe_and_record, served_draft
 from eagle3dash.store import get_endpoint, list_endpoints, open_store
+from eagle3dash.testing.sglang_double_engine import TEMPLATE_PATH
 from eagle3dash.testing.tensors import random_tensors
-from tests.httpserver import closed_port_url, serve
-from tests.sglangkit import load_fixture, replay_app, spec_server_info
+from tests.httpserver import App, Reply, Request, closed_port_url, serve
+from tests.sglangkit import MODEL_INFO, load_fixture, replay_app, spec_server_info
 from tests.specs import tiny_spec
 
 
@@ -281,3 +282,42 @@ def test_the_cli_probe_checks_a_draft_and_refuses_a_target(tmp_path: Path, capsy
         target = make_tiny_target(tmp_path / "target")
         assert main(["probe", endpoint.url, "--draft", str(target)]) == 1
     assert "this looks like a target model (a causal LM)" in capsys.readouterr().err
+
+
+def info_only_app(server_info: dict) -> App:
+    """An SGLang server that answers only what a probe asks (/server_info, /model_info)."""
+
+    def app(req: Request) -> Reply:
+        if req.method == "GET" and req.path in ("/server_info", "/get_server_info"):
+            return Reply(body=server_info)
+        if req.method == "GET" and req.path in ("/model_info", "/get_model_info"):
+            return Reply(body=MODEL_INFO)
+        return Reply(404, {"detail": "Not Found"})
+
+    return app
+
+
+def test_an_fp8_kv_cache_is_a_note_before_anything_is_measured(tmp_path: Path) -> None:
+    """sglang PR #14466 ("low AR for FP8 kv cache" with an EAGLE draft, worked around with
+    --kv-cache-dtype auto): the probe and Before you submit say it where /server_info shows an
+    FP8 KV cache, as a note (info); a KV cache in the model's dtype says nothing."""
+    from eagle3dash.probe import before_submit
+
+    draft = eagle3_draft(tmp_path)
+    # A real 0.5.23 server_info (the doubles' template), speculating with the draft here.
+    info = spec_server_info(json.loads(TEMPLATE_PATH.read_text()))
+    info.update(
+        enable_return_hidden_states=True,
+        kv_cache_dtype="fp8_e4m3",
+        speculative_draft_model_path=str(draft),
+    )
+    with serve(info_only_app(info)) as endpoint:
+        found = probe(endpoint.url)
+    assert [(f.id, f.severity) for f in found.findings] == [("fp8-kv-cache", "info")]
+    note = found.findings[0]
+    assert "fp8_e4m3" in note.title and "#14466" in note.evidence
+    assert "--kv-cache-dtype auto" in note.fix
+    assert [f.id for f in before_submit(found, str(draft))] == ["fp8-kv-cache"]
+    info["kv_cache_dtype"] = "auto"
+    with serve(info_only_app(info)) as endpoint:
+        assert probe(endpoint.url).findings == []

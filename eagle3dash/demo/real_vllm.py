@@ -297,9 +297,8 @@ def _signal_group(pgid: int, signum: int) -> None:
         os.killpg(pgid, signum)
 
 
-def _spawn(settings: ServeSettings, home: Path, log_dir: Path, core: int) -> RealVLLM:
+def _spawn(settings: ServeSettings, draft: Path | None, log_dir: Path, core: int) -> RealVLLM:
     python = venv_python()
-    draft = deployment_draft(settings.deployment, home)
     port = _free_port()
     command = server_command(python, FIXTURES / "target", draft, port, settings)
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -387,13 +386,28 @@ def start_real_vllm(
     started: list[RealVLLM] = []
     try:
         for i, one in enumerate(settings):  # one core each, in turn
-            started.append(_spawn(one, home, log_dir or home / "logs", cores[i % len(cores)]))
+            draft = deployment_draft(one.deployment, home)
+            started.append(_spawn(one, draft, log_dir or home / "logs", cores[i % len(cores)]))
         _wait_healthy(started, timeout_s)
     except BaseException:
         for server in started:
             server.stop()
         raise
     return started
+
+
+def start_real_vllm_draft(
+    draft: Path, settings: ServeSettings, log_dir: Path, timeout_s: float = START_TIMEOUT_S
+) -> RealVLLM:
+    """Start one real vLLM server of the demo's target with any EAGLE-3 draft folder (named by
+    `settings.deployment` in its log's name), healthy or InputError saying why (then stopped)."""
+    server = _spawn(settings, draft, log_dir, sorted(os.sched_getaffinity(0))[0])
+    try:
+        _wait_healthy([server], timeout_s)
+    except BaseException:
+        server.stop()
+        raise
+    return server
 
 
 def _watch(parent: int, command: list[str], cwd: Path) -> int:

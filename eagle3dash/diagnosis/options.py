@@ -17,7 +17,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Literal
 
-from eagle3dash.engines.protocol import FALLBACK_ARCH
+from eagle3dash.engines.facts import FALLBACK_ARCH
 from eagle3dash.engines.sglang.rules import parse_version, version_text
 from eagle3dash.errors import InputError
 from eagle3dash.http_client import normalize_url

@@ -41,7 +41,7 @@ from eagle3dash.diagnosis.result import (
 )
 from eagle3dash.engines import rules as engine_rules
 from eagle3dash.engines.endpoints import detect_engine, engine_adapter, open_engine
-from eagle3dash.engines.protocol import target_arch
+from eagle3dash.engines.facts import target_arch
 from eagle3dash.engines.seam import (
     REFERENCE_TAIL,
     VLLM,

@@ -17,6 +17,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from eagle3dash.engines import rules as engine_rules
+from eagle3dash.engines.serving import ENGINES, ServingEngine
 from eagle3dash.engines.sglang.rules import hidden_states_mode, try_parse_version
 from eagle3dash.http_client import EndpointError
 from eagle3dash.layout import Layout
@@ -24,7 +25,7 @@ from eagle3dash.layout import Layout
 if TYPE_CHECKING:
     from eagle3dash.capture import Capture
 
-SGLANG, VLLM = engine_rules.ENGINES
+SGLANG, VLLM = ENGINES
 _T = TypeVar("_T")
 
 
@@ -193,14 +194,14 @@ class ServerReport:
             )
         return self.speculative
 
-    def rules_engine(self) -> engine_rules.ServingEngine:
+    def rules_engine(self) -> ServingEngine:
         """The engine whose id-to-tap rules apply to this server: its release and, on vLLM, its
-        model runner (`engine_rules`)."""
+        model runner (`engines.serving`)."""
         runner = self.vllm.runner if self.vllm is not None else None
         version = self.version if self.engine == VLLM else None
         if self.engine == SGLANG and self.version and try_parse_version(self.version):
             version = self.version
-        return engine_rules.ServingEngine(self.engine, version, runner)
+        return ServingEngine(self.engine, version, runner)
 
     @property
     def hidden_states(self) -> str | None:

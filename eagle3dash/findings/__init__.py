@@ -21,6 +21,7 @@ from eagle3dash.findings.checkpoint_rules import (
 )
 from eagle3dash.findings.core import SEVERITIES, Evidence, Finding
 from eagle3dash.findings.layout_rules import (
+    beside_observed_causes,
     rule_aux_ids_not_read,
     rule_capture_rule_version,
     rule_detected_layout,
@@ -129,7 +130,8 @@ SUMMARY_RULES: tuple[Callable[[Evidence, list[Finding]], list[Finding]], ...] = 
 
 
 def diagnose(evidence: Evidence) -> list[Finding]:
-    """Run every rule; a critical slowdown's causes made critical (`slowdown_causes`); findings
+    """Run every rule; a critical slowdown's causes made critical (`slowdown_causes`), an
+    unsettled layout difference a note beside an observed cause (`beside_observed_causes`); findings
     sorted by severity, then by the order of RULES (so the root cause, the first critical one, is
     what explains the rest)."""
     found: list[tuple[int, int, Finding]] = []
@@ -138,6 +140,6 @@ def diagnose(evidence: Evidence) -> list[Finding]:
     first = [f for *_, f in found]
     for r, summary in enumerate(SUMMARY_RULES, start=len(RULES)):
         found += [(r, k, finding) for k, finding in enumerate(summary(evidence, first))]
-    weighed = slowdown_causes([f for *_, f in found])
+    weighed = beside_observed_causes(slowdown_causes([f for *_, f in found]))
     order = sorted(zip(found, weighed, strict=True), key=lambda x: (-x[1].severity.rank, *x[0][:2]))
     return [f for _, f in order]

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 
 from eagle3dash.checkpoint_formats import norm_output_feeds_back
 from eagle3dash.checkpoint_problems import ProblemCode, problem_lines
-from eagle3dash.engines.rules import SGLANG, rules_for
+from eagle3dash.engines.rules import rules_for
+from eagle3dash.engines.serving import SGLANG
 from eagle3dash.evidence_levels import LEVEL_ASSUMED
 from eagle3dash.findings.core import Evidence, Finding
 from eagle3dash.severity import Severity

@@ -10,9 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from eagle3dash.engines.protocol import EngineRules, target_arch
-from eagle3dash.engines.rules import EngineWords, ServingEngine, rules_for
+from eagle3dash.engines.facts import target_arch
+from eagle3dash.engines.protocol import EngineRules
+from eagle3dash.engines.rules import EngineWords, rules_for
 from eagle3dash.engines.rules import words as engine_words
+from eagle3dash.engines.serving import ServingEngine
 from eagle3dash.evidence_levels import LEVEL_PREDICTED, source_level, weaker
 from eagle3dash.layout import Layout
 from eagle3dash.severity import Severity
@@ -109,7 +111,7 @@ class Evidence:
     baseline: BenchResult | None = None  # the same target without speculation
     # The serving engine's version `layouts` were computed for; defaults to server.version.
     sglang_version: str | None = None
-    engine: str = "sglang"  # the serving engine: "sglang" | "vllm" (engine_rules.ENGINES)
+    engine: str = "sglang"  # the serving engine: "sglang" | "vllm" (engines.serving.ENGINES)
     vllm_runner: str | None = None  # vLLM's model runner, "v1" | "v2" (None: V2, the default)
     trainer: str | None = None  # a layout.TRAINERS key, when known
     training_sglang_version: str | None = None  # SpecForge >= 0.2: the SGLang it trained through

@@ -15,15 +15,19 @@ gpt-oss-boundary-ids, the capture-rule-version of SGLang releases) apply to one 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
-from eagle3dash.engines.protocol import TOP_LEVEL_KEY, ObservedMapping, ids_json, top_level_ids
-from eagle3dash.engines.rules import ServingEngine, dual_key_fix, rules_for
+from eagle3dash.engines.facts import TOP_LEVEL_KEY, ObservedMapping, ids_json, top_level_ids
+from eagle3dash.engines.rules import dual_key_fix, rules_for
 from eagle3dash.engines.rules import serving_layout as engine_serving_layout
+from eagle3dash.engines.serving import ServingEngine
 from eagle3dash.evidence_levels import (
     ACCEPTANCE_MATCHED,
+    LEVEL_ASSUMED,
     LEVEL_DETECTIVE,
+    LEVEL_OBSERVED,
     LEVEL_PREDICTED,
     OBSERVED,
 )
@@ -243,6 +247,32 @@ def _graded(e: Evidence, lines: list[str]) -> tuple[Severity, str]:
     return severity, impact
 
 
+# The impact of a difference whose training side is assumed and whose cost was not measured.
+UNSETTLED = "not measured; the training side is assumed"
+
+
+def beside_observed_causes(found: list[Finding]) -> list[Finding]:
+    """The findings with each unsettled layout difference (its training side assumed, its cost
+    not measured) made a note beside the observed critical findings, which explain the
+    measurement where it rests on an assumption."""
+    observed = [
+        f.id for f in found if f.severity is Severity.CRITICAL and f.basis == LEVEL_OBSERVED
+    ]
+    if not observed:
+        return found
+    return [
+        dataclasses.replace(
+            f,
+            severity=Severity.INFO,
+            evidence=f"{f.evidence} What was observed explains the measurement: "
+            f"{', '.join(observed)}.",
+        )
+        if f.data.get("impact") == UNSETTLED
+        else f
+        for f in found
+    ]
+
+
 def _impact(e: Evidence, lines: list[str]) -> tuple[Severity, str]:
     """The severity of a difference between the sides by what it costs (findings/impact.py),
     with the cost added to the evidence lines; critical, unmeasured, when no cost was measured."""
@@ -253,6 +283,14 @@ def _impact(e: Evidence, lines: list[str]) -> tuple[Severity, str]:
             f"{MATERIAL_ACCEPT_LENGTH} drafts per round even there): the severity is the rules' "
             "prediction."
         )
+        if e.training is not None and layouts_basis(e) == LEVEL_ASSUMED:
+            # An assumption with no cost behind it is no root cause: at most a warning.
+            lines.append(
+                "The training side is assumed (its config read under a trainer's convention), "
+                "so nothing measured shows this difference: a training dump, the training "
+                "layout declared, or the trainer's run folder would settle it."
+            )
+            return Severity.WARNING, UNSETTLED
         accept = getattr(e.measured, "accept_length", None)
         steps = e.simulation_steps()
         if accept is not None and steps and accept >= 0.5 * (steps + 1):

@@ -90,7 +90,7 @@ def rule_slower_than_baseline(e: Evidence, found: list[Finding]) -> list[Finding
                 f"Speculative decoding makes the endpoint slower: {speedup:.2f}x the baseline's "
                 "tok/s.",
                 evidence + ".",
-                _slowdown_fix(e, causes),
+                _slowdown_fix(e, causes, found),
                 {"speedup": speedup, "noise": spread, "explained_by": causes},
             )
         ]
@@ -170,10 +170,11 @@ def _steps_change(e: Evidence) -> str | None:
     return e.words().steps_flags(min(3, served - 1) if served else 3, draft)
 
 
-def _slowdown_fix(e: Evidence, causes: list[str]) -> str:
+def _slowdown_fix(e: Evidence, causes: list[str], found: list[Finding]) -> str:
     """What to do about a slowdown: the findings that cap the accept length first; when there are
     none, say whether the accept length or the cost is the problem, and ask only for evidence the
-    run does not have."""
+    run does not have. A difference between the sides that the run found (short of critical) is
+    named as not explaining it, never denied."""
     concurrency = getattr(e.measured, "concurrency", None)
     batch = e.words().batch_cost_flags(concurrency)
     steps = _steps_change(e)
@@ -203,11 +204,17 @@ def _slowdown_fix(e: Evidence, causes: list[str]) -> str:
                 "copy of the target, or a training dump) to see whether serving feeds the draft "
                 "other states than training did, then run the diagnosis again."
             )
+        differ = [f.id for f in found if f.id in EXPLAINS_GAP]
+        sides = (
+            f"training and serving feed the draft different taps ({', '.join(differ)}), but "
+            "at a cost that does not explain it"
+            if differ
+            else "training and serving feed the draft alike"
+        )
         return (
-            f"{low}, and no check that ran explains it: training and serving feed the draft "
-            "alike, so it accepts this little on these prompts. Compare the prompts' domain and "
-            "rendering with the draft's training data, and whether it was trained for this "
-            "target."
+            f"{low}, and no check that ran explains it: {sides}, so it accepts this little on "
+            "these prompts. Compare the prompts' domain and rendering with the draft's training "
+            "data, and whether it was trained for this target."
         )
     return f"The accept length is not the cause; {cost}."
 
@@ -478,22 +485,39 @@ def rule_low_acceptance(e: Evidence, found: list[Finding]) -> list[Finding]:
 
 
 def rule_fp8_kv_cache(e: Evidence) -> list[Finding]:
-    """A hint: the KV cache is FP8 and the measured acceptance is materially below the training
-    side's simulation. sglang PR #14466 (Mistral-Large-3 with EAGLE): "low AR for FP8 kv cache",
-    worked around with --kv-cache-dtype auto; the cause was not found. The KV cache's dtype is
-    SGLang's --kv-cache-dtype (/server_info), vLLM's cache_dtype (/server_info, or /metrics
-    `vllm:cache_config_info`)."""
+    """The KV cache is FP8. sglang PR #14466 (Mistral-Large-3 with EAGLE): "low AR for FP8 kv
+    cache", worked around with --kv-cache-dtype auto; the cause was not found. Before the
+    acceptance is compared with the training side's simulation (a probe, Before you submit), a
+    note; after, a hint only where the measurement is materially below it, nothing where it is
+    not. The KV cache's dtype is SGLang's --kv-cache-dtype (/server_info), vLLM's cache_dtype
+    (/server_info, or /metrics `vllm:cache_config_info`)."""
     server, ev, measured = e.server, e.training_eval, e.measured
     dtype = getattr(server, "kv_cache_dtype", None) if server is not None else None
-    if not dtype or "fp8" not in str(dtype).lower() or ev is None or e.adaptive_steps():
+    if not dtype or "fp8" not in str(dtype).lower() or e.adaptive_steps():
         return []
-    if measured is None or measured.accept_length is None:
-        return []
+    flags = e.words().kv_cache_flags()
+    known = (
+        "sglang PR #14466: 'low AR for FP8 kv cache' with an EAGLE draft (cause not found), "
+        "worked around with the model's dtype."
+    )
+    if ev is None or measured is None or measured.accept_length is None:
+        return [
+            Finding(
+                "fp8-kv-cache",
+                Severity.INFO,
+                f"The KV cache is {dtype}: an FP8 KV cache is known to lower an EAGLE draft's "
+                "acceptance.",
+                f"kv cache dtype {dtype} (the server's report); the acceptance is not compared "
+                f"with the training side yet. {known}",
+                f"If the run measures acceptance below the training side, restart with {flags} "
+                "and measure again.",
+                {"kv_cache_dtype": dtype},
+            )
+        ]
     steps = min(e.simulation_steps() or ev.steps, ev.steps)
     trained = ev.simulated_accept_length(steps)
     if trained - measured.accept_length < MATERIAL_ACCEPT_LENGTH:
         return []
-    flags = e.words().kv_cache_flags()
     return [
         Finding(
             "fp8-kv-cache",
@@ -502,9 +526,7 @@ def rule_fp8_kv_cache(e: Evidence) -> list[Finding]:
             f"{_fmt(measured.accept_length)} is below the training side's "
             f"{_fmt(trained)}: an FP8 KV cache is known to lower acceptance.",
             f"kv cache dtype {dtype}; measured {_fmt(measured.accept_length)} against "
-            f"{_fmt(trained)} simulated on the training layout at {steps} steps. sglang PR "
-            "#14466: 'low AR for FP8 kv cache' with an EAGLE draft (cause not found), worked "
-            "around with the model's dtype.",
+            f"{_fmt(trained)} simulated on the training layout at {steps} steps. {known}",
             f"Restart with {flags} and measure again: acceptance that recovers names the KV cache "
             "as the cause.",
             {"kv_cache_dtype": dtype, "measured": measured.accept_length, "trained": trained},

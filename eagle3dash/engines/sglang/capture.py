@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from eagle3dash.capture.format import Capture, CaptureError, Progress, Sequence, _as_id_list
-from eagle3dash.engines.protocol import target_arch
+from eagle3dash.engines.facts import target_arch
 from eagle3dash.engines.seam import REFERENCE_TAIL, kept_completion
 from eagle3dash.engines.sglang.rules import (
     DEFAULT_SGLANG_VERSION,

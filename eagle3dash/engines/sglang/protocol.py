@@ -7,14 +7,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from eagle3dash.engines.protocol import (
+from eagle3dash.engines.facts import (
     NESTED_KEY,
-    EngineFix,
     ObservedMapping,
     Version,
     ids_json,
     released_build_only,
 )
+from eagle3dash.engines.protocol import EngineFix
 from eagle3dash.engines.sglang import rules
 from eagle3dash.layout import (
     Layout,
@@ -26,7 +26,7 @@ from eagle3dash.layout import (
 )
 
 if TYPE_CHECKING:
-    from eagle3dash.engines.rules import ServingEngine
+    from eagle3dash.engines.serving import ServingEngine
     from eagle3dash.spec import DraftSpec
 
 # What the one-engine rules ask by name (`has`, `first_release`): the first release with it.

@@ -14,12 +14,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from eagle3dash.engines.protocol import (
-    FALLBACK_ARCH,
-    ObservedMapping,
-    Version,
-    ids_from_observed,
-)
+from eagle3dash.engines.facts import FALLBACK_ARCH, ObservedMapping, Version, ids_from_observed
 from eagle3dash.layout import (
     Layout,
     LayoutResult,

@@ -8,20 +8,20 @@ from collections.abc import Sequence
 from dataclasses import fields
 from typing import TYPE_CHECKING
 
-from eagle3dash.engines.protocol import (
+from eagle3dash.engines.facts import (
     TOP_LEVEL_KEY,
-    EngineFix,
     ObservedMapping,
     Version,
     ids_from_observed,
     released_build_only,
     top_level_ids,
 )
+from eagle3dash.engines.protocol import EngineFix
 from eagle3dash.engines.vllm import rules
 from eagle3dash.layout import Layout, LayoutResult, taps_phrase
 
 if TYPE_CHECKING:
-    from eagle3dash.engines.rules import ServingEngine
+    from eagle3dash.engines.serving import ServingEngine
     from eagle3dash.spec import DraftSpec
 
 # The release facts `has` and `first_release` answer: Release's flags.

@@ -44,7 +44,7 @@ import json
 import re
 from dataclasses import dataclass, field, replace
 
-from eagle3dash.engines.protocol import NESTED_KEY, TOP_LEVEL_KEY, Version, top_level_ids
+from eagle3dash.engines.facts import NESTED_KEY, TOP_LEVEL_KEY, Version, top_level_ids
 from eagle3dash.layout import (
     Layout,
     LayoutResult,
@@ -100,6 +100,9 @@ RELEASES: dict[str, Release] = {
         draft_lm_head_quantization=True,
     ),
 }
+# What 0.34.0 says loading a P-EAGLE draft (transformers_utils/configs/speculators/algos.py
+# `update_peagle`, as the issue that added this quoted it).
+PARALLEL_EAGLE_REFUSAL = "P-EAGLE (parallel drafting EAGLE-3) is not supported"
 KNOWN_VLLM_VERSIONS = tuple(RELEASES)  # the releases read for the rules, oldest first
 DEFAULT_VLLM_VERSION = KNOWN_VLLM_VERSIONS[-1]  # the newest read, assumed when a server says none
 RUNNERS = ("v1", "v2")
@@ -274,6 +277,21 @@ def _v1_only_feature(version: str, config: dict) -> str | None:
     if parallel.get("use_ubatching"):
         return f"V2 does not run dual batch overlap unless {RUNNER_ENV} is set"
     return None
+
+
+def parallel_eagle_serving() -> str:
+    """Which releases read serve a P-EAGLE draft and which refuse it, as a clause: 'vLLM 0.32.0
+    and 0.33.0 serve it on their V1 model runner; vLLM 0.34.0 refuses it at load (...)'."""
+    served = [v for v, r in RELEASES.items() if r.parallel_eagle == "v1"]
+    refused = [v for v, r in RELEASES.items() if r.parallel_eagle == "refused"]
+    parts = []
+    if served:
+        parts.append(f"vLLM {' and '.join(served)} serve it on their V1 model runner")
+    if refused:
+        parts.append(
+            f'vLLM {" and ".join(refused)} refuses it at load ("{PARALLEL_EAGLE_REFUSAL}")'
+        )
+    return "; ".join(parts)
 
 
 def check_runner(runner: str) -> str:
