@@ -289,7 +289,7 @@ WORLD_MODULES = {
         "tests/test_ray_backend.py",
         "tests/test_sweep.py",
     ),
-    "real_vllm": ("tests/test_real_vllm.py",),
+    "real_vllm": ("tests/test_real_vllm.py", "tests/test_real_vllm_claims.py"),
 }
 
 

@@ -19,7 +19,6 @@ from eagle3dash.demo import FIXTURES
 from eagle3dash.demo.real_vllm import (
     RealVLLM,
     ServeSettings,
-    start_real_vllm,
     start_real_vllm_draft,
 )
 from tests.specs import run_cli
@@ -67,9 +66,9 @@ def reversed_top_level_draft(folder: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def servers(tmp_path_factory) -> Iterator[dict[str, RealVLLM]]:
-    """One real server per draft, and the plain target (draft C's baseline), started one at a
-    time (two cores): {name: server}."""
+def servers(tmp_path_factory, real_vllm) -> Iterator[dict[str, RealVLLM]]:
+    """One real server per draft, started one at a time (two cores), and the lane's plain target
+    (draft C's baseline, the `real_vllm` world's): {name: server}."""
     skip_without_vllm()
     home = tmp_path_factory.mktemp("real-vllm-claims")
     drafts = {
@@ -81,10 +80,7 @@ def servers(tmp_path_factory) -> Iterator[dict[str, RealVLLM]]:
     try:
         for name, draft in drafts.items():
             started[name] = start_real_vllm_draft(draft, ServeSettings(name), home / "logs")
-        (started["plain"],) = start_real_vllm(
-            ServeSettings("plain", dev_mode=False), home=home, log_dir=home / "logs"
-        )
-        yield started
+        yield {**started, "plain": real_vllm["servers"]["plain"]}
     finally:
         for server in started.values():
             server.stop()
