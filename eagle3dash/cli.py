@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from eagle3dash.findings import Finding
     from eagle3dash.provenance import Provenance
     from eagle3dash.store import Store
-    from eagle3dash.sweep import SweepCheckpoint
+    from eagle3dash.sweep import ServedRun, SweepCheckpoint
 
 DEBUG_ENV = "EAGLE3DASH_DEBUG"
 ERROR_LINE_CHARS = 1000  # an error line's longest: long names inside it are cut in the middle
@@ -619,48 +619,74 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    """Queue a checkpoint sweep; with --wait, wait for the worker and print the ranking."""
+    """Queue a checkpoint sweep; with --wait, wait for the worker, print the ranking and why any
+    checkpoint could not be evaluated (exit 1 then)."""
     from eagle3dash import jobs
     from eagle3dash import store as db
-    from eagle3dash.home_files import saved_capture
-    from eagle3dash.sweep import submit_sweep, sweep_checkpoints, sweep_results
+    from eagle3dash.sweep import DEFAULT_STEPS, checkpoints_given, submit_sweep, sweep_results
 
-    source = args.checkpoints[0] if len(args.checkpoints) == 1 else args.checkpoints
-    if len(args.checkpoints) == 1 and not Path(source).joinpath("config.json").is_file():
-        checkpoints = sweep_checkpoints(source)  # a run folder
-    else:
-        checkpoints = sweep_checkpoints(list(args.checkpoints))
+    checkpoints = checkpoints_given(args.checkpoints)
     with db.open_store(args.home) as store:
-        if args.capture:
-            capture = args.capture
-        elif args.run is not None:
-            saved = saved_capture(store.home, args.run)
-            if saved is None:
-                raise InputError(
-                    f"run #{args.run} kept no serving capture in {store.home}: give a run that "
-                    "captured what its server feeds the draft (the Sweep page lists them), or "
-                    "--capture DIR"
-                )
-            capture = str(saved)
-        else:
-            capture = _serving_capture(store, checkpoints, args)
-        target = args.target or _served_model_path(args.endpoint)
+        run_id = args.run
+        if run_id is None and not args.capture:
+            run_id = _diagnose_for_capture(store, checkpoints, args)
+        served = None if run_id is None else _served_run(store, run_id)
+        capture = served.capture if served is not None else args.capture
+        # A served run's target and steps, as the Sweep page takes them: its numbers then match.
+        target = (
+            args.target
+            or (served.target if served is not None else None)
+            or _served_model_path(args.endpoint)
+        )
+        steps = args.steps or (served.steps if served is not None else DEFAULT_STEPS)
         sweep_id = submit_sweep(
-            store, checkpoints, capture, args.endpoint, args.steps, target=target
+            store,
+            checkpoints,
+            capture,
+            args.endpoint,
+            steps,
+            target=target,
+            served_run=run_id,
         )
         print(f"sweep {sweep_id}: {len(checkpoints)} checkpoint(s) queued")
+        print(f"  evaluated on {_capture_words(capture, run_id)}, {steps} draft steps")
         if not args.wait:
             return 0
         ids = [e.job_id for e in sweep_results(store, sweep_id)]
         for job_id in ids:
             jobs.wait_for_job(store, job_id, timeout=args.timeout)
+        entries = sweep_results(store, sweep_id)
         print("  rank  step  sim serving  checkpoint")
-        for rank, e in enumerate(sweep_results(store, sweep_id), 1):
+        for rank, e in enumerate(entries, 1):
             score = f"{e.sim_serving:11.3f}" if e.sim_serving is not None else f"{e.status:>11}"
             step = e.step if e.step is not None else "-"
             best = "  (trainer's best)" if e.best else ""
             print(f"  {rank:4d}  {step:>4}  {score}  {e.checkpoint}{best}")
-    return 0
+        failed = [e for e in entries if e.reason is not None]
+        for e in failed:
+            print(f"{e.name} failed: {e.reason}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _served_run(store: Store, run_id: int) -> ServedRun:
+    """Run `run_id` and its serving capture; one line when it kept none."""
+    from eagle3dash.sweep import served_run
+
+    found = served_run(store, run_id)
+    if found is None:
+        raise InputError(
+            f"run #{run_id} kept no serving capture in {store.home}: give a run that "
+            "captured what its server feeds the draft (the Sweep page lists them), or "
+            "--capture DIR"
+        )
+    return found
+
+
+def _capture_words(capture: str, run_id: int | None) -> str:
+    """'run #2's serving capture (its prompts as sent: raw)', else the capture folder."""
+    from eagle3dash.sweep import CAPTURE_PROMPTS
+
+    return f"run #{run_id}'s serving capture ({CAPTURE_PROMPTS})" if run_id else capture
 
 
 def _served_model_path(endpoint: str | None) -> str | None:
@@ -677,36 +703,39 @@ def _served_model_path(endpoint: str | None) -> str | None:
     return path if path and Path(path).is_dir() else None
 
 
-def _serving_capture(
+def _diagnose_for_capture(
     store: Store, checkpoints: list[SweepCheckpoint], args: argparse.Namespace
-) -> str:
+) -> int:
     """Diagnose the trainer's best (else the last) checkpoint against the endpoint and wait for
-    the worker: its serving capture is the sweep's one capture; the folder."""
+    the worker: its serving capture is the sweep's one capture; the run's id."""
+    from dataclasses import replace
+
     from eagle3dash import jobs
     from eagle3dash.submit import submit_diagnosis
 
     if not args.endpoint:
         raise UsageError("give --endpoint (captured once by a diagnosis), --run N or --capture")
     first = next((c for c in checkpoints if c.best), checkpoints[-1])
-    options = DiagnoseOptions(
-        draft=first.path, endpoint=args.endpoint, steps=args.steps, target=args.target
-    )
+    options = DiagnoseOptions(draft=first.path, endpoint=args.endpoint, target=args.target)
+    if args.steps:
+        options = replace(options, steps=args.steps)
     run_id = submit_diagnosis(store, None, options)
     print(f"run #{run_id}: diagnosing {first.path} to capture what the server feeds its draft")
     for job in jobs.list_jobs(store, run_id):
         jobs.wait_for_job(store, job["id"], timeout=args.timeout)
-    return _kept_capture(store, run_id)
+    _check_kept_capture(store, run_id)
+    return run_id
 
 
-def _kept_capture(store: Store, run_id: int) -> str:
-    """The folder of the serving capture a run kept; else one line saying why it kept none (the
-    capture's error, or the run's)."""
+def _check_kept_capture(store: Store, run_id: int) -> None:
+    """Raise one line saying why, when a run kept no serving capture (the capture's error, or
+    the run's)."""
     from eagle3dash import store as db
     from eagle3dash.diagnosis.stored_run import read_run
 
     capture = db.capture_dir(store.home, run_id)  # made when the run was queued
     if any(capture.iterdir()):
-        return str(capture)
+        return
     run = read_run(store, run_id)
     diagnosis = None if run is None else run.diagnosis()
     why = (diagnosis.serving.capture_error if diagnosis is not None else None) or (
@@ -964,11 +993,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--target",
         help="a local copy of the target (its embedding, for drafts without their own; default: "
-        "the endpoint's model path when it is a folder here)",
+        "the --run's target, else the endpoint's model path when it is a folder here)",
     )
-    p.add_argument("--steps", type=int, default=5, help="draft tokens per chain")
+    p.add_argument(
+        "--steps",
+        type=int,
+        help="draft tokens per chain (default: the --run's own, which its simulated serving "
+        "used; else 5)",
+    )
     p.add_argument("--home", help="data folder (default $EAGLE3DASH_HOME or ./.eagle3dash)")
-    p.add_argument("--wait", action="store_true", help="wait for the worker, print the ranking")
+    p.add_argument(
+        "--wait",
+        action="store_true",
+        help="wait for the worker, print the ranking (exit 1 when a checkpoint failed)",
+    )
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds to wait per checkpoint")
     p.set_defaults(func=cmd_sweep)
 

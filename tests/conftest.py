@@ -283,6 +283,7 @@ WORLD_MODULES = {
         "tests/test_browser_pages.py",
         "tests/test_browser_verdict.py",
         "tests/test_demo.py",
+        "tests/test_sweep_demo.py",
     ),
     "ray_cluster": (
         "tests/test_backend_conformance.py",

@@ -22,7 +22,6 @@ from tests.browserkit import (
     RUN_S,
     SHOTS,
     clipped,
-    fill,
     glyph_problems,
     idle,
     new_page,
@@ -137,9 +136,14 @@ def test_a_sweep_starts_from_the_sweep_page_and_is_followed_there(
     evaluated by the worker and ranked on the page without a reload; then the page whole."""
     page = _open(browser, f"{world['url']}/sweep", "Checkpoint sweep")
     expect(page.get_by_text("No sweeps yet: start one above.")).to_be_visible()
-    fill(
-        page, "Training run folder on this machine (SpecForge or speculators)", str(world["folder"])
+    box = page.get_by_label(
+        "Checkpoints on this machine: a training run folder (SpecForge, speculators or NeMo "
+        "AutoModel), or checkpoint folders one per line",
+        exact=True,
     )
+    box.fill(str(world["folder"]))
+    box.press("Control+Enter")  # a text area's value goes to the app on Ctrl+Enter
+    idle(page)
     expect(
         page.get_by_text("2 checkpoints: steps 0 and 1; the trainer's best: step 1.")
     ).to_be_visible()

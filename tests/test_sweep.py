@@ -135,7 +135,7 @@ def test_the_sweep_page_ranks_marks_the_trainers_best_and_diagnoses_one(home, tm
     assert table["step"].tolist() == [200, 300, 100]
     assert table["trainer's best"].tolist() == ["", "", "yes"]
     at.selectbox[1].select_index(1).run()  # step 300, second in the ranking
-    at.button[0].click().run()
+    at.button(key="sweep_diagnose").click().run()
     no_exception(at)
     from eagle3dash.store import list_runs
 
@@ -206,7 +206,7 @@ def test_a_sweep_starts_from_the_page_and_is_watched(home, tmp_path) -> None:
     at = app("sweep")
     no_exception(at)
     assert "No sweeps yet: start one above." in texts(at, "info")
-    at.text_input(key="sweep_folder").set_value(str(folder)).run()
+    at.text_area(key="sweep_folder").set_value(str(folder)).run()
     no_exception(at)
     assert "3 checkpoints: steps 0, 1 and 2; the trainer's best: step 1." in texts(at, "caption")
     assert at.selectbox(key="sweep_run").options == [

@@ -1,6 +1,6 @@
 """Sweep: a training run's checkpoints ranked by how they serve (`?sweep=<id>`): started here
-from a run folder and a served run, watched while its evaluations run, each checkpoint
-diagnosable in full."""
+from a run folder or checkpoints, a served run and a target (or the demo's drafts in one click),
+watched while its evaluations run, each checkpoint diagnosable in full."""
 
 import streamlit as st
 
@@ -26,12 +26,13 @@ if not sweeps:
     st.stop()
 asked = st.query_params.get("sweep")
 sweep_id = st.selectbox("Sweep", sweeps, index=sweeps.index(asked) if asked in sweeps else 0)
+setup = sweep.sweep_setup(store, sweep_id)
 
 
 def draw() -> None:
     """The sweep as far as it got; said while it is unfinished."""
     entries = sweep.sweep_results(store, sweep_id)
-    sweep_ui.results(entries)
+    sweep_ui.results(entries, setup)
     if sweep.unfinished(entries):
         st.caption(sweep_ui.WATCHING)
 
@@ -40,10 +41,15 @@ live.live_section(store, lambda s: sweep.unfinished(sweep.sweep_results(s, sweep
 
 st.subheader("Diagnose a checkpoint in full")
 entries = sweep.sweep_results(store, sweep_id)
-endpoint = sweep.sweep_endpoint(store, sweep_id)
 picked = st.selectbox("Checkpoint", entries, format_func=sweep_ui.diagnose_label)
-endpoint = st.text_input("Endpoint", value=endpoint or "", key="sweep_endpoint")
-if st.button("Diagnose", disabled=not (picked and endpoint)):
-    options = DiagnoseOptions(draft=picked.checkpoint, endpoint=endpoint)
+endpoint = st.text_input("Endpoint", value=(setup and setup.endpoint) or "", key="sweep_endpoint")
+if st.button("Diagnose", disabled=not (picked and endpoint), key="sweep_diagnose"):
+    # the sweep's target and steps: the run's simulated serving is then the sweep's number
+    options = DiagnoseOptions(
+        draft=picked.checkpoint,
+        endpoint=endpoint,
+        target=setup.target if setup else None,
+        steps=setup.steps if setup else sweep.DEFAULT_STEPS,
+    )
     run_id = submit_diagnosis(store, None, options)
     st.switch_page(widgets.RUN_PAGE, query_params={"run": str(run_id)})
