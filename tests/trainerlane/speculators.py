@@ -9,9 +9,11 @@ same rule (speculators_shim.py `hidden-states`). Then `speculators train` itself
 speculators_shim.py `train`, twice: a normal run and a `--save-best` run.
 
 The ids are vLLM's numbering (id k = the residual stream after k layers, the engines' Tap(k)):
-TARGET_LAYER_IDS (1, 2, 3) on the 4-layer target, away from every default: speculators' and
-vLLM's (2, N // 2, N - 3) = (2, 2, 1) is refused by speculators on this target
-(models/utils.py resolve_target_layer_ids), and SGLang's ids would be read one block later.
+TARGET_LAYER_IDS (1, 2, 3) on the 4-layer target, away from every default: speculators' and the
+engines' (2, N // 2, N - 3) = (2, 2, 1), which speculators refuses on this target (models/utils.py
+resolve_target_layer_ids), and NeMo AutoModel's (1, N // 2 - 1, N - 4) = (1, 1, 0). They are the
+taps of the demo's draft B, Tap(1), Tap(2), Tap(3), which SGLang's numbering would read one block
+later.
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ from pathlib import Path
 from tests.trainerlane.common import TARGET, run_in_venv, training_sequences
 
 TARGET_LAYER_IDS = (1, 2, 3)
-# Sizes for a quick lane, not a good draft: a step of 1024 tokens takes about a second of one
-# CPU thread, so 18 steps an epoch, two epochs (the files of each epoch are what the lane reads).
+# Sizes for a quick lane, not a good draft: a step of 1024 tokens takes about half a second of one
+# CPU thread; 18 steps an epoch, two epochs (the files of each epoch are what the lane reads).
 SEQUENCES = 160  # 144 train + 16 validation rows (train_data_ratio 0.9)
 LENGTH = 128
 EPOCHS = 2
@@ -39,7 +41,7 @@ def train(out: Path) -> dict:
     rows = out / "rows.jsonl"
     with rows.open("w") as f:
         for sequence in training_sequences(SEQUENCES, LENGTH):
-            # every position after BOS is trained on, as in the demo's own draft training
+            # every position after BOS is a training target
             f.write(json.dumps({"input_ids": sequence, "loss_mask": [0] + [1] * (LENGTH - 1)}))
             f.write("\n")
     data = out / "data"
