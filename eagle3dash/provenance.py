@@ -237,15 +237,13 @@ def _nemo_pointer(root: Path, name: str) -> Path | None:
     return (root / target).resolve() if target else None
 
 
-def _speculators_marked(folder: Path) -> bool:
-    """Whether `folder` holds speculators' run.yaml or train_command.txt."""
-    return (folder / "run.yaml").is_file() or (folder / "train_command.txt").is_file()
-
-
 def _is_speculators(root: Path) -> bool:
-    """A speculators run folder, not one of its epochs: each epoch folder holds its own copy of
-    train_command.txt (train/checkpointer.py `_copy_train_command`)."""
-    return _speculators_marked(root) and not _speculators_epoch(root)
+    """A speculators run folder: run.yaml or train_command.txt beside its epochs. A folder with a
+    config.json of its own is a checkpoint: an epoch folder, which holds its own copy of
+    train_command.txt (train/checkpointer.py `_copy_train_command`), a copy of one, or a
+    `--dry-run` draft (train/cli.py)."""
+    marked = (root / "run.yaml").is_file() or (root / "train_command.txt").is_file()
+    return marked and not (root / "config.json").is_file()
 
 
 def _speculators_epoch(folder: Path) -> bool:
@@ -253,7 +251,7 @@ def _speculators_epoch(folder: Path) -> bool:
     (train/checkpointer.py) and `epoch{N}_end` / `epoch{N}_step{S}` (train/trainer.py
     maybe_save_checkpoint), as links or as folders when archived with links followed."""
     named = any(_SPECULATORS_EPOCH.fullmatch(p.name) for p in (folder, folder.resolve()))
-    return named and (folder / "config.json").is_file() and _speculators_marked(folder.parent)
+    return named and (folder / "config.json").is_file() and _is_speculators(folder.parent)
 
 
 def read_run_folder(path: str | Path) -> Provenance:

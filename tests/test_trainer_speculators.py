@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -142,3 +143,15 @@ def test_a_real_runs_checkpoints_are_its_epochs(speculators_run) -> None:
     assert run_checkpoints(run) == ({0: run / "0", 1: run / "1"}, (run / str(_best(run))))
     best = _best(best_run)
     assert run_checkpoints(best_run) == ({best: best_run / str(best)}, best_run / str(best))
+
+
+def test_a_copy_of_the_best_epoch_is_read_as_a_checkpoint(speculators_run, tmp_path) -> None:
+    """checkpoint_best copied out of its run to be served, with its own train_command.txt: a
+    checkpoint with the ids it was trained on, not a run folder without epochs (fails before)."""
+    copy = tmp_path / "draft"
+    shutil.copytree(speculators_run["run"] / "checkpoint_best", copy)
+    assert (copy / "train_command.txt").is_file()
+    shown = run_cli("inspect", "--json", str(copy))
+    assert shown.returncode == 0, shown.stderr
+    report = json.loads(shown.stdout)
+    assert (report["aux_layer_ids"], report["path"]) == (IDS, str(copy))
