@@ -36,6 +36,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shlex
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
@@ -50,6 +51,7 @@ _NEMO_EXPORT = ("model", "consolidated")  # a NeMo step's exported draft, below 
 _NEMO_INCOMPLETE = ".incomplete"  # components/checkpoint/utils.py: a save cut short
 _NEMO_CHECKPOINTS = "checkpoints"  # recipes/llm/train_eagle3.py: output_dir / "checkpoints"
 _NEMO_POINTERS = {"LOWEST_VAL": "best", "LATEST": "latest"}  # checkpoint/lifecycle.py
+_SPECULATORS_EPOCH = re.compile(r"\d+|checkpoint_best|epoch\d+_(?:end|step\d+)")
 
 
 class RunFolderError(InputError):
@@ -250,12 +252,19 @@ def _nemo_pointer(root: Path, name: str) -> Path | None:
 
 
 def _is_speculators(root: Path) -> bool:
-    return (root / "run.yaml").is_file() or (root / "train_command.txt").is_file()
+    """A speculators run folder: run.yaml or train_command.txt beside its epochs. A folder with a
+    config.json of its own is a checkpoint: an epoch folder, which holds its own copy of
+    train_command.txt (train/checkpointer.py `_copy_train_command`), a copy of one, or a
+    `--dry-run` draft (train/cli.py)."""
+    marked = (root / "run.yaml").is_file() or (root / "train_command.txt").is_file()
+    return marked and not (root / "config.json").is_file()
 
 
 def _speculators_epoch(folder: Path) -> bool:
-    """An `{epoch}/` (or checkpoint_best) folder of a speculators run."""
-    named = folder.name.isdigit() or folder.name == "checkpoint_best"
+    """An `{epoch}/` folder of a speculators run, or a link to one: `checkpoint_best`
+    (train/checkpointer.py) and `epoch{N}_end` / `epoch{N}_step{S}` (train/trainer.py
+    maybe_save_checkpoint), as links or as folders when archived with links followed."""
+    named = any(_SPECULATORS_EPOCH.fullmatch(p.name) for p in (folder, folder.resolve()))
     return named and (folder / "config.json").is_file() and _is_speculators(folder.parent)
 
 
@@ -444,17 +453,24 @@ def _speculators(root: Path, given: Path | None = None) -> Provenance:
             "wait for the first epoch to finish or give another run"
         )
     run_yaml = _run_yaml(root / "run.yaml")
+    # `--save-best` deletes run.yaml (train/checkpointer.py cleanup_keep_only_best): then the
+    # flags of the recorded command say what the run was given
+    flags = {} if run_yaml else _train_command_flags(root / "train_command.txt")
+    layers, record = _speculators_ids(run_yaml, flags)
+    epoch = chosen.resolve().name
     card = Provenance(
         trainer="speculators",
         trainer_version=_train_command_version(root / "train_command.txt"),
         run_folder=str(root),
         checkpoint=str(chosen),
         chosen_by=by,
-        epoch=int(chosen.name) if chosen.name.isdigit() else None,
-        strategy=_str(_yaml_value(run_yaml, "speculator_type")),
-        target_path=_str(_yaml_value(run_yaml, "verifier_name_or_path")),
-        capture_layers=(layers := _ints(_yaml_value(run_yaml, "target_layer_ids"))),
-        capture_record=None if layers is None else "run.yaml target_layer_ids",
+        epoch=int(epoch) if epoch.isdigit() else None,
+        strategy=_str(_yaml_value(run_yaml, "speculator_type") or _flag(flags, "speculator_type")),
+        target_path=_str(
+            _yaml_value(run_yaml, "verifier_name_or_path") or _flag(flags, "verifier_name_or_path")
+        ),
+        capture_layers=layers,
+        capture_record=None if layers is None else record,
         chat_template=_str(_yaml_value(run_yaml, "chat_template")),
         has_model_config=(chosen / "config.json").is_file(),
     )
@@ -544,6 +560,46 @@ def _train_command_version(path: Path) -> str | None:
         return None
     m = re.search(r"^# speculators: (\S+)", path.read_text(errors="replace"), re.M)
     return m[1] if m else None
+
+
+def _speculators_ids(
+    run_yaml: str, flags: dict[str, list[str]]
+) -> tuple[tuple[int, ...] | None, str]:
+    """The run's target layer ids and where they were read: run.yaml's, else the command's."""
+    if run_yaml:
+        return _ints(_yaml_value(run_yaml, "target_layer_ids")), "run.yaml target_layer_ids"
+    ids = flags.get("target_layer_ids") or ["none"]
+    layers = tuple(map(int, ids)) if all(i.isdigit() for i in ids) else None
+    return layers, "train_command.txt --target-layer-ids"
+
+
+def _train_command_flags(path: Path) -> dict[str, list[str]]:
+    """The flags of the command in train_command.txt (train/utils.py save_train_command: `# `
+    header lines, then the argv shlex-joined), by dest (`--target-layer-ids 1 2` ->
+    target_layer_ids: ["1", "2"]); the last occurrence wins, as in argparse."""
+    if not path.is_file():
+        return {}
+    lines = path.read_text(errors="replace").splitlines()
+    command = next((line for line in reversed(lines) if line and not line.startswith("#")), "")
+    try:
+        words = shlex.split(command)
+    except ValueError:  # an unbalanced quote: a hand-edited or cut file
+        return {}
+    flags: dict[str, list[str]] = {}
+    values: list[str] = []
+    for word in words:
+        if word.startswith("--"):
+            name, equals, value = word[2:].partition("=")
+            values = flags[name.replace("-", "_")] = [value] if equals else []
+        else:
+            values.append(word)
+    return flags
+
+
+def _flag(flags: dict[str, list[str]], dest: str) -> str | None:
+    """A one-valued flag's value."""
+    given = flags.get(dest)
+    return given[-1] if given else None
 
 
 def _json(path: Path) -> dict:
