@@ -733,7 +733,9 @@ def training_side(run: _Run) -> Side:
         side = Side("training", declared, DECLARED, "declared by the user", config.layout)
         side.eval = _evaluate(run, run.target_capture, declared)
     elif detection is not None and (
-        detection.best == config.layout or detection.outperforms(config.layout)
+        # a record the detective ranks first stays the record's: it was never in doubt
+        (detection.best == config.layout and not recorded)
+        or detection.outperforms(config.layout)
     ):
         best = detection.best
         # The side's own numbers are its evaluation's: one source per quantity, not the sweep's.
