@@ -655,7 +655,7 @@ def test_a_bad_hidden_states_reply_is_said_on_its_not_checked_line(
 
 
 def test_a_sweep_whose_capture_was_refused_says_why(home) -> None:
-    from eagle3dash.cli import _kept_capture
+    from eagle3dash.cli import _check_kept_capture
     from eagle3dash.errors import InputError
 
     run = db.create_run(home, None, "http://gpubox:30000", None, {})
@@ -664,7 +664,7 @@ def test_a_sweep_whose_capture_was_refused_says_why(home) -> None:
     diagnosis = db.to_json(_stored_with(capture_error=why))
     db.update_run(home, run, status="succeeded", diagnosis_json=diagnosis)
     with pytest.raises(InputError) as refused:
-        _kept_capture(home, run)
+        _check_kept_capture(home, run)
     assert str(refused.value) == f"run #{run} (succeeded) saved no serving capture: {why}"
 
 
