@@ -242,7 +242,7 @@ def test_a_finished_run_shows_findings_first_then_table_layout_charts_export(wor
     # agree with what the server was observed to feed.
     assert table.loc["what the config / SGLang's rules predict"].tolist() == [
         SERVING_WORDS,
-        "the same",
+        f"the same as found: {SERVING_WORDS}",
     ]
     assert table.loc["draft accuracy, step 1"].tolist() == ["0.0%", "0.0%"]
     assert table.loc["draft accuracy, step 3"].tolist() == ["0.0%", "0.0%"]

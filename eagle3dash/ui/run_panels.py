@@ -9,6 +9,7 @@ from typing import Any
 import streamlit as st
 
 from eagle3dash import jobs as jobq
+from eagle3dash import store as db
 from eagle3dash.diagnosis.stored import StoredDiagnosis
 from eagle3dash.diagnosis.stored_run import StoredRun
 from eagle3dash.noise import NOISE_SE
@@ -129,6 +130,19 @@ def demo_context(run: StoredRun) -> None:
         parts.append("its endpoint has stopped since (the URL no longer answers)")
     if parts:
         st.caption(" · ".join(parts))
+    for shipped in db.runs_fixed_by(get_store(), run.id):
+        st.page_link(
+            RUN_PAGE,
+            label=f"The run this one fixes: run #{shipped}, the same draft before the fix",
+            query_params={"run": str(shipped)},
+            icon=icons.FIX,
+        )
+        st.page_link(
+            COMPARE_PAGE,
+            label=f"Compare run #{shipped} with this run: what changed, what it did",
+            query_params={"a": str(shipped), "b": str(run.id)},
+            icon=icons.COMPARE,
+        )
     fixed = run.demo_fixed_run
     if fixed:
         st.page_link(
@@ -175,7 +189,7 @@ def run_charts(diagnosis: StoredDiagnosis, per_position: bool = True) -> None:
         per_position
         and _chart(charts.per_position_chart(metrics), words.per_position_note(diagnosis)),
         _chart(charts.acceptance_chart(metrics)),
-        _chart(charts.accept_length_chart(metrics)),
+        _chart(charts.accept_length_chart(metrics), words.per_request_note(diagnosis)),
         _chart(charts.tok_s_chart(metrics)),  # an API double's cost: the banner says it once
     ]
     if not any(drawn):
