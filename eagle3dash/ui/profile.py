@@ -190,7 +190,15 @@ def category_chart(profile: Profile) -> alt.LayerChart | alt.FacetChart | None:
         color=alt.Color(
             "share:Q",
             scale=alt.Scale(scheme="blues", domain=[0, 1]),
-            legend=alt.Legend(title="of the best category", format="%", gradientLength=80),
+            # under the grid, across: beside it, a few categories' rows are too short for
+            # the gradient and its end labels, and the svg cuts "0%" off
+            legend=alt.Legend(
+                title="of the best category",
+                format="%",
+                orient="bottom",
+                direction="horizontal",
+                gradientLength=160,
+            ),
         )
     )
     text = base.mark_text(fontSize=13).encode(

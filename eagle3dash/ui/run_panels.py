@@ -14,7 +14,7 @@ from eagle3dash.diagnosis.stored import StoredDiagnosis
 from eagle3dash.diagnosis.stored_run import StoredRun
 from eagle3dash.noise import NOISE_SE
 from eagle3dash.ui import charts, icons, tables, words
-from eagle3dash.ui.fmt import DASH, delta, md_escape, num, ratio, status_label
+from eagle3dash.ui.fmt import DASH, delta, md_escape, num, ratio, rows_height, status_label
 from eagle3dash.ui.glossary import term_help
 from eagle3dash.ui.home import get_store
 from eagle3dash.ui.progress import cancel_run, load_progress
@@ -50,6 +50,8 @@ def runs_table(rows: Sequence[StoredRun]) -> None:
         tables.runs_frame(rows, base_url()),
         hide_index=True,
         width="stretch",
+        # every run of the page in sight: a fixed height hid the oldest behind a scroll box
+        height=rows_height(len(rows), RUNS_ROW_HEIGHT),
         row_height=RUNS_ROW_HEIGHT,
         placeholder=DASH,
         column_config={
