@@ -111,10 +111,10 @@ test: lint typecheck browser vllm trainers
 # `eagle3dash app` (eagle3dash/dashboard/launch.py): the app on :8501 at once, beside one worker
 # that runs the queued diagnoses, two at a time (two jobs never measure one server at once); on
 # first start `demo seed` queues the demo's runs and serves their endpoints until the worker has
-# run them (the Runs page shows them arriving). JOBS=ray: the worker is a Ray driver on the
-# cluster RAY_ADDRESS names (docs/ray.md).
+# run them (the Runs page shows them arriving). PORT=8600: another port. JOBS=ray: the worker is a
+# Ray driver on the cluster RAY_ADDRESS names (docs/ray.md).
 run: install
-	$(PY) -m eagle3dash app --bind $(BIND) $(if $(JOBS),--jobs $(JOBS))
+	$(PY) -m eagle3dash app --bind $(BIND)$(if $(PORT), --port $(PORT))$(if $(JOBS), --jobs $(JOBS))
 
 # Every CPU benchmark in bench/, each with its defaults (bench/gpu_check.sh is for a GPU machine).
 BENCHES := $(sort $(wildcard bench/*.py))

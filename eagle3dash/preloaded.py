@@ -14,10 +14,9 @@ Either way the child is what `python -m MODULE ARGS` would be: its own session (
 to signal), the given environment, working directory and `sys.path` entries, stdout and stderr
 appended to one file. A forked child's command line is the server's, so a child that must be
 recognised later names itself (`name_process`, read back by `process_name`). A forked child
-imports the starting process's `__main__` as multiprocessing does (a script by path needs its
-`if __name__ == "__main__"` guard), and the preloaded modules were imported with the server's
-environment, so a variable torch or transformers read at import (OMP_NUM_THREADS, HF_HOME) is the
-one of the first warm start.
+runs none of the starting process's `__main__` (multiprocessing would: a Streamlit page's, say),
+and the preloaded modules were imported with the server's environment, so a variable torch or
+transformers read at import (OMP_NUM_THREADS, HF_HOME) is the one of the first warm start.
 """
 
 from __future__ import annotations
@@ -30,7 +29,8 @@ import os
 import runpy
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+import types
+from collections.abc import Iterator, Mapping, Sequence
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 
@@ -132,8 +132,27 @@ def start_module(
         args=(module, list(args), dict(env), str(cwd), str(output)),
         daemon=False,
     )
-    forked.start()
+    with _main_withheld():
+        forked.start()
     return Child(forked)
+
+
+@contextlib.contextmanager
+def _main_withheld() -> Iterator[None]:
+    """The starting process's `__main__` out of sight while a child starts: the child becomes
+    `python -m MODULE` and needs none of it, where multiprocessing would run it again there
+    (`multiprocessing/spawn.py` get_preparation_data, by name or by path): a Streamlit page's
+    module (its script runner names it __main__), whose every st call warns "missing
+    ScriptRunContext" on the app's terminal."""
+    main = sys.modules.get("__main__")
+    sys.modules["__main__"] = types.ModuleType("__main__")  # no spec, no file: nothing to run
+    try:
+        yield
+    finally:
+        if main is None:
+            del sys.modules["__main__"]
+        else:
+            sys.modules["__main__"] = main
 
 
 def name_process(name: str) -> None:

@@ -922,6 +922,15 @@ def count_checkpoint_runs(store: Store, checkpoint_id: int) -> int:
     return int(row[0])
 
 
+def runs_fixed_by(store: Store, run_id: int) -> list[int]:
+    """The runs whose fix this run applies (their options' "demo_fixed_run" names it)."""
+    rows = store.db.query(
+        "SELECT id FROM runs WHERE json_extract(options_json, '$.demo_fixed_run') = ? ORDER BY id",
+        (run_id,),
+    )
+    return [int(r["id"]) for r in rows]
+
+
 def count_runs(store: Store, status: str | None = None, search: str | None = None) -> int:
     """How many runs `list_runs` pages through with the same filters."""
     where, params = _run_filter(status, search)

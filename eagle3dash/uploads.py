@@ -605,13 +605,24 @@ def register_path(
     wrong. A
     checkpoint with the same content (an upload of it, say) is that checkpoint, its name kept.
     """
+    registered, report = registration(store, path, name, draft_config)
+    return registered.checkpoint_id, report
+
+
+def registration(
+    store: db.Store,
+    path: str | os.PathLike[str],
+    name: str | None = None,
+    draft_config: str | None = None,
+) -> tuple[Registered, dict]:
+    """register_path's checkpoint with whether it was registered before (the same content by
+    another path or upload), and its inspect report."""
     text = str(path).strip()
     if not text:
         raise InputError("give the checkpoint's folder (or its config.json) on this machine")
     report = inspect_draft(text, draft_config)
     directory = Path(report.path)
-    registered = _register(store, directory, report.to_json(), name, directory.name)
-    return registered.checkpoint_id, report.to_json()
+    return _register(store, directory, report.to_json(), name, directory.name), report.to_json()
 
 
 # --- prompts -----------------------------------------------------------------------------------

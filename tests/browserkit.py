@@ -343,6 +343,35 @@ CLIPPED_JS = """() => {
     }
   };
   check('[data-testid="stDataFrame"] .dvn-scroller', 'a table');
+  // a grid taller than its box hides rows until one scrolls inside it
+  for (const e of document.querySelectorAll('[data-testid="stDataFrame"] .dvn-scroller')) {
+    if (e.clientHeight > 0 && e.scrollHeight > e.clientHeight + 1) {
+      out.push(`a table's rows under "${under(e)}": ${e.scrollHeight} px drawn in `
+               + `${e.clientHeight} px (${e.textContent.trim().slice(0, 80)})`);
+    }
+  }
+  // a chart's text (a legend's label, an axis title) drawn past its svg, which clips it there,
+  // or cut short with '…' (a label longer than its limit)
+  for (const svg of document.querySelectorAll('[data-testid="stVegaLiteChart"] svg')) {
+    const chart = svg;
+    const box = svg.getBoundingClientRect();
+    for (const t of svg.querySelectorAll('text')) {
+      const r = t.getBoundingClientRect();
+      const said = t.textContent.trim();
+      if (!said) continue;
+      // a glyph box holds a few px of line spacing beyond the ink (a chart's title overlaps
+      // its svg's top by 6 of 21 px, drawn whole): cut is a third of it outside
+      const inside = Math.max(0, Math.min(r.right, box.right) - Math.max(r.left, box.left))
+                   * Math.max(0, Math.min(r.bottom, box.bottom) - Math.max(r.top, box.top));
+      if (said.endsWith('\u2026') || inside < (2 / 3) * r.width * r.height) {
+        out.push(`a chart's text under "${under(chart)}": '${said.slice(0, 80)}'`
+                 + ` drawn at ${Math.round(r.left)}-${Math.round(r.right)} x `
+                 + `${Math.round(r.top)}-${Math.round(r.bottom)} px in `
+                 + `${Math.round(box.left)}-${Math.round(box.right)} x `
+                 + `${Math.round(box.top)}-${Math.round(box.bottom)} px`);
+      }
+    }
+  }
   check('[data-testid="stTable"], [data-testid="stTable"] *', 'a table');
   check('[data-testid="stCode"] pre', 'a code block');
   check('[data-testid="stVegaLiteChart"]', 'a chart');

@@ -11,13 +11,18 @@ EAGLE3DASH_SCREENSHOTS=docs).
 
 from __future__ import annotations
 
+import io
+import json
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import Page, expect
 
+from eagle3dash import store as db
 from eagle3dash.demo import FIXTURES
+from eagle3dash.uploads import register_upload
 from tests.browserkit import (
     RUN_S,
     SHOTS,
@@ -44,6 +49,23 @@ def world(tmp_path_factory, seeded_demo):
     home = root / "home"
     shutil.copytree(seeded_home, home)
     assert {r.status for r in made} == {"succeeded"}, made
+    with db.open_store(home) as store:
+        for run in made:  # more runs than a default-height grid shows at once
+            copy = db.create_run(store, None, f"http://gpubox:3000{run.run_id}")
+            stored = db.get_run(store, run.run_id)
+            assert stored is not None
+            diagnosis = json.dumps(stored["diagnosis"])
+            db.update_run(store, copy, status="succeeded", diagnosis_json=diagnosis)
+        # an uploaded draft: its files under the home, a long content-addressed path
+        config = json.loads((FIXTURES / "draft-a" / "config.json").read_text())
+        files = {
+            "config.json": json.dumps({**config, "uploaded": "by a browser"}).encode(),
+            "model.safetensors": (FIXTURES / "draft-a" / "model.safetensors").read_bytes(),
+        }
+        uploads = [io.BytesIO(blob) for blob in files.values()]
+        for upload, name in zip(uploads, files, strict=True):
+            upload.name = name  # type: ignore[attr-defined]
+        uploaded = register_upload(store, uploads, name="uploaded draft A")
     folder = speculators_run_of(root / "run", [FIXTURES / "draft-a", FIXTURES / "draft-b"])
     with serving_app(home, root, worker=True) as served:
         yield {
@@ -51,6 +73,7 @@ def world(tmp_path_factory, seeded_demo):
             "runs": {r.deployment: r.run_id for r in made},
             "folder": folder,
             "served": served,
+            "uploaded": uploaded.path,
         }
 
 
@@ -106,6 +129,9 @@ def test_each_page_draws_every_glyph_and_cuts_nothing_off(
 ) -> None:
     path, heading = PAGES[name]
     page = _open(browser, world["url"] + path.format(**world["runs"]), heading)
+    if name.startswith("run_"):  # the candidate layouts wrap, whole: a grid's cell cut them
+        candidates = page.get_by_test_id("stTable").filter(has_text="behind the best")
+        expect(candidates).to_contain_text("framework defaults [2, N")  # a long row's end
     _drawn_whole(page, name)
     page.context.close()
 
@@ -123,6 +149,12 @@ def test_the_checkpoints_page_and_its_serving_matrix(world, browser, log_on_fail
     tables = page.locator('[data-testid="stTable"], [data-testid="stDataFrame"]')
     expect(tables.filter(has_text="Against training")).to_be_visible()
     expect(page.get_by_text("One file for both engines")).to_be_visible()
+    # every inspect report open: the paths in them, an upload's under the home, drawn whole
+    reports = page.get_by_test_id("stExpander").filter(has_text="Inspect report")
+    for i in range(reports.count()):
+        reports.nth(i).locator("summary").first.click()
+    static = page.get_by_test_id("stTable")
+    expect(static.filter(has_text=Path(world["uploaded"]).name).first).to_be_visible()
     idle(page)
     page.wait_for_timeout(1000)
     _drawn_whole(page, "checkpoints")

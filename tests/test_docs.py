@@ -131,3 +131,17 @@ def test_the_docs_cite_nothing_outside_the_repository() -> None:
     """The team's research notes (shared/) are not shipped: no page may send a reader there."""
     cited = [p.name for p in PAGES if re.search(r"(?<![\w/.])shared/", p.read_text())]
     assert cited == []
+
+
+def test_the_readme_says_the_port_the_demos_words_and_its_words_before_using_them() -> None:
+    """A newcomer's second pass (issue 42): how to change the port where the quickstart runs the
+    app, the incident in the demo's own words, and the words it uses said before the first."""
+    parts = sections(README.read_text())
+    intro, (_, quickstart) = parts[0][1], parts[1]
+    assert "make run PORT=8600" in quickstart
+    assert "every slot one block later" in " ".join(intro.split())
+    words = intro.index("Words you will meet")
+    for term in ("**taps**", "**fc slot**", "**API double**", "**V1 / V2 runner**"):
+        assert intro.index(term) > words, term
+    first_jargon = min(intro.index("`fc` slot"), intro.index("fed each"))
+    assert words < first_jargon

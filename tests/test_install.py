@@ -239,6 +239,17 @@ def test_make_run_is_eagle3dash_app_with_its_bind_and_jobs() -> None:
     assert planned[-1] == ".venv/bin/python -m eagle3dash app --bind 0.0.0.0 --jobs ray"
     args = build_parser().parse_args(planned[-1].split()[3:])
     assert (args.bind, args.jobs, args.slots, args.no_demo) == ("0.0.0.0", "ray", None, False)
+    # another port, as the README says (issue 42: the Makefile took none)
+    on_port = subprocess.run(
+        ["make", "-n", "run", "PORT=8600"],
+        cwd=ROOT,
+        env=outside_make,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    assert on_port[-1] == ".venv/bin/python -m eagle3dash app --bind 127.0.0.1 --port 8600"
+    assert build_parser().parse_args(on_port[-1].split()[3:]).port == 8600
 
     here = [sys.executable, "-m", "eagle3dash"]
     serve = str(ROOT / "eagle3dash" / "dashboard" / "serve.py")

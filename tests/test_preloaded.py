@@ -95,3 +95,26 @@ def test_an_unbuffered_childs_partial_line_reaches_its_output(tmp_path: Path, pr
     finally:
         child.signal_group(signal.SIGKILL)
         child.wait(30)
+
+
+def test_a_warm_child_runs_none_of_the_starting_scripts_code(tmp_path: Path, monkeypatch) -> None:
+    """Streamlit runs a page as a module named __main__ with the page's file (its script
+    runner): a warm child must not run that page again (multiprocessing would, by path), where
+    each st call logs 'missing ScriptRunContext' to the app's terminal (issue 42)."""
+    import sys
+    import types
+
+    ran = tmp_path / "the page ran"
+    page = tmp_path / "page.py"
+    page.write_text(f"from pathlib import Path\nPath({str(ran)!r}).write_text('again')\n")
+    script = types.ModuleType("__main__")
+    script.__file__ = str(page)
+    monkeypatch.setitem(sys.modules, "__main__", script)
+    out = tmp_path / "out.log"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    child = start_module(
+        "tests.preload_probe", ["0"], env=env, cwd=tmp_path, output=out, preload=HEAVY
+    )
+    assert child.wait(60) == 0
+    child.close()
+    assert not ran.exists()

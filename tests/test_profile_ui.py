@@ -423,7 +423,9 @@ def chart_titles(at) -> list[str]:
 
 
 def test_the_run_page_shows_the_profile_after_the_charts(real_diagnosis, home) -> None:
-    run_id = stored_run(home, {**real_diagnosis, "profile": SAMPLE})
+    # no root cause: the advice's command to paste (a broken draft's waits on its fix, issue 42)
+    verdict = {**real_diagnosis["verdict"], "root_cause": None}
+    run_id = stored_run(home, {**real_diagnosis, "verdict": verdict, "profile": SAMPLE})
     at = app("run", run=str(run_id))
     no_exception(at)
     headers = [h.value for h in at.header]

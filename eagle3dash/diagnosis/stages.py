@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import closing
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Unpack
 
@@ -109,6 +109,10 @@ DETECT = "layout detective: which taps does the draft perform best with?"
 EVALUATE = "running the standalone draft on each side's states"
 BENCHMARK = "benchmarking the endpoint"
 BASELINE = "benchmarking the baseline"
+# Why a vLLM server's served states are not checked: its generate returns no hidden states.
+VLLM_STATES_NOT_CAPTURED = (
+    "the states the vLLM server feeds the draft are not captured (vLLM returns none from generate)"
+)
 PROFILE_TEMPERATURES = "profiling acceptance: per position, category and temperature"
 PROFILE_FORMATS = "profiling acceptance: prompt formats"
 PROFILE_STEPS = "profiling acceptance: the cost of a step, for the steps advice"
@@ -473,13 +477,14 @@ def serving_tokens(run: _Run, prompts: list[Prompt]) -> None:
     elif server.engine == VLLM and not run.options.capture_server:
         run.capture_error = "vLLM returns no hidden states from generate"
         on_cpu = server.device == "cpu"  # no capture server runs there: nothing to pass
+        # on a CPU the target is what lets the acceptance say the taps (no capture server runs)
+        enabler = "capture_server" if not on_cpu else None if run.options.target else "target"
         run.not_checked.append(
             NotChecked(
                 "serving-states",
-                "the states the vLLM server feeds the draft are not captured (vLLM returns "
-                "none from generate): they are inferred from the measured acceptance when the "
-                "target is given, else predicted from vLLM's rules",
-                option=None if on_cpu else "capture_server",
+                f"{VLLM_STATES_NOT_CAPTURED}: the taps it feeds are inferred from the measured "
+                "acceptance when the target is given, else predicted from vLLM's rules",
+                option=enabler,
                 action=run.words.capture_action(server.device),
             )
         )
@@ -877,6 +882,16 @@ def serving_side(run: _Run, training: Side, measured: BenchResult | None = None)
         side.eval = _evaluate(run, run.target_capture, layout)
         side.steps = run.steps
         side.capture_error = run.capture_error
+        inferred = (
+            f"{VLLM_STATES_NOT_CAPTURED}: the taps it feeds were inferred from the measured "
+            "acceptance instead"
+        )
+        run.not_checked = [  # the states stay unchecked; the taps no longer wait on the target
+            replace(n, reason=inferred, option=None)
+            if n.check == "serving-states" and n.reason.startswith(VLLM_STATES_NOT_CAPTURED)
+            else n
+            for n in run.not_checked
+        ]
         return side
     if match is not None and "serving" in match.sides:
         scores = match.sides["serving"]
@@ -1230,6 +1245,14 @@ def profile_stage(
             else [r.latency_s for r in one_token.requests if r.latency_s is not None]
         )
         profile.step_costs = step_costs(measured, latencies, steps, baseline)
+        if profile.step_costs is None and measured.acceptance_source == "metrics-delta":
+            profile.not_profiled.append(
+                NotProfiled(
+                    "steps_advice",
+                    "tok/s per setting needs each request's verify rounds, and this server "
+                    "counts them over all requests only (its /metrics counters)",
+                )
+            )
     else:
         profile.not_profiled.append(
             NotProfiled(

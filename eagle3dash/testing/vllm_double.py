@@ -218,7 +218,8 @@ class VLLMDouble:
             "model_config": {
                 "model": str(cfg.target_path),
                 "served_model_name": self.served_name,
-                "dtype": cfg.dtype,
+                # str() of vLLM's torch.dtype, as its JSON writes it (server_info/api_router.py)
+                "dtype": f"torch.{cfg.dtype}",
                 "quantization": None,
             },
             "parallel_config": {"tensor_parallel_size": 1},

@@ -13,6 +13,7 @@ from typing import Any
 
 from eagle3dash.diagnosis.stored import StoredDiagnosis
 from eagle3dash.diagnosis.stored_run import StoredRun
+from eagle3dash.engines.seam import ServerReport
 from eagle3dash.noise import relative_noise
 from eagle3dash.servebench import BenchResult
 from eagle3dash.severity import Severity
@@ -70,6 +71,14 @@ def _settings(settings: object | None, names: tuple[str, ...]) -> dict[str, Any]
     return {name: getattr(settings, name, None) for name in names}
 
 
+def _server_settings(server: ServerReport | None) -> dict[str, Any]:
+    """A server's SERVER_KEYS, its version with its engine ('vLLM 0.32.0 (V1 runner)')."""
+    settings = _settings(server, SERVER_KEYS)
+    if server is not None:
+        settings["version"] = words.engine_words(server)
+    return settings
+
+
 def _digest(diagnosis: StoredDiagnosis) -> str | None:
     return None if diagnosis.identity is None else diagnosis.identity.checkpoint_digest
 
@@ -95,8 +104,8 @@ def differences(a: StoredDiagnosis, b: StoredDiagnosis) -> list[dict]:
     server_a, server_b = a.server, b.server
     rows += _rows(
         "server",
-        _settings(server_a, SERVER_KEYS),
-        _settings(server_b, SERVER_KEYS),
+        _server_settings(server_a),
+        _server_settings(server_b),
         SERVER_KEYS,
     )
     spec_a, spec_b = (None if s is None else s.speculative for s in (server_a, server_b))
@@ -164,11 +173,19 @@ def _tok_s_noise(bench: BenchResult) -> float:
 
 def cost_notes(a: StoredDiagnosis, b: StoredDiagnosis) -> list[str]:
     """The modelled-cost caption of each run's endpoint (an API double's, from its
-    server_info), once when both say the same."""
+    server_info), once when both say the same; and, where one run's speedup is modelled and the
+    other's measured, that the two do not compare."""
     notes = [words.double_note(d.server) for d in (a, b)]
     if notes[0] == notes[1]:
         return [notes[0]] if notes[0] else []
-    return [f"Run {key}: {note}" for key, note in zip("AB", notes, strict=True) if note]
+    said = [f"Run {key}: {note}" for key, note in zip("AB", notes, strict=True) if note]
+    if None in notes:
+        modelled, measured = ("A", "B") if notes[0] else ("B", "A")
+        said.append(
+            f"Run {modelled}'s speedup is modelled by an API double's cost, run {measured}'s "
+            "measured on a real server: the two speedups do not compare; the accept lengths do."
+        )
+    return said
 
 
 def what_differs(run_a: StoredRun, run_b: StoredRun) -> None:

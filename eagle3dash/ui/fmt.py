@@ -51,6 +51,18 @@ def md_escape(text: Any) -> str:
     return "".join(out)
 
 
+_UNBROKEN = re.compile(r"[^\s/]{24,}")  # a run a line cannot break in (a digest, say)
+
+
+def breakable(text: str) -> str:
+    """Text that a narrow cell can wrap: a zero-width space after each '/' of a path and every 16
+    characters of a long unbroken run (a content digest), nothing a reader sees."""
+    text = text.replace("/", "/" + ZERO_WIDTH_SPACE)
+    return _UNBROKEN.sub(
+        lambda m: ZERO_WIDTH_SPACE.join(m[0][i : i + 16] for i in range(0, len(m[0]), 16)), text
+    )
+
+
 def is_missing(value: Any) -> bool:
     """None or NaN."""
     return value is None or (isinstance(value, float) and math.isnan(value))

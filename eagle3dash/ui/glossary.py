@@ -10,7 +10,7 @@ GLOSSARY = {
     ),
     "fc slot": (
         "One of the draft's fc inputs: the draft concatenates the states of its taps in a fixed "
-        "order, slot 1, 2, 3, before its first layer (the fc). A slot fed another tap than in "
+        "order, slot 0, 1, 2, before its first layer (the fc). A slot fed another tap than in "
         "training sees states it never learnt."
     ),
     "top-1": (

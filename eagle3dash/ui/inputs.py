@@ -12,6 +12,7 @@ import streamlit as st
 from eagle3dash.diagnosis.options import SCHEMA, Kind
 from eagle3dash.diagnosis.stored import load_checkpoint_report
 from eagle3dash.errors import InputError
+from eagle3dash.store import CheckpointRow
 from eagle3dash.ui import icons
 from eagle3dash.ui.fmt import md_escape
 from eagle3dash.ui.home import get_store
@@ -60,6 +61,16 @@ def _signature(files: Sequence[Any]) -> tuple:
     return tuple((f.name, getattr(f, "size", None), getattr(f, "file_id", None)) for f in files)
 
 
+def registered_words(row: CheckpointRow, known: bool, how: str = "") -> str:
+    """What a registration ended in, by upload or by path alike: 'Already registered as
+    checkpoint #4 NAME (FORMAT): the same config and weights; using it.' or 'Registered
+    checkpoint #5 NAME (FORMAT)' + `how`."""
+    name = f"checkpoint #{row.id} {row.name} ({row.format or '?'})"
+    if known:
+        return f"Already registered as {name}: the same config and weights; using it."
+    return f"Registered {name}{how}"
+
+
 def upload_checkpoint(key: str = "upload") -> int | None:
     """Upload a checkpoint (files or one archive); registered once; its id, or None.
 
@@ -103,16 +114,8 @@ def upload_checkpoint(key: str = "upload") -> int | None:
         return None
     row = db.get_checkpoint(store, int(outcome[1]))
     assert row is not None  # registered just now, or found live above
-    name = f"checkpoint #{row.id} {md_escape(row.name)} ({md_escape(row.format or '?')})"
-    if outcome[2]:
-        st.success(
-            f"Already registered as {name}: the same config and weights; using it.",
-            icon=icons.STORED,
-        )
-    else:
-        st.success(
-            f"Registered {name}, stored as {md_escape((row.sha256 or '')[:12])}", icon=icons.STORED
-        )
+    stored = f", stored as {(row.sha256 or '')[:12]}"
+    st.success(md_escape(registered_words(row, outcome[2], stored)), icon=icons.STORED)
     with st.expander("Inspect report", expanded=True):
         checkpoint_report(None if not row.report else load_checkpoint_report(row.report))
     return row.id

@@ -11,7 +11,7 @@ import streamlit as st
 from eagle3dash.diagnosis.stored import StoredDetection, StoredDiagnosis
 from eagle3dash.severity import Severity
 from eagle3dash.ui import charts, icons, provenance, tables, words
-from eagle3dash.ui.fmt import DASH, md_escape, rows_height
+from eagle3dash.ui.fmt import DASH, md_escape
 from eagle3dash.ui.glossary import term_help
 from eagle3dash.ui.widgets import text_table
 
@@ -74,9 +74,6 @@ def slots_table(diagnosis: StoredDiagnosis, compact: bool = False) -> None:
     )
 
 
-CANDIDATE_ROW_PX = 56  # two lines of a candidate list
-
-
 def layout_detectives(found: Sequence[tuple[str, StoredDetection]], sides_above: bool) -> None:
     """Each detective case of the run (`tables.detections`), labelled with where it comes from
     when there are several; `sides_above`: the page drew the sides' table above them."""
@@ -93,27 +90,11 @@ def layout_detective(detection: StoredDetection, sides_above: bool) -> None:
         st.info(md_escape(verdict[0]), icon=icons.DETECTIVE)
         for line in verdict[1:]:
             st.markdown("- " + md_escape(line))
-    st.subheader("Candidate layouts on one capture")
-    sweep = tables.sweep_frame(detection)
-    st.dataframe(
-        sweep,
-        hide_index=True,
-        width="stretch",
-        # sized to its rows, up to a dozen, each two lines high: a long candidate list wraps
-        height=rows_height(min(len(sweep), 12), CANDIDATE_ROW_PX),
-        row_height=CANDIDATE_ROW_PX,
-        column_config={
-            "rank": st.column_config.NumberColumn("rank", width=50),
-            "layout": st.column_config.TextColumn("layout", width=90, help=term_help("taps")),
-            "top-1": st.column_config.TextColumn("top-1", width=70, help=term_help("top-1")),
-            "sim accept length": st.column_config.TextColumn(
-                "sim accept length", width=130, help=term_help("accept length")
-            ),
-            "behind the best": st.column_config.TextColumn(
-                "behind the best", width=120, help=term_help("behind the best")
-            ),
-        },
+    st.subheader(
+        "Candidate layouts on one capture",
+        help=term_help("taps", "top-1", "accept length", "behind the best"),
     )
+    text_table(tables.sweep_frame(detection))  # a long list of candidates wraps, whole
     ranking = words.SWEEP_RANKING + (" " + words.SIDES_BESIDE_SWEEP if sides_above else "")
     st.caption(md_escape(ranking))
     heatmap = charts.slot_heatmap_chart(tables.slot_heatmap_frame(detection))

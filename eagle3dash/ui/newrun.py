@@ -22,7 +22,7 @@ from eagle3dash.probe import PairCheck, Probe, check_pair
 from eagle3dash.severity import Severity
 from eagle3dash.store import CheckpointRow
 from eagle3dash.ui import icons, inputs, widgets, words
-from eagle3dash.ui.fmt import md_escape, size, status_label, when
+from eagle3dash.ui.fmt import DASH, md_escape, size, status_label, when
 from eagle3dash.ui.home import get_store
 from eagle3dash.ui.paths import CHECKPOINT_LABEL, PROMPT_LABEL, TARGET_NOT_UPLOADED, inside_roots
 
@@ -524,6 +524,9 @@ def checkpoint_runs(checkpoint: CheckpointRow, limit: int = 10) -> None:
                 label=run_link_label(run),
                 query_params={"run": str(run.id)},
             )
+            verdict = words.run_verdict(run)
+            if verdict != DASH:  # a run still queued or running has none yet
+                st.caption("Verdict: " + md_escape(verdict))
     else:
         st.caption("No run has used it yet.")
     if not checkpoint.removed:

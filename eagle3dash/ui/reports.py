@@ -11,8 +11,8 @@ from eagle3dash.findings import Finding
 from eagle3dash.severity import Severity
 from eagle3dash.store import CheckpointRow
 from eagle3dash.ui import icons, provenance, tables, words
-from eagle3dash.ui.fmt import md_escape, rows_height
-from eagle3dash.ui.widgets import show_error
+from eagle3dash.ui.fmt import md_escape
+from eagle3dash.ui.widgets import show_error, text_table
 
 
 def checkpoint_report(report: StoredCheckpoint | None, layout_fix: Finding | None = None) -> None:
@@ -23,7 +23,7 @@ def checkpoint_report(report: StoredCheckpoint | None, layout_fix: Finding | Non
         st.info("No checkpoint report.")
         return
     summary = tables.checkpoint_summary(report)
-    st.dataframe(summary, hide_index=True, width="stretch", height=rows_height(len(summary)))
+    text_table(summary)  # a long path wraps: a grid's cell cut it short
     provenance_card(report)
     for line in provenance.export_lines(report.spec, report.provenance):
         st.caption("ℹ️ " + md_escape(line))
@@ -74,7 +74,6 @@ def server_settings(server: ServerReport | None) -> None:
     if server is None:
         st.info("No server report.")
         return
-    summary = tables.server_summary(server)
-    st.dataframe(summary, hide_index=True, width="stretch", height=rows_height(len(summary)))
+    text_table(tables.server_summary(server))  # a model path wraps too
     with st.expander("Raw server_info (JSON)"):
         st.json(server.server_info, expanded=False)

@@ -9,11 +9,12 @@ from typing import Any
 import streamlit as st
 
 from eagle3dash import jobs as jobq
+from eagle3dash import store as db
 from eagle3dash.diagnosis.stored import StoredDiagnosis
 from eagle3dash.diagnosis.stored_run import StoredRun
 from eagle3dash.noise import NOISE_SE
 from eagle3dash.ui import charts, icons, tables, words
-from eagle3dash.ui.fmt import DASH, delta, md_escape, num, ratio, status_label
+from eagle3dash.ui.fmt import DASH, delta, md_escape, num, ratio, rows_height, status_label
 from eagle3dash.ui.glossary import term_help
 from eagle3dash.ui.home import get_store
 from eagle3dash.ui.progress import cancel_run, load_progress
@@ -49,6 +50,8 @@ def runs_table(rows: Sequence[StoredRun]) -> None:
         tables.runs_frame(rows, base_url()),
         hide_index=True,
         width="stretch",
+        # every run of the page in sight: a fixed height hid the oldest behind a scroll box
+        height=rows_height(len(rows), RUNS_ROW_HEIGHT),
         row_height=RUNS_ROW_HEIGHT,
         placeholder=DASH,
         column_config={
@@ -129,6 +132,19 @@ def demo_context(run: StoredRun) -> None:
         parts.append("its endpoint has stopped since (the URL no longer answers)")
     if parts:
         st.caption(" · ".join(parts))
+    for shipped in db.runs_fixed_by(get_store(), run.id):
+        st.page_link(
+            RUN_PAGE,
+            label=f"The run this one fixes: run #{shipped}, the same draft before the fix",
+            query_params={"run": str(shipped)},
+            icon=icons.FIX,
+        )
+        st.page_link(
+            COMPARE_PAGE,
+            label=f"Compare run #{shipped} with this run: what changed, what it did",
+            query_params={"a": str(shipped), "b": str(run.id)},
+            icon=icons.COMPARE,
+        )
     fixed = run.demo_fixed_run
     if fixed:
         st.page_link(
@@ -175,7 +191,7 @@ def run_charts(diagnosis: StoredDiagnosis, per_position: bool = True) -> None:
         per_position
         and _chart(charts.per_position_chart(metrics), words.per_position_note(diagnosis)),
         _chart(charts.acceptance_chart(metrics)),
-        _chart(charts.accept_length_chart(metrics)),
+        _chart(charts.accept_length_chart(metrics), words.per_request_note(diagnosis)),
         _chart(charts.tok_s_chart(metrics)),  # an API double's cost: the banner says it once
     ]
     if not any(drawn):

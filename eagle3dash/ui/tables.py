@@ -265,7 +265,9 @@ def sides_frame(diagnosis: StoredDiagnosis) -> pd.DataFrame:
 def _prediction_text(side: StoredSide, num_layers: int | None) -> str:
     if not side.prediction:
         return DASH
-    return "the same" if side.prediction == side.layout else taps_words(side.prediction, num_layers)
+    predicted = taps_words(side.prediction, num_layers)
+    # spelled out: a bare "the same" reads as the same as the other side
+    return f"the same as found: {predicted}" if side.prediction == side.layout else predicted
 
 
 # --- layouts -----------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ import streamlit as st
 from eagle3dash.errors import InputError
 from eagle3dash.text import ascii_int
 from eagle3dash.ui import icons
-from eagle3dash.ui.fmt import md_escape, page_url
+from eagle3dash.ui.fmt import breakable, md_escape, page_url
 
 RUN_PAGE = "views/run.py"
 COMPARE_PAGE = "views/compare.py"
@@ -49,9 +49,10 @@ def share_link(page: str, **params: Any) -> None:
 
 
 def text_table(frame: pd.DataFrame) -> None:
-    """A static table whose cells wrap; st.table renders each cell as Markdown, so every text cell
-    and header goes through md_escape (a checkpoint name or a server's message is text)."""
-    shown = frame.map(lambda v: md_escape(v) if isinstance(v, str) else v)
+    """A static table whose cells wrap (a long path too: fmt.breakable); st.table renders each cell
+    as Markdown, so every text cell and header goes through md_escape (a checkpoint name or a
+    server's message is text)."""
+    shown = frame.map(lambda v: md_escape(breakable(v)) if isinstance(v, str) else v)
     st.table(shown.rename(columns=lambda c: md_escape(c)), hide_index=True)
 
 

@@ -27,12 +27,12 @@ from eagle3dash.jobs import BusyServer
 from eagle3dash.layout import Layout, describe_layout
 from eagle3dash.noise import MATERIAL_ACCEPT_LENGTH
 from eagle3dash.profile import FormatRow, NotProfiled, Profile, Recommendation, TemperatureRow
-from eagle3dash.ui.fmt import DASH, md_escape, num
+from eagle3dash.ui.fmt import DASH, is_missing, md_escape, num
 
 SOURCE_WORDS = {
     "training-dump": "measured: the training dump's own features",
     "declared": "declared by you (training layout option)",
-    "layout-detective": "measured: the layout detective, from the tensors",
+    "layout-detective": "inferred by the layout detective, from the tensors",
     "config": "assumed from the config",
     "run-record": "the training run's record of its capture ids, under the trainer's convention",
     "observed": "observed: each served slot matched to the target's taps",
@@ -484,6 +484,19 @@ def per_position_note(diagnosis: StoredDiagnosis) -> str | None:
     return (
         "Measured acceptance per position: not reported, as the server predates SGLang's "
         "spec_correct_drafts_histogram; only the simulated sides are drawn."
+    )
+
+
+def per_request_note(diagnosis: StoredDiagnosis) -> str | None:
+    """Why the accept length per request has no bars, when it has none: the server counted
+    acceptance over all requests only."""
+    measured = diagnosis.measured
+    if measured is None or not all(map(is_missing, measured.accept_length_per_request)):
+        return None
+    return (
+        "No bars: the server counts accepted drafts over all requests only (its /metrics "
+        "counters around the benchmark), not per request; its accept length over the run is in "
+        "the verdict above. The lines are the standalone draft's."
     )
 
 

@@ -7,7 +7,7 @@ from eagle3dash import store as db
 from eagle3dash.ui import inputs, matrix, newrun, paths, reports, widgets
 from eagle3dash.ui.fmt import md_escape, when
 from eagle3dash.ui.home import get_store, read_only_notice
-from eagle3dash.uploads import register_path
+from eagle3dash.uploads import registration
 
 store = get_store()
 st.title("Checkpoints")
@@ -21,11 +21,18 @@ if not read_only:
     with st.expander("Register a checkpoint by its path on this machine"):
         path = st.text_input("Checkpoint folder (or its config.json)", key="register_path")
         if st.button("Register", key="register_go", disabled=not path.strip()):
+            typed = paths.inside_roots  # checked against the roots, naming this page's upload
             result = widgets.guard(
-                lambda: register_path(store, paths.inside_roots(path, paths.CHECKPOINT_LABEL))
+                lambda: registration(
+                    store, typed(path, paths.CHECKPOINT_LABEL, paths.CHECKPOINTS_UPLOAD)
+                )
             )
             if result is not None:
-                st.session_state["checkpoints_notice"] = f"Registered checkpoint #{result[0]}"
+                registered = result[0]
+                row = db.get_checkpoint(store, registered.checkpoint_id)
+                assert row is not None  # registered just now
+                notice = inputs.registered_words(row, registered.known)
+                st.session_state["checkpoints_notice"] = notice
                 st.rerun()
 
     with st.expander("Upload a checkpoint"):

@@ -454,7 +454,7 @@ def parse_vllm_report(
         architectures=None,
         model_type=None,
         tp_size=tp if isinstance(tp, int) else None,
-        dtype=None if model.get("dtype") is None else str(model.get("dtype")),
+        dtype=_dtype(model.get("dtype")),
         quantization=None if model.get("quantization") is None else str(model["quantization"]),
         attention_backend=None,
         device=device if isinstance(device, str) else None,
@@ -482,6 +482,13 @@ def parse_vllm_report(
 
 def _text(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
+
+
+def _dtype(value: Any) -> str | None:
+    """The model's dtype as SGLang and the drafts name it ('float32'): /server_info's JSON writes
+    vLLM's torch.dtype with str() ('torch.float32'; entrypoints/serve/dev/server_info/
+    api_router.py, `fallback=str`, 0.32.0)."""
+    return None if value is None else str(value).removeprefix("torch.")
 
 
 def _speculative(spec: dict, counting: bool, positions: int | None) -> SpeculativeSettings | None:

@@ -57,9 +57,8 @@ def capture_action(device: str | None = None) -> str:
     if device == "cpu":
         return (
             "none on a CPU build: vLLM's capture connector pins host memory, which needs an "
-            "accelerator (example_hidden_states_connector.py), so capture on a GPU server of "
-            "the same target, or let the diagnosis infer the served taps from the measured "
-            "acceptance (give the target with --target)"
+            "accelerator (example_hidden_states_connector.py): capture on a GPU server of "
+            "the same target"
         )
     return (
         f"start a capture server of the same target with {capture_flags()} and its "
