@@ -739,8 +739,7 @@ def training_side(run: _Run) -> Side:
         side.eval = _evaluate(run, run.target_capture, declared)
     elif detection is not None and (
         # a record the detective ranks first stays the record's: it was never in doubt
-        (detection.best == config.layout and not recorded)
-        or detection.outperforms(config.layout)
+        (detection.best == config.layout and not recorded) or detection.outperforms(config.layout)
     ):
         best = detection.best
         # The side's own numbers are its evaluation's: one source per quantity, not the sweep's.
