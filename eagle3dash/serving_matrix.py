@@ -9,13 +9,13 @@ Predictions from the rules (sglang_rules, vllm_rules): no server is asked.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from eagle3dash.engines import rules as engine_rules
 from eagle3dash.engines.rules import DualKeyFix, ServingEngine
 from eagle3dash.engines.sglang import rules as sglang_rules
 from eagle3dash.engines.vllm import rules as vllm_rules
-from eagle3dash.evidence_levels import CONFIG, DECLARED, source_level
+from eagle3dash.evidence_levels import CONFIG, DECLARED, RUN_RECORD, source_level
 from eagle3dash.layout import Layout, LayoutResult, diff
 from eagle3dash.spec import DraftSpec
 from eagle3dash.trainers import Reading, training_layout, training_readings
@@ -53,6 +53,7 @@ class TrainingSide:
             "source": self.source,
             "level": self.level,
             "trainer": self.trainer,
+            "assumed": self.result.assumed,
             "others": [
                 {"trainer": r.trainer, "layout": [t.to_dict() for t in r.layout]}
                 for r in self.others
@@ -72,6 +73,7 @@ class MatrixRow:
     fix: dict | None  # config.json keys that make it feed the training taps; {} = none needed
     why_not: str | None = None  # when no ids fix it
     dual_key_ok: bool = False  # the matrix's dual-key config makes it serve as trained
+    load_fix: str | None = None  # what to change before the engine loads the draft at all
 
     def to_dict(self) -> dict:
         """JSON form."""
@@ -86,6 +88,7 @@ class MatrixRow:
             "fix": self.fix,
             "why_not": self.why_not,
             "dual_key_ok": self.dual_key_ok,
+            "load_fix": self.load_fix,
         }
 
 
@@ -122,16 +125,27 @@ def engines() -> list[ServingEngine]:
 
 
 def _training_side(
-    spec: DraftSpec, num_layers: int, arch: str, trainer: str | None, declared: Layout | None
+    spec: DraftSpec,
+    num_layers: int,
+    arch: str,
+    trainer: str | None,
+    declared: Layout | None,
+    recorded_ids: tuple[int, ...] | None,
 ) -> TrainingSide:
     if declared is not None:
         return TrainingSide(training_layout(spec, num_layers, layout=declared), DECLARED, None)
-    if trainer is not None:
-        return TrainingSide(training_layout(spec, num_layers, trainer, arch=arch), CONFIG, trainer)
     readings = training_readings(spec, num_layers, arch)
+    if trainer is not None:
+        result = training_layout(spec, num_layers, trainer, arch=arch, recorded_ids=recorded_ids)
+        source = CONFIG if recorded_ids is None else RUN_RECORD
+        # an assumed side keeps the other readings in view: none of them is settled either
+        others = tuple(r for r in readings if r.layout != result.layout) if result.assumed else ()
+        return TrainingSide(result, source, trainer, others)
     first = readings[0]
     others = tuple(r for r in readings[1:] if r.layout != first.layout)
-    return TrainingSide(first.result, CONFIG, first.trainer, others)
+    # a plausible reading that is itself a guess leaves the training side unknown
+    guess = next((r.result.assumed for r in readings if r.result.assumed), None)
+    return TrainingSide(replace(first.result, assumed=guess), CONFIG, first.trainer, others)
 
 
 def _fix(
@@ -177,11 +191,23 @@ def _row(
     decode_kind = diff(training, decode, defaults).kind if decode not in (None, training) else None
     as_trained = _feeds(served, training)
     verdict = AS_TRAINED if as_trained else FAILS if served.error else SHIFTED
-    fix, why_not = ({}, None) if as_trained else _fix(engine, training, spec, num_layers, arch)
+    # a draft vLLM refuses at load: its fix first, then the ids for the draft it loads
+    refused = engine.name == "vllm" and vllm_rules.load_refusal(spec) is not None
+    loads = _loadable(spec) if refused else spec
+    fed = engine_rules.serving_layout(engine, loads, num_layers, arch)
+    fix, why_not = (
+        ({}, None) if _feeds(fed, training) else _fix(engine, training, loads, num_layers, arch)
+    )
     dual_ok = dual_spec is not None and _feeds(
         engine_rules.serving_layout(engine, dual_spec, num_layers, arch), training
     )
-    return MatrixRow(engine, served, verdict, kind, decode_kind, fix, why_not, dual_ok)
+    load_fix = vllm_rules.D2T_FIX if refused else None
+    return MatrixRow(engine, served, verdict, kind, decode_kind, fix, why_not, dual_ok, load_fix)
+
+
+def _loadable(spec: DraftSpec) -> DraftSpec:
+    """The draft as vLLM loads it once its load fix is made (vllm_rules.D2T_FIX)."""
+    return replace(spec, has_d2t=False, has_t2d=False)
 
 
 def serving_matrix(
@@ -190,12 +216,15 @@ def serving_matrix(
     arch: str = "llama",
     trainer: str | None = None,
     training: Layout | None = None,
+    recorded_ids: tuple[int, ...] | None = None,
 ) -> ServingMatrix:
     """Where this draft is served as trained: each engine release read, the taps it feeds,
-    against the training side (`training` when declared, else `trainer`'s reading of the config,
-    else the best-hinted plausible reading), and the fix for each."""
-    side = _training_side(spec, num_layers, arch, trainer, training)
-    dual = engine_rules.dual_key_fix(side.layout, spec, num_layers, arch)
-    dual_spec = engine_rules.with_dual_keys(spec, dual) if dual.complete else None
+    against the training side (`training` when declared, else `trainer`'s reading of the config
+    or of the run's `recorded_ids`, else the best-hinted plausible reading), and the fix for
+    each."""
+    side = _training_side(spec, num_layers, arch, trainer, training, recorded_ids)
+    loads = _loadable(spec) if vllm_rules.load_refusal(spec) is not None else spec
+    dual = engine_rules.dual_key_fix(side.layout, loads, num_layers, arch)
+    dual_spec = engine_rules.with_dual_keys(loads, dual) if dual.complete else None
     rows = [_row(e, spec, dual_spec, side.layout, num_layers, arch) for e in engines()]
     return ServingMatrix(num_layers, arch, side, rows, dual if dual.complete else None)

@@ -35,9 +35,9 @@ from tests.trainerlane.common import NUM_LAYERS, TARGET, run_in_venv, training_s
 
 # SGLang numbering (id i = output of layer i): taps 1, 2, 3 of the demo target.
 CAPTURE_IDS = [0, 1, 2]
-SEQUENCES = 48
+SEQUENCES = 32
 EVAL_SEQUENCES = 8
-EPOCHS = 4
+EPOCHS = 2
 # SpecForge's default model.torch_dtype; its TargetHead (modeling/target/target_head.py) runs in
 # bfloat16 whatever the run says, so the features are stored as a bfloat16 SGLang capture's.
 DTYPE = "bfloat16"
