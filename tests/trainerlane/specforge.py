@@ -21,8 +21,9 @@ The ids, SGLang [0, 1, 2] = taps 1, 2, 3, are away from every default for N = 4:
 [1, N//2-1, N-4] = [1, 1, 0], the engines' (2, N//2, N-3) = (2, 2, 1).
 
 The draft config is written as a user would: SpecForge's generated one sets draft_vocab_size
-32000 whatever the target (algorithms/eagle3/providers.py), more than the demo's 256 tokens, so
-it is set to the target's 256.
+32000 whatever the target (algorithms/eagle3/providers.py), more than the demo's 256 tokens (its
+first step fails: the target's 256-way distribution against 32000 draft logits), so it is set to
+the target's 256.
 """
 
 from __future__ import annotations
