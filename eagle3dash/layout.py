@@ -169,6 +169,9 @@ class LayoutResult:
     # Other readings of the rules and what each feeds (a vLLM server whose runner is not known):
     # the layout above is one reading among these, not the rules' one answer.
     alternatives: tuple[tuple[str, Layout], ...] = ()
+    # Why these taps are a guess (no file read names the ids) and what would settle it; None
+    # when the ids were read (config, record) or given
+    assumed: str | None = None
 
     def to_dict(self) -> dict:
         """JSON form, taps as {"depth", "post_norm"}."""
@@ -184,6 +187,7 @@ class LayoutResult:
                 {"label": label, "layout": layout_to_json(layout)}
                 for label, layout in self.alternatives
             ],
+            "assumed": self.assumed,
         }
 
 

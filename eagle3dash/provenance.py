@@ -185,9 +185,11 @@ def _number(x: object) -> TypeGuard[int | float]:
 
 
 def is_run_folder(path: str | Path) -> bool:
-    """Whether `path` is a SpecForge 0.2 run or step folder, a speculators 0.9 run folder, or a
-    NeMo AutoModel run, step or consolidated export folder."""
+    """Whether `path` is a SpecForge 0.2 run or step folder (or its training_state.pt), a
+    speculators 0.9 run folder, or a NeMo AutoModel run, step or consolidated export folder."""
     p = Path(path).expanduser()
+    if p.name == SPECFORGE_STATE and p.is_file():
+        return True
     if not p.is_dir():
         return False
     if (p / SPECFORGE_STATE).is_file() or _is_speculators(p) or _speculators_epoch(p):
@@ -271,6 +273,8 @@ def _speculators_epoch(folder: Path) -> bool:
 def read_run_folder(path: str | Path) -> Provenance:
     """The provenance card of a run or step folder (the best checkpoint, else the latest)."""
     root = Path(path).expanduser().absolute()
+    if root.name == SPECFORGE_STATE and root.is_file():  # a step's state file: its step folder
+        root = root.parent
     if (root / SPECFORGE_STATE).is_file():
         return _specforge(root.parent, root, "given")
     steps = _specforge_steps(root) if root.is_dir() else {}

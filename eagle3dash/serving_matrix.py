@@ -63,6 +63,7 @@ class TrainingSide:
             "level": self.level,
             "trainer": self.trainer,
             "record": self.record,
+            "assumed": self.result.assumed,
             "others": [
                 {"trainer": r.trainer, "layout": [t.to_dict() for t in r.layout]}
                 for r in self.others
@@ -82,6 +83,7 @@ class MatrixRow:
     fix: dict | None  # config.json keys that make it feed the training taps; {} = none needed
     why_not: str | None = None  # when no ids fix it
     dual_key_ok: bool = False  # the matrix's dual-key config makes it serve as trained
+    load_fix: str | None = None  # what to change before the engine loads the draft at all
 
     def to_dict(self) -> dict:
         """JSON form."""
@@ -96,6 +98,7 @@ class MatrixRow:
             "fix": self.fix,
             "why_not": self.why_not,
             "dual_key_ok": self.dual_key_ok,
+            "load_fix": self.load_fix,
         }
 
 
@@ -145,12 +148,17 @@ def _training_side(
     if recorded is not None and card is not None:
         result = training_layout(spec, num_layers, trainer, arch=arch, recorded_ids=recorded)
         return TrainingSide(result, RUN_RECORD, trainer, record=card.capture_record)
-    if trainer is not None:
-        return TrainingSide(training_layout(spec, num_layers, trainer, arch=arch), CONFIG, trainer)
     readings = training_readings(spec, num_layers, arch)
+    if trainer is not None:
+        result = training_layout(spec, num_layers, trainer, arch=arch)
+        # an assumed side keeps the other readings in view: none of them is settled either
+        others = tuple(r for r in readings if r.layout != result.layout) if result.assumed else ()
+        return TrainingSide(result, CONFIG, trainer, others)
     first = readings[0]
     others = tuple(r for r in readings[1:] if r.layout != first.layout)
-    return TrainingSide(first.result, CONFIG, first.trainer, others)
+    # a plausible reading that is itself a guess leaves the training side unknown
+    guess = next((r.result.assumed for r in readings if r.result.assumed), None)
+    return TrainingSide(replace(first.result, assumed=guess), CONFIG, first.trainer, others)
 
 
 def _fix(
@@ -221,13 +229,25 @@ def _row(
     decode_kind = diff(training, decode, defaults).kind if decode not in (None, training) else None
     as_trained = _feeds(served, training)
     verdict = AS_TRAINED if as_trained else FAILS if served.error else SHIFTED
-    fix, why_not = ({}, None) if as_trained else _fix(engine, training, spec, num_layers, arch)
+    # a draft vLLM refuses at load: its fix first, then the ids for the draft it loads
+    load_refused = engine.name == "vllm" and vllm_rules.load_refusal(spec) is not None
+    loads = _loadable(spec) if load_refused else spec
+    fed = engine_rules.serving_layout(engine, loads, num_layers, arch)
+    fix, why_not = (
+        ({}, None) if _feeds(fed, training) else _fix(engine, training, loads, num_layers, arch)
+    )
     if refused is not None:
         fix, why_not = None, refused[1]
     dual_ok = dual_spec is not None and _feeds(
         engine_rules.serving_layout(engine, dual_spec, num_layers, arch), training
     )
-    return MatrixRow(engine, served, verdict, kind, decode_kind, fix, why_not, dual_ok)
+    load_fix = vllm_rules.D2T_FIX if load_refused else None
+    return MatrixRow(engine, served, verdict, kind, decode_kind, fix, why_not, dual_ok, load_fix)
+
+
+def _loadable(spec: DraftSpec) -> DraftSpec:
+    """The draft as vLLM loads it once its load fix is made (vllm_rules.D2T_FIX)."""
+    return replace(spec, has_d2t=False, has_t2d=False)
 
 
 def serving_matrix(
@@ -243,7 +263,8 @@ def serving_matrix(
     recorded, else `trainer`'s reading of the config, else the best-hinted plausible reading),
     and the fix for each."""
     side = _training_side(spec, num_layers, arch, trainer, training, card)
-    dual = engine_rules.dual_key_fix(side.layout, spec, num_layers, arch)
-    dual_spec = engine_rules.with_dual_keys(spec, dual) if dual.complete else None
+    loads = _loadable(spec) if vllm_rules.load_refusal(spec) is not None else spec
+    dual = engine_rules.dual_key_fix(side.layout, loads, num_layers, arch)
+    dual_spec = engine_rules.with_dual_keys(loads, dual) if dual.complete else None
     rows = [_row(e, spec, dual_spec, side.layout, num_layers, arch) for e in engines()]
     return ServingMatrix(num_layers, arch, side, rows, dual if dual.complete else None)

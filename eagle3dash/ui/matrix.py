@@ -8,7 +8,7 @@ Every row is a prediction from the engines' rules, and says so: none is shown as
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pandas as pd
 
@@ -21,6 +21,8 @@ _VERDICT_WORDS = {
     AS_TRAINED: "as trained (predicted)",
     FAILS: "fails (predicted)",
 }
+# the verdict where the engine feeds the taps of a training side that is itself a guess
+AS_ASSUMED = "the assumed training taps, which no file settles (predicted)"
 _KIND_WORDS = {
     "defaults-used": "its default layers, not the configured ones",
     "shifted-slot": "slots shifted by one",
@@ -95,9 +97,15 @@ def grouped(matrix: ServingMatrix) -> list[RowGroup]:
     return [RowGroup(tuple(g)) for g in groups]
 
 
-def fix_text(row: MatrixRow, grouped_releases: bool = False) -> str:
+def fix_text(row: MatrixRow, grouped_releases: bool = False, assumed: bool = False) -> str:
     """The config.json keys that make this engine serve the draft as trained, in JSON (for a
-    group of releases, its reason names none of them)."""
+    group of releases, its reason names none of them); against an `assumed` training side,
+    said to be for the assumed taps."""
+    if assumed:
+        return "for the assumed taps: " + fix_text(row, grouped_releases)
+    if row.load_fix is not None:
+        ids = fix_text(replace(row, load_fix=None), grouped_releases)
+        return f"{row.load_fix} (it refuses the draft at load); then {ids}"
     if row.fix == {}:
         return "nothing to change"
     if row.fix is None:
@@ -106,13 +114,13 @@ def fix_text(row: MatrixRow, grouped_releases: bool = False) -> str:
     return json.dumps(row.fix)[1:-1]
 
 
-def verdict_text(row: MatrixRow, training: Layout) -> str:
+def verdict_text(row: MatrixRow, training: Layout, assumed: bool = False) -> str:
     """'as trained (predicted)', 'shifted: every slot one block earlier (predicted)', 'fails:
-    <why> (predicted)'."""
+    <why> (predicted)'; against an `assumed` training side, never 'as trained'."""
     if row.verdict == FAILS:
         return f"fails: {row.served.error} (predicted)"
     if row.verdict == AS_TRAINED:
-        return _VERDICT_WORDS[AS_TRAINED]
+        return AS_ASSUMED if assumed else _VERDICT_WORDS[AS_TRAINED]
     if row.kind == "identical" and row.decode_kind is not None:
         decode = _KIND_WORDS.get(row.decode_kind, "other taps")
         return f"shifted in CUDA-graph decode steps: {decode} (predicted)"
@@ -136,14 +144,15 @@ def matrix_frame(matrix: ServingMatrix) -> pd.DataFrame:
     """The table: one row per group of engine releases."""
     n = matrix.num_layers
     dual = matrix.dual_key is not None
+    assumed = matrix.training.result.assumed is not None
     rows = []
     for g in grouped(matrix):
         row = g.first
         cells = {
             "Engine": g.engine_text(),
             "Taps fed to the slots": taps_text(row, n),
-            "Against training": verdict_text(row, matrix.training.layout),
-            "Config that fixes it": fix_text(row, len(g.rows) > 1),
+            "Against training": verdict_text(row, matrix.training.layout, assumed),
+            "Config that fixes it": fix_text(row, len(g.rows) > 1, assumed),
         }
         if dual:
             cells["With the dual-key config"] = "as trained" if row.dual_key_ok else "not fixed"
@@ -159,10 +168,12 @@ def training_text(matrix: ServingMatrix) -> str:
     who = f"{side.trainer}'s reading of the config" if side.trainer else "the layout you gave"
     if side.record is not None:
         who = f"{side.trainer}'s reading of the ids in the run's {side.record}"
-    text = (
-        f"Training fed {format_layout(side.layout)} ({describe_layout(side.layout, n)}): "
-        f"{level}, {who}."
-    )
+    taps = f"{format_layout(side.layout)} ({describe_layout(side.layout, n)})"
+    if side.result.assumed is not None:
+        text = f"Training side unknown: {side.result.assumed}. Assumed here: {taps}, {who}."
+        others = "; ".join(f"{r.trainer}: {format_layout(r.layout)}" for r in side.others)
+        return text + (f" Other plausible readings: {others}." if others else "")
+    text = f"Training fed {taps}: {level}, {who}."
     if side.others:
         others = "; ".join(f"{r.trainer}: {format_layout(r.layout)}" for r in side.others)
         text += (
@@ -176,12 +187,17 @@ def summary_text(matrix: ServingMatrix) -> str:
     """One sentence: where it is served as trained, where not."""
     good = [g.engine_text() for g in grouped(matrix) if g.first.verdict == AS_TRAINED]
     bad = [g.engine_text() for g in grouped(matrix) if g.first.verdict != AS_TRAINED]
+    assumed = matrix.training.result.assumed is not None
     parts = []
     if good:
-        parts.append("served as trained on " + "; ".join(good))
+        served = "fed the assumed training taps" if assumed else "served as trained"
+        parts.append(f"{served} on " + "; ".join(good))
     if bad:
-        parts.append("not as trained on " + "; ".join(bad))
-    return "By the engines' rules (predicted, no server asked): " + ", and ".join(parts) + "."
+        served = "not fed the assumed training taps" if assumed else "not as trained"
+        parts.append(f"{served} on " + "; ".join(bad))
+    head = "By the engines' rules (predicted, no server asked"
+    head += ", against a training side no file settles): " if assumed else "): "
+    return head + ", and ".join(parts) + "."
 
 
 def dual_key_text(matrix: ServingMatrix) -> str | None:
@@ -200,12 +216,13 @@ def dual_key_text(matrix: ServingMatrix) -> str | None:
 def matrix_lines(matrix: ServingMatrix) -> list[str]:
     """The matrix as plain text lines, for the CLI."""
     n = matrix.num_layers
+    assumed = matrix.training.result.assumed is not None
     lines = [training_text(matrix), summary_text(matrix), ""]
     for g in grouped(matrix):
         row = g.first
         lines.append(f"{g.engine_text()}: {taps_text(row, n)}")
-        lines.append(f"  {verdict_text(row, matrix.training.layout)}")
-        lines.append(f"  fix: {fix_text(row, len(g.rows) > 1)}")
+        lines.append(f"  {verdict_text(row, matrix.training.layout, assumed)}")
+        lines.append(f"  fix: {fix_text(row, len(g.rows) > 1, assumed)}")
         for note in row.served.notes:
             lines.append(f"  note: {note}")
     dual = dual_key_text(matrix)

