@@ -13,6 +13,7 @@ the real server said of itself. tests/test_real_vllm.py reads the real server's 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -232,7 +233,8 @@ def test_a_broken_draft_gets_the_fix_to_paste_and_no_steps_command(in_runs) -> N
     """The demo's mismatched draft A on SGLang: the steps advice for the broken draft stays in
     words; the one block to paste is the fix (under the verdict and in its finding)."""
     at = run_page(in_runs["sglang"])
-    assert "Recommended: 1 draft step" in texts(at)
+    # the steps advice still speaks (how many steps rests on the measured timings: load moves it)
+    assert re.search(r"Recommended: \d+ draft steps?", texts(at))
     blocks = {c.value for c in at.code if not c.value.startswith("[worker")}
     assert blocks == {
         '{"eagle_config": {"eagle_aux_hidden_state_layer_ids": [-1, 0, 1]}}',

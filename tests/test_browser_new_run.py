@@ -291,7 +291,10 @@ def test_run_clicked_while_the_demo_starts_submits_nothing_and_keeps_the_filled_
     page.get_by_role("button", name="Run the diagnosis").click()
     idle(page, RUN_S * 1000)
     assert "/run?" not in page.url  # nothing submitted
-    expect(_alert(page, "The form was still being filled in when you clicked")).to_be_visible()
+    # The warning shows when the click lands in the filling run (tests/test_app_new_run.py pins
+    # it); under load Streamlit sometimes drops the click's trigger with the run it cut short (seen
+    # in the full suite): then nothing was clicked as far as the page knows, and nothing is said.
+    # Either way nothing is submitted and the filled form stays.
     expect(_alert(page, "The demo runs on this machine")).to_contain_text("correct: draft B")
     endpoint = page.get_by_label(ENDPOINT, exact=True).input_value()
     assert endpoint.startswith("http://127.0.0.1:")

@@ -84,7 +84,10 @@ def test_the_run_page_shows_the_profile_matrix_and_downloads(
     expect(matrix.locator("svg, canvas").first).to_be_visible()
     assert matrix.bounding_box()["height"] > 100  # drawn, not an empty frame
     expect(page.get_by_text("Weakest category: novel", exact=False)).to_be_visible()
-    expect(page.get_by_test_id("stCode").filter(has_text=FLAGS)).to_be_visible()
+    # the run's declared layout mismatches what is served (a root cause): its one paste block is
+    # the fix, so the steps advice gives no command for the broken draft (issue 42)
+    expect(page.get_by_text("No command for this setting yet", exact=False)).to_be_visible()
+    expect(page.get_by_test_id("stCode").filter(has_text=FLAGS)).to_have_count(0)
     # The downloads, named by the run: the CSV's first lines are the long form's.
     button = page.get_by_role("button", name="Download the profile (CSV)")
     button.scroll_into_view_if_needed()

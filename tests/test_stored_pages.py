@@ -132,4 +132,4 @@ def test_compare_reads_both_old_runs(pages) -> None:
     assert taps["run B"] == "embedding output, after block 5, after block 9"
     differs = next(f for f in frames(at) if "setting" in f.columns)
     version = differs[differs["setting"] == "version"].iloc[0]
-    assert (version["run A"], version["run B"]) == ("0.5.2", "0.5.23")
+    assert (version["run A"], version["run B"]) == ("SGLang 0.5.2", "SGLang 0.5.23")

@@ -75,7 +75,9 @@ def test_v2_feeds_a_specforge_draft_the_defaults(world) -> None:
     assert diagnosis.serving.layout == (Tap(2), Tap(4), Tap(5))
     assert diagnosis.training.layout == TAPS_1_3_5
     first = diagnosis.findings[0]
-    assert (first.id, first.severity) == ("vllm-ids-not-read", "critical")
+    # no target here: the training side is the config's reading (assumed) and its cost is not
+    # measured, so a warning that says what would settle it, never critical (issue 41)
+    assert (first.id, first.severity) == ("vllm-ids-not-read", "warning")
     assert first.title == (
         "vLLM 0.33.0 (V2 runner) never reads eagle_config.eagle_aux_hidden_state_layer_ids "
         "[0, 2, 4]: it feeds the draft the layers after 2, 4 and 5 blocks (its defaults), while "
@@ -100,7 +102,7 @@ def test_v1_reads_the_nested_ids_one_block_early(world) -> None:
         diagnosis = diagnose(world, "specforge", server.url)
     assert diagnosis.serving.layout == (Tap(0), Tap(2), Tap(4))
     first = diagnosis.findings[0]
-    assert (first.id, first.severity) == ("layout-mismatch", "critical")
+    assert (first.id, first.severity) == ("layout-mismatch", "warning")  # assumed, not measured
     assert first.title.endswith("every slot is one block earlier than in training.")
     assert "vLLM 0.33.0 (V1 runner) then feeds the layers after 1, 3 and 5 blocks" in first.fix
     assert first.data["top_level_ids"] == [1, 3, 5]
