@@ -22,8 +22,10 @@ RECORD = "config.yaml recipe_args.aux_layer_ids"
 
 def entries(run: dict) -> dict[str, Path]:
     """Every folder of the run a user may give: output_dir, checkpoints/, LATEST, each step
-    folder, a step's model/consolidated."""
-    named = {k: run[k] for k in ("output_dir", "checkpoints", "latest", "consolidated")}
+    folder, a step's model/consolidated and serve_vllm.py's copy of it (what vLLM serves)."""
+    named = {
+        k: run[k] for k in ("output_dir", "checkpoints", "latest", "consolidated", "vllm_export")
+    }
     return named | {step.name: step for step in run["steps"]}
 
 
@@ -38,24 +40,25 @@ def depths(layout: list[dict]) -> list[int]:
 
 
 def test_the_run_made_two_step_folders_and_a_latest_pointer(nemo_run) -> None:
-    assert [p.name for p in nemo_run["steps"]] == ["epoch_0_step_25", "epoch_0_step_50"]
+    assert [p.name for p in nemo_run["steps"]] == ["epoch_0_step_150", "epoch_0_step_300"]
     assert nemo_run["latest"].resolve() == nemo_run["steps"][-1]
     assert (nemo_run["consolidated"] / "config.json").is_file()
 
 
-@pytest.mark.parametrize("entry", ["output_dir", "checkpoints", "latest", "epoch_0_step_25"])
+@pytest.mark.parametrize("entry", ["output_dir", "checkpoints", "latest", "epoch_0_step_150"])
 def test_inspect_reads_every_entry_as_the_run(nemo_run, entry) -> None:
     """Gap 3: output_dir (the parent of checkpoints/) and LATEST said "no config.json"."""
     card = cli_json("inspect", str(entries(nemo_run)[entry]))["provenance"]
     assert card["trainer"] == "nemo-automodel"
     assert (card["capture_layers"], card["capture_record"]) == ([0, 1, 2], RECORD)
-    chosen = {"epoch_0_step_25": ("given", 25)}.get(entry, ("latest", 50))
+    chosen = {"epoch_0_step_150": ("given", 150)}.get(entry, ("latest", 300))
     assert (card["chosen_by"], card["step"]) == chosen
 
 
 def test_layout_and_matrix_read_the_training_side_the_run_recorded(nemo_run) -> None:
     """Gap 4: `layout` and `matrix` took NeMo's default ids [1, N//2-1, N-4] where `inspect`
-    read the run's config.yaml, from every entry."""
+    read the run's config.yaml, from every entry (serve_vllm.py's copy was no run at all: a
+    trainer's reading of a config without ids)."""
     for name, path in entries(nemo_run).items():
         layout = cli_json("layout", "--draft", str(path), "--target-layers", "4")
         assert depths(layout["training"]) == TRAINED_DEPTHS, name
