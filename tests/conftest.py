@@ -290,6 +290,7 @@ WORLD_MODULES = {
         "tests/test_sweep.py",
     ),
     "real_vllm": ("tests/test_real_vllm.py",),
+    "nemo_run": ("tests/test_trainer_nemo.py", "tests/test_real_vllm_nemo.py"),
 }
 
 

@@ -141,11 +141,14 @@ def deployment_draft(name: str, home: Path, fixtures: Path = FIXTURES) -> Path |
 @dataclass(frozen=True)
 class ServeSettings:
     """How one real server is started: its deployment, dev mode (`/server_info`) and
-    per-request speculative metrics (`--per-request-spec-decode-metrics summary`)."""
+    per-request speculative metrics (`--per-request-spec-decode-metrics summary`); `draft`: a
+    draft folder of the caller's own instead of the deployment's (`deployment` then only names
+    the server)."""
 
     deployment: str
     dev_mode: bool = True
     per_request_metrics: bool = False
+    draft: Path | None = None
 
 
 def server_command(
@@ -299,7 +302,7 @@ def _signal_group(pgid: int, signum: int) -> None:
 
 def _spawn(settings: ServeSettings, home: Path, log_dir: Path, core: int) -> RealVLLM:
     python = venv_python()
-    draft = deployment_draft(settings.deployment, home)
+    draft = settings.draft or deployment_draft(settings.deployment, home)
     port = _free_port()
     command = server_command(python, FIXTURES / "target", draft, port, settings)
     log_dir.mkdir(parents=True, exist_ok=True)
