@@ -42,9 +42,10 @@ from tests.vllmkit import (
 )
 
 TRAINED = (1, 2, 3)  # the output of layers 0, 1, 2: vLLM's ids 1, 2, 3 (id k = after k blocks)
-# The accept-length gain the fix must bring on the server, half the one measured here (4 demo
-# prompts x 32 greedy tokens, one lane run): 1.62 with the recorded ids, 2.03 with the fix.
-FIX_GAIN = 0.2
+# The accept-length gain the fix must bring on the server (4 demo prompts x 32 greedy tokens;
+# each server's counts repeat exactly, but the draft differs run to run: train_eagle3.py seeds
+# its RNG only after it builds the draft). Two lane runs measured 1.62 -> 2.03 and 1.70 -> 1.91.
+FIX_GAIN = 0.1
 
 
 def _copy(export: Path, folder: Path, **keys: Any) -> Path:

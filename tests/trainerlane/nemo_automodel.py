@@ -31,7 +31,7 @@ AUX_LAYER_IDS = (0, 1, 2)
 # (detect --target, 3 steps; the real vLLM, tests/test_real_vllm_nemo.py): 100 steps of 16 rows of
 # 48 left the draft at 13% top-1; 200 of 32 rows (lr 0.006) at 41%, but no better served with the
 # fix (1.76) than one block early (1.82); these: 39% top-1, 1.56 vs 1.42 one block early, served
-# 2.03 with the fix vs 1.62.
+# 2.03 with the fix vs 1.62 (another run of the same: 35%, 1.49 vs 1.43; served 1.91 vs 1.70).
 SEQUENCES = 9600
 LENGTH = 64  # demo-language tokens a row (BOS first), after the template's 19-token prefix
 BATCH = 32
