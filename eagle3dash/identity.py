@@ -16,6 +16,7 @@ from typing import Protocol
 from urllib.parse import urlsplit
 
 from eagle3dash.http_client import is_this_machine
+from eagle3dash.provenance import nemo_exports
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".index.json")
 CHUNK = 1 << 20
@@ -117,9 +118,12 @@ def compare_drafts(
     cache: DigestCache | None = None,
 ) -> DraftIdentity:
     """Is the draft the server names (`served`, its --speculative-draft-model-path) the
-    checkpoint under diagnosis? Decided by content when both are readable here."""
+    checkpoint under diagnosis? Decided by content when both are readable here. A NeMo AutoModel
+    step is its export, served as serve_vllm.py's copy (its tensors renamed, so other bytes)."""
+    exports = nemo_exports(checkpoint)
     try:
-        mine = weights_digest(checkpoint, cache)
+        mine = weights_digest(exports[0] if exports else checkpoint, cache)
+        copies = {weights_digest(p, cache): p for p in exports[1:]}
     except OSError as e:
         return DraftIdentity("unknown", None, None, served, f"the checkpoint is unreadable: {e}")
     if not served:
@@ -134,6 +138,11 @@ def compare_drafts(
         return DraftIdentity("unknown", mine, None, served, reason)
     if theirs == mine:
         return DraftIdentity("same", mine, theirs, served, "the weight files are byte-identical")
+    if theirs in copies:
+        reason = (
+            f"the weight files are those of serve_vllm.py's copy of the export, {copies[theirs]}"
+        )
+        return DraftIdentity("same", mine, theirs, served, reason)
     return DraftIdentity(
         "differs", mine, theirs, served, "the weight files differ in content (SHA-256)"
     )

@@ -48,6 +48,8 @@ _SPECFORGE_STEP = re.compile(r"(?P<run>.+)-step(?P<step>\d+)")
 _PROVENANCE_KEY = "specforge_model_provenance"  # algorithms/common/providers.py
 _NEMO_STEP = re.compile(r"epoch_(?P<epoch>\d+)_step_(?P<step>\d+)")
 _NEMO_EXPORT = ("model", "consolidated")  # a NeMo step's exported draft, below the step folder
+# serve_vllm.py's copy of the export for vLLM, below it (_VLLM_EXPORT_DIRNAME)
+_NEMO_VLLM_EXPORT = "vllm_export"
 _NEMO_INCOMPLETE = ".incomplete"  # components/checkpoint/utils.py: a save cut short
 _NEMO_CHECKPOINTS = "checkpoints"  # recipes/llm/train_eagle3.py: output_dir / "checkpoints"
 _NEMO_POINTERS = {"LOWEST_VAL": "best", "LATEST": "latest"}  # checkpoint/lifecycle.py
@@ -211,16 +213,27 @@ def _specforge_steps(root: Path) -> dict[int, Path]:
 
 def _nemo_step_of(folder: Path) -> Path | None:
     """The NeMo step folder that `folder` is (or a pointer such as LATEST links to), or holds as
-    its model/consolidated export."""
+    its model/consolidated export or serve_vllm.py's copy of it."""
     real = folder.resolve()
-    for step in (real, real.parent.parent):
-        if (
-            _NEMO_STEP.fullmatch(step.name)
-            and (step / "model").is_dir()
-            and (real == step or real.parts[-2:] == _NEMO_EXPORT)
-        ):
+    for below in ((), _NEMO_EXPORT, (*_NEMO_EXPORT, _NEMO_VLLM_EXPORT)):
+        if len(real.parts) <= len(below) or real.parts[len(real.parts) - len(below) :] != below:
+            continue
+        step = real.parents[len(below) - 1] if below else real
+        if _NEMO_STEP.fullmatch(step.name) and (step / "model").is_dir():
             return step
     return None
+
+
+def nemo_exports(path: str | Path) -> list[Path]:
+    """The draft folders of the NeMo AutoModel step that `path` is or lies in: its
+    model/consolidated export, then serve_vllm.py's copy of it (the same tensors under vLLM's
+    names) where written; [] for any other folder."""
+    folder = Path(path).expanduser()
+    step = _nemo_step_of(folder) if folder.is_dir() else None
+    if step is None:
+        return []
+    export = step.joinpath(*_NEMO_EXPORT)
+    return [d for d in (export, export / _NEMO_VLLM_EXPORT) if d.is_dir()]
 
 
 def _nemo_run(folder: Path) -> Path:
@@ -295,7 +308,10 @@ def read_run_folder(path: str | Path) -> Provenance:
         return _speculators(root.parent, root)
     step = _nemo_step_of(root) if root.is_dir() else None
     if step is not None:
-        return _nemo(step.parent, step, _NEMO_POINTERS.get(root.name, "given"))
+        card = _nemo(step.parent, step, _NEMO_POINTERS.get(root.name, "given"))
+        if root.resolve().name == _NEMO_VLLM_EXPORT:  # the copy vLLM serves is the one read
+            card.checkpoint = str(root)
+        return card
     root = _nemo_run(root) if root.is_dir() else root
     nemo = _nemo_steps(root) if root.is_dir() else {}
     if nemo:

@@ -111,6 +111,9 @@ class ServingMatrix:
     training: TrainingSide
     rows: list[MatrixRow] = field(default_factory=list)
     dual_key: DualKeyFix | None = None  # one config.json for the newest SGLang and vLLM read
+    # False: the engines refuse the file as it is (no dual-key config applies before the
+    # conversion each row names)
+    loads_as_is: bool = True
 
     def to_dict(self) -> dict:
         """JSON form."""
@@ -120,6 +123,7 @@ class ServingMatrix:
             "training": self.training.to_dict(),
             "rows": [r.to_dict() for r in self.rows],
             "dual_key": None if self.dual_key is None else self.dual_key.to_dict(),
+            "loads_as_is": self.loads_as_is,
         }
 
 
@@ -263,8 +267,10 @@ def serving_matrix(
     recorded, else `trainer`'s reading of the config, else the best-hinted plausible reading),
     and the fix for each."""
     side = _training_side(spec, num_layers, arch, trainer, training, card)
+    loads_as_is = not any(_refusal(e, spec) for e in engines())
     loads = _loadable(spec) if vllm_rules.load_refusal(spec) is not None else spec
     dual = engine_rules.dual_key_fix(side.layout, loads, num_layers, arch)
-    dual_spec = engine_rules.with_dual_keys(loads, dual) if dual.complete else None
+    complete = dual.complete and loads_as_is  # a refused file is converted per engine first
+    dual_spec = engine_rules.with_dual_keys(loads, dual) if complete else None
     rows = [_row(e, spec, dual_spec, side.layout, num_layers, arch) for e in engines()]
-    return ServingMatrix(num_layers, arch, side, rows, dual if dual.complete else None)
+    return ServingMatrix(num_layers, arch, side, rows, dual if complete else None, loads_as_is)

