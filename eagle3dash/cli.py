@@ -187,9 +187,13 @@ def cmd_layout(args: argparse.Namespace) -> int:
         )
         return 0
     n = args.target_layers
+    unknown = override is None and result.training.assumed is not None  # no file names the ids
+    # no trainer named, no run record, no layout given: the training side is one trainer's
+    # reading of the config, a prediction, and the readings of the others are shown beside it
+    guessed = unknown or (override is None and trainer is None and recorded is None)
     for side in ("training", "serving"):
         res = getattr(result, side)
-        guess = ", ASSUMED" if res.assumed else ""
+        guess = ", ASSUMED" if res.assumed or (side == "training" and guessed) else ""
         print(f"{side}: {bracketed(res.layout)} ({describe_layout(res.layout, n)}{guess})")
         if res.assumed:
             print(f"  unknown: {res.assumed}")
@@ -203,16 +207,18 @@ def cmd_layout(args: argparse.Namespace) -> int:
             print(f"  note: {note}")
         if res.error:
             print(f"  error: {res.error}")
-    assumed = override is None and result.training.assumed is not None
-    if assumed or (trainer is None and len({r.layout for r in readings}) > 1):
-        why = "none is settled" if assumed else "the trainer is not given"
-        print(f"training readings ({why}; give --trainer or --training-layout to pick one):")
+    if guessed:
+        why = "none is settled" if unknown else "no trainer, run folder or layout is given"
+        print(
+            f"training readings ({why}; give --trainer, the run folder or --training-layout to "
+            "settle it):"
+        )
         for r in readings:
             hints = ", ".join(r.hints) or "no hints"
             guess = ", assumed: its default ids" if r.result.assumed else ""
             print(f"  {r.trainer}: {bracketed(r.layout)} ({hints}{guess})")
     d = result.diff
-    if assumed:
+    if guessed:
         print(
             f"diff: {d.kind} against the assumed training side, so nothing is settled: {d.summary}"
         )

@@ -355,3 +355,25 @@ def test_a_peagle_draft_is_refused_with_where_vllm_serves_it(tmp_path: Path, com
         'vLLM 0.34.0 refuses it at load ("P-EAGLE (parallel drafting EAGLE-3) is not supported")'
         in line
     )
+
+
+def test_layout_says_an_unnamed_trainers_reading_is_an_assumption() -> None:
+    """Issue 42: the demo's draft A names no trainer and has no run folder: its training side is
+    SpecForge's reading of its config, an assumption. `layout` said 'diff: identical' with no
+    word of that (draft A was trained on the embedding and blocks 1 and 2, not what it reads)."""
+    draft = ROOT / "eagle3dash" / "demo" / "fixtures" / "draft-a"
+    done = run_cli("layout", "--draft", str(draft), "--target-layers", "4")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "training: [1,2,3] (after block 1, after block 2, after block 3, ASSUMED)"
+    assert "diff: identical:" not in done.stdout
+    assert "diff: identical against the assumed training side, so nothing is settled" in done.stdout
+    assert "  specforge: [1,2,3] (no hints)" in lines  # every plausible reading shown
+    assert "  specforge-hf: [1,2,3] (no hints)" in lines
+    # named, the trainer settles which reading holds: no longer an assumption of the tool's
+    named = run_cli(
+        "layout", "--draft", str(draft), "--target-layers", "4", "--trainer", "hf-index"
+    )
+    assert named.returncode == 0, named.stderr
+    assert "ASSUMED" not in named.stdout
+    assert named.stdout.splitlines()[0].startswith("training: [0,1,2] (embedding output")
