@@ -716,15 +716,15 @@ def _evaluate(
 
 
 def training_side(run: _Run) -> Side:
-    """The training side from its strongest evidence: dump > declared > detective > the run's
-    record of its capture ids (under the trainer's convention) > config; the detective outranks
-    the record only with a layout it tested against the recorded one."""
+    """The training side from its strongest evidence: dump > declared > the run's record of its
+    capture ids (under the trainer's convention) > detective > config. A record says what the
+    trainer captured; the detective infers it from a few sequences, so its other preference is
+    its own finding (detected-layout), never the training side over a record."""
     config = run.prediction.training
     declared, detection = run.declared, run.detection
     card = run.report.provenance
     recorded = card is not None and card.capture_layers is not None
-    if detection is not None and recorded and detection.row(config.layout) is None:
-        detection = None  # the sweep never tried the recorded layout: it decides nothing
+    deciding = None if recorded else detection
     if run.dump is not None:
         layout = declared or config.layout
         detail = f"the training features in {run.options.train_states}, taps {bracketed(layout)}"
@@ -737,14 +737,13 @@ def training_side(run: _Run) -> Side:
     elif declared is not None:
         side = Side("training", declared, DECLARED, "declared by the user", config.layout)
         side.eval = _evaluate(run, run.target_capture, declared)
-    elif detection is not None and (
-        # a record the detective ranks first stays the record's: it was never in doubt
-        (detection.best == config.layout and not recorded) or detection.outperforms(config.layout)
+    elif deciding is not None and (
+        deciding.best == config.layout or deciding.outperforms(config.layout)
     ):
-        best = detection.best
+        best = deciding.best
         # The side's own numbers are its evaluation's: one source per quantity, not the sweep's.
         detail = (
-            f"best of {len(detection.rows)} candidate layouts on one capture of every tap, "
+            f"best of {len(deciding.rows)} candidate layouts on one capture of every tap, "
             "ranked by simulated accept length"
             + ("; the config implies the same" if best == config.layout else "")
         )
@@ -756,8 +755,10 @@ def training_side(run: _Run) -> Side:
             ids = list(card.capture_layers)
             detail = f"ids {ids} recorded in the run's {card.capture_record}; {detail}"
             source = RUN_RECORD
-        if detection is not None:  # every layout scores alike: the tensors decide nothing
+        if detection is not None and not detection.outperforms(config.layout):
             detail += "; the layout detective found no clearly better layout"
+        elif detection is not None:  # said as its own finding (detected-layout)
+            detail += f"; the layout detective prefers {bracketed(detection.best)}"
         side = Side("training", config.layout, source, detail, config.layout)
         side.eval = _evaluate(run, run.target_capture, config.layout)
     side.steps = run.steps
