@@ -228,26 +228,23 @@ def test_make_run_is_eagle3dash_app_with_its_bind_and_jobs() -> None:
     outside_make = {
         k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")
     }
-    planned = subprocess.run(
-        ["make", "-n", "run", "BIND=0.0.0.0", "JOBS=ray"],
-        cwd=ROOT,
-        env=outside_make,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.splitlines()
+
+    def make_run_plan(*variables: str) -> list[str]:
+        return subprocess.run(
+            ["make", "-n", "run", *variables],
+            cwd=ROOT,
+            env=outside_make,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.splitlines()
+
+    planned = make_run_plan("BIND=0.0.0.0", "JOBS=ray")
     assert planned[-1] == ".venv/bin/python -m eagle3dash app --bind 0.0.0.0 --jobs ray"
     args = build_parser().parse_args(planned[-1].split()[3:])
     assert (args.bind, args.jobs, args.slots, args.no_demo) == ("0.0.0.0", "ray", None, False)
     # another port, as the README says (issue 42: the Makefile took none)
-    on_port = subprocess.run(
-        ["make", "-n", "run", "PORT=8600"],
-        cwd=ROOT,
-        env=outside_make,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.splitlines()
+    on_port = make_run_plan("PORT=8600")
     assert on_port[-1] == ".venv/bin/python -m eagle3dash app --bind 127.0.0.1 --port 8600"
     assert build_parser().parse_args(on_port[-1].split()[3:]).port == 8600
 
