@@ -602,8 +602,8 @@ def register_path(
 
     A SpecForge step folder with the draft's `draft_config` registers the draft made from its
     state dict. Returns the checkpoint id and its inspect report; a CheckpointError names what is
-    wrong. A
-    checkpoint with the same content (an upload of it, say) is that checkpoint, its name kept.
+    wrong. A checkpoint with the same content (an upload of it, say) is that checkpoint, its name
+    kept.
     """
     registered, report = registration(store, path, name, draft_config)
     return registered.checkpoint_id, report
